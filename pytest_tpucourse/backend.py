@@ -1,0 +1,110 @@
+"""What hardware JAX sees, and how a learner's plain `pl.pallas_call` runs on it.
+
+Learner code never passes `interpret=`: the plugin switches JAX's global Pallas
+interpret mode for the session instead, so the kernel a learner writes here is
+byte for byte the kernel they run on a TPU.
+
+Modes:
+  auto  native on a TPU; TPU interpret mode everywhere else (the default).
+  tpu   TPU interpret mode (`pltpu.InterpretParams`) even on a TPU. It simulates
+        the TPU memory model: parallel grid axes run in a shuffled order (a
+        reduction axis wrongly marked "parallel" gives wrong results),
+        uninitialised memory reads NaN, out-of-bounds block indices raise.
+  fast  the generic HLO interpreter (`interpret=True`): several times faster,
+        for quick iteration, but blind to the three bugs above.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import logging
+from dataclasses import dataclass
+
+INTERPRET_MODES = ("auto", "tpu", "fast")
+
+# The TPU interpreter reports a failing host callback through this logger, with a
+# full traceback, before the error reaches the caller; the caller's message holds
+# the same error, so the log line is noise in a learner's report.
+_CALLBACK_LOGGER = "jax._src.callback"
+
+
+@dataclass(frozen=True)
+class Backend:
+    mode: str  # "native", "tpu-interpret" or "fast-interpret"
+    platform: str  # what jax.default_backend() says: cpu, gpu, tpu
+    device_kind: str
+    jax_version: str
+    jaxlib_version: str
+
+    @property
+    def describe_mode(self) -> str:
+        return {
+            "native": "natively (compiled by Mosaic)",
+            "tpu-interpret": "TPU interpret mode (shuffled parallel grid axes, "
+            "NaN-poisoned uninitialised memory, out-of-bounds block indices raise)",
+            "fast-interpret": "the fast generic interpreter (interpret=True: no "
+            "grid shuffling, no NaN poisoning, out-of-bounds reads clamp)",
+        }[self.mode]
+
+
+def tpu_interpret_params():
+    from jax.experimental.pallas import tpu as pltpu
+
+    # random_seed fixes the shuffled order of parallel grid axes, so a failing
+    # run reproduces; the other fields are InterpretParams' own strict defaults.
+    return pltpu.InterpretParams(random_seed=0)
+
+
+def select(requested: str) -> Backend:
+    """Decide how Pallas kernels run in this session and switch JAX to it."""
+    import jax
+    import jaxlib
+    from jax.experimental.pallas import tpu as pltpu
+
+    if requested not in INTERPRET_MODES:
+        raise ValueError(f"interpret mode must be one of {INTERPRET_MODES}, got {requested!r}")
+    platform = jax.default_backend()
+    if requested == "fast":
+        mode = "fast-interpret"
+        pltpu.set_tpu_interpret_mode(True)
+    elif requested == "auto" and platform == "tpu":
+        mode = "native"
+    else:
+        mode = "tpu-interpret"
+        pltpu.set_tpu_interpret_mode(tpu_interpret_params())
+    return Backend(
+        mode=mode,
+        platform=platform,
+        device_kind=jax.devices()[0].device_kind,
+        jax_version=jax.__version__,
+        jaxlib_version=jaxlib.__version__,
+    )
+
+
+def restore() -> None:
+    from jax._src import config as jax_config
+
+    jax_config.pallas_tpu_interpret_mode_context_manager.set_global(None)
+
+
+def reset_after_failure() -> None:
+    """Forget the simulated TPU state a failing kernel left behind.
+
+    TPU interpret mode keeps its simulated memory after an exception (for
+    debugging); the next kernel would then see it, so one learner bug would
+    poison every later test.
+    """
+    from jax.experimental.pallas import tpu as pltpu
+
+    pltpu.reset_tpu_interpret_mode_state()
+
+
+@contextlib.contextmanager
+def quiet_callback_errors():
+    logger = logging.getLogger(_CALLBACK_LOGGER)
+    previous = logger.disabled
+    logger.disabled = True
+    try:
+        yield
+    finally:
+        logger.disabled = previous

@@ -1,0 +1,155 @@
+"""The course as data: `course.toml` at the root of a course checkout.
+
+The plugin is active only inside a course checkout (a pytest rootdir holding
+`course.toml`); everything it knows about chapters, exercises, gates and hints
+comes from that one file.
+"""
+
+from __future__ import annotations
+
+import re
+import tomllib
+from dataclasses import dataclass, field
+from pathlib import Path
+
+COURSE_FILE = "course.toml"
+CHAPTER_ID = re.compile(r"^ch\d\d$")
+
+
+class CourseDataError(Exception):
+    """course.toml is missing a field or contradicts itself."""
+
+
+@dataclass(frozen=True)
+class Exercise:
+    chapter: str
+    name: str  # also the module name and the graded test file test_<name>.py
+    function: str
+    summary: str
+    hints: tuple[str, ...]
+
+    @property
+    def key(self) -> str:
+        """The id a learner types: `ch11.matmul`."""
+        return f"{self.chapter}.{self.name}"
+
+    @property
+    def module_file(self) -> str:
+        return f"{self.name}.py"
+
+    @property
+    def test_file(self) -> str:
+        return f"test_{self.name}.py"
+
+
+@dataclass(frozen=True)
+class Chapter:
+    id: str
+    title: str
+    kind: str  # "layer" or "stage"
+    summary: str
+    stage: int | None = None
+    gate: int | None = None
+    exercises: tuple[Exercise, ...] = field(default_factory=tuple)
+
+    @property
+    def number(self) -> int:
+        return int(self.id[2:])
+
+    @property
+    def label(self) -> str:
+        return f"chapter {self.number} {self.title}"
+
+    def exercise(self, name: str) -> Exercise | None:
+        return next((e for e in self.exercises if e.name == name), None)
+
+    def exercise_for_test_file(self, filename: str) -> Exercise | None:
+        return next((e for e in self.exercises if e.test_file == filename), None)
+
+
+@dataclass(frozen=True)
+class Course:
+    root: Path
+    title: str
+    chapters: tuple[Chapter, ...]
+    chapters_total: int
+    gates_total: int
+
+    def chapter(self, chapter_id: str) -> Chapter | None:
+        return next((c for c in self.chapters if c.id == chapter_id), None)
+
+    def exercise(self, key: str) -> Exercise | None:
+        """Look up `ch11.matmul`."""
+        chapter_id, _, name = key.partition(".")
+        chapter = self.chapter(chapter_id)
+        return chapter.exercise(name) if chapter else None
+
+    def chapter_of_path(self, path: Path) -> Chapter | None:
+        """The chapter a file under exercises/chNN/ belongs to, if any."""
+        try:
+            relative = Path(path).resolve().relative_to(self.root / "exercises")
+        except ValueError:
+            return None
+        return self.chapter(relative.parts[0]) if relative.parts else None
+
+
+def find_course_root(start: Path) -> Path | None:
+    """The nearest directory at or above `start` holding course.toml."""
+    start = Path(start).resolve()
+    for directory in (start, *start.parents):
+        if (directory / COURSE_FILE).is_file():
+            return directory
+    return None
+
+
+def load_course(root: Path) -> Course:
+    root = Path(root).resolve()
+    path = root / COURSE_FILE
+    try:
+        data = tomllib.loads(path.read_text(encoding="utf-8"))
+    except tomllib.TOMLDecodeError as error:
+        raise CourseDataError(f"{path}: {error}") from None
+    meta = data.get("course", {})
+    chapters = tuple(_chapter(path, raw) for raw in data.get("chapters", []))
+    ids = [c.id for c in chapters]
+    if len(set(ids)) != len(ids):
+        raise CourseDataError(f"{path}: a chapter id appears twice: {ids}")
+    return Course(
+        root=root,
+        title=meta.get("title", "course"),
+        chapters=chapters,
+        chapters_total=int(meta.get("chapters_total", len(chapters))),
+        gates_total=int(meta.get("gates_total", 6)),
+    )
+
+
+def _chapter(path: Path, raw: dict) -> Chapter:
+    chapter_id = raw.get("id", "")
+    if not CHAPTER_ID.match(chapter_id):
+        raise CourseDataError(f"{path}: chapter id {chapter_id!r} is not of the form chNN")
+    for key in ("title", "kind"):
+        if key not in raw:
+            raise CourseDataError(f"{path}: chapter {chapter_id} has no {key!r}")
+    exercises = []
+    for ex in raw.get("exercises", []):
+        missing = [k for k in ("name", "function", "hints") if k not in ex]
+        if missing:
+            raise CourseDataError(f"{path}: an exercise of {chapter_id} lacks {missing}")
+        exercises.append(
+            Exercise(
+                chapter=chapter_id,
+                name=ex["name"],
+                function=ex["function"],
+                summary=ex.get("summary", ""),
+                hints=tuple(ex["hints"]),
+            )
+        )
+    return Chapter(
+        id=chapter_id,
+        title=raw["title"],
+        kind=raw["kind"],
+        summary=raw.get("summary", ""),
+        stage=raw.get("stage"),
+        gate=raw.get("gate"),
+        exercises=tuple(exercises),
+    )

@@ -1,0 +1,263 @@
+"""Which tree is graded, and the one way a graded test reaches the code it grades.
+
+A graded test asks for the `impl` fixture and calls `impl.<module>.<function>(...)`.
+The same test file then grades the learner's `exercises/chNN/`, the shipped
+`solutions/chNN/` (`--solutions`), or any tree laid out like `solutions/`
+(`--impl-root DIR`). Modules are imported by file path under a package name
+unique to the tree, so exercises/ch11/matmul.py and solutions/ch11/matmul.py never
+collide, and a chapter's modules may import each other with `from . import x`.
+
+Every call into learner code goes through `LearnerFunction`, which turns what
+can go wrong into a short outcome naming the function and the file to edit.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import hashlib
+import importlib
+import importlib.util
+import sys
+import traceback
+import types
+from dataclasses import dataclass
+from pathlib import Path
+
+from . import backend
+from .course import Course, Exercise
+from .outcomes import LearnerCodeError, Todo
+
+MAX_MESSAGE_LINES = 6
+
+
+@dataclass(frozen=True)
+class GradedTree:
+    """A directory holding chNN/ folders of implementations."""
+
+    kind: str  # "exercises" (the learner's work), "solutions", or "impl-root"
+    root: Path
+
+    def describe(self, invocation_dir: Path | None = None) -> str:
+        shown = _relative(self.root, invocation_dir)
+        return {
+            "exercises": f"{shown}/ (your work)",
+            "solutions": f"{shown}/ (the shipped reference solutions)",
+            "impl-root": f"{shown}/ (--impl-root)",
+        }[self.kind]
+
+    def chapter_dir(self, chapter_id: str) -> Path:
+        return self.root / chapter_id
+
+    @property
+    def package_name(self) -> str:
+        digest = hashlib.sha1(str(self.root).encode()).hexdigest()[:10]
+        return f"_tpucourse_graded_{self.kind.replace('-', '_')}_{digest}"
+
+
+def graded_tree(course_root: Path, solutions: bool, impl_root: str | None) -> GradedTree:
+    if impl_root is not None:
+        return GradedTree("impl-root", Path(impl_root).resolve())
+    if solutions:
+        return GradedTree("solutions", course_root / "solutions")
+    return GradedTree("exercises", course_root / "exercises")
+
+
+class Implementation:
+    """The modules of one chapter in the graded tree: `impl.matmul.matmul(x, y)`."""
+
+    def __init__(self, tree: GradedTree, course: Course, chapter_id: str):
+        self._tree = tree
+        self._course = course
+        self._chapter_id = chapter_id
+
+    @property
+    def chapter_dir(self) -> Path:
+        return self._tree.chapter_dir(self._chapter_id)
+
+    def __getattr__(self, module_name: str) -> LearnerModule:
+        if module_name.startswith("_"):
+            raise AttributeError(module_name)
+        return LearnerModule(self._tree, self._course, self._chapter_id, module_name)
+
+    def __repr__(self) -> str:
+        return f"<implementation of {self._chapter_id} from {self.chapter_dir}>"
+
+
+class LearnerModule:
+    def __init__(self, tree: GradedTree, course: Course, chapter_id: str, name: str):
+        self._tree = tree
+        self._course = course
+        self._chapter_id = chapter_id
+        self._name = name
+
+    @property
+    def path(self) -> Path:
+        return self._tree.chapter_dir(self._chapter_id) / f"{self._name}.py"
+
+    def __getattr__(self, function_name: str) -> LearnerFunction:
+        if function_name.startswith("_"):
+            raise AttributeError(function_name)
+        exercise = self._course.exercise(f"{self._chapter_id}.{self._name}")
+        return LearnerFunction(self, function_name, exercise)
+
+    def load(self) -> types.ModuleType:
+        """Import the module by path; failures become a LearnerCodeError."""
+        if not self.path.is_file():
+            raise LearnerCodeError(
+                f"{self.path} does not exist: the graded tree has no module "
+                f"{self._name!r} for {self._chapter_id}."
+            )
+        package = _chapter_package(self._tree, self._chapter_id)
+        qualified = f"{package}.{self._name}"
+        try:
+            return importlib.import_module(qualified)
+        except Exception as error:  # the learner's module failed to import
+            sys.modules.pop(qualified, None)
+            raise LearnerCodeError(
+                f"importing {self.path} failed:\n" + _describe_exception(error, self.path)
+            ) from None
+
+
+class LearnerFunction:
+    """A function in the graded tree, called the way a graded test needs.
+
+    The call runs the function, waits for its result (so an error inside an
+    asynchronously dispatched kernel is charged to the learner, not to the
+    checker), and turns failures into outcomes:
+      - NotImplementedError raised from the learner's own file: Todo;
+      - any other exception: LearnerCodeError with the learner's line.
+    """
+
+    def __init__(self, module: LearnerModule, name: str, exercise: Exercise | None):
+        self.module = module
+        self.name = name
+        self.exercise = exercise
+
+    @property
+    def path(self) -> Path:
+        return self.module.path
+
+    @property
+    def display(self) -> str:
+        return f"{self.name}() in {_relative(self.path)}"
+
+    def resolve(self):
+        module = self.module.load()
+        function = getattr(module, self.name, None)
+        if not callable(function):
+            raise LearnerCodeError(
+                f"{self.path} has no function {self.name}(); the graded tests call "
+                f"{self.module._name}.{self.name}(...)."
+            )
+        return function
+
+    def __call__(self, *args, **kwargs):
+        import jax
+
+        function = self.resolve()
+        with self._guarded():
+            return jax.block_until_ready(function(*args, **kwargs))
+
+    def jaxpr(self, *args, **kwargs):
+        """The closed jaxpr of a call with these arguments (kwargs are static)."""
+        import jax
+
+        function = self.resolve()
+        with self._guarded():
+            return jax.make_jaxpr(lambda *a: function(*a, **kwargs))(*args)
+
+    @contextlib.contextmanager
+    def _guarded(self):
+        try:
+            with backend.quiet_callback_errors():
+                yield
+        except NotImplementedError as error:
+            backend.reset_after_failure()
+            if _raised_in(error, self.path):
+                raise Todo(self._todo_message()) from None
+            raise LearnerCodeError(
+                f"{self.display} raised:\n" + _describe_exception(error, self.path)
+            ) from None
+        except Exception as error:
+            backend.reset_after_failure()
+            raise LearnerCodeError(
+                f"{self.display} raised:\n" + _describe_exception(error, self.path)
+            ) from None
+
+    def _todo_message(self) -> str:
+        lines = [f"TODO: {self.display} is not written yet."]
+        if self.exercise is not None:
+            if self.exercise.summary:
+                lines.append(f"  exercise: {self.exercise.summary}")
+            if self.exercise.hints:
+                lines.append(f"  hint: {self.exercise.hints[0]}")
+        return "\n".join(lines)
+
+    def __repr__(self) -> str:
+        return f"<learner function {self.display}>"
+
+
+def _chapter_package(tree: GradedTree, chapter_id: str) -> str:
+    """Register (once) a package whose __path__ is the tree's chapter folder."""
+    root_name = tree.package_name
+    if root_name not in sys.modules:
+        root = types.ModuleType(root_name)
+        root.__path__ = [str(tree.root)]
+        sys.modules[root_name] = root
+    name = f"{root_name}.{chapter_id}"
+    if name not in sys.modules:
+        package = types.ModuleType(name)
+        package.__path__ = [str(tree.chapter_dir(chapter_id))]
+        package.__package__ = name
+        sys.modules[name] = package
+    return name
+
+
+def _raised_in(error: BaseException, path: Path) -> bool:
+    """Whether the innermost frame of the error's traceback is in `path`."""
+    frames = traceback.extract_tb(error.__traceback__)
+    return bool(frames) and Path(frames[-1].filename).resolve() == path.resolve()
+
+
+def _describe_exception(error: BaseException, learner_path: Path) -> str:
+    """A few lines: the learner's deepest frame and the error's own message.
+
+    Errors raised inside a kernel under TPU interpret mode reach us wrapped in a
+    runtime error whose text holds a callback traceback; only its final
+    `SomeError: message` line is the learner's business.
+    """
+    message = _root_message(error)
+    lines = []
+    learner_frames = [
+        f
+        for f in traceback.extract_tb(error.__traceback__)
+        if Path(f.filename).resolve() == learner_path.resolve()
+    ]
+    if learner_frames:
+        frame = learner_frames[-1]
+        lines.append(f"  {_relative(Path(frame.filename))}:{frame.lineno} in {frame.name}")
+        if frame.line:
+            lines.append(f"    {frame.line.strip()}")
+    text = message.splitlines() or [""]
+    if len(text) > MAX_MESSAGE_LINES:
+        text = text[:MAX_MESSAGE_LINES] + ["  ..."]
+    lines.extend("  " + line for line in text)
+    return "\n".join(lines)
+
+
+def _root_message(error: BaseException) -> str:
+    text = str(error)
+    if type(error).__name__ == "JaxRuntimeError" or "Traceback (most recent call last)" in text:
+        for line in reversed(text.splitlines()):
+            head = line.split(":", 1)[0].strip()
+            if head.endswith(("Error", "Exception")) and " " not in head:
+                return line.strip()
+    return f"{type(error).__name__}: {text}"
+
+
+def _relative(path: Path, base: Path | None = None) -> str:
+    base = base or Path.cwd()
+    try:
+        return str(Path(path).resolve().relative_to(base.resolve()))
+    except ValueError:
+        return str(path)

@@ -1,0 +1,36 @@
+"""How a graded test ends when the learner's code is the reason.
+
+Each outcome carries a short, complete message (what was called, which file to
+edit, what was expected, what came back). The plugin reports these without a
+traceback: the traceback would point into the plugin and JAX, never at the
+learner's line.
+"""
+
+from __future__ import annotations
+
+
+class GradingOutcome(Exception):
+    """Base class: the message is the whole report."""
+
+    status = "failed"
+
+    def __init__(self, message: str):
+        super().__init__(message)
+        self.message = message
+
+    def render(self) -> str:
+        return self.message
+
+
+class Todo(GradingOutcome):
+    """The learner has not written this function yet (the stub still raises)."""
+
+    status = "todo"
+
+
+class LearnerCodeError(GradingOutcome):
+    """The learner's code raised, could not be imported, or is missing."""
+
+
+class WrongResult(GradingOutcome, AssertionError):
+    """The learner's code ran but its result is wrong (shape, dtype, NaN, values)."""

@@ -1,0 +1,257 @@
+"""pytest hooks only: options, markers, the graded-tree fixture, reports, summary.
+
+The plugin is inert outside a course checkout (a rootdir holding course.toml):
+installing it changes nothing for other projects' test suites.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from pathlib import Path
+
+import pytest
+
+from . import backend, chips, profiles
+from .course import Course, CourseDataError, find_course_root, load_course
+from .implementations import GradedTree, Implementation, graded_tree
+from .outcomes import GradingOutcome, Todo
+from .progress import RunProgress
+
+GATE_RANGE = range(0, 6)
+
+
+@dataclass
+class CourseSession:
+    course: Course
+    tree: GradedTree
+    backend: backend.Backend
+    progress: RunProgress
+    hypothesis_profile: str
+
+
+SESSION = pytest.StashKey[CourseSession]()
+
+
+def pytest_addoption(parser: pytest.Parser) -> None:
+    group = parser.getgroup("tpucourse", "TPU kernel course")
+    group.addoption(
+        "--solutions", action="store_true", default=False,
+        help="grade the shipped reference solutions (solutions/) instead of exercises/",
+    )
+    group.addoption(
+        "--impl-root", metavar="DIR", default=None,
+        help="grade the tree at DIR, laid out like solutions/ (DIR/chNN/<module>.py)",
+    )
+    group.addoption(
+        "--interpret", choices=backend.INTERPRET_MODES, default="auto",
+        help="how kernels run: auto (native on a TPU, TPU interpret mode elsewhere; "
+        "default), tpu (TPU interpret mode everywhere), fast (generic interpreter: "
+        "quicker, but blind to grid-order, uninitialised-memory and out-of-bounds bugs)",
+    )
+    group.addoption(
+        "--gates", action="store_true", default=False,
+        help="run only the @gate tests of the selected chapters",
+    )
+    group.addoption(
+        "--chip", metavar="NAME", default=None,
+        help=f"chip the gate predictions and records are for ({', '.join(chips.KNOWN_CHIPS)})",
+    )
+
+
+def pytest_configure(config: pytest.Config) -> None:
+    config.addinivalue_line(
+        "markers",
+        "gate(n): a gate test of stage n (0-5); runs only with --gates",
+    )
+    config.addinivalue_line(
+        "markers",
+        "roofline(chip=None, flops=None, bytes=None): attach a roofline prediction to a benchmark test",
+    )
+    chip = config.getoption("chip")
+    if chip is not None:
+        try:
+            config.option.chip = chips.validate_chip(chip)
+        except ValueError as error:
+            raise pytest.UsageError(f"--chip: {error}") from None
+
+    solutions, impl_root = config.getoption("solutions"), config.getoption("impl_root")
+    if solutions and impl_root:
+        raise pytest.UsageError("--solutions and --impl-root choose the graded tree: give one")
+    if impl_root is not None and not Path(impl_root).is_dir():
+        raise pytest.UsageError(f"--impl-root: {impl_root} is not a directory")
+
+    root = find_course_root(config.rootpath)
+    if root is None:
+        if solutions or impl_root:
+            raise pytest.UsageError(
+                f"--solutions/--impl-root need a course checkout: no course.toml at or above "
+                f"{config.rootpath}"
+            )
+        return
+    try:
+        course = load_course(root)
+    except CourseDataError as error:
+        raise pytest.UsageError(f"course data: {error}") from None
+
+    from hypothesis import settings
+
+    profile = config.getoption("hypothesis_profile", None) or profiles.default_profile()
+    settings.load_profile(profile)
+
+    session = CourseSession(
+        course=course,
+        tree=graded_tree(root, solutions, impl_root),
+        backend=backend.select(config.getoption("interpret")),
+        progress=RunProgress(course),
+        hypothesis_profile=profile,
+    )
+    config.stash[SESSION] = session
+    config.pluginmanager.register(ProgressRecorder(session.progress), "tpucourse-progress")
+
+
+def pytest_unconfigure(config: pytest.Config) -> None:
+    if SESSION in config.stash:
+        backend.restore()
+
+
+def pytest_report_header(config: pytest.Config) -> list[str]:
+    session = config.stash.get(SESSION, None)
+    if session is None:
+        return []
+    b = session.backend
+    lines = [
+        f"tpucourse: grading {session.tree.describe(config.invocation_params.dir)}",
+        f"tpucourse: kernels run under {b.describe_mode}",
+        f"tpucourse: backend {b.platform} ({b.device_kind}), jax {b.jax_version}, "
+        f"jaxlib {b.jaxlib_version}, hypothesis profile {session.hypothesis_profile}",
+    ]
+    if config.getoption("gates"):
+        lines.append(f"tpucourse: gates for chip {config.getoption('chip') or 'not given'}")
+    return lines
+
+
+@pytest.fixture(scope="module")
+def impl(request: pytest.FixtureRequest) -> Implementation:
+    """The graded tree's modules for this test file's chapter: `impl.matmul.matmul(x, y)`."""
+    session = request.config.stash.get(SESSION, None)
+    if session is None:
+        pytest.fail("the impl fixture works only inside a course checkout (course.toml)", pytrace=False)
+    chapter = session.course.chapter_of_path(request.path)
+    if chapter is None:
+        pytest.fail(
+            f"{request.path}: impl grades files under exercises/chNN/ of a chapter in course.toml",
+            pytrace=False,
+        )
+    return Implementation(session.tree, session.course, chapter.id)
+
+
+def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
+    for item in items:
+        for mark in item.iter_markers("gate"):
+            _validate_gate_mark(item, mark)
+        for mark in item.iter_markers("roofline"):
+            if mark.kwargs.get("chip") is not None:
+                try:
+                    chips.validate_chip(mark.kwargs["chip"])
+                except ValueError as error:
+                    raise pytest.UsageError(f"{item.nodeid}: roofline marker: {error}") from None
+
+    if config.getoption("gates"):
+        selected = [i for i in items if i.get_closest_marker("gate") is not None]
+        deselected = [i for i in items if i.get_closest_marker("gate") is None]
+        if deselected:
+            config.hook.pytest_deselected(items=deselected)
+            items[:] = selected
+    else:
+        skip = pytest.mark.skip(reason="gate test: runs with --gates")
+        for item in items:
+            if item.get_closest_marker("gate") is not None:
+                item.add_marker(skip)
+
+    session = config.stash.get(SESSION, None)
+    if session is not None:
+        session.progress.collected(item.nodeid for item in items)
+
+
+class ProgressRecorder:
+    """Feeds every report (local, or from pytest-xdist workers) into RunProgress."""
+
+    def __init__(self, progress: RunProgress):
+        self.progress = progress
+
+    def pytest_deselected(self, items) -> None:
+        self.progress.deselected(item.nodeid for item in items)
+
+    @pytest.hookimpl(optionalhook=True)
+    def pytest_xdist_node_collection_finished(self, node, ids) -> None:
+        self.progress.collected(ids)
+
+    def pytest_runtest_logreport(self, report: pytest.TestReport) -> None:
+        message = report.longreprtext if report.failed else ""
+        self.progress.record(
+            report, is_todo=getattr(report, "tpucourse_todo", False), message=message
+        )
+
+
+def _validate_gate_mark(item: pytest.Item, mark: pytest.Mark) -> None:
+    args = list(mark.args) + list(mark.kwargs.values())
+    if len(args) != 1 or not isinstance(args[0], int) or isinstance(args[0], bool) or args[0] not in GATE_RANGE:
+        raise pytest.UsageError(
+            f"{item.nodeid}: @pytest.mark.gate takes one integer gate number 0-5, got "
+            f"gate({', '.join(map(repr, args))})"
+        )
+
+
+@pytest.hookimpl(wrapper=True)
+def pytest_runtest_makereport(item: pytest.Item, call: pytest.CallInfo):
+    report = yield
+    outcome = _grading_outcome(call.excinfo.value) if call.excinfo else None
+    if outcome is not None:
+        notes = getattr(call.excinfo.value, "__notes__", [])
+        report.longrepr = "\n".join([outcome.render(), *_useful_notes(notes)])
+        report.tpucourse_todo = isinstance(outcome, Todo)
+    if report.failed and call.when == "call":
+        backend.reset_after_failure()
+    return report
+
+
+def _grading_outcome(error: BaseException) -> GradingOutcome | None:
+    """The GradingOutcome behind an exception (hypothesis may group several)."""
+    if isinstance(error, GradingOutcome):
+        return error
+    if isinstance(error, BaseExceptionGroup):
+        for inner in error.exceptions:
+            found = _grading_outcome(inner)
+            if found is not None:
+                return found
+    return None
+
+
+def _useful_notes(notes: list[str]) -> list[str]:
+    """Hypothesis' falsifying example (the reproducer), without fixture noise."""
+    kept = []
+    for note in notes:
+        lines = [line for line in str(note).splitlines() if "impl=" not in line]
+        if lines:
+            kept.append("\n".join(lines))
+    return kept
+
+
+def pytest_report_teststatus(report: pytest.TestReport, config: pytest.Config):
+    if getattr(report, "tpucourse_todo", False) and report.when == "call":
+        return "todo", "T", ("TODO", {"yellow": True})
+    return None
+
+
+@pytest.hookimpl(trylast=True)
+def pytest_terminal_summary(terminalreporter, exitstatus, config: pytest.Config) -> None:
+    session = config.stash.get(SESSION, None)
+    if session is None or not session.progress.results:
+        return
+    terminalreporter.write_sep("=", "tpucourse")
+    lines = session.progress.summary_lines(
+        session.tree.describe(config.invocation_params.dir),
+        learner_tree=session.tree.kind == "exercises",
+    )
+    for line in lines:
+        terminalreporter.write_line(line)

@@ -1,0 +1,33 @@
+"""Hypothesis profiles for graded tests: `--hypothesis-profile dev|ci|thorough`.
+
+Every new array shape recompiles a kernel (0.1-0.7 s under interpret mode), so
+the example budgets are small and the strategies draw from few shapes; corner
+cases that matter are explicit `@example`s or parametrizations and run on every
+profile. No deadline: interpret-mode timings say nothing about the kernel.
+"""
+
+from __future__ import annotations
+
+import os
+
+from hypothesis import HealthCheck, settings
+
+DEFAULT_PROFILE = "dev"
+CI_PROFILE = "ci"
+
+_COMMON = dict(
+    deadline=None,
+    # One distinct failure is what a learner needs; several at once is noise.
+    report_multiple_bugs=False,
+    suppress_health_check=[HealthCheck.too_slow, HealthCheck.data_too_large],
+    print_blob=True,
+)
+
+settings.register_profile("dev", max_examples=4, **_COMMON)
+settings.register_profile("ci", max_examples=6, derandomize=True, database=None, **_COMMON)
+settings.register_profile("thorough", max_examples=60, **_COMMON)
+
+
+def default_profile() -> str:
+    """The profile used when --hypothesis-profile is not given."""
+    return CI_PROFILE if os.environ.get("CI") else DEFAULT_PROFILE

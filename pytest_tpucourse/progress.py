@@ -1,0 +1,141 @@
+"""What this run showed about each exercise, and the summary printed at its end.
+
+Results are keyed by node id (`exercises/chNN/test_<exercise>.py::...`), which is
+all a pytest-xdist controller sees of a test, so the same code serves a plain
+run and a distributed one. An exercise counts as done only when every graded
+test collected for it ran and passed in this run: a run that deselected some
+(`-k`, `--lf`) never claims it.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from pathlib import PurePosixPath
+
+from .course import Course, Exercise
+
+
+@dataclass
+class ExerciseResults:
+    exercise: Exercise
+    collected: set[str] = field(default_factory=set)
+    passed: set[str] = field(default_factory=set)
+    failed: set[str] = field(default_factory=set)
+    todo: set[str] = field(default_factory=set)
+    skipped: set[str] = field(default_factory=set)
+    deselected: set[str] = field(default_factory=set)
+    first_message: str = ""
+
+    @property
+    def status(self) -> str:
+        if self.todo:
+            return "todo"
+        if self.failed:
+            return "failed"
+        finished = self.passed | self.skipped
+        if self.passed and self.collected <= finished and not self.deselected:
+            return "done"
+        if self.passed:
+            return "partial"
+        return "not run"
+
+
+class RunProgress:
+    def __init__(self, course: Course):
+        self.course = course
+        self.results: dict[str, ExerciseResults] = {}
+
+    def exercise_of(self, nodeid: str) -> Exercise | None:
+        parts = PurePosixPath(nodeid.split("::", 1)[0]).parts
+        if len(parts) != 3 or parts[0] != "exercises":
+            return None
+        chapter = self.course.chapter(parts[1])
+        return chapter.exercise_for_test_file(parts[2]) if chapter else None
+
+    def _entry(self, nodeid: str) -> ExerciseResults | None:
+        exercise = self.exercise_of(nodeid)
+        if exercise is None:
+            return None
+        return self.results.setdefault(exercise.key, ExerciseResults(exercise))
+
+    def collected(self, nodeids) -> None:
+        for nodeid in nodeids:
+            entry = self._entry(nodeid)
+            if entry is not None:
+                entry.collected.add(nodeid)
+
+    def deselected(self, nodeids) -> None:
+        for nodeid in nodeids:
+            entry = self._entry(nodeid)
+            if entry is not None:
+                entry.collected.discard(nodeid)
+                entry.deselected.add(nodeid)
+
+    def record(self, report, *, is_todo: bool, message: str = "") -> None:
+        entry = self._entry(report.nodeid)
+        if entry is None:
+            return
+        nodeid = report.nodeid
+        if report.when == "call" or report.failed or report.skipped:
+            if is_todo:
+                entry.todo.add(nodeid)
+            elif report.failed:
+                entry.failed.add(nodeid)
+            elif report.skipped:
+                entry.skipped.add(nodeid)
+            elif report.when == "call":
+                entry.passed.add(nodeid)
+            if (is_todo or report.failed) and not entry.first_message:
+                entry.first_message = message
+
+    def chapters_seen(self):
+        seen = {r.exercise.chapter for r in self.results.values()}
+        return [c for c in self.course.chapters if c.id in seen]
+
+    def summary_lines(self, tree_description: str, learner_tree: bool) -> list[str]:
+        lines = [f"graded: {tree_description}"]
+        complete = 0
+        next_up: ExerciseResults | None = None
+        for chapter in self.chapters_seen():
+            entries = [self.results.get(e.key) for e in chapter.exercises]
+            done = sum(1 for e in entries if e is not None and e.status == "done")
+            if chapter.exercises and done == len(chapter.exercises):
+                complete += 1
+            lines.append(f"{chapter.label}: {done}/{len(chapter.exercises)} exercises")
+            for entry in entries:
+                if entry is None:
+                    continue
+                lines.append(_exercise_line(entry))
+                if next_up is None and entry.status in ("todo", "failed"):
+                    next_up = entry
+        who = "your progress" if learner_tree else "this tree"
+        lines.append(
+            f"course: {complete}/{self.course.chapters_total} chapters ({who}, from this run)"
+        )
+        if learner_tree and next_up is not None:
+            ex = next_up.exercise
+            lines.append(
+                f"next: {ex.key}: edit exercises/{ex.chapter}/{ex.module_file}, then "
+                f"pytest exercises/{ex.chapter}/{ex.test_file}"
+            )
+        return lines
+
+
+_LABEL = {"todo": "TODO", "failed": "FAIL", "done": "done", "partial": "part", "not run": "----"}
+
+
+def _exercise_line(entry: ExerciseResults) -> str:
+    ran = len(entry.passed | entry.failed | entry.todo)
+    line = (
+        f"  {_LABEL[entry.status]:4}  {entry.exercise.name:<18} "
+        f"{len(entry.passed)}/{len(entry.collected | entry.deselected)} tests passed"
+    )
+    if entry.status == "partial":
+        line += f" ({ran} ran)"
+    if entry.status == "todo":
+        hint = entry.exercise.hints[0] if entry.exercise.hints else ""
+        line += f"\n        {entry.exercise.function}() is not written yet. hint: {hint}"
+    elif entry.status == "failed" and entry.first_message:
+        first = entry.first_message.strip().splitlines()[0]
+        line += f"\n        {first}"
+    return line
