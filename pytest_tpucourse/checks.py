@@ -34,19 +34,19 @@ def tolerance_for(dtype) -> float:
     return DEFAULT_TOLERANCE[name]
 
 
-def assert_close(actual, expected, *, fn, dtype=None, tol: float | None = None,
+def assert_close(actual, expected, *, fn, dtype, tol: float | None = None,
                  what: str = "output", repro: str = "") -> None:
     """Fail with a WrongResult unless `actual` matches the float64 `expected`.
 
     fn: the LearnerFunction that produced `actual` (named in every message).
-    dtype: the dtype the output must have (default: expected's).
+    dtype: the dtype the output must have (references are float64, so always given).
     tol: relative Frobenius bound (default: by output dtype).
     repro: a one-line reproducer appended to failures (shapes, dtype, seed).
     """
     name = f"{fn.display}: {what}"
     suffix = f"\n  reproduce: {repro}" if repro else ""
     expected = np.asarray(expected)
-    want_dtype = np.dtype(dtype) if dtype is not None else expected.dtype
+    want_dtype = np.dtype(dtype)
 
     if not hasattr(actual, "shape") or not hasattr(actual, "dtype"):
         raise WrongResult(
@@ -70,9 +70,8 @@ def assert_close(actual, expected, *, fn, dtype=None, tol: float | None = None,
         kinds = "NaN" if np.isnan(got[bad]).all() else "NaN/Inf"
         raise WrongResult(
             f"{name} has {int(bad.sum())} {kinds} values of {got.size} (first at {list(first)}), "
-            f"where the reference is finite. Under TPU interpret mode uninitialised memory reads "
-            f"NaN: a block never written, or a scratch buffer read before it is set, shows up "
-            f"here.{suffix}"
+            f"where the reference is finite.\n  Under TPU interpret mode uninitialised memory reads "
+            f"NaN: a block never written, or a scratch buffer read before it is set.{suffix}"
         )
     if ref.size == 0:
         return

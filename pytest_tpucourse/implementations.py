@@ -37,8 +37,8 @@ class GradedTree:
     kind: str  # "exercises" (the learner's work), "solutions", or "impl-root"
     root: Path
 
-    def describe(self, invocation_dir: Path | None = None) -> str:
-        shown = _relative(self.root, invocation_dir)
+    def describe(self, course_root: Path) -> str:
+        shown = _relative(self.root, course_root)
         return {
             "exercises": f"{shown}/ (your work)",
             "solutions": f"{shown}/ (the shipped reference solutions)",
@@ -94,6 +94,10 @@ class LearnerModule:
     def path(self) -> Path:
         return self._tree.chapter_dir(self._chapter_id) / f"{self._name}.py"
 
+    @property
+    def course_root(self) -> Path:
+        return self._course.root
+
     def __getattr__(self, function_name: str) -> LearnerFunction:
         if function_name.startswith("_"):
             raise AttributeError(function_name)
@@ -114,7 +118,8 @@ class LearnerModule:
         except Exception as error:  # the learner's module failed to import
             sys.modules.pop(qualified, None)
             raise LearnerCodeError(
-                f"importing {self.path} failed:\n" + _describe_exception(error, self.path)
+                f"importing {_relative(self.path, self.course_root)} failed:\n"
+                + _describe_exception(error, self.path, self.course_root)
             ) from None
 
 
@@ -139,7 +144,7 @@ class LearnerFunction:
 
     @property
     def display(self) -> str:
-        return f"{self.name}() in {_relative(self.path)}"
+        return f"{self.name}() in {_relative(self.path, self.module.course_root)}"
 
     def resolve(self):
         module = self.module.load()
@@ -176,12 +181,12 @@ class LearnerFunction:
             if _raised_in(error, self.path):
                 raise Todo(self._todo_message()) from None
             raise LearnerCodeError(
-                f"{self.display} raised:\n" + _describe_exception(error, self.path)
+                f"{self.display} raised:\n" + _describe_exception(error, self.path, self.module.course_root)
             ) from None
         except Exception as error:
             backend.reset_after_failure()
             raise LearnerCodeError(
-                f"{self.display} raised:\n" + _describe_exception(error, self.path)
+                f"{self.display} raised:\n" + _describe_exception(error, self.path, self.module.course_root)
             ) from None
 
     def _todo_message(self) -> str:
@@ -219,7 +224,7 @@ def _raised_in(error: BaseException, path: Path) -> bool:
     return bool(frames) and Path(frames[-1].filename).resolve() == path.resolve()
 
 
-def _describe_exception(error: BaseException, learner_path: Path) -> str:
+def _describe_exception(error: BaseException, learner_path: Path, course_root: Path) -> str:
     """A few lines: the learner's deepest frame and the error's own message.
 
     Errors raised inside a kernel under TPU interpret mode reach us wrapped in a
@@ -235,7 +240,7 @@ def _describe_exception(error: BaseException, learner_path: Path) -> str:
     ]
     if learner_frames:
         frame = learner_frames[-1]
-        lines.append(f"  {_relative(Path(frame.filename))}:{frame.lineno} in {frame.name}")
+        lines.append(f"  {_relative(Path(frame.filename), course_root)}:{frame.lineno} in {frame.name}")
         if frame.line:
             lines.append(f"    {frame.line.strip()}")
     text = message.splitlines() or [""]
@@ -255,8 +260,8 @@ def _root_message(error: BaseException) -> str:
     return f"{type(error).__name__}: {text}"
 
 
-def _relative(path: Path, base: Path | None = None) -> str:
-    base = base or Path.cwd()
+def _relative(path: Path, base: Path) -> str:
+    """`path` relative to the course root where it lies inside it, else absolute."""
     try:
         return str(Path(path).resolve().relative_to(base.resolve()))
     except ValueError:

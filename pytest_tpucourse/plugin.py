@@ -120,7 +120,7 @@ def pytest_report_header(config: pytest.Config) -> list[str]:
         return []
     b = session.backend
     lines = [
-        f"tpucourse: grading {session.tree.describe(config.invocation_params.dir)}",
+        f"tpucourse: grading {session.tree.describe(session.course.root)}",
         f"tpucourse: kernels run under {b.describe_mode}",
         f"tpucourse: backend {b.platform} ({b.device_kind}), jax {b.jax_version}, "
         f"jaxlib {b.jaxlib_version}, hypothesis profile {session.hypothesis_profile}",
@@ -170,7 +170,22 @@ def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item
 
     session = config.stash.get(SESSION, None)
     if session is not None:
+        _sort_in_course_order(items, session.progress)
         session.progress.collected(item.nodeid for item in items)
+
+
+def _sort_in_course_order(items: list[pytest.Item], progress: RunProgress) -> None:
+    """Graded tests run in the order a learner meets the exercises (course.toml)."""
+    rank = {
+        exercise.key: index
+        for index, exercise in enumerate(e for c in progress.course.chapters for e in c.exercises)
+    }
+
+    def key(item: pytest.Item) -> int:
+        exercise = progress.exercise_of(item.nodeid)
+        return rank[exercise.key] if exercise is not None else len(rank)
+
+    items.sort(key=key)
 
 
 class ProgressRecorder:
@@ -250,7 +265,7 @@ def pytest_terminal_summary(terminalreporter, exitstatus, config: pytest.Config)
         return
     terminalreporter.write_sep("=", "tpucourse")
     lines = session.progress.summary_lines(
-        session.tree.describe(config.invocation_params.dir),
+        session.tree.describe(session.course.root),
         learner_tree=session.tree.kind == "exercises",
     )
     for line in lines:

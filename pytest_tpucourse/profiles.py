@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import os
 
-from hypothesis import HealthCheck, settings
+from hypothesis import HealthCheck, Phase, settings
 
 DEFAULT_PROFILE = "dev"
 CI_PROFILE = "ci"
@@ -23,9 +23,18 @@ _COMMON = dict(
     print_blob=True,
 )
 
-settings.register_profile("dev", max_examples=4, **_COMMON)
-settings.register_profile("ci", max_examples=6, derandomize=True, database=None, **_COMMON)
-settings.register_profile("thorough", max_examples=60, **_COMMON)
+# Inputs are built from a drawn seed, so shrinking has little to simplify, and
+# each shrink or explain step that picks another shape pays a compile (minutes
+# for one failing test). The first failing example is reported as found.
+_NO_SHRINK = (Phase.explicit, Phase.reuse, Phase.generate)
+
+settings.register_profile("dev", max_examples=4, phases=_NO_SHRINK, **_COMMON)
+settings.register_profile(
+    "ci", max_examples=6, derandomize=True, database=None, phases=_NO_SHRINK, **_COMMON
+)
+settings.register_profile(
+    "thorough", max_examples=60, phases=(*_NO_SHRINK, Phase.shrink), **_COMMON
+)
 
 
 def default_profile() -> str:

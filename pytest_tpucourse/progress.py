@@ -132,10 +132,8 @@ def _exercise_line(entry: ExerciseResults) -> str:
     )
     if entry.status == "partial":
         line += f" ({ran} ran)"
-    if entry.status == "todo":
-        hint = entry.exercise.hints[0] if entry.exercise.hints else ""
-        line += f"\n        {entry.exercise.function}() is not written yet. hint: {hint}"
-    elif entry.status == "failed" and entry.first_message:
-        first = entry.first_message.strip().splitlines()[0]
-        line += f"\n        {first}"
+    if entry.status in ("todo", "failed") and entry.first_message:
+        line += "\n        " + entry.first_message.strip().splitlines()[0].removeprefix("TODO: ")
+    if entry.status == "todo" and entry.exercise.hints:
+        line += f"\n        hint: {entry.exercise.hints[0]}"
     return line

@@ -35,3 +35,9 @@ def test_layernorm_matches_reference(impl, case, dtype, seed):
         out, reference(x, gamma, beta), fn=impl.layernorm.layernorm, dtype=dtype,
         repro=f"layernorm(x{shape}, gamma, beta, block_rows={block_rows}) {dtype}, seed {seed}",
     )
+
+
+def test_layernorm_is_one_kernel(impl):
+    x = tst.random_array((32, 256), "float32", 0)
+    g = tst.random_array((256,), "float32", 1)
+    checks.assert_one_kernel(impl.layernorm.layernorm, x, g, g, eps=EPS, block_rows=16)

@@ -40,3 +40,8 @@ def test_softmax_of_equal_logits_is_uniform(impl):
     checks.assert_close(impl.softmax.softmax(x, block_rows=16), np.full((16, 256), 1 / 256),
                         fn=impl.softmax.softmax, dtype="float32",
                         repro="softmax of rows that are all 3e4")
+
+
+def test_softmax_is_one_kernel(impl):
+    x = tst.random_array((32, 256), "float32", 0)
+    checks.assert_one_kernel(impl.softmax.softmax, x, block_rows=16)

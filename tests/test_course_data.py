@@ -1,0 +1,68 @@
+"""course.toml, exercises/, solutions/ and tests/mutants/ agree with each other."""
+
+import ast
+
+import pytest
+
+from pytest_tpucourse.course import load_course
+from pytest_tpucourse.mutants import load_mutants
+
+from .conftest import REPO
+
+COURSE = load_course(REPO)
+EXERCISES = [e for c in COURSE.chapters for e in c.exercises]
+BUILT = [c for c in COURSE.chapters if c.exercises]
+
+
+def test_the_course_has_fifteen_chapters_and_six_gates():
+    assert [c.id for c in COURSE.chapters] == [f"ch{n:02d}" for n in range(1, 16)]
+    assert COURSE.chapters_total == 15
+    gates = sorted(c.gate for c in COURSE.chapters if c.gate is not None)
+    assert gates == [0, 1, 2, 3, 4, 5]
+    assert all(c.kind == "stage" for c in COURSE.chapters if c.gate is not None)
+
+
+@pytest.mark.parametrize("chapter", BUILT, ids=lambda c: c.id)
+def test_chapter_readme_carries_its_title(chapter):
+    readme = REPO / "exercises" / chapter.id / "README.md"
+    first_line = readme.read_text(encoding="utf-8").splitlines()[0]
+    assert first_line.startswith("# ") and chapter.title in first_line, first_line
+
+
+@pytest.mark.parametrize("chapter", BUILT, ids=lambda c: c.id)
+def test_every_graded_test_file_belongs_to_an_exercise(chapter):
+    for path in (REPO / "exercises" / chapter.id).glob("test_*.py"):
+        assert chapter.exercise_for_test_file(path.name), f"{path} grades no exercise of course.toml"
+
+
+def _function(path, name):
+    tree = ast.parse(path.read_text(encoding="utf-8"))
+    found = [n for n in tree.body if isinstance(n, ast.FunctionDef) and n.name == name]
+    assert found, f"{path} has no top-level function {name}()"
+    return found[0]
+
+
+@pytest.mark.parametrize("exercise", EXERCISES, ids=lambda e: e.key)
+def test_stub_solution_and_tests_exist_with_one_signature(exercise):
+    stub_path = REPO / "exercises" / exercise.chapter / exercise.module_file
+    solution_path = REPO / "solutions" / exercise.chapter / exercise.module_file
+    assert (REPO / "exercises" / exercise.chapter / exercise.test_file).is_file()
+    stub = _function(stub_path, exercise.function)
+    solution = _function(solution_path, exercise.function)
+    assert ast.dump(stub.args) == ast.dump(solution.args), "stub and solution signatures differ"
+    assert ast.get_docstring(stub), f"the stub {exercise.key} needs a docstring saying what to write"
+    last = stub.body[-1]
+    assert isinstance(last, ast.Raise) and "NotImplementedError" in ast.dump(last), (
+        f"the stub {exercise.key} must end by raising NotImplementedError"
+    )
+    assert exercise.hints, f"{exercise.key} has no hints"
+
+
+@pytest.mark.parametrize("path", sorted((REPO / "tests" / "mutants").glob("ch*.toml")), ids=lambda p: p.stem)
+def test_every_mutant_applies_to_its_solution(path):
+    chapter = COURSE.chapter(path.stem)
+    for mutant in load_mutants(path):
+        solution = REPO / "solutions" / mutant.chapter / f"{mutant.module}.py"
+        assert mutant.apply(solution.read_text(encoding="utf-8")) != solution.read_text(encoding="utf-8")
+        for test_file in mutant.caught_by:
+            assert chapter.exercise_for_test_file(test_file), f"{mutant.name}: {test_file} grades nothing"

@@ -1,0 +1,64 @@
+"""Every built chapter: stubs are all TODO, solutions all pass, every mutant is caught.
+
+These run the real graded suites in subprocesses, exactly as a learner would.
+"""
+
+import re
+
+import pytest
+
+from pytest_tpucourse.course import load_course
+from pytest_tpucourse.mutants import build_tree, load_mutants
+
+from .conftest import REPO, failed_files, run_chapter
+
+COURSE = load_course(REPO)
+BUILT = [c for c in COURSE.chapters if c.exercises]
+MUTANTS = [m for path in sorted((REPO / "tests" / "mutants").glob("ch*.toml")) for m in load_mutants(path)]
+
+
+@pytest.mark.parametrize("chapter", BUILT, ids=lambda c: c.id)
+def test_stubs_are_reported_todo(pytester, chapter):
+    result = run_chapter(pytester, chapter.id, "-v")
+    assert result.ret == pytest.ExitCode.TESTS_FAILED
+    outcomes = result.parseoutcomes()
+    assert set(outcomes) == {"todo"} and outcomes["todo"] > 0, outcomes
+    result.stdout.fnmatch_lines([
+        f"{chapter.label}: 0/{len(chapter.exercises)} exercises",
+        f"course: 0/{COURSE.chapters_total} chapters (your progress, from this run)",
+    ])
+    out = result.stdout.str()
+    for exercise in chapter.exercises:
+        assert f"{exercise.function}() in exercises/{chapter.id}/{exercise.module_file} is not written yet" in out
+    assert "Traceback" not in out and "pytest_tpucourse/" not in out
+
+
+@pytest.mark.parametrize("chapter", BUILT, ids=lambda c: c.id)
+def test_solutions_pass(pytester, chapter):
+    result = run_chapter(pytester, chapter.id, "--solutions")
+    assert result.ret == pytest.ExitCode.OK, result.stdout.str()
+    n = len(chapter.exercises)
+    result.stdout.fnmatch_lines([f"{chapter.label}: {n}/{n} exercises"])
+
+
+@pytest.mark.parametrize("mutant", MUTANTS, ids=lambda m: f"{m.chapter}.{m.name}")
+def test_mutant_is_caught_by_exactly_its_tests(pytester, tmp_path, mutant, record_property):
+    tree = build_tree(mutant, REPO / "solutions", tmp_path / "tree")
+    result = run_chapter(pytester, mutant.chapter, "--impl-root", str(tree))
+    caught = failed_files(result)
+    record_property("mutant", f"{mutant.chapter}.{mutant.name}")
+    record_property("mutant_caught", caught >= set(mutant.caught_by))
+    assert caught == set(mutant.caught_by), (
+        f"{mutant.name} ({mutant.why}) should fail exactly {mutant.caught_by}, failed {sorted(caught)}"
+    )
+    assert "Traceback" not in result.stdout.str()
+
+
+def test_fast_interpreter_misses_the_reduction_axis_marked_parallel(pytester, tmp_path):
+    """The reason TPU interpret mode is the default, shown on a shipped mutant."""
+    mutant = next(m for m in MUTANTS if m.name == "matmul_reduction_axis_parallel")
+    tree = build_tree(mutant, REPO / "solutions", tmp_path / "tree")
+    fast = run_chapter(pytester, "ch11", "--impl-root", str(tree), "--interpret", "fast",
+                       "-k", "test_matmul")
+    assert fast.ret == pytest.ExitCode.OK, fast.stdout.str()
+    assert re.search(r"fast generic interpreter", fast.stdout.str())

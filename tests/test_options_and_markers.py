@@ -1,0 +1,126 @@
+"""The plugin's options and markers, and its behaviour outside a course."""
+
+import pytest
+
+
+def test_options_are_registered(pytester):
+    result = pytester.runpytest_subprocess("--help")
+    for option in ("--solutions", "--impl-root", "--interpret", "--gates", "--chip"):
+        result.stdout.fnmatch_lines([f"*{option}*"])
+
+
+def test_markers_are_registered(pytester):
+    result = pytester.runpytest_subprocess("--markers")
+    result.stdout.fnmatch_lines(["@pytest.mark.gate(n):*", "@pytest.mark.roofline(chip=None*"])
+
+
+def test_markers_work_under_strict_markers(fake_course):
+    fake_course.test_file("""
+        import pytest
+
+        @pytest.mark.gate(1)
+        def test_gate():
+            pass
+
+        @pytest.mark.roofline(chip="v5e", flops=1, bytes=1)
+        def test_roofline():
+            pass
+    """)
+    result = fake_course.run("--strict-markers", "-rs")
+    result.assert_outcomes(passed=1, skipped=1)
+    result.stdout.fnmatch_lines(["*gate test: runs with --gates*"])
+
+
+@pytest.mark.parametrize("bad", ["7", "-1", "'one'", "1, 2"])
+def test_gate_number_is_validated(fake_course, bad):
+    fake_course.test_file(f"""
+        import pytest
+
+        @pytest.mark.gate({bad})
+        def test_gate():
+            pass
+    """)
+    result = fake_course.run()
+    assert result.ret == pytest.ExitCode.USAGE_ERROR
+    result.stderr.fnmatch_lines(["*test_gate*gate takes one integer gate number 0-5*"])
+
+
+def test_gates_option_selects_only_gate_tests(fake_course):
+    fake_course.test_file("""
+        import pytest
+
+        @pytest.mark.gate(0)
+        def test_gate_zero():
+            pass
+
+        @pytest.mark.gate(5)
+        def test_gate_five():
+            pass
+
+        def test_ordinary():
+            pass
+    """)
+    result = fake_course.run("--gates", "-v")
+    result.assert_outcomes(passed=2, deselected=1)
+    result.stdout.fnmatch_lines(["*test_gate_zero PASSED*", "*test_gate_five PASSED*"])
+
+
+def test_unknown_chip_is_a_usage_error(fake_course):
+    result = fake_course.run("--chip", "v9z")
+    assert result.ret == pytest.ExitCode.USAGE_ERROR
+    result.stderr.fnmatch_lines(["*--chip: unknown chip 'v9z'; known chips: v2, v3, v4, v5e*"])
+
+
+def test_known_chip_is_accepted_and_normalised(fake_course):
+    fake_course.test_file("""
+        def test_chip(request):
+            assert request.config.getoption("chip") == "v5e"
+    """)
+    fake_course.run("--chip", "TPU-v5e").assert_outcomes(passed=1)
+
+
+def test_solutions_and_impl_root_are_exclusive(fake_course, tmp_path):
+    result = fake_course.run("--solutions", "--impl-root", str(tmp_path))
+    assert result.ret == pytest.ExitCode.USAGE_ERROR
+    result.stderr.fnmatch_lines(["*give one*"])
+
+
+def test_impl_root_must_exist(fake_course):
+    result = fake_course.run("--impl-root", "no/such/dir")
+    assert result.ret == pytest.ExitCode.USAGE_ERROR
+    result.stderr.fnmatch_lines(["*--impl-root: no/such/dir is not a directory*"])
+
+
+def test_plugin_is_inert_outside_a_course(pytester):
+    pytester.makepyfile("def test_plain():\n    pass\n")
+    result = pytester.runpytest_subprocess("-p", "no:cacheprovider")
+    result.assert_outcomes(passed=1)
+    assert "tpucourse" not in result.stdout.str().replace("plugins: tpucourse", "")
+
+
+def test_header_names_mode_backend_versions_and_tree(fake_course):
+    fake_course.test_file("def test_nothing():\n    pass\n")
+    result = fake_course.run("--solutions")
+    result.stdout.fnmatch_lines([
+        "tpucourse: grading solutions/ (the shipped reference solutions)",
+        "tpucourse: kernels run under TPU interpret mode (shuffled parallel grid axes*",
+        "tpucourse: backend cpu (cpu), jax 0.10.*, jaxlib 0.10.*, hypothesis profile *",
+    ])
+    fast = fake_course.run("--interpret", "fast")
+    fast.stdout.fnmatch_lines([
+        "tpucourse: grading exercises/ (your work)",
+        "tpucourse: kernels run under the fast generic interpreter*",
+    ])
+
+
+def test_hypothesis_profiles_are_registered(fake_course):
+    fake_course.test_file("""
+        from hypothesis import settings
+
+        def test_profile():
+            assert settings().deadline is None
+            assert settings().max_examples == 60
+    """)
+    result = fake_course.run("--hypothesis-profile", "thorough")
+    result.assert_outcomes(passed=1)
+    result.stdout.fnmatch_lines(["*hypothesis profile thorough*"])
