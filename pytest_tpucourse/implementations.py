@@ -108,7 +108,7 @@ class LearnerModule:
         """Import the module by path; failures become a LearnerCodeError."""
         if not self.path.is_file():
             raise LearnerCodeError(
-                f"{self.path} does not exist: the graded tree has no module "
+                f"{_relative(self.path, self.course_root)} does not exist: the graded tree has no module "
                 f"{self._name!r} for {self._chapter_id}."
             )
         package = _chapter_package(self._tree, self._chapter_id)
@@ -123,17 +123,81 @@ class LearnerModule:
             ) from None
 
 
-class LearnerFunction:
-    """A function in the graded tree, called the way a graded test needs.
+class GradedFunction:
+    """Any callable under grading, called the way a graded test needs.
 
-    The call runs the function, waits for its result (so an error inside an
-    asynchronously dispatched kernel is charged to the learner, not to the
-    checker), and turns failures into outcomes:
-      - NotImplementedError raised from the learner's own file: Todo;
-      - any other exception: LearnerCodeError with the learner's line.
+    Every call waits for its result, so an error inside an asynchronously
+    dispatched kernel is charged to the function, not to the checker, and turns
+    an exception into a short LearnerCodeError. Graded tests meet it as a
+    LearnerFunction; the project's own tests wrap JAX's shipped kernels in it to
+    grade them as if a learner had written them.
+    """
+
+    def __init__(self, function, display: str, path: Path | None = None,
+                 course_root: Path | None = None):
+        self._function = function
+        self._display = display
+        self._path = path
+        self._course_root = course_root
+
+    @property
+    def display(self) -> str:
+        return self._display
+
+    def resolve(self):
+        return self._function
+
+    def __call__(self, *args, **kwargs):
+        import jax
+
+        function = self.resolve()
+        with self._guarded():
+            return jax.block_until_ready(function(*args, **kwargs))
+
+    def jaxpr(self, *args, **kwargs):
+        """The closed jaxpr of a call with these arguments (kwargs are static)."""
+        import jax
+
+        function = self.resolve()
+        with self._guarded():
+            return jax.make_jaxpr(lambda *a: function(*a, **kwargs))(*args)
+
+    def vjp(self, args, cotangents, **kwargs):
+        """(outputs, grads of every arg) for output cotangents, through the function's own VJP."""
+        import jax
+
+        function = self.resolve()
+        with self._guarded():
+            outputs, pullback = jax.vjp(lambda *a: function(*a, **kwargs), *args)
+            return jax.block_until_ready((outputs, pullback(cotangents)))
+
+    @contextlib.contextmanager
+    def _guarded(self):
+        try:
+            with backend.quiet_callback_errors():
+                yield
+        except Exception as error:
+            backend.reset_after_failure()
+            raise self._outcome(error) from None
+
+    def _outcome(self, error: Exception) -> Exception:
+        return LearnerCodeError(
+            f"{self.display} raised:\n" + _describe_exception(error, self._path, self._course_root)
+        )
+
+    def __repr__(self) -> str:
+        return f"<graded function {self.display}>"
+
+
+class LearnerFunction(GradedFunction):
+    """A function in the graded tree: imported on first use; a stub is TODO.
+
+    A NotImplementedError raised from the learner's own file means the stub is
+    still there (Todo); raised anywhere else it is an ordinary failure.
     """
 
     def __init__(self, module: LearnerModule, name: str, exercise: Exercise | None):
+        super().__init__(None, "", module.path, module.course_root)
         self.module = module
         self.name = name
         self.exercise = exercise
@@ -151,43 +215,15 @@ class LearnerFunction:
         function = getattr(module, self.name, None)
         if not callable(function):
             raise LearnerCodeError(
-                f"{self.path} has no function {self.name}(); the graded tests call "
-                f"{self.module._name}.{self.name}(...)."
+                f"{_relative(self.path, self.module.course_root)} has no function {self.name}(); "
+                f"the graded tests call {self.module._name}.{self.name}(...)."
             )
         return function
 
-    def __call__(self, *args, **kwargs):
-        import jax
-
-        function = self.resolve()
-        with self._guarded():
-            return jax.block_until_ready(function(*args, **kwargs))
-
-    def jaxpr(self, *args, **kwargs):
-        """The closed jaxpr of a call with these arguments (kwargs are static)."""
-        import jax
-
-        function = self.resolve()
-        with self._guarded():
-            return jax.make_jaxpr(lambda *a: function(*a, **kwargs))(*args)
-
-    @contextlib.contextmanager
-    def _guarded(self):
-        try:
-            with backend.quiet_callback_errors():
-                yield
-        except NotImplementedError as error:
-            backend.reset_after_failure()
-            if _raised_in(error, self.path):
-                raise Todo(self._todo_message()) from None
-            raise LearnerCodeError(
-                f"{self.display} raised:\n" + _describe_exception(error, self.path, self.module.course_root)
-            ) from None
-        except Exception as error:
-            backend.reset_after_failure()
-            raise LearnerCodeError(
-                f"{self.display} raised:\n" + _describe_exception(error, self.path, self.module.course_root)
-            ) from None
+    def _outcome(self, error: Exception) -> Exception:
+        if isinstance(error, NotImplementedError) and _raised_in(error, self.path):
+            return Todo(self._todo_message())
+        return super()._outcome(error)
 
     def _todo_message(self) -> str:
         lines = [f"TODO: {self.display} is not written yet."]
@@ -224,7 +260,8 @@ def _raised_in(error: BaseException, path: Path) -> bool:
     return bool(frames) and Path(frames[-1].filename).resolve() == path.resolve()
 
 
-def _describe_exception(error: BaseException, learner_path: Path, course_root: Path) -> str:
+def _describe_exception(error: BaseException, learner_path: Path | None,
+                        course_root: Path | None) -> str:
     """A few lines: the learner's deepest frame and the error's own message.
 
     Errors raised inside a kernel under TPU interpret mode reach us wrapped in a
@@ -236,7 +273,7 @@ def _describe_exception(error: BaseException, learner_path: Path, course_root: P
     learner_frames = [
         f
         for f in traceback.extract_tb(error.__traceback__)
-        if Path(f.filename).resolve() == learner_path.resolve()
+        if learner_path is not None and Path(f.filename).resolve() == learner_path.resolve()
     ]
     if learner_frames:
         frame = learner_frames[-1]
@@ -260,8 +297,10 @@ def _root_message(error: BaseException) -> str:
     return f"{type(error).__name__}: {text}"
 
 
-def _relative(path: Path, base: Path) -> str:
+def _relative(path: Path, base: Path | None) -> str:
     """`path` relative to the course root where it lies inside it, else absolute."""
+    if base is None:
+        return str(path)
     try:
         return str(Path(path).resolve().relative_to(base.resolve()))
     except ValueError:

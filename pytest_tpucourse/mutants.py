@@ -1,8 +1,10 @@
 """Deliberately wrong kernels: how the course proves its graders catch mistakes.
 
 A chapter's mutants live in `tests/mutants/chNN.toml`; each is a list of textual
-edits of one solution module. `build_tree` writes a tree laid out like
-solutions/ (the whole chapter, with the one module mutated) for `--impl-root`.
+edits of one solution module. The same file may list `equivalents`: edits that
+keep the kernel correct (another schedule, JAX's own kernel), which the graders
+must accept. `build_tree` writes a tree laid out like solutions/ (the whole
+chapter, with the one module edited) for `--impl-root`.
 """
 
 from __future__ import annotations
@@ -38,7 +40,8 @@ class Mutant:
         return source
 
 
-def load_mutants(path: Path) -> list[Mutant]:
+def load_mutants(path: Path, table: str = "mutants") -> list[Mutant]:
+    """The wrong kernels of one chapter (table="equivalents": the correct variants)."""
     path = Path(path)
     data = tomllib.loads(path.read_text(encoding="utf-8"))
     chapter = path.stem
@@ -48,10 +51,10 @@ def load_mutants(path: Path) -> list[Mutant]:
             name=raw["name"],
             module=raw["module"],
             why=raw["why"],
-            caught_by=tuple(raw["caught_by"]),
+            caught_by=tuple(raw.get("caught_by", ())),
             edits=tuple((e["find"], e["replace"]) for e in raw["edits"]),
         )
-        for raw in data.get("mutants", [])
+        for raw in data.get(table, [])
     ]
 
 

@@ -11,7 +11,8 @@ from pathlib import Path
 
 import pytest
 
-from . import backend, chips, profiles
+from . import backend, chips, gates, profiles, report, roofline, timing
+from . import records as rec
 from .course import Course, CourseDataError, find_course_root, load_course
 from .implementations import GradedTree, Implementation, graded_tree
 from .outcomes import GradingOutcome, Todo
@@ -30,6 +31,14 @@ class CourseSession:
 
 
 SESSION = pytest.StashKey[CourseSession]()
+CHIPS = pytest.StashKey[chips.ChipRegistry]()
+GATES = pytest.StashKey[timing.GateContext]()
+
+
+def pytest_addhooks(pluginmanager) -> None:
+    from . import hookspecs
+
+    pluginmanager.add_hookspecs(hookspecs)
 
 
 def pytest_addoption(parser: pytest.Parser) -> None:
@@ -54,7 +63,12 @@ def pytest_addoption(parser: pytest.Parser) -> None:
     )
     group.addoption(
         "--chip", metavar="NAME", default=None,
-        help=f"chip the gate predictions and records are for ({', '.join(chips.KNOWN_CHIPS)})",
+        help=f"chip the gate predictions and records are for ({', '.join(chips.KNOWN_CHIPS)}, or one "
+        "a plugin registers); on an accelerator it must be the chip the run executes on",
+    )
+    group.addoption(
+        "--records", metavar="PATH", default=None,
+        help="gate records file to append to (default: bench/records.jsonl in the course checkout)",
     )
 
 
@@ -67,10 +81,17 @@ def pytest_configure(config: pytest.Config) -> None:
         "markers",
         "roofline(chip=None, flops=None, bytes=None): attach a roofline prediction to a benchmark test",
     )
+    try:
+        registry = chips.ChipRegistry(
+            chip for found in config.hook.pytest_tpucourse_register_chips() for chip in found or ()
+        )
+    except (TypeError, ValueError) as error:
+        raise pytest.UsageError(f"pytest_tpucourse_register_chips: {error}") from None
+    config.stash[CHIPS] = registry
     chip = config.getoption("chip")
     if chip is not None:
         try:
-            config.option.chip = chips.validate_chip(chip)
+            config.option.chip = chips.validate_chip(chip, registry.names)
         except ValueError as error:
             raise pytest.UsageError(f"--chip: {error}") from None
 
@@ -106,6 +127,16 @@ def pytest_configure(config: pytest.Config) -> None:
         hypothesis_profile=profile,
     )
     config.stash[SESSION] = session
+    platform, device_kind = (config.hook.pytest_tpucourse_device(config=config)
+                             or (session.backend.platform, session.backend.device_kind))
+    try:
+        config.stash[GATES] = timing.gate_context(
+            registry, config.getoption("chip"), platform, device_kind,
+            Path(config.getoption("records") or root / rec.DEFAULT_PATH), root,
+            strict=config.getoption("gates") or config.getoption("chip") is not None,
+        )
+    except chips.ChipMismatch as error:
+        raise pytest.UsageError(f"--chip: {error}") from None
     config.pluginmanager.register(ProgressRecorder(session.progress), "tpucourse-progress")
 
 
@@ -125,9 +156,65 @@ def pytest_report_header(config: pytest.Config) -> list[str]:
         f"tpucourse: backend {b.platform} ({b.device_kind}), jax {b.jax_version}, "
         f"jaxlib {b.jaxlib_version}, hypothesis profile {session.hypothesis_profile}",
     ]
-    if config.getoption("gates"):
-        lines.append(f"tpucourse: gates for chip {config.getoption('chip') or 'not given'}")
+    context = config.stash.get(GATES, None)
+    if config.getoption("gates") and context is not None:
+        where = (f"measured on {context.device_kind}" if context.on_accelerator
+                 else "predicted only: nothing is timed off-chip")
+        lines.append(f"tpucourse: gates for chip {context.chip.name} ({where}); records {context.records_path}")
     return lines
+
+
+@pytest.fixture
+def tpucourse_timer(request: pytest.FixtureRequest):
+    """A factory for the timer gate tests use on hardware (pytest-benchmark underneath)."""
+    return lambda: timing.BenchmarkTimer(request.getfixturevalue("benchmark"))
+
+
+@pytest.fixture
+def gate_run(request: pytest.FixtureRequest, tpucourse_timer) -> timing.GateRun:
+    """Writes this @gate test's records: predictions off-chip, measurements on the chip."""
+    mark = request.node.get_closest_marker("gate")
+    context = request.config.stash.get(GATES, None)
+    if mark is None or context is None:
+        pytest.fail("gate_run is for @pytest.mark.gate tests inside a course checkout", pytrace=False)
+    number = (list(mark.args) + list(mark.kwargs.values()))[0]
+    chapter = request.config.stash[SESSION].course.chapter_of_path(request.path)
+    return context.run_for(gate=number, chapter=chapter.id if chapter else gates.gate(number).chapter,
+                           test_id=request.node.nodeid,
+                           timer_factory=tpucourse_timer)
+
+
+@pytest.fixture
+def roofline_prediction(request: pytest.FixtureRequest) -> roofline.Prediction:
+    """The prediction of this test's @pytest.mark.roofline(flops=..., bytes=...)."""
+    prediction = _marker_prediction(request.node, request.config)
+    if prediction is None:
+        pytest.fail("roofline_prediction needs @pytest.mark.roofline(flops=..., bytes=...)", pytrace=False)
+    return prediction
+
+
+def _marker_prediction(item: pytest.Item, config: pytest.Config) -> roofline.Prediction | None:
+    mark = item.get_closest_marker("roofline")
+    cost = roofline.marker_cost(mark) if mark is not None else None
+    if cost is None:
+        return None
+    context = config.stash.get(GATES, None)
+    name = mark.kwargs.get("chip") or config.getoption("chip") or (
+        context.chip.name if context is not None and context.chip is not None else chips.DEFAULT_PREDICTION_CHIP)
+    return roofline.predict(config.stash[CHIPS].get(name).per_device(), cost)
+
+
+@pytest.hookimpl(optionalhook=True)
+def pytest_benchmark_update_machine_info(config: pytest.Config, machine_info: dict) -> None:
+    import jax
+    import jaxlib
+
+    context = config.stash.get(GATES, None)
+    machine_info["tpucourse"] = {
+        "chip": context.chip.name if context is not None and context.chip is not None else None,
+        "device_kind": context.device_kind if context is not None else None,
+        "jax": jax.__version__, "jaxlib": jaxlib.__version__,
+    }
 
 
 @pytest.fixture(scope="module")
@@ -150,11 +237,17 @@ def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item
         for mark in item.iter_markers("gate"):
             _validate_gate_mark(item, mark)
         for mark in item.iter_markers("roofline"):
-            if mark.kwargs.get("chip") is not None:
-                try:
-                    chips.validate_chip(mark.kwargs["chip"])
-                except ValueError as error:
-                    raise pytest.UsageError(f"{item.nodeid}: roofline marker: {error}") from None
+            try:
+                if mark.kwargs.get("chip") is not None:
+                    chips.validate_chip(mark.kwargs["chip"], config.stash[CHIPS].names)
+                prediction = _marker_prediction(item, config)
+            except ValueError as error:
+                raise pytest.UsageError(f"{item.nodeid}: roofline marker: {error}") from None
+            if prediction is not None:
+                item.user_properties.append(("roofline", {
+                    "chip": prediction.chip, "floor_s": prediction.floor_seconds,
+                    "bound": prediction.bound, "intensity": prediction.intensity,
+                }))
 
     if config.getoption("gates"):
         selected = [i for i in items if i.get_closest_marker("gate") is not None]
@@ -252,6 +345,16 @@ def _useful_notes(notes: list[str]) -> list[str]:
     return kept
 
 
+def pytest_sessionfinish(session: pytest.Session, exitstatus) -> None:
+    """A corrupt records file fails a --gates run: a silently skipped row would be a lie."""
+    context = session.config.stash.get(GATES, None)
+    if session.config.getoption("gates") and context is not None and not hasattr(session.config, "workerinput"):
+        try:
+            rec.read(context.records_path)
+        except rec.CorruptRecords:
+            session.exitstatus = pytest.ExitCode.TESTS_FAILED
+
+
 def pytest_report_teststatus(report: pytest.TestReport, config: pytest.Config):
     if getattr(report, "tpucourse_todo", False) and report.when == "call":
         return "todo", "T", ("TODO", {"yellow": True})
@@ -261,12 +364,24 @@ def pytest_report_teststatus(report: pytest.TestReport, config: pytest.Config):
 @pytest.hookimpl(trylast=True)
 def pytest_terminal_summary(terminalreporter, exitstatus, config: pytest.Config) -> None:
     session = config.stash.get(SESSION, None)
-    if session is None or not session.progress.results:
+    context = config.stash.get(GATES, None)
+    show_gates = config.getoption("gates") and context is not None and context.chip is not None
+    if session is None or not (session.progress.results or show_gates):
         return
     terminalreporter.write_sep("=", "tpucourse")
+    try:
+        all_records = rec.read(context.records_path) if context is not None else []
+        passed = gates.gates_passed(all_records)
+    except rec.CorruptRecords as error:
+        terminalreporter.write_line(f"gate records unreadable: {error}", red=True)
+        all_records, passed = [], None
+    if show_gates and passed is not None:
+        for line in report.gate_table_lines(all_records, context.chip.name):
+            terminalreporter.write_line(line)
     lines = session.progress.summary_lines(
         session.tree.describe(session.course.root),
         learner_tree=session.tree.kind == "exercises",
+        gates_passed=passed,
     )
     for line in lines:
         terminalreporter.write_line(line)

@@ -92,7 +92,8 @@ class RunProgress:
         seen = {r.exercise.chapter for r in self.results.values()}
         return [c for c in self.course.chapters if c.id in seen]
 
-    def summary_lines(self, tree_description: str, learner_tree: bool) -> list[str]:
+    def summary_lines(self, tree_description: str, learner_tree: bool,
+                      gates_passed: int | None = None) -> list[str]:
         lines = [f"graded: {tree_description}"]
         complete = 0
         next_up: ExerciseResults | None = None
@@ -112,6 +113,11 @@ class RunProgress:
         lines.append(
             f"course: {complete}/{self.course.chapters_total} chapters ({who}, from this run)"
         )
+        if gates_passed is not None:
+            lines.append(
+                f"gates: {gates_passed}/{self.course.gates_total} gates passed "
+                f"(measured on hardware, from the gate records)"
+            )
         if learner_tree and next_up is not None:
             ex = next_up.exercise
             lines.append(

@@ -1,22 +1,31 @@
 """Hypothesis strategies and input builders shared by every chapter's graded tests.
 
 Arrays are built from a drawn seed with numpy's generator rather than drawn
-element by element: a kernel test needs thousands of elements, and shrinking a
-seed is cheap while shrinking a 256x512 array is not. Inputs are rounded to
-their dtype before anyone sees them, so the kernel and the float64 reference
+element by element: a kernel test needs thousands of elements, and a seed is
+cheap to draw and to report, while a 256x512 array is not. Inputs are rounded
+to their dtype before anyone sees them, so the kernel and the float64 oracle
 start from the same numbers.
+
+Every new shape recompiles a kernel (0.1-0.7 s under interpret mode), so shape
+strategies draw from a few shapes per kind, derived from the dtype's tile.
 """
 
 from __future__ import annotations
 
+from dataclasses import dataclass
+
 import numpy as np
 from hypothesis import strategies as st
 
-# The TPU's minimal tile (sublanes, lanes) by element width: a block dimension
-# must be a multiple of it or equal the array's full dimension.
+# The TPU's minimal tile (sublanes, lanes) by element width: a block's last two
+# dimensions must be multiples of it or equal the array's full dimensions.
 TILE = {"float32": (8, 128), "bfloat16": (16, 128), "float16": (16, 128)}
 
 DTYPES = ("float32", "bfloat16")
+
+SHAPE_KINDS = ("single", "multi", "ragged", "degenerate")
+
+VALUE_KINDS = ("normal", "large", "tiny", "equal_rows", "masked", "fully_masked_rows")
 
 
 def seeds() -> st.SearchStrategy[int]:
@@ -36,18 +45,113 @@ def tile(dtype) -> tuple[int, int]:
     return TILE[np.dtype(_jnp_dtype(dtype)).name]
 
 
-def random_array(shape, dtype, seed: int, *, scale: float = 1.0, offset: float = 0.0):
-    """A jax array of normal(offset, scale) values, rounded to `dtype`."""
+def shapes_2d(dtype, kind: str, *, blocks: tuple[int, int] = (2, 3)) -> list[tuple[int, int]]:
+    """Representative 2-D shapes of one kind for `dtype`'s tile.
+
+    single: exactly one tile; multi: `blocks` tiles in each dimension; ragged:
+    the multi shape minus part of a tile, so the last blocks are partial;
+    degenerate: a length-1 axis on either side.
+    """
+    sub, lane = tile(dtype)
+    if kind == "single":
+        return [(sub, lane)]
+    if kind == "multi":
+        return [(sub * blocks[0], lane * blocks[1])]
+    if kind == "ragged":
+        return [(sub * blocks[0] - sub // 2 + 1, lane * blocks[1] - lane // 3)]
+    if kind == "degenerate":
+        return [(1, lane * blocks[1]), (sub * blocks[0], 1)]
+    raise ValueError(f"shape kind must be one of {SHAPE_KINDS}, got {kind!r}")
+
+
+def tiled_shapes(dtype, kinds=("single", "multi", "ragged"), **kwargs) -> st.SearchStrategy:
+    return st.sampled_from([s for kind in kinds for s in shapes_2d(dtype, kind, **kwargs)])
+
+
+def random_array(shape, dtype, seed: int, *, scale: float = 1.0, offset: float = 0.0,
+                 kind: str = "normal"):
+    """A jax array rounded to `dtype`, with values of the given kind.
+
+    normal: normal(offset, scale); large: normal scaled by 1e4 (softmax
+    stability); tiny: normal scaled by 1e-30 (underflow in products);
+    equal_rows: every entry of a row equal (softmax must be uniform); masked:
+    about a quarter of the entries -inf (attention masks); fully_masked_rows:
+    as masked, plus whole rows of -inf.
+    """
     import jax.numpy as jnp
 
     rng = np.random.default_rng(seed)
-    values = rng.standard_normal(shape, dtype=np.float32) * np.float32(scale) + np.float32(offset)
+    shape = tuple(shape)
+    values = rng.standard_normal(shape).astype(np.float32) * np.float32(scale) + np.float32(offset)
+    if kind == "large":
+        values *= np.float32(1e4)
+    elif kind == "tiny":
+        values *= np.float32(1e-30)
+    elif kind == "equal_rows":
+        values = np.broadcast_to(values[..., :1], shape).copy()
+    elif kind in ("masked", "fully_masked_rows"):
+        values[rng.random(shape) < 0.25] = -np.inf
+        if kind == "fully_masked_rows" and len(shape) >= 1:
+            rows = values.reshape(-1, shape[-1]) if shape[-1] else values.reshape(0, 0)
+            rows[:: max(1, len(rows) // 3)] = -np.inf
+            values = rows.reshape(shape)
+    elif kind != "normal":
+        raise ValueError(f"value kind must be one of {VALUE_KINDS}, got {kind!r}")
     return jnp.asarray(values, dtype=_jnp_dtype(dtype))
 
 
 def as_float64(array) -> np.ndarray:
     """The exact values of a (possibly bf16) array, for a float64 reference."""
     return np.asarray(array).astype(np.float64)
+
+
+@dataclass(frozen=True)
+class AttentionConfig:
+    batch: int
+    heads: int
+    kv_heads: int
+    q_len: int
+    kv_len: int
+    head_dim: int
+    causal: bool
+    dtype: str
+
+    @property
+    def group(self) -> int:
+        return self.heads // self.kv_heads
+
+    def arrays(self, seed: int):
+        """(q, k, v) with q (B, H, Sq, D), k and v (B, Hkv, Skv, D)."""
+        q = random_array((self.batch, self.heads, self.q_len, self.head_dim), self.dtype, seed)
+        k = random_array((self.batch, self.kv_heads, self.kv_len, self.head_dim), self.dtype, seed + 1)
+        v = random_array((self.batch, self.kv_heads, self.kv_len, self.head_dim), self.dtype, seed + 2)
+        return q, k, v
+
+    def __str__(self) -> str:
+        return (f"batch {self.batch}, heads {self.heads}/{self.kv_heads} kv, q_len {self.q_len}, "
+                f"kv_len {self.kv_len}, head_dim {self.head_dim}, "
+                f"{'causal' if self.causal else 'non-causal'}, {self.dtype}")
+
+
+@st.composite
+def attention_configs(draw, *, dtypes=("bfloat16", "float32"), causal=(False, True),
+                      head_dims=(64, 128, 256), lengths=(128, 256, 512), gqa: bool = True,
+                      equal_lengths: bool = False):
+    """Attention problems: batch, heads, kv heads (GQA groups), lengths, head_dim, causal."""
+    heads = draw(st.sampled_from((1, 2, 4)))
+    kv_heads = draw(st.sampled_from([h for h in (1, 2, 4) if heads % h == 0] if gqa else [heads]))
+    q_len = draw(st.sampled_from(lengths))
+    kv_len = q_len if equal_lengths else draw(st.sampled_from(lengths))
+    return AttentionConfig(
+        batch=draw(st.sampled_from((1, 2))),
+        heads=heads,
+        kv_heads=kv_heads,
+        q_len=q_len,
+        kv_len=kv_len,
+        head_dim=draw(st.sampled_from(head_dims)),
+        causal=draw(st.sampled_from(causal)),
+        dtype=draw(st.sampled_from(dtypes)),
+    )
 
 
 def _jnp_dtype(dtype):

@@ -30,8 +30,12 @@ def test_chapter_readme_carries_its_title(chapter):
 
 
 @pytest.mark.parametrize("chapter", BUILT, ids=lambda c: c.id)
-def test_every_graded_test_file_belongs_to_an_exercise(chapter):
+def test_every_graded_test_file_belongs_to_an_exercise_or_the_gate(chapter):
     for path in (REPO / "exercises" / chapter.id).glob("test_*.py"):
+        if path.name.startswith("test_gate"):
+            assert chapter.gate is not None and path.name == f"test_gate{chapter.gate:02d}.py", (
+                f"{path}: a gate test file is test_gateNN.py, NN the chapter's gate")
+            continue
         assert chapter.exercise_for_test_file(path.name), f"{path} grades no exercise of course.toml"
 
 
@@ -61,7 +65,7 @@ def test_stub_solution_and_tests_exist_with_one_signature(exercise):
 @pytest.mark.parametrize("path", sorted((REPO / "tests" / "mutants").glob("ch*.toml")), ids=lambda p: p.stem)
 def test_every_mutant_applies_to_its_solution(path):
     chapter = COURSE.chapter(path.stem)
-    for mutant in load_mutants(path):
+    for mutant in load_mutants(path) + load_mutants(path, "equivalents"):
         solution = REPO / "solutions" / mutant.chapter / f"{mutant.module}.py"
         assert mutant.apply(solution.read_text(encoding="utf-8")) != solution.read_text(encoding="utf-8")
         for test_file in mutant.caught_by:

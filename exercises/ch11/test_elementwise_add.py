@@ -1,32 +1,51 @@
 """Graded tests for ch11.elementwise_add: add(x, y, *, block_shape)."""
 
+import pytest
 from hypothesis import example, given
+from hypothesis import strategies as st
 
-from pytest_tpucourse import checks
+from pytest_tpucourse import checks, references, tpu_checks
 from pytest_tpucourse import strategies as tst
 
-# (shape, block_shape): few distinct shapes, since each one compiles a kernel.
-CASES = (
-    ((512, 1024), (256, 512)),  # 2 x 2 grid of full blocks
-    ((64, 256), (256, 512)),  # one block, clamped to the array
-    ((200, 700), (64, 256)),  # ragged: the last row and column blocks are partial
-)
+BLOCK = {"float32": (8, 128), "bfloat16": (16, 128)}  # one tile: several blocks on every shape
 
 
-@given(case=tst.few(*CASES), dtype=tst.dtypes(), seed=tst.seeds())
-@example(case=CASES[2], dtype="float32", seed=0)
-@example(case=CASES[1], dtype="bfloat16", seed=1)
-def test_add_matches_reference(impl, case, dtype, seed):
-    shape, block_shape = case
+def _check(impl, shape, dtype, block_shape, seed):
     x = tst.random_array(shape, dtype, seed)
     y = tst.random_array(shape, dtype, seed + 1)
-    out = impl.elementwise_add.add(x, y, block_shape=block_shape)
-    checks.assert_close(
-        out, tst.as_float64(x) + tst.as_float64(y), fn=impl.elementwise_add.add, dtype=dtype,
-        repro=f"add(x, y, block_shape={block_shape}) with x, y {shape} {dtype}, seed {seed}",
-    )
+    checks.assert_matches_reference(
+        impl.elementwise_add.add, (x, y), kwargs=dict(block_shape=block_shape),
+        reference=references.ADD,
+        repro=f"add(x, y, block_shape={block_shape}) with x, y {shape} {dtype}, seed {seed}")
+
+
+@given(data=st.data(), dtype=tst.dtypes(), seed=tst.seeds())
+def test_add_matches_reference(impl, data, dtype, seed):
+    shape = data.draw(tst.tiled_shapes(dtype, kinds=("single", "multi", "ragged")), label="shape")
+    _check(impl, shape, dtype, BLOCK[dtype], seed)
+
+
+@pytest.mark.parametrize("dtype", ["float32", "bfloat16"])
+@pytest.mark.parametrize("kind", ["ragged", "degenerate"])
+def test_add_corner_shapes(impl, kind, dtype):
+    """Partial last blocks, and arrays with a length-1 axis."""
+    for shape in tst.shapes_2d(dtype, kind):
+        _check(impl, shape, dtype, BLOCK[dtype], seed=0)
+
+
+@given(seed=tst.seeds())
+@example(seed=0)
+def test_add_large_blocks(impl, seed):
+    """The default block_shape on an array smaller than one block."""
+    _check(impl, (200, 700), "float32", (256, 512), seed)
 
 
 def test_add_is_one_kernel(impl):
     x = tst.random_array((64, 256), "float32", 0)
     checks.assert_one_kernel(impl.elementwise_add.add, x, x, block_shape=(32, 128))
+
+
+@pytest.mark.parametrize("dtype", ["float32", "bfloat16"])
+def test_add_lowers_for_tpu(impl, dtype):
+    x = tst.random_array((512, 1024), dtype, 0)
+    tpu_checks.assert_lowers_for_tpu(impl.elementwise_add.add, x, x)

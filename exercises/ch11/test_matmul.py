@@ -1,11 +1,12 @@
 """Graded tests for ch11.matmul: matmul(x, y, *, bm, bk, bn)."""
 
+import pytest
 from hypothesis import example, given
 
-from pytest_tpucourse import checks
+from pytest_tpucourse import checks, references, tpu_checks
 from pytest_tpucourse import strategies as tst
 
-# (M, K, N, blocks). K spans several k steps in all but the single-block case, so
+# (M, K, N, blocks). K spans several k steps in all but the single-step case, so
 # an accumulator that is not initialised, not kept in f32, or run on a "parallel"
 # k axis shows up.
 CASES = (
@@ -19,11 +20,9 @@ def _check(impl, case, dtype, seed):
     m, k, n, blocks = case
     x = tst.random_array((m, k), dtype, seed)
     y = tst.random_array((k, n), dtype, seed + 1)
-    out = impl.matmul.matmul(x, y, **blocks)
-    checks.assert_close(
-        out, tst.as_float64(x) @ tst.as_float64(y), fn=impl.matmul.matmul, dtype=dtype,
-        repro=f"matmul(x{(m, k)}, y{(k, n)}, {blocks}) {dtype}, seed {seed}",
-    )
+    checks.assert_matches_reference(
+        impl.matmul.matmul, (x, y), kwargs=blocks, reference=references.MATMUL,
+        repro=f"matmul(x{(m, k)}, y{(k, n)}, **{blocks}) {dtype}, seed {seed}")
 
 
 @given(case=tst.few(*CASES), seed=tst.seeds())
@@ -39,6 +38,19 @@ def test_matmul_bf16_accumulates_in_f32(impl, case, seed):
     _check(impl, case, "bfloat16", seed)
 
 
+def test_matmul_has_no_race_on_two_cores(impl):
+    """Two simulated TensorCores split the parallel axes: the k axis must not be one of them."""
+    x = tst.random_array((128, 1024), "float32", 0)
+    y = tst.random_array((1024, 128), "float32", 1)
+    tpu_checks.assert_no_races(impl.matmul.matmul, x, y, bm=128, bk=128, bn=128)
+
+
 def test_matmul_is_one_kernel(impl):
     x = tst.random_array((128, 256), "bfloat16", 0)
     checks.assert_one_kernel(impl.matmul.matmul, x, x.T, bm=128, bk=128, bn=128)
+
+
+@pytest.mark.parametrize("dtype", ["float32", "bfloat16"])
+def test_matmul_lowers_for_tpu(impl, dtype):
+    x = tst.random_array((512, 512), dtype, 0)
+    tpu_checks.assert_lowers_for_tpu(impl.matmul.matmul, x, x)

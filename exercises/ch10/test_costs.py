@@ -1,0 +1,19 @@
+"""Graded tests for ch10.costs: matmul_cost(m, k, n, itemsize)."""
+
+import numpy as np
+from hypothesis import example, given
+from hypothesis import strategies as st
+
+from pytest_tpucourse import checks
+
+
+@given(m=st.integers(1, 8192), k=st.integers(1, 8192), n=st.integers(1, 8192), itemsize=st.sampled_from([1, 2, 4]))
+@example(m=4096, k=4096, n=4096, itemsize=2)
+@example(m=8, k=4096, n=4096, itemsize=2)  # skinny: the weights dominate the bytes
+def test_matmul_cost(impl, m, k, n, itemsize):
+    flops, nbytes = impl.costs.matmul_cost(m, k, n, itemsize)
+    repro = f"matmul_cost({m}, {k}, {n}, {itemsize})"
+    checks.assert_close(np.float64(flops), 2.0 * m * k * n, fn=impl.costs.matmul_cost, dtype="float64",
+                        what="FLOPs", repro=repro)
+    checks.assert_close(np.float64(nbytes), float((m * k + k * n + m * n) * itemsize), fn=impl.costs.matmul_cost,
+                        dtype="float64", what="HBM bytes (x read, y read, output written)", repro=repro)

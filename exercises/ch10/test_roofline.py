@@ -1,0 +1,41 @@
+"""Graded tests for ch10.roofline: floor_seconds(flops, nbytes, peak_flops, hbm_bandwidth)."""
+
+import numpy as np
+import pytest
+from hypothesis import given
+from hypothesis import strategies as st
+
+from pytest_tpucourse import checks, chips
+
+V5E = (1.97e14, 8.2e11)  # jax's v5e figures: bf16 FLOP/s, HBM B/s
+
+# The course's v5e table, counted by hand: (name, FLOPs, bytes, floor in us rounded to 0.1).
+TABLE = (
+    ("matmul 4096x4096x4096 bf16", 2 * 4096**3, 3 * 4096 * 4096 * 2, 697.7),
+    ("matmul 8x4096x4096 bf16", 2 * 8 * 4096 * 4096, (8 * 4096 + 4096 * 4096 + 8 * 4096) * 2, 41.1),
+    ("add 4096x4096 bf16", 4096 * 4096, 3 * 4096 * 4096 * 2, 122.8),
+)
+
+
+def reference(flops, nbytes, peak, bandwidth):
+    return max(flops / peak, nbytes / bandwidth)
+
+
+@pytest.mark.parametrize("name, flops, nbytes, table_us", TABLE, ids=[t[0] for t in TABLE])
+def test_the_course_v5e_table(impl, name, flops, nbytes, table_us):
+    out = impl.roofline.floor_seconds(flops, nbytes, *V5E)
+    assert round(reference(flops, nbytes, *V5E) * 1e6, 1) == table_us
+    checks.assert_close(np.float64(out), reference(flops, nbytes, *V5E), fn=impl.roofline.floor_seconds,
+                        dtype="float64", what=f"the v5e floor of {name}",
+                        repro=f"floor_seconds({flops}, {nbytes}, 1.97e14, 8.2e11): table says {table_us} us")
+
+
+@given(chip=st.sampled_from(chips.TPU_CHIPS + chips.GPU_CHIPS),
+       intensity=st.floats(min_value=0.01, max_value=1e4), nbytes=st.integers(1, 10**12))
+def test_any_chip_any_intensity(impl, chip, intensity, nbytes):
+    c = chips.get_chip(chip)
+    flops = intensity * nbytes
+    out = impl.roofline.floor_seconds(flops, nbytes, c.peak_flops, c.hbm_bandwidth)
+    checks.assert_close(np.float64(out), reference(flops, nbytes, c.peak_flops, c.hbm_bandwidth),
+                        fn=impl.roofline.floor_seconds, dtype="float64", what=f"the {chip} floor",
+                        repro=f"floor_seconds({flops!r}, {nbytes}, {c.peak_flops!r}, {c.hbm_bandwidth!r})")

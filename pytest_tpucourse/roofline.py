@@ -1,0 +1,170 @@
+"""Roofline floors: the least time an op can take on a chip.
+
+    floor = max(FLOPs / peak FLOP/s, HBM bytes / HBM bandwidth)
+
+The larger term names the bound (compute or memory). Arithmetic intensity is
+FLOPs per HBM byte; the chip's ridge point is peak / bandwidth, the intensity
+above which an op is compute-bound. HBM bytes count each operand read once and
+the result written once: the best any schedule can do.
+
+FLOPs and bytes come from analytic counts (`matmul_cost`, `elementwise_cost`),
+from a marker's arguments, or from `pl.estimate_cost` of the floor implementation.
+Not from the CPU's compiled cost analysis: the CPU upcasts bf16, which inflates
+the bytes.
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass
+
+import numpy as np
+
+from .chips import Chip
+
+
+@dataclass(frozen=True)
+class Cost:
+    flops: float
+    bytes: float
+
+    def __post_init__(self):
+        for what in ("flops", "bytes"):
+            value = getattr(self, what)
+            if not (isinstance(value, (int, float, np.integer, np.floating)) and value >= 0
+                    and math.isfinite(value)):
+                raise ValueError(f"{what} must be a finite number >= 0, got {value!r}")
+        if self.flops == 0 and self.bytes == 0:
+            raise ValueError("an op with 0 FLOPs and 0 bytes has no floor")
+
+
+@dataclass(frozen=True)
+class Prediction:
+    chip: str
+    flops: float
+    bytes: float
+    compute_seconds: float
+    memory_seconds: float
+    ridge: float
+
+    @property
+    def floor_seconds(self) -> float:
+        return max(self.compute_seconds, self.memory_seconds)
+
+    @property
+    def bound(self) -> str:
+        return "compute" if self.compute_seconds >= self.memory_seconds else "memory"
+
+    @property
+    def intensity(self) -> float:
+        """FLOPs per HBM byte."""
+        return self.flops / self.bytes if self.bytes else math.inf
+
+    def lines(self) -> list[str]:
+        return [
+            f"chip        {self.chip}",
+            f"FLOPs       {self.flops:,.0f}",
+            f"HBM bytes   {self.bytes:,.0f}",
+            f"compute     {self.compute_seconds * 1e6:.1f} us",
+            f"memory      {self.memory_seconds * 1e6:.1f} us",
+            f"floor       {self.floor_seconds * 1e6:.1f} us ({self.bound}-bound)",
+            f"intensity   {self.intensity:.1f} FLOP/byte",
+            f"ridge       {self.ridge:.1f} FLOP/byte "
+            f"({'above' if self.intensity >= self.ridge else 'below'} it: {self.bound}-bound)",
+        ]
+
+
+def predict(chip: Chip, cost: Cost) -> Prediction:
+    return Prediction(
+        chip=chip.name, flops=float(cost.flops), bytes=float(cost.bytes),
+        compute_seconds=cost.flops / chip.peak_flops,
+        memory_seconds=cost.bytes / chip.hbm_bandwidth,
+        ridge=chip.ridge,
+    )
+
+
+def itemsize(dtype) -> int:
+    return np.dtype(_numpy_dtype(dtype)).itemsize
+
+
+def matmul_cost(m: int, k: int, n: int, dtype) -> Cost:
+    """(m, k) @ (k, n): 2mkn FLOPs; x, y read once and the output written once."""
+    _positive(m=m, k=k, n=n)
+    return Cost(flops=2 * m * k * n, bytes=(m * k + k * n + m * n) * itemsize(dtype))
+
+
+def elementwise_cost(shape, dtype, *, inputs: int = 2) -> Cost:
+    """One FLOP per output element; every input read once, the output written once."""
+    _positive(**{f"dim{i}": d for i, d in enumerate(shape)})
+    size = math.prod(shape)
+    return Cost(flops=size * (inputs - 1 if inputs > 1 else 1), bytes=(inputs + 1) * size * itemsize(dtype))
+
+
+# The ops the command line knows: name -> (number of dims in --shape, cost function).
+OPS = {
+    "matmul": (3, lambda s, dtype: matmul_cost(*s, dtype)),
+    "add": (2, lambda s, dtype: elementwise_cost(s, dtype, inputs=2)),
+}
+
+
+def op_cost(op: str, shape: tuple[int, ...], dtype) -> Cost:
+    if op not in OPS:
+        raise ValueError(f"unknown op {op!r}; known ops: {', '.join(OPS)}")
+    ndim, cost = OPS[op]
+    if len(shape) != ndim:
+        raise ValueError(f"op {op} takes a {ndim}-dimensional shape, got {'x'.join(map(str, shape))}")
+    return cost(shape, dtype)
+
+
+def operand_cost(op: str, shapes, dtype) -> Cost | None:
+    """The cost of a recorded op from its operands' shapes, for the ops the course counts."""
+    if op in ("matmul", "matmul-skinny") and len(shapes) == 2 and shapes[0][1] == shapes[1][0]:
+        return matmul_cost(shapes[0][0], shapes[0][1], shapes[1][1], dtype)
+    if op == "add" and len(shapes) == 2 and shapes[0] == shapes[1]:
+        return elementwise_cost(shapes[0], dtype, inputs=2)
+    return None
+
+
+def parse_shape(text: str) -> tuple[int, ...]:
+    """'4096x4096x4096' -> (4096, 4096, 4096)."""
+    try:
+        shape = tuple(int(part) for part in text.lower().replace("×", "x").split("x"))
+    except ValueError:
+        raise ValueError(f"shape {text!r} is not of the form 4096x4096") from None
+    _positive(**{f"dim{i}": d for i, d in enumerate(shape)})
+    return shape
+
+
+def estimated_cost(fn, *args, **kwargs) -> Cost:
+    """FLOPs and HBM bytes of fn(*args) as JAX's Pallas cost estimator sees them.
+
+    args may be arrays or jax.ShapeDtypeStruct; nothing is executed.
+    """
+    from jax.experimental import pallas as pl
+
+    estimate = pl.estimate_cost(fn, *args, **kwargs)
+    return Cost(flops=estimate.flops, bytes=estimate.bytes_accessed)
+
+
+def marker_cost(mark) -> Cost | None:
+    """The Cost a `@pytest.mark.roofline(flops=..., bytes=...)` gives, if it gives one."""
+    flops, nbytes = mark.kwargs.get("flops"), mark.kwargs.get("bytes")
+    if flops is None and nbytes is None:
+        return None
+    if flops is None or nbytes is None:
+        raise ValueError("roofline marker: give both flops= and bytes=, or neither")
+    return Cost(flops=flops, bytes=nbytes)
+
+
+def _positive(**dims) -> None:
+    for name, value in dims.items():
+        if not isinstance(value, (int, np.integer)) or isinstance(value, bool) or value < 1:
+            raise ValueError(f"{name} must be a positive integer, got {value!r}")
+
+
+def _numpy_dtype(dtype):
+    if str(dtype) in ("bfloat16", "bf16"):
+        import ml_dtypes
+
+        return ml_dtypes.bfloat16
+    return dtype

@@ -1,0 +1,235 @@
+"""The shared checker rejects every kind of wrong result, and says why, briefly."""
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+import pytest
+from jax.experimental import pallas as pl
+
+from pytest_tpucourse import checks, references, tpu_checks
+from pytest_tpucourse.checks import CheckerError
+from pytest_tpucourse.outcomes import LearnerCodeError, WrongResult
+
+F32 = np.float32
+
+
+def graded(function):
+    return checks.graded(function, "kernel() in test")
+
+
+FN = graded(lambda: None)
+REF = np.arange(1.0, 7.0).reshape(2, 3)
+
+
+def test_a_correct_result_passes():
+    checks.assert_close(REF.astype(F32), REF, fn=FN, dtype=F32)
+
+
+@pytest.mark.parametrize("actual, message", [
+    (REF.astype(F32)[:, :2], "has shape (2, 2), expected (2, 3)"),
+    (REF.astype(np.float64), "has dtype float64, expected float32"),
+    ([1.0, 2.0], "should be an array of shape (2, 3) and dtype float32, got list"),
+    (np.where(REF > 5, np.nan, REF).astype(F32), "has 1 NaN values of 6 (first at [1, 2])"),
+    (np.where(REF > 5, np.inf, REF).astype(F32), "has 1 NaN/Inf values of 6"),
+    ((REF * 1.01).astype(F32), "relative error 1.00e-02 > bound 1.00e-05"),
+])
+def test_wrong_results_are_rejected_with_the_reason(actual, message):
+    with pytest.raises(WrongResult, match=None) as caught:
+        checks.assert_close(actual, REF, fn=FN, dtype=F32, repro="shape (2, 3), seed 0")
+    assert message in caught.value.message
+    assert "kernel() in test: output" in caught.value.message
+    assert "reproduce: shape (2, 3), seed 0" in caught.value.message
+
+
+def test_the_worst_element_is_named():
+    actual = REF.astype(F32).copy()
+    actual[1, 1] += 1.0
+    with pytest.raises(WrongResult) as caught:
+        checks.assert_close(actual, REF, fn=FN, dtype=F32)
+    assert "worst element [1, 1]: got 6, expected 5" in caught.value.message
+
+
+def test_non_finite_values_pass_only_where_the_reference_has_them():
+    ref = np.array([1.0, -np.inf, np.nan, 2.0])
+    checks.assert_close(np.array([1.0, -np.inf, np.nan, 2.0], F32), ref, fn=FN, dtype=F32)
+    with pytest.raises(WrongResult, match="is 0 at \\[1\\] where the reference is -inf"):
+        checks.assert_close(np.array([1.0, 0.0, np.nan, 2.0], F32), ref, fn=FN, dtype=F32)
+    with pytest.raises(WrongResult, match="NaN/Inf"):
+        checks.assert_close(np.array([1.0, np.inf, np.nan, 2.0], F32), ref, fn=FN, dtype=F32)
+
+
+def test_integer_outputs_must_be_exact():
+    ref = np.array([3, 1, 2])
+    checks.assert_close(np.array([3, 1, 2], np.int32), ref, fn=FN, dtype=np.int32)
+    with pytest.raises(WrongResult, match="differs in 1 of 3 entries \\(first at \\[2\\]: got 5, expected 2\\)"):
+        checks.assert_close(np.array([3, 1, 5], np.int32), ref, fn=FN, dtype=np.int32)
+
+
+def test_zero_size_arrays_compare_by_shape_and_dtype():
+    checks.assert_close(np.zeros((0, 4), F32), np.zeros((0, 4)), fn=FN, dtype=F32)
+    with pytest.raises(WrongResult, match="has shape"):
+        checks.assert_close(np.zeros((0, 3), F32), np.zeros((0, 4)), fn=FN, dtype=F32)
+
+
+def test_the_floor_error_widens_the_bound_and_a_per_test_tol_replaces_it():
+    actual = (REF * 1.002).astype(F32)
+    with pytest.raises(WrongResult):
+        checks.assert_close(actual, REF, fn=FN, dtype=F32)
+    checks.assert_close(actual, REF, fn=FN, dtype=F32, floor=(REF * 1.003).astype(F32))
+    checks.assert_close(actual, REF, fn=FN, dtype=F32, tol=3e-3)
+
+
+# ------------------------------------------------------- whole calls and pytrees
+
+SQUARE = references.Reference("square", lambda x: x * x, lambda x: x * x)
+
+
+def _double_kernel(x_ref, o_ref):
+    o_ref[...] = x_ref[...] * x_ref[...]
+
+
+def pallas_square(x):
+    return pl.pallas_call(_double_kernel, out_shape=jax.ShapeDtypeStruct(x.shape, x.dtype))(x)
+
+
+X = jnp.linspace(-2.0, 2.0, 8 * 128, dtype=jnp.float32).reshape(8, 128)
+
+
+def test_a_pallas_kernel_matching_the_oracle_passes():
+    checks.assert_matches_reference(graded(pallas_square), (X,), reference=SQUARE)
+
+
+def test_a_function_without_a_kernel_is_rejected_as_a_cheat():
+    with pytest.raises(WrongResult, match="contains no pallas_call: it computes the answer with mul"):
+        checks.assert_matches_reference(graded(lambda x: x * x), (X,), reference=SQUARE)
+    checks.assert_matches_reference(graded(lambda x: x * x), (X,), reference=SQUARE,
+                                    require_kernel=False)
+
+
+def test_a_wrong_pytree_is_its_own_failure():
+    two = references.Reference("pair", lambda x: (x * x, x), lambda x: (x * x, x))
+    with pytest.raises(WrongResult, match=r"returned 1 array\(s\) .* expected 2 array\(s\) .*\(out, x\)"):
+        checks.assert_matches_reference(graded(pallas_square), (X,), reference=two,
+                                        names=("out", "x"))
+
+
+def test_outputs_are_checked_and_named_one_by_one():
+    two = references.Reference("pair", lambda x: (x * x, x + 1), lambda x: (x * x, x + 1))
+    with pytest.raises(WrongResult, match="kernel\\(\\) in test: lse has dtype"):
+        checks.assert_matches_reference(graded(lambda x: (pallas_square(x), (x + 1).astype(jnp.bfloat16))),
+                                        (X,), reference=two, names=("out", "lse"))
+
+
+def test_an_oracle_that_raises_is_a_bug_in_the_test_not_the_kernel():
+    def broken(x):
+        raise KeyError("oops")
+    with pytest.raises(CheckerError, match="the graded test's oracle raised KeyError.*a bug in the test"):
+        checks.assert_matches_reference(graded(pallas_square), (X,),
+                                        reference=references.Reference("broken", broken, SQUARE.floor))
+
+
+def test_code_under_grading_that_raises_is_a_short_learner_error():
+    def raises(x):
+        raise ValueError("bad block")
+    with pytest.raises(LearnerCodeError, match="ValueError: bad block"):
+        checks.assert_matches_reference(graded(raises), (X,), reference=SQUARE, require_kernel=False)
+
+
+# ------------------------------------------------------- grads
+
+def _sum_product(x, y):
+    return (x * y).sum(axis=-1)
+
+
+PRODUCT = references.Reference("sum_product", _sum_product, _sum_product)
+
+
+def _custom(scale_dx=1.0, scale_dy=1.0):
+    @jax.custom_vjp
+    def f(x, y):
+        return _sum_product(x, y)
+
+    def fwd(x, y):
+        return f(x, y), (x, y)
+
+    def bwd(res, g):
+        x, y = res
+        return (g[:, None] * y * scale_dx, g[:, None] * x * scale_dy)
+
+    f.defvjp(fwd, bwd)
+    return f
+
+
+XY = (jnp.asarray(np.random.default_rng(0).standard_normal((8, 16)), jnp.float32),
+      jnp.asarray(np.random.default_rng(1).standard_normal((8, 16)), jnp.float32))
+
+
+def test_correct_grads_pass_including_the_custom_vjp_consistency_check():
+    checks.assert_grads_match(graded(_custom()), XY, reference=PRODUCT, argnames=("dx", "dy"))
+
+
+def test_each_grad_is_checked_and_named_on_its_own():
+    with pytest.raises(WrongResult, match="grad dy is wrong"):
+        checks.assert_grads_match(graded(_custom(scale_dy=1.5)), XY, reference=PRODUCT,
+                                  argnames=("dx", "dy"))
+    checks.assert_grads_match(graded(_custom(scale_dy=1.5)), XY, reference=PRODUCT,
+                              argnames=("dx", None), check_custom_vjp=False)
+
+
+def test_a_backward_inconsistent_with_its_forward_fails_check_grads():
+    with pytest.raises(WrongResult, match="custom_vjp backward disagrees with numerical differentiation"):
+        checks.assert_grads_match(graded(_custom(scale_dx=1.5)), XY, reference=PRODUCT,
+                                  argnames=("dx", "dy"), tol=1.0)
+
+
+def test_argnames_must_cover_every_input():
+    with pytest.raises(CheckerError, match="must name each of the 2 inputs"):
+        checks.assert_grads_match(graded(_custom()), XY, reference=PRODUCT, argnames=("dx",))
+
+
+# ------------------------------------------------------- checks a TPU would otherwise do first
+
+def _copy_kernel(x_ref, o_ref):
+    o_ref[...] = x_ref[...]
+
+
+def blocked_copy(x, block=(8, 128)):
+    spec = pl.BlockSpec(block, lambda i, j: (i, j))
+    return pl.pallas_call(_copy_kernel, out_shape=jax.ShapeDtypeStruct(x.shape, x.dtype),
+                          grid=(x.shape[0] // block[0], x.shape[1] // block[1]),
+                          in_specs=[spec], out_specs=spec)(x)
+
+
+def test_tpu_lowering_accepts_legal_blocks_and_names_an_illegal_one():
+    x = jnp.zeros((16, 256), jnp.float32)
+    tpu_checks.assert_lowers_for_tpu(graded(blocked_copy), x)
+    with pytest.raises(WrongResult, match=r"(?s)would not compile for a TPU.*divisible by 8 and 128"
+                                          r".*Block spec for args\[0\]"):
+        tpu_checks.assert_lowers_for_tpu(graded(blocked_copy), x, block=(8, 64))
+
+
+def test_tpu_lowering_names_an_unsupported_primitive():
+    def cumsum_kernel(x_ref, o_ref):
+        o_ref[...] = jnp.cumsum(x_ref[...], axis=1)
+
+    def cumsum(x):
+        return pl.pallas_call(cumsum_kernel, out_shape=jax.ShapeDtypeStruct(x.shape, x.dtype))(x)
+
+    with pytest.raises(WrongResult, match="Unimplemented primitive in Pallas TPU lowering for tc: cumsum"):
+        tpu_checks.assert_lowers_for_tpu(graded(cumsum), jnp.zeros((8, 128), jnp.float32))
+
+
+def test_a_race_between_two_cores_is_reported():
+    from jax.experimental.pallas import tpu as pltpu
+
+    def racy(x):  # every grid step writes the same output block, and the axis is "parallel"
+        return pl.pallas_call(
+            _copy_kernel, out_shape=jax.ShapeDtypeStruct((8, 128), x.dtype), grid=(4,),
+            in_specs=[pl.BlockSpec((8, 128), lambda i: (i, 0))],
+            out_specs=pl.BlockSpec((8, 128), lambda i: (0, 0)),
+            compiler_params=pltpu.CompilerParams(dimension_semantics=("parallel",)))(x)
+
+    x = jnp.ones((32, 128), jnp.float32)
+    with pytest.raises(WrongResult, match="(?s)data race.*RACE DETECTED"):
+        tpu_checks.assert_no_races(graded(racy), x)
+    tpu_checks.assert_no_races(graded(blocked_copy), x)

@@ -1,0 +1,58 @@
+"""The tpucourse command: roofline numbers, the plot extra, the bench page."""
+
+import pytest
+
+from pytest_tpucourse import cli, records as rec
+
+from .test_records import MEASURED, make_record
+
+
+def test_roofline_prints_floor_bound_intensity_ridge(capsys):
+    assert cli.main(["roofline", "--chip", "v5e", "--op", "matmul", "--shape", "8x4096x4096",
+                     "--dtype", "bfloat16"]) == 0
+    out = capsys.readouterr().out
+    for line in ("floor       41.1 us (memory-bound)", "intensity   8.0 FLOP/byte",
+                 "ridge       240.2 FLOP/byte (below it: memory-bound)"):
+        assert line in out
+
+
+@pytest.mark.parametrize("argv, message", [
+    (["roofline", "--op", "matmul"], "give --op and --shape together"),
+    (["roofline", "--op", "matmul", "--shape", "4x4"], "takes a 3-dimensional shape"),
+    (["roofline", "--chip", "v9", "--op", "add", "--shape", "4x4"], "unknown chip 'v9'"),
+])
+def test_roofline_errors_name_the_problem(capsys, argv, message):
+    assert cli.main(argv) == 2
+    assert message in capsys.readouterr().err
+
+
+def test_plot_needs_the_extra_or_draws(capsys, tmp_path):
+    png = tmp_path / "r.png"
+    code = cli.main(["roofline", "--op", "add", "--shape", "4096x4096", "--plot", str(png),
+                     "--records", str(tmp_path / "none.jsonl")])
+    try:
+        import matplotlib  # noqa: F401
+    except ImportError:
+        assert code == 2 and "pip install 'pytest-tpucourse[plot]'" in capsys.readouterr().err
+    else:
+        assert code == 0 and png.stat().st_size > 0
+
+
+def test_bench_page_marks_predictions_and_keeps_failures(tmp_path):
+    path = tmp_path / "records.jsonl"
+    rec.append(path, make_record(date="2026-11-01T00:00:00+00:00"))
+    rec.append(path, make_record(op="matmul", shapes=[(8, 4096), (4096, 4096)]))
+    rec.append(path, make_record(**{**MEASURED, "verdict": "fail"}, value=2e-4, date="2026-11-02T00:00:00+00:00"))
+    assert cli.main(["bench", "--records", str(path)]) == 0
+    page = (tmp_path / "README.md").read_text()
+    assert "| 00 | add | 4096×4096 · 4096×4096 | bfloat16 | floor | measured median | 200.0 µs |" in page
+    assert "| 00 | matmul | 8×4096 · 4096×4096 | bfloat16 | floor | predicted floor | 122.8 µs |" in page
+    assert "## Failures (kept forever)" in page and "gate 00 roofline-predicts: add bfloat16 floor, measured" in page
+    assert "Gates passed: 0/6" in page
+
+
+def test_bench_reports_a_corrupt_file(tmp_path, capsys):
+    path = tmp_path / "records.jsonl"
+    path.write_text("oops\n")
+    assert cli.main(["bench", "--records", str(path)]) == 2
+    assert f"{path}:1: not a valid row" in capsys.readouterr().err

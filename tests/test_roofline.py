@@ -1,0 +1,64 @@
+"""Roofline floors, and the course's v5e table to 0.1 us."""
+
+import jax
+import jax.numpy as jnp
+import pytest
+
+from pytest_tpucourse import chips, roofline
+from pytest_tpucourse.roofline import Cost
+
+V5E = chips.get_chip("v5e")
+
+
+@pytest.mark.parametrize("op, shape, floor_us, bound", [
+    ("matmul", (4096, 4096, 4096), 697.7, "compute"),
+    ("matmul", (8, 4096, 4096), 41.1, "memory"),
+    ("add", (4096, 4096), 122.8, "memory"),
+])
+def test_the_course_v5e_table(op, shape, floor_us, bound):
+    prediction = roofline.predict(V5E, roofline.op_cost(op, shape, "bfloat16"))
+    assert round(prediction.floor_seconds * 1e6, 1) == floor_us
+    assert prediction.bound == bound
+
+
+def test_matmul_counts():
+    cost = roofline.matmul_cost(8, 4096, 4096, "bfloat16")
+    assert cost.flops == 2 * 8 * 4096 * 4096
+    assert cost.bytes == 2 * (8 * 4096 + 4096 * 4096 + 8 * 4096)  # x, y and the output
+
+
+def test_intensity_and_ridge():
+    p = roofline.predict(V5E, roofline.matmul_cost(4096, 4096, 4096, "bfloat16"))
+    assert p.intensity == pytest.approx(2 * 4096**3 / (3 * 2 * 4096**2))  # 1365.3
+    assert p.ridge == pytest.approx(1.97e14 / 8.2e11)
+    assert p.intensity > p.ridge and p.bound == "compute"
+
+
+def test_estimate_cost_of_the_floor_agrees_with_the_analytic_count():
+    x = jax.ShapeDtypeStruct((8, 4096), jnp.bfloat16)
+    y = jax.ShapeDtypeStruct((4096, 4096), jnp.bfloat16)
+    assert roofline.estimated_cost(jnp.matmul, x, y) == roofline.matmul_cost(8, 4096, 4096, "bfloat16")
+
+
+def test_marker_cost():
+    assert roofline.marker_cost(pytest.mark.roofline(flops=10, bytes=5).mark) == Cost(10, 5)
+    assert roofline.marker_cost(pytest.mark.roofline(chip="v5e").mark) is None
+    with pytest.raises(ValueError, match="give both flops= and bytes="):
+        roofline.marker_cost(pytest.mark.roofline(flops=10).mark)
+
+
+@pytest.mark.parametrize("call, message", [
+    (lambda: roofline.parse_shape("4096by4096"), "not of the form"),
+    (lambda: roofline.parse_shape("0x4"), "dim0 must be a positive integer"),
+    (lambda: roofline.op_cost("conv", (1, 2), "float32"), "unknown op 'conv'"),
+    (lambda: roofline.op_cost("matmul", (4, 4), "float32"), "takes a 3-dimensional shape"),
+    (lambda: Cost(-1, 4), "flops must be a finite number"),
+    (lambda: Cost(0, 0), "no floor"),
+])
+def test_bad_inputs_name_the_problem(call, message):
+    with pytest.raises(ValueError, match=message):
+        call()
+
+
+def test_parse_shape():
+    assert roofline.parse_shape("8x4096X4096") == (8, 4096, 4096)
