@@ -64,12 +64,13 @@ def fake_course(pytester: pytest.Pytester) -> FakeCourse:
     return FakeCourse(pytester)
 
 
-def run_chapter(pytester: pytest.Pytester, chapter: str, *args: str) -> pytest.RunResult:
-    """Run the real course's graded tests of one chapter in a subprocess."""
-    return pytester.runpytest_subprocess(
-        str(REPO / "exercises" / chapter), "--rootdir", str(REPO), "-p", "no:cacheprovider",
-        "-o", "console_output_style=classic", *args,
-    )
+def run_chapter(pytester: pytest.Pytester, chapter: str, *args: str,
+                files: list[str] | None = None) -> pytest.RunResult:
+    """Run the real course's graded tests of one chapter (or some of its files) in a subprocess."""
+    folder = REPO / "exercises" / chapter
+    targets = [str(folder / name) for name in files] if files is not None else [str(folder)]
+    return pytester.runpytest_subprocess(*targets, "--rootdir", str(REPO), "-p", "no:cacheprovider",
+                                         *args)
 
 
 def failed_files(result: pytest.RunResult) -> set[str]:

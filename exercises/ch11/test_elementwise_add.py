@@ -49,3 +49,8 @@ def test_add_is_one_kernel(impl):
 def test_add_lowers_for_tpu(impl, dtype):
     x = tst.random_array((512, 1024), dtype, 0)
     tpu_checks.assert_lowers_for_tpu(impl.elementwise_add.add, x, x)
+
+
+def test_add_has_no_race_on_two_cores(impl):
+    x = tst.random_array((64, 512), "float32", 0)
+    tpu_checks.assert_no_races(impl.elementwise_add.add, x, x, block_shape=(16, 128))

@@ -38,3 +38,11 @@ def test_matmul_bias_act_lowers_for_tpu(impl):
     x = tst.random_array((512, 512), "bfloat16", 0)
     b = tst.random_array((512,), "bfloat16", 1)
     tpu_checks.assert_lowers_for_tpu(impl.fused_matmul.matmul_bias_act, x, x, b, activation="gelu")
+
+
+def test_matmul_bias_act_has_no_race_on_two_cores(impl):
+    x = tst.random_array((128, 512), "float32", 0)
+    w = tst.random_array((512, 128), "float32", 1)
+    b = tst.random_array((128,), "float32", 2)
+    tpu_checks.assert_no_races(impl.fused_matmul.matmul_bias_act, x, w, b, activation="relu",
+                               bm=128, bk=128, bn=128)
