@@ -167,10 +167,12 @@ def assert_grads_match(fn, args, *, reference, argnames, kwargs=None, seed: int 
         _, pullback = jax.vjp(reference.oracle, *_as_float64(args))
         return pullback(_as_float64(cotangents))
 
-    floor_g = _run_test_code("floor's VJP", lambda: floor_grads(), (), {})
+    floor_g = _run_test_code("floor's VJP", floor_grads, (), {})
     with jax.enable_x64(True):
-        oracle_g = _run_test_code("oracle's VJP", lambda: oracle_grads(), (), {})
-        oracle_g = [np.asarray(g, dtype=np.float64) for g in oracle_g]
+        oracle_g = _run_test_code("oracle's VJP", oracle_grads, (), {})
+        # Inputs named None (masks, integer tables) have float0 cotangents: skip them.
+        oracle_g = [None if name is None else np.asarray(g, dtype=np.float64)
+                    for name, g in zip(argnames, oracle_g)]
     for name, g, ref, fl, arg in zip(argnames, got, oracle_g, floor_g, args):
         if name is None:
             continue

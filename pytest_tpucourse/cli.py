@@ -3,6 +3,7 @@
     tpucourse roofline --chip v5e --op matmul --shape 4096x4096x4096 --dtype bfloat16
     tpucourse roofline --chip v5e --plot roofline.png      # needs the `plot` extra
     tpucourse bench                                        # bench/records.jsonl -> bench/README.md
+    tpucourse progress | hint ch11.matmul | reset ch11.matmul | watch ch11   # the learner's loop
 """
 
 from __future__ import annotations
@@ -31,10 +32,28 @@ def main(argv=None) -> int:
     b.add_argument("--records", default=str(rec.DEFAULT_PATH))
     b.add_argument("--output", default=None, help="default: README.md next to the records")
 
+    p = commands.add_parser("progress", help="every chapter, gate and exercise, and what to do next")
+    h = commands.add_parser("hint", help="the next hint of an exercise, one at a time")
+    h.add_argument("exercise", nargs="?", help="ch11.matmul, or ch11 for its next unfinished exercise "
+                   "(default: the course's next exercise)")
+    h.add_argument("--all", action="store_true", help="print every hint of the exercise")
+    s = commands.add_parser("reset", help="put an exercise's stub back as shipped (your file is backed up)")
+    s.add_argument("exercise", help="chNN.module, e.g. ch11.matmul")
+    s.add_argument("--yes", action="store_true", help="overwrite without asking")
+    w = commands.add_parser("watch", help="re-run a chapter's graded tests whenever a file under exercises/ changes")
+    w.add_argument("chapter", nargs="?", help="chNN (default: the chapter of your next exercise)")
+    w.add_argument("--max-runs", type=int, default=None, help="stop after this many runs")
+    w.add_argument("--pytest-args", default="", metavar="ARGS",
+                   help="extra pytest arguments, e.g. --pytest-args='--interpret fast'")
+
     args = parser.parse_args(argv)
+    from . import learner_cli, watch
+
+    handlers = {"roofline": _roofline, "bench": _bench, "progress": learner_cli.progress,
+                "hint": learner_cli.hint, "reset": learner_cli.reset, "watch": watch.main}
     try:
-        return {"roofline": _roofline, "bench": _bench}[args.command](args)
-    except (ValueError, rec.CorruptRecords) as error:
+        return handlers[args.command](args)
+    except (ValueError, rec.CorruptRecords, learner_cli.CommandError) as error:
         print(f"tpucourse {args.command}: {error}", file=sys.stderr)
         return 2
 

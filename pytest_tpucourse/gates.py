@@ -25,6 +25,9 @@ A criterion's status comes only from records (records.py):
   pass (off-chip)   a correctness criterion verified under interpret mode; not a gate pass
   fail              some row that speaks for it failed
   awaiting hardware nothing measured yet (predictions only, or no rows)
+  not runnable here the kernel cannot run on this chip (a TPU Pallas kernel on a GPU)
+Reference rows (a floor or ceiling timed next to a kernel) judge the kernel's row;
+they never decide a criterion themselves.
 """
 
 from __future__ import annotations
@@ -38,6 +41,7 @@ STRIKING_DISTANCE = 1.15
 GATE0_BAND = (0.95, 1.5)
 
 PASS, PASS_OFF_CHIP, FAIL, AWAITING = "pass", "pass (off-chip)", "fail", "awaiting hardware"
+NOT_RUNNABLE = "not runnable here"
 
 
 @dataclass(frozen=True)
@@ -129,8 +133,11 @@ def gate(number: int) -> Gate:
 
 def criterion_status(criterion: Criterion, rows: list[rec.Record]) -> str:
     """Status of one criterion from the rows that speak for it (records.current)."""
+    rows = [r for r in rows if r.verdict != "reference"]
     if any(r.verdict == "fail" for r in rows):
         return FAIL
+    if any(r.verdict == "not-runnable" for r in rows):
+        return NOT_RUNNABLE
     measured = [r for r in rows if r.method == "measured"]
     if measured and len(measured) == len(rows):
         return PASS

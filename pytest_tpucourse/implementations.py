@@ -23,7 +23,7 @@ import types
 from dataclasses import dataclass
 from pathlib import Path
 
-from . import backend
+from . import backend, deadline, vmem
 from .course import Course, Exercise
 from .outcomes import LearnerCodeError, Todo
 
@@ -151,8 +151,13 @@ class GradedFunction:
         import jax
 
         function = self.resolve()
-        with self._guarded():
+
+        def run():
+            vmem.check(function, args, kwargs)
             return jax.block_until_ready(function(*args, **kwargs))
+
+        with self._guarded():
+            return deadline.call(run, key=_exact_call_key(function, args, kwargs))
 
     def jaxpr(self, *args, **kwargs):
         """The closed jaxpr of a call with these arguments (kwargs are static)."""
@@ -160,16 +165,21 @@ class GradedFunction:
 
         function = self.resolve()
         with self._guarded():
-            return jax.make_jaxpr(lambda *a: function(*a, **kwargs))(*args)
+            return deadline.call(lambda: jax.make_jaxpr(lambda *a: function(*a, **kwargs))(*args))
 
     def vjp(self, args, cotangents, **kwargs):
         """(outputs, grads of every arg) for output cotangents, through the function's own VJP."""
         import jax
 
         function = self.resolve()
-        with self._guarded():
+
+        def run():
+            vmem.check(function, args, kwargs)
             outputs, pullback = jax.vjp(lambda *a: function(*a, **kwargs), *args)
             return jax.block_until_ready((outputs, pullback(cotangents)))
+
+        with self._guarded():
+            return deadline.call(run)
 
     @contextlib.contextmanager
     def _guarded(self):
@@ -181,6 +191,10 @@ class GradedFunction:
             raise self._outcome(error) from None
 
     def _outcome(self, error: Exception) -> Exception:
+        if isinstance(error, deadline.DeadlineExceeded):
+            return LearnerCodeError(_deadline_message(self.display, error))
+        if isinstance(error, vmem.ScratchTooLarge):
+            return LearnerCodeError(f"{self.display} {error}; nothing was run.")
         return LearnerCodeError(
             f"{self.display} raised:\n" + _describe_exception(error, self._path, self._course_root)
         )
@@ -236,6 +250,39 @@ class LearnerFunction(GradedFunction):
 
     def __repr__(self) -> str:
         return f"<learner function {self.display}>"
+
+
+def _exact_call_key(function, args, kwargs):
+    """The function and the exact argument values (array bytes hashed), or None if unhashable."""
+    import jax
+    import numpy as np
+
+    try:
+        leaves, tree = jax.tree.flatten((args, kwargs))
+        values = tuple(
+            (x.shape, str(x.dtype), hashlib.sha1(np.asarray(x).tobytes()).hexdigest())
+            if hasattr(x, "shape") else repr(x)
+            for x in leaves
+        )
+        return (id(function), tree, values)
+    except Exception:
+        return None
+
+
+def _deadline_message(display: str, error: deadline.DeadlineExceeded) -> str:
+    lines = [
+        f"{display} did not finish within {error.seconds:g} s (--kernel-timeout): a wait that "
+        f"nothing signals (a DMA or semaphore wait without its start or signal), or a loop "
+        f"(pl.loop, lax.while_loop) that never ends.",
+    ]
+    if error.repeated:
+        lines.append("  It hung earlier in this run with exactly these arguments: not run again.")
+    elif error.still_running:
+        lines.append("  It is a compiled loop that cannot be interrupted: it keeps one CPU core busy "
+                     "until this pytest run ends; the other tests still run.")
+    else:
+        lines.append("  It was stopped; the other tests still run.")
+    return "\n".join(lines)
 
 
 def _chapter_package(tree: GradedTree, chapter_id: str) -> str:

@@ -22,7 +22,7 @@ def roofline_png(chip, path, *, prediction=None, records=()) -> None:
         ax.plot(prediction.intensity, prediction.flops / prediction.floor_seconds, "o", label="prediction")
     for r in records:
         cost = operand_cost(r.op, r.shapes, r.dtype)
-        if r.method == "measured" and r.unit == "s" and cost is not None:
+        if r.method == "measured" and r.unit == "s" and r.value is not None and cost is not None:
             ax.plot(cost.flops / cost.bytes, cost.flops / r.value, "x",
                     label=f"measured {r.op} {'x'.join(map(str, r.shapes[0]))} {r.implementation}")
     ax.set_xlabel("arithmetic intensity (FLOP / HBM byte)")

@@ -6,17 +6,19 @@ installing it changes nothing for other projects' test suites.
 
 from __future__ import annotations
 
+import re
 from dataclasses import dataclass
 from pathlib import Path
 
 import pytest
 
-from . import backend, chips, gates, profiles, report, roofline, timing
+from . import backend, chips, deadline, gates, profiles, report, roofline, timing, vmem
 from . import records as rec
 from .course import Course, CourseDataError, find_course_root, load_course
 from .implementations import GradedTree, Implementation, graded_tree
 from .outcomes import GradingOutcome, Todo
 from .progress import RunProgress
+from .state_recorder import StateRecorder
 
 GATE_RANGE = range(0, 6)
 
@@ -65,6 +67,11 @@ def pytest_addoption(parser: pytest.Parser) -> None:
         "--chip", metavar="NAME", default=None,
         help=f"chip the gate predictions and records are for ({', '.join(chips.KNOWN_CHIPS)}, or one "
         "a plugin registers); on an accelerator it must be the chip the run executes on",
+    )
+    group.addoption(
+        "--kernel-timeout", metavar="SECONDS", type=float, default=deadline.DEFAULT_SECONDS,
+        help=f"deadline for each call into the graded code (default {deadline.DEFAULT_SECONDS:g}; 0: none): "
+        "a kernel that hangs (a wait nothing signals, an endless loop) fails its test instead",
     )
     group.addoption(
         "--records", metavar="PATH", default=None,
@@ -137,7 +144,22 @@ def pytest_configure(config: pytest.Config) -> None:
         )
     except chips.ChipMismatch as error:
         raise pytest.UsageError(f"--chip: {error}") from None
+    _configure_guards(config, registry)
     config.pluginmanager.register(ProgressRecorder(session.progress), "tpucourse-progress")
+    config.pluginmanager.register(
+        StateRecorder(root, session.progress, learner_tree=session.tree.kind == "exercises"),
+        "tpucourse-state",
+    )
+
+
+def _configure_guards(config: pytest.Config, registry: chips.ChipRegistry) -> None:
+    """The deadline on each graded call, and the VMEM a kernel's scratch must fit (--chip, or v5e)."""
+    try:
+        deadline.configure(config.getoption("kernel_timeout"))
+    except ValueError as error:
+        raise pytest.UsageError(f"--kernel-timeout: {error}") from None
+    name = config.getoption("chip") or vmem.DEFAULT_CHIP
+    vmem.configure(name, registry.get(name).vmem_bytes)
 
 
 def pytest_unconfigure(config: pytest.Config) -> None:
@@ -166,8 +188,16 @@ def pytest_report_header(config: pytest.Config) -> list[str]:
 
 @pytest.fixture
 def tpucourse_timer(request: pytest.FixtureRequest):
-    """A factory for the timer gate tests use on hardware (pytest-benchmark underneath)."""
-    return lambda: timing.BenchmarkTimer(request.getfixturevalue("benchmark"))
+    """A factory for the timers gate tests use on hardware (pytest-benchmark underneath).
+
+    factory() times with the test's `benchmark` fixture; factory("floor") with another
+    pytest-benchmark fixture reported as test[floor] (a trio times three targets).
+    """
+    def factory(label=None):
+        bench = (request.getfixturevalue("benchmark") if label is None
+                 else timing.labelled_benchmark(request, label))
+        return timing.BenchmarkTimer(bench)
+    return factory
 
 
 @pytest.fixture
@@ -181,7 +211,14 @@ def gate_run(request: pytest.FixtureRequest, tpucourse_timer) -> timing.GateRun:
     chapter = request.config.stash[SESSION].course.chapter_of_path(request.path)
     return context.run_for(gate=number, chapter=chapter.id if chapter else gates.gate(number).chapter,
                            test_id=request.node.nodeid,
-                           timer_factory=tpucourse_timer)
+                           timer_factory=tpucourse_timer,
+                           marker_cost=_marker_cost(request.node))
+
+
+def _marker_cost(item: pytest.Item) -> roofline.Cost | None:
+    """The cost a gate test's @pytest.mark.roofline gives; its floor goes into the records."""
+    mark = item.get_closest_marker("roofline")
+    return roofline.marker_cost(mark) if mark is not None else None
 
 
 @pytest.fixture
@@ -295,7 +332,8 @@ class ProgressRecorder:
         self.progress.collected(ids)
 
     def pytest_runtest_logreport(self, report: pytest.TestReport) -> None:
-        message = report.longreprtext if report.failed else ""
+        # pytest-xdist puts "[gw0] <platform> -- Python ..." above a worker's failure text.
+        message = re.sub(r"\A\[gw\d+\] [^\n]*\n", "", report.longreprtext) if report.failed else ""
         self.progress.record(
             report, is_todo=getattr(report, "tpucourse_todo", False), message=message
         )
@@ -382,6 +420,7 @@ def pytest_terminal_summary(terminalreporter, exitstatus, config: pytest.Config)
         session.tree.describe(session.course.root),
         learner_tree=session.tree.kind == "exercises",
         gates_passed=passed,
+        only_ran=bool(config.getoption("gates")),
     )
     for line in lines:
         terminalreporter.write_line(line)

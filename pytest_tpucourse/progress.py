@@ -24,7 +24,13 @@ class ExerciseResults:
     todo: set[str] = field(default_factory=set)
     skipped: set[str] = field(default_factory=set)
     deselected: set[str] = field(default_factory=set)
+    unseen_tests: bool = False  # a filter (--lf, file::test ids) may have dropped tests unseen
     first_message: str = ""
+
+    @property
+    def ran(self) -> bool:
+        """Some test of this exercise ran in this run (skipped counts; deselected does not)."""
+        return bool(self.passed or self.failed or self.todo or self.skipped)
 
     @property
     def status(self) -> str:
@@ -33,7 +39,7 @@ class ExerciseResults:
         if self.failed:
             return "failed"
         finished = self.passed | self.skipped
-        if self.passed and self.collected <= finished and not self.deselected:
+        if self.passed and self.collected <= finished and not self.deselected and not self.unseen_tests:
             return "done"
         if self.passed:
             return "partial"
@@ -44,6 +50,13 @@ class RunProgress:
     def __init__(self, course: Course):
         self.course = course
         self.results: dict[str, ExerciseResults] = {}
+        self.unseen_tests = False
+
+    def some_tests_unseen(self) -> None:
+        """This run's selection may have dropped tests without deselecting them: claim no exercise done."""
+        self.unseen_tests = True
+        for entry in self.results.values():
+            entry.unseen_tests = True
 
     def exercise_of(self, nodeid: str) -> Exercise | None:
         parts = PurePosixPath(nodeid.split("::", 1)[0]).parts
@@ -56,7 +69,7 @@ class RunProgress:
         exercise = self.exercise_of(nodeid)
         if exercise is None:
             return None
-        return self.results.setdefault(exercise.key, ExerciseResults(exercise))
+        return self.results.setdefault(exercise.key, ExerciseResults(exercise, unseen_tests=self.unseen_tests))
 
     def collected(self, nodeids) -> None:
         for nodeid in nodeids:
@@ -93,15 +106,23 @@ class RunProgress:
         return [c for c in self.course.chapters if c.id in seen]
 
     def summary_lines(self, tree_description: str, learner_tree: bool,
-                      gates_passed: int | None = None) -> list[str]:
+                      gates_passed: int | None = None, only_ran: bool = False) -> list[str]:
+        """only_ran (a --gates run): leave out exercises none of whose tests ran, and
+        chapters with none left, instead of listing every deselected one as not run."""
         lines = [f"graded: {tree_description}"]
         complete = 0
+        shown = 0
         next_up: ExerciseResults | None = None
         for chapter in self.chapters_seen():
             entries = [self.results.get(e.key) for e in chapter.exercises]
             done = sum(1 for e in entries if e is not None and e.status == "done")
             if chapter.exercises and done == len(chapter.exercises):
                 complete += 1
+            if only_ran:
+                entries = [e for e in entries if e is not None and e.ran]
+                if not entries:
+                    continue
+            shown += 1
             lines.append(f"{chapter.label}: {done}/{len(chapter.exercises)} exercises")
             for entry in entries:
                 if entry is None:
@@ -110,9 +131,10 @@ class RunProgress:
                 if next_up is None and entry.status in ("todo", "failed"):
                     next_up = entry
         who = "your progress" if learner_tree else "this tree"
-        lines.append(
-            f"course: {complete}/{self.course.chapters_total} chapters ({who}, from this run)"
-        )
+        if shown or not only_ran:
+            lines.append(
+                f"course: {complete}/{self.course.chapters_total} chapters ({who}, from this run)"
+            )
         if gates_passed is not None:
             lines.append(
                 f"gates: {gates_passed}/{self.course.gates_total} gates passed "

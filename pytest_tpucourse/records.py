@@ -7,7 +7,10 @@ Every row says what its number is (`method`):
 
 The honesty rule is enforced where a row is made: `Record` refuses `measured` from a
 CPU or from interpret mode, refuses a prediction with a verdict, and refuses a time
-from an off-chip run. The schema is docs/records-schema.json.
+from an off-chip run. A measured floor or ceiling timed next to a kernel is a
+`reference` (it judges the kernel's row, never a criterion); an implementation that
+cannot run on the hardware is `not-runnable`, with no value, never a pass. The
+schema is docs/records-schema.json; docs/gates.md explains it.
 
 Appends are safe from several processes (pytest -n) and from Ctrl-C: the line is
 written with one write() under an exclusive flock, then fsync'd; a line cut short
@@ -32,7 +35,11 @@ from . import chips
 
 SCHEMA_VERSION = 1
 METHODS = ("roofline-predicted", "off-chip-verified", "measured")
-VERDICTS = ("pass", "fail", "pending")
+VERDICTS = ("pass", "fail", "pending", "reference", "not-runnable")
+# reference:    a floor or ceiling timed next to a kernel so the kernel can be judged; it
+#               neither passes nor fails a criterion itself
+# not-runnable: the implementation cannot run on this hardware (a TPU Pallas kernel on a
+#               GPU); the row carries no value and is never a pass
 IMPLEMENTATIONS = ("floor", "kernel", "ceiling")
 ACCELERATORS = ("tpu", "gpu")
 DEFAULT_PATH = Path("bench") / "records.jsonl"
@@ -63,7 +70,7 @@ class Record:
     chip: str
     method: str
     statistic: str  # "floor", "median", "relative-error", ...
-    value: float
+    value: float | None  # None only for a not-runnable row
     unit: str  # "s" for times
     verdict: str
     platform: str  # what ran it: cpu, gpu, tpu
@@ -89,8 +96,16 @@ class Record:
         _one_of("method", self.method, METHODS)
         _one_of("verdict", self.verdict, VERDICTS)
         _one_of("implementation", self.implementation, IMPLEMENTATIONS)
-        if not isinstance(self.value, (int, float)) or not math.isfinite(self.value):
+        if self.verdict == "not-runnable":
+            if self.method != "measured" or self.implementation == "floor" or self.value is not None:
+                raise ValueError(f"{self.test_id}: a not-runnable row is a kernel or ceiling on real "
+                                 f"hardware, method measured, value None")
+        elif (not isinstance(self.value, (int, float)) or isinstance(self.value, bool)
+              or not math.isfinite(self.value)):
             raise ValueError(f"{self.test_id}: value must be a finite number, got {self.value!r}")
+        if self.verdict == "reference" and (self.method != "measured" or self.implementation == "kernel"):
+            raise ValueError(f"{self.test_id}: a reference row is a measured floor or ceiling, "
+                             f"got a {self.method} {self.implementation}")
         if not isinstance(self.gate, int) or not 0 <= self.gate <= 5:
             raise ValueError(f"gate must be 0-5, got {self.gate!r}")
         if self.method == "measured":

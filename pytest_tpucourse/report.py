@@ -55,7 +55,10 @@ def bench_readme(all_records) -> str:
                 "÷ ceiling | verdict | date | jax | commit |",
                 "|---|---|---|---|---|---|---|---|---|---|---|---|---|---|"]
         for r in rows:
-            value = _us(r.value) if r.unit == "s" else f"{r.value:.3g} {r.unit}"
+            if r.value is None:
+                value = "not runnable here"
+            else:
+                value = _us(r.value) if r.unit == "s" else f"{r.value:.3g} {r.unit}"
             out.append(
                 f"| {r.gate:02d} | {r.op} | {' · '.join('×'.join(map(str, s)) for s in r.shapes)} | {r.dtype} | "
                 f"{r.implementation} | {_METHOD_LABEL[r.method]} {r.statistic} | {value} | "

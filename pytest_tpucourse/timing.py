@@ -7,6 +7,14 @@ timed, the rounds rotate through several input sets so no cache flatters a
 repeat) and writes a measured row with the median and interquartile range. On a
 CPU nothing is timed: it writes the roofline prediction for the chip and the test
 is skipped as awaiting hardware.
+
+Two ways to measure:
+  measure_floor  gate 0: XLA's op against its roofline floor.
+  measure_trio   a kernel between the XLA floor and the public ceiling
+                 (jax.experimental.pallas.ops.tpu), all three timed in the same run,
+                 one row each; the kernel row is judged by the gate's speed criteria
+                 from the measured ratios, the floor and ceiling rows are references.
+                 A TPU Pallas kernel on a GPU is recorded as not runnable, never as a pass.
 """
 
 from __future__ import annotations
@@ -52,8 +60,35 @@ class BenchmarkTimer:
         )
         stats = self.benchmark.stats
         if stats is None:
-            raise RuntimeError("pytest-benchmark timed nothing (is --benchmark-disable set?)")
+            raise RuntimeError("pytest-benchmark timed nothing: benchmarks are disabled "
+                               "(--benchmark-disable or --benchmark-skip); gate timings need them on")
         return Stats(median=stats.stats.median, iqr=stats.stats.iqr, rounds=stats.stats.rounds)
+
+
+def labelled_benchmark(request, label: str):
+    """Another pytest-benchmark fixture for the same test, named `test[label]`.
+
+    pytest-benchmark's fixture times one target per test; a trio times three. Each
+    extra one is built like pytest-benchmark's own fixture and reports into the same
+    session, so the terminal table and --benchmark-json carry all three.
+    """
+    from pytest_benchmark.fixture import BenchmarkFixture
+    from pytest_benchmark.utils import NameWrapper
+
+    session = request.config._benchmarksession
+    if session.skip:
+        pytest.skip("Benchmarks are skipped (--benchmark-skip was used).")
+    node = request.node
+    marker = node.get_closest_marker("benchmark")
+    options = dict(marker.kwargs) if marker else {}
+    if "timer" in options:
+        options["timer"] = NameWrapper(options["timer"])
+    options.setdefault("group", node.name)
+    fixture = BenchmarkFixture(node, add_stats=session.benchmarks.append, logger=session.logger,
+                               warner=node.warn, disabled=session.disabled, **dict(session.options, **options))
+    fixture.name, fixture.fullname = f"{node.name}[{label}]", f"{node.nodeid}[{label}]"
+    request.addfinalizer(fixture._cleanup)
+    return fixture
 
 
 @dataclass(frozen=True)
@@ -82,7 +117,8 @@ class GateRun:
     """Writes the rows of one gate test; judges measured ones by the gate's criterion."""
 
     def __init__(self, *, gate: int, chapter: str, test_id: str, chip: chips.Chip,
-                 on_accelerator: bool, provenance: Provenance, records_path: Path, timer_factory):
+                 on_accelerator: bool, provenance: Provenance, records_path: Path, timer_factory,
+                 marker_cost: Cost | None = None):
         self.gate = gates.gate(gate)
         self.chapter = chapter
         self.test_id = test_id
@@ -91,6 +127,22 @@ class GateRun:
         self.provenance = provenance
         self.records_path = Path(records_path)
         self._timer_factory = timer_factory
+        self.marker_cost = marker_cost  # from the test's @pytest.mark.roofline(flops=, bytes=)
+
+    @property
+    def platform(self) -> str:
+        return self.provenance.platform
+
+    def _cost(self, cost: Cost | None) -> Cost:
+        if cost is not None and self.marker_cost is not None and cost != self.marker_cost:
+            raise ValueError(f"{self.test_id}: the call's cost ({cost.flops:g} FLOPs, {cost.bytes:g} bytes) "
+                             f"disagrees with its roofline marker ({self.marker_cost.flops:g} FLOPs, "
+                             f"{self.marker_cost.bytes:g} bytes): give one")
+        cost = cost if cost is not None else self.marker_cost
+        if cost is None:
+            raise ValueError(f"{self.test_id}: no cost for the roofline floor: pass cost= or mark the "
+                             f"test @pytest.mark.roofline(flops=..., bytes=...)")
+        return cost
 
     def _record(self, **fields) -> rec.Record:
         p = self.provenance
@@ -101,25 +153,30 @@ class GateRun:
         rec.append(self.records_path, row)
         return row
 
-    def predict(self, criterion: str, op: str, shapes, dtype: str, cost: Cost) -> rec.Record | None:
-        """Write the roofline floor for this chip, unless the same prediction already holds the slot."""
+    def predict(self, criterion: str, op: str, shapes, dtype: str, cost: Cost | None = None) -> rec.Record | None:
+        """Write the roofline floor for this chip, unless the same prediction already holds the slot.
+
+        cost None: the test's roofline marker gives it.
+        """
         self.gate.criterion(criterion)
+        cost = self._cost(cost)
         floor = predict(self.chip.per_device(), cost).floor_seconds
         slot = (self.gate.number, criterion, op, tuple(map(tuple, shapes)), dtype, self.chip.name, "floor")
-        held = [r for r in rec.current(rec.read(self.records_path)) if r.slot == slot]
-        if held and held[0].method == "roofline-predicted" and held[0].value == floor:
-            return None
+        if any(r.slot == slot and r.method == "roofline-predicted" and r.value == floor
+               for r in rec.read(self.records_path)):
+            return None  # the same prediction is on file (a measurement may hold the slot since)
         return self._record(criterion=criterion, implementation="floor", op=op, shapes=shapes,
                             dtype=dtype, method="roofline-predicted", statistic="floor", value=floor,
                             unit="s", verdict="pending", interpret=False,
                             notes=f"{predict(self.chip.per_device(), cost).bound}-bound")
 
-    def measure_floor(self, criterion: str, op: str, shapes, dtype: str, cost: Cost, fn, input_sets):
+    def measure_floor(self, criterion: str, op: str, shapes, dtype: str, cost: Cost | None, fn, input_sets):
         """Gate 0: time XLA's op and judge it against its roofline floor on this chip.
 
         On a CPU: writes the prediction and skips the test (awaiting hardware).
         """
         c = self.gate.criterion(criterion)
+        cost = self._cost(cost)
         self.predict(criterion, op, shapes, dtype, cost)
         if not self.on_accelerator:
             pytest.skip(f"awaiting hardware: {op} {dtype} roofline floor predicted for {self.chip.name}; "
@@ -137,6 +194,85 @@ class GateRun:
             pytest.fail(f"{op} {dtype} {shapes} on {self.chip.name}: measured {stats.median * 1e6:.1f} us "
                         f"is {ratio:.2f}x its roofline floor {floor * 1e6:.1f} us, outside "
                         f"[{low}, {high}]", pytrace=False)
+        return stats
+
+    def measure_trio(self, criteria, op: str, shapes, dtype: str, cost: Cost | None, *, floor, kernel,
+                     ceiling, input_sets, tpu_only=("kernel", "ceiling")) -> dict:
+        """Time floor (XLA), kernel and ceiling in one run; judge the kernel by `criteria`.
+
+        criteria: a speed criterion id of this gate, or several; each is judged from the
+        measured kernel time divided by the floor's or the ceiling's (Criterion.ratio_of).
+        For each criterion one row per implementation is written: the kernel row carries
+        the verdict and both ratios; floor and ceiling rows are references. kernel or
+        ceiling None, or named in tpu_only on a non-TPU platform, is not runnable here: a
+        not-runnable row is written and the test is skipped, never passed.
+
+        On a CPU nothing is timed: the roofline floor is predicted for each criterion and
+        the test is skipped as awaiting hardware. Returns {implementation: Stats | None}.
+        """
+        criteria = (criteria,) if isinstance(criteria, str) else tuple(criteria)
+        judged = [self.gate.criterion(c) for c in criteria]
+        for c in judged:
+            if c.kind != "speed" or c.ratio_of not in ("floor", "ceiling"):
+                raise ValueError(f"gate {self.gate.number:02d} criterion {c.id} is not judged against "
+                                 f"a measured floor or ceiling")
+            if c.ratio_of == "ceiling" and ceiling is None:
+                raise ValueError(f"gate {self.gate.number:02d} criterion {c.id} needs a ceiling kernel")
+        if floor is None:
+            raise ValueError(f"{self.test_id}: measure_trio needs the XLA floor implementation")
+        cost = self._cost(cost)
+        for c in judged:
+            self.predict(c.id, op, shapes, dtype, cost)
+        if not self.on_accelerator:
+            pytest.skip(f"awaiting hardware: {op} {dtype} roofline floor predicted for {self.chip.name}; "
+                        f"floor, kernel and ceiling are timed only on the chip")
+        if not input_sets:
+            raise ValueError(f"{self.test_id}: measure_trio needs at least one input set")
+
+        fns = {"floor": floor, "kernel": kernel, "ceiling": ceiling}
+        runnable = {name: fn is not None and not (name in tpu_only and self.platform != "tpu")
+                    for name, fn in fns.items()}
+        stats = {name: self._timer_factory(None if name == "kernel" else name).measure(fns[name], input_sets)
+                 if runnable[name] else None for name in ("floor", "kernel", "ceiling")}
+        t_floor, t_ceiling = stats["floor"].median, stats["ceiling"].median if stats["ceiling"] else None
+
+        def ratios(seconds):
+            return seconds / t_floor, (seconds / t_ceiling if t_ceiling else None)
+
+        failures = []
+        for c in judged:
+            common = dict(criterion=c.id, op=op, shapes=shapes, dtype=dtype, method="measured", unit="s",
+                          interpret=False)
+            for name in ("floor", "ceiling", "kernel"):
+                if fns[name] is None and name == "ceiling":
+                    continue  # no public kernel for this op: nothing to record
+                s_ = stats[name]
+                if s_ is None:
+                    why = ("not given" if fns[name] is None
+                           else f"a TPU Pallas kernel cannot run on {self.provenance.device_kind}")
+                    self._record(implementation=name, statistic="median", value=None,
+                                 verdict="not-runnable", notes=f"not runnable here: {why}", **common)
+                    continue
+                to_floor, to_ceiling = ratios(s_.median)
+                if name == "kernel":
+                    if c.ratio_of == "ceiling" and to_ceiling is None:
+                        continue  # the ceiling's not-runnable row speaks for this criterion
+                    verdict = c.judge(to_floor if c.ratio_of == "floor" else to_ceiling)
+                    if verdict == gates.FAIL:
+                        failures.append(f"{c.id}: kernel {s_.median * 1e6:.1f} us is "
+                                        f"{to_floor if c.ratio_of == 'floor' else to_ceiling:.2f}x the "
+                                        f"{c.ratio_of}, outside [{c.ratio_range[0]}, {c.ratio_range[1]:.3g}]")
+                else:
+                    verdict = "reference"
+                self._record(implementation=name, statistic="median", value=s_.median, spread=s_.iqr,
+                             ratio_to_floor=to_floor, ratio_to_ceiling=to_ceiling, verdict=verdict,
+                             notes=f"{s_.rounds} rounds over {len(input_sets)} input sets", **common)
+        if failures:
+            pytest.fail(f"{op} {dtype} {shapes} on {self.chip.name}: " + "; ".join(failures), pytrace=False)
+        if stats["kernel"] is None:
+            timed = " and ".join(name for name in ("floor", "ceiling") if stats[name] is not None)
+            pytest.skip(f"kernel not runnable on {self.provenance.device_kind} ({self.chip.name}): "
+                        f"recorded as not runnable; measured: {timed}")
         return stats
 
 
@@ -175,13 +311,15 @@ class GateContext:
     def on_accelerator(self) -> bool:
         return self.platform in rec.ACCELERATORS
 
-    def run_for(self, *, gate: int, chapter: str, test_id: str, timer_factory) -> GateRun:
+    def run_for(self, *, gate: int, chapter: str, test_id: str, timer_factory,
+                marker_cost: Cost | None = None) -> GateRun:
         if self.chip is None:
             raise pytest.UsageError(f"{test_id}: no chip for gate records: pass --chip")
         return GateRun(gate=gate, chapter=chapter, test_id=test_id, chip=self.chip,
                        on_accelerator=self.on_accelerator,
                        provenance=provenance(self.platform, self.device_kind, self.root),
-                       records_path=self.records_path, timer_factory=timer_factory)
+                       records_path=self.records_path, timer_factory=timer_factory,
+                       marker_cost=marker_cost)
 
 
 def gate_context(registry: chips.ChipRegistry, requested: str | None, platform: str, device_kind: str,

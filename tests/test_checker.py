@@ -233,3 +233,14 @@ def test_a_race_between_two_cores_is_reported():
     with pytest.raises(WrongResult, match="(?s)data race.*RACE DETECTED"):
         tpu_checks.assert_no_races(graded(racy), x)
     tpu_checks.assert_no_races(graded(blocked_copy), x)
+
+
+def test_inputs_named_none_may_be_masks_or_integers():
+    def masked_sum(x, mask):
+        return jnp.where(mask, x, 0.0).sum(axis=-1)
+
+    masked = references.Reference("masked_sum", masked_sum, masked_sum)
+    x = XY[0]
+    mask = jnp.arange(16)[None, :] % 3 == 0
+    checks.assert_grads_match(graded(masked_sum), (x, jnp.broadcast_to(mask, x.shape)),
+                              reference=masked, argnames=("dx", None))

@@ -112,3 +112,13 @@ def test_validate_chip():
     assert chips.validate_chip("mychip", ["mychip"]) == "mychip"
     with pytest.raises(ValueError, match="unknown chip 'v9z'; known chips: v2, v3"):
         chips.validate_chip("v9z")
+
+
+
+def test_jax_refuses_two_cores_for_chips_without_megacore():
+    """Why the registry asks for one core and multiplies (docs/gates.md, "Sources that conflict")."""
+    from jax.experimental.pallas import tpu as pltpu
+
+    for version in ("v2", "v3", "v5e", "v6e", "7x"):
+        with pytest.raises(ValueError, match="num_tensor_cores_per_logical_device=1"):
+            pltpu.get_tpu_info_for_chip(pltpu.ChipVersion(version), 2)

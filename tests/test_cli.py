@@ -56,3 +56,21 @@ def test_bench_reports_a_corrupt_file(tmp_path, capsys):
     path.write_text("oops\n")
     assert cli.main(["bench", "--records", str(path)]) == 2
     assert f"{path}:1: not a valid row" in capsys.readouterr().err
+
+
+def test_bench_page_shows_a_trio_and_a_not_runnable_kernel(tmp_path):
+    path = tmp_path / "records.jsonl"
+    gpu = dict(MEASURED, platform="gpu", device_kind="NVIDIA H200", chip="h200", gate=3, criterion="beats-xla")
+    rec.append(path, make_record(**{**gpu, "verdict": "reference"}, spread=1e-6, ratio_to_floor=1.0))
+    rec.append(path, make_record(**{**gpu, "verdict": "not-runnable"}, implementation="kernel", value=None))
+    assert cli.main(["bench", "--records", str(path)]) == 0
+    page = (tmp_path / "README.md").read_text()
+    assert "| 03 | add | 4096×4096 · 4096×4096 | bfloat16 | floor | measured median | 122.8 µs | 1.0 µs | 1.00× |" in page
+    assert "| kernel | measured median | not runnable here |" in page
+    assert "| 03 The priesthood kernels | Flash attention beats XLA decisively at target shapes | not runnable here |" in page
+    png = tmp_path / "h200.png"
+    try:
+        import matplotlib  # noqa: F401
+    except ImportError:
+        return
+    assert cli.main(["roofline", "--chip", "h200", "--plot", str(png), "--records", str(path)]) == 0

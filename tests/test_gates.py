@@ -35,6 +35,9 @@ FAKE_TPU = """
         return ("tpu", "TPU v5 lite")
 
     class FakeTimer:
+        def __init__(self, label=None):
+            self.label = label
+
         def measure(self, fn, input_sets, rounds=30):
             return Stats(median={seconds}, iqr=1e-8, rounds=rounds)
 
@@ -186,3 +189,67 @@ def test_roofline_marker_attaches_a_prediction(fake_course):
             assert roofline_prediction.bound == "compute"
     """)
     fake_course.run("--chip", "v6e").assert_outcomes(passed=1)
+
+
+XDIST_GATE_TESTS = """
+    import pytest
+    from pytest_tpucourse import roofline
+
+    @pytest.mark.gate(0)
+    @pytest.mark.parametrize("n", [128, 256, 384, 512, 640, 768])
+    def test_add_near_floor(gate_run, n):
+        import jax.numpy as jnp
+        x = jnp.ones((n, n), jnp.bfloat16)
+        gate_run.measure_floor("roofline-predicts", "add", [(n, n), (n, n)], "bfloat16",
+                               roofline.elementwise_cost((n, n), "bfloat16"), jnp.add, [(x, x)])
+"""
+
+
+@pytest.mark.parametrize("device", ["cpu", "fake-tpu"])
+def test_gates_under_xdist_write_every_row_once_and_print_one_table(fake_course, device):
+    fake_course.test_file(XDIST_GATE_TESTS, "test_gate.py")
+    if device == "fake-tpu":  # every median 1.2x its floor: all pass
+        (fake_course.pytester.path / "conftest.py").write_text(
+            __import__("textwrap").dedent(FAKE_TPU.format(seconds="1.2 * 3 * fn_size(input_sets) * 2 / 8.2e11"))
+            + "\ndef fn_size(input_sets):\n    return input_sets[0][0].size\n")
+    records = fake_course.pytester.path / "records.jsonl"
+    result = fake_course.run("-n", "2", "--gates", "--chip=v5e", "--records", str(records))
+    assert result.ret == pytest.ExitCode.OK
+    result.assert_outcomes(**({"skipped": 6} if device == "cpu" else {"passed": 6}))
+    assert result.stdout.str().count("gates for v5e (pass only on measured rows") == 1
+    assert result.stdout.str().count("gates: ") == 1
+    rows = rec.read(records)
+    method = "roofline-predicted" if device == "cpu" else "measured"
+    tests = sorted(r.test_id for r in rows if r.method == method)
+    assert tests == sorted(f"exercises/ch11/test_gate.py::test_add_near_floor[{n}]"
+                           for n in (128, 256, 384, 512, 640, 768))
+    assert len(rows) == (6 if device == "cpu" else 12)  # on the chip: the prediction, then the measurement
+    if device == "fake-tpu":
+        result.stdout.fnmatch_lines(["  pass  *The roofline predicts this chip*", "gates: 1/6 gates passed*"])
+
+
+def test_a_failing_gate_under_xdist_fails_the_run(fake_course):
+    fake_course.test_file(XDIST_GATE_TESTS, "test_gate.py")
+    (fake_course.pytester.path / "conftest.py").write_text(
+        __import__("textwrap").dedent(FAKE_TPU.format(seconds=1.0)))  # 1 s: far above every floor
+    records = fake_course.pytester.path / "records.jsonl"
+    result = fake_course.run("-n", "2", "--gates", "--records", str(records))
+    assert result.ret == pytest.ExitCode.TESTS_FAILED
+    result.assert_outcomes(failed=6)
+    assert len(rec.failures(rec.read(records))) == 6
+    result.stdout.fnmatch_lines(["  fail  *The roofline predicts this chip*", "gates: 0/6 gates passed*"])
+
+
+def test_a_gates_run_lists_no_deselected_exercises(fake_course):
+    fake_course.test_file("def test_double(impl):\n    assert impl.double.double(2) == 4\n")
+    fake_course.test_file(GATE_TEST, "test_gate.py")
+    records = fake_course.pytester.path / "records.jsonl"
+    result = fake_course.run("--gates", "--chip=v5e", "--records", str(records))
+    assert result.ret == pytest.ExitCode.OK
+    result.assert_outcomes(skipped=1, deselected=1)
+    summary = result.stdout.str().split("= tpucourse =")[1].splitlines()
+    assert not [line for line in summary if "double" in line or line.startswith(("  ----", "course: "))]
+    result.stdout.fnmatch_lines(["gate 00 The machine (ch10)", "graded: *", "gates: 0/6 gates passed*"])
+    # without --gates the summary is unchanged: the exercise is listed
+    plain = fake_course.run("--records", str(records))
+    plain.stdout.fnmatch_lines(["*double*0/1 tests passed*", "course: 0/15 chapters*"])

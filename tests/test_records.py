@@ -68,6 +68,8 @@ def test_schema_documents_every_field():
     assert set(schema["properties"]) == fields
     assert set(schema["required"]) <= fields
     assert schema["properties"]["method"]["enum"] == list(rec.METHODS)
+    assert schema["properties"]["verdict"]["enum"] == list(rec.VERDICTS)
+    assert schema["properties"]["implementation"]["enum"] == list(rec.IMPLEMENTATIONS)
 
 
 @pytest.mark.parametrize("content, line, reason", [

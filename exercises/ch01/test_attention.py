@@ -1,0 +1,84 @@
+"""Graded tests for ch01.attention: attention(q, k, v, mask=None, *, causal, scale)."""
+
+import dataclasses
+
+import jax.numpy as jnp
+import numpy as np
+import pytest
+from hypothesis import example, given
+from hypothesis import strategies as st
+
+from pytest_tpucourse import checks, references
+from pytest_tpucourse import strategies as tst
+
+# Few shapes (each one compiles every op again): multi-query (4 heads share 1 kv
+# head); grouped-query (4 heads, 2 kv heads); causal with more keys than queries
+# (top-left alignment: query i sees keys 0..i, not the last i + 1 keys).
+MQA = tst.AttentionConfig(batch=1, heads=4, kv_heads=1, q_len=64, kv_len=64, head_dim=32,
+                          causal=False, dtype="float32")
+GQA = tst.AttentionConfig(batch=1, heads=4, kv_heads=2, q_len=64, kv_len=64, head_dim=32,
+                          causal=True, dtype="bfloat16")
+CAUSAL_WIDE = tst.AttentionConfig(batch=2, heads=2, kv_heads=2, q_len=32, kv_len=96, head_dim=32,
+                                  causal=True, dtype="float32")
+
+
+@st.composite
+def configs(draw, dtypes=("float32", "bfloat16")):
+    """One of the three shapes above, causal or not, in a drawn dtype."""
+    cfg = draw(tst.few(MQA, GQA, CAUSAL_WIDE))
+    return dataclasses.replace(cfg, causal=draw(st.booleans()), dtype=draw(tst.dtypes(*dtypes)))
+
+
+CONFIGS = configs()
+
+
+def _mask(cfg, seed):
+    """(B, 1, Sq, Skv): about 30% of keys hidden per query, and query 0 sees nothing."""
+    rng = np.random.default_rng(seed)
+    mask = rng.random((cfg.batch, 1, cfg.q_len, cfg.kv_len)) < 0.7
+    mask[:, :, 0, :] = False
+    return jnp.asarray(mask)
+
+
+@given(cfg=CONFIGS, scale=tst.few(None, 0.3), seed=tst.seeds())
+@example(cfg=MQA, scale=None, seed=0)
+@example(cfg=CAUSAL_WIDE, scale=None, seed=0)
+def test_attention_matches_reference(impl, cfg, scale, seed):
+    q, k, v = cfg.arrays(seed)
+    checks.assert_matches_reference(
+        impl.attention.attention, (q, k, v), kwargs=dict(causal=cfg.causal, scale=scale),
+        reference=references.ATTENTION.bind(causal=cfg.causal, scale=scale), require_kernel=False,
+        repro=f"attention(q, k, v, causal={cfg.causal}, scale={scale}): {cfg}, seed {seed}")
+
+
+@given(cfg=CONFIGS, seed=tst.seeds())
+@example(cfg=CAUSAL_WIDE, seed=0)
+def test_attention_with_mask(impl, cfg, seed):
+    """A boolean mask, broadcast over heads; query 0 is fully masked and must come out zero."""
+    q, k, v = cfg.arrays(seed)
+    mask = _mask(cfg, seed)
+    checks.assert_matches_reference(
+        impl.attention.attention, (q, k, v, mask), kwargs=dict(causal=cfg.causal),
+        reference=references.MASKED_ATTENTION.bind(causal=cfg.causal), require_kernel=False,
+        repro=f"attention(q, k, v, mask (B, 1, Sq, Skv), causal={cfg.causal}): {cfg}, seed {seed}")
+
+
+@pytest.mark.parametrize("cfg", [dataclasses.replace(GQA, dtype="float32"), CAUSAL_WIDE],
+                         ids=["gqa-causal", "causal-wide"])
+def test_attention_grads(impl, cfg):
+    q, k, v = cfg.arrays(7)
+    checks.assert_grads_match(
+        impl.attention.attention, (q, k, v), kwargs=dict(causal=cfg.causal),
+        reference=references.ATTENTION.bind(causal=cfg.causal), argnames=("dq", "dk", "dv"),
+        seed=7, repro=f"jax.vjp(attention, q, k, v, causal={cfg.causal}): {cfg}, seed 7")
+
+
+def test_attention_grads_with_mask(impl):
+    cfg = CAUSAL_WIDE
+    q, k, v = cfg.arrays(3)
+    mask = _mask(cfg, 3)  # a keyword argument: it has no gradient
+    checks.assert_grads_match(
+        impl.attention.attention, (q, k, v), kwargs=dict(mask=mask, causal=True),
+        reference=references.MASKED_ATTENTION.bind(mask=mask, causal=True),
+        argnames=("dq", "dk", "dv"), seed=3,
+        repro=f"jax.vjp(attention, q, k, v, mask, causal=True): {cfg}, seed 3")

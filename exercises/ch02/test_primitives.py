@@ -1,0 +1,76 @@
+"""Graded tests for ch02.primitives: count_primitives(fn, *args)."""
+
+from collections import Counter
+
+import jax
+import jax.numpy as jnp
+import pytest
+from jax import lax
+
+from pytest_tpucourse import references, structure
+from pytest_tpucourse import strategies as tst
+
+
+@jax.custom_vjp
+def _scaled_sin(x):
+    return jnp.sin(x) * 2.0
+
+
+_scaled_sin.defvjp(lambda x: (_scaled_sin(x), x), lambda x, g: (g * jnp.cos(x) * 2.0,))
+
+
+def _flat(x):
+    return jnp.tanh(x) * 2.0 + x
+
+
+def _nested_jit(x):
+    inner = jax.jit(lambda a: jnp.sin(a) * a)
+    return jax.jit(lambda a: inner(a) + inner(a * 2.0))(x)
+
+
+def _relu_mlp(x):
+    return jax.nn.relu(x @ x.T) @ x  # relu is a custom_jvp holding a jit holding max
+
+
+def _cond(x):
+    return lax.cond(x[0, 0] > 0, lambda a: jnp.sin(a), lambda a: jnp.cos(a) + 1.0, x)
+
+
+def _scan(x):
+    return lax.scan(lambda c, row: (c + jnp.tanh(row), c.sum()), x[0], x)[0]
+
+
+def _custom_vjp(x):
+    return _scaled_sin(x) + 1.0
+
+
+def _attention(x):
+    q = x.reshape(1, 2, 8, 8)
+    return references.attention_floor(q, q, q, causal=True)
+
+
+PROGRAMS = {
+    "flat": _flat,
+    "nested_jit": _nested_jit,
+    "relu_mlp": _relu_mlp,
+    "cond": _cond,
+    "scan": _scan,
+    "custom_vjp": _custom_vjp,
+    "attention": _attention,
+}
+
+
+@pytest.mark.parametrize("name", list(PROGRAMS))
+def test_count_primitives(impl, name):
+    fn = PROGRAMS[name]
+    x = tst.random_array((16, 8), "float32", 0)
+    got = impl.primitives.count_primitives(fn, x)
+    want = Counter(structure.primitives_outside_kernels(jax.make_jaxpr(fn)(x)))
+    display = impl.primitives.count_primitives.display
+    assert isinstance(got, dict), f"{display} should return a dict, got {type(got).__name__}"
+    wrong = {p: (got.get(p, 0), n) for p, n in want.items() if got.get(p, 0) != n}
+    extra = {p: n for p, n in got.items() if p not in want}
+    assert not wrong and not extra, (
+        f"{display} miscounts the {name!r} program: (got, expected) per primitive "
+        f"{dict(sorted(wrong.items()))}" + (f", primitives that are not there {extra}" if extra else "")
+        + f"\n  expected {dict(sorted(want.items()))}\n  reproduce: count_primitives({name}, x(16, 8) float32)")

@@ -1,0 +1,38 @@
+"""Graded tests for ch03.stablehlo: stablehlo_text(fn, *args)."""
+
+import jax
+import jax.numpy as jnp
+import pytest
+
+from pytest_tpucourse import references
+from pytest_tpucourse import strategies as tst
+
+# (name, function, input shapes, ops its StableHLO must contain)
+PROGRAMS = [
+    ("tanh(x @ w)", lambda x, w: jnp.tanh(x @ w), [(8, 16), (16, 32)],
+     ["stablehlo.dot_general", "stablehlo.tanh"]),
+    ("softmax", lambda x: jax.nn.softmax(x, axis=-1), [(4, 128)],
+     ["stablehlo.reduce", "stablehlo.exponential", "stablehlo.divide"]),
+    ("causal attention", lambda q, k, v: references.attention_floor(q, k, v, causal=True),
+     [(1, 2, 16, 8)] * 3, ["stablehlo.dot_general", "stablehlo.select", "stablehlo.iota"]),
+]
+
+
+@pytest.mark.parametrize("program", PROGRAMS, ids=[p[0] for p in PROGRAMS])
+def test_stablehlo_text(impl, program):
+    name, f, shapes, ops = program
+    args = [tst.random_array(s, "float32", i) for i, s in enumerate(shapes)]
+    fn = impl.stablehlo.stablehlo_text
+    text = fn(f, *args)
+    where = f"{fn.display}, for {name} on shapes {shapes}"
+    assert isinstance(text, str), f"{where}: should return a str, got {type(text).__name__}"
+    assert "HloModule" not in text, (
+        f"{where}: returned XLA's optimised HLO (it starts 'HloModule'); the exercise asks for "
+        f"StableHLO, the program before XLA compiles it: .lower(...).as_text(), no .compile()")
+    assert text.lstrip().startswith("module @") and "func.func public @main" in text, (
+        f"{where}: is not a StableHLO module (expected 'module @...' with 'func.func public @main'); "
+        f"it starts {text.strip()[:80]!r}")
+    missing = [op for op in ops if op not in text]
+    assert not missing, f"{where}: the text has no {', '.join(missing)}"
+    types = "".join(f"tensor<{'x'.join(map(str, s))}xf32>" for s in shapes[:1])
+    assert types in text, f"{where}: the text has no operand of type {types}: lowered for other inputs?"

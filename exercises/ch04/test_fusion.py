@@ -1,0 +1,80 @@
+"""Graded tests for ch04.fusion: gelu_bias(x, b) is one fusion; naive_attention(q, k, v) cannot be."""
+
+import re
+
+import jax
+import jax.numpy as jnp
+import pytest
+
+from pytest_tpucourse import checks, references
+from pytest_tpucourse import strategies as tst
+
+# Instructions of an ENTRY computation that launch no kernel.
+NOT_KERNELS = {"parameter", "constant", "bitcast", "tuple", "get-tuple-element", "copy"}
+
+
+def _gelu_bias(x, b):
+    z = x + b
+    return 0.5 * z * (1.0 + jnp.tanh(0.7978845608028654 * (z + 0.044715 * z ** 3)))
+
+
+def _in_f32(x, b):
+    return _gelu_bias(x.astype(jnp.float32), b.astype(jnp.float32)).astype(x.dtype)
+
+
+GELU_BIAS = references.Reference("gelu_bias", _gelu_bias, _in_f32)
+
+
+def _entry(function, *args):
+    text = jax.jit(function).lower(*args).compile().as_text()
+    return text[text.index("\nENTRY"):]
+
+
+def _kernels(entry):
+    """(opcode, shape, line) of every ENTRY instruction that runs a kernel."""
+    found = []
+    for line in entry.splitlines()[1:]:
+        m = re.match(r"\s*(?:ROOT\s+)?%\S+\s*=\s*(.*?)\s([\w\-]+)\(", line)
+        if m and m.group(2) not in NOT_KERNELS:
+            found.append((m.group(2), m.group(1), line.strip()[:110]))
+    return found
+
+
+@pytest.mark.parametrize("dtype", ["float32", "bfloat16"])
+def test_gelu_bias_values(impl, dtype):
+    x = tst.random_array((256, 512), dtype, 0, scale=2.0)
+    b = tst.random_array((512,), dtype, 1)
+    checks.assert_matches_reference(impl.fusion.gelu_bias, (x, b), reference=GELU_BIAS,
+                                    require_kernel=False, repro=f"gelu_bias(x(256, 512), b(512,)) {dtype}")
+
+
+def test_gelu_bias_is_one_fusion(impl):
+    x = tst.random_array((256, 512), "bfloat16", 0)
+    b = tst.random_array((512,), "bfloat16", 1)
+    impl.fusion.gelu_bias(x, b)
+    kernels = _kernels(_entry(impl.fusion.gelu_bias.resolve(), x, b))
+    assert len(kernels) == 1 and kernels[0][0] == "fusion", (
+        f"{impl.fusion.gelu_bias.display} compiles to {len(kernels)} kernel(s), expected exactly one "
+        f"fusion:\n  " + "\n  ".join(k[2] for k in kernels))
+
+
+def test_naive_attention_values(impl):
+    cfg = tst.AttentionConfig(1, 2, 2, 128, 128, 64, False, "float32")
+    q, k, v = cfg.arrays(0)
+    checks.assert_matches_reference(impl.fusion.naive_attention, (q, k, v), reference=references.ATTENTION,
+                                    require_kernel=False, repro=f"naive_attention(q, k, v): {cfg}")
+
+
+def test_naive_attention_materialises_the_scores(impl):
+    """Several kernels, and one of them writes an (.., S, S) buffer: the scores exist in memory."""
+    s = 256
+    cfg = tst.AttentionConfig(1, 2, 2, s, s, 64, False, "float32")
+    q, k, v = cfg.arrays(0)
+    impl.fusion.naive_attention(q, k, v)
+    kernels = _kernels(_entry(impl.fusion.naive_attention.resolve(), q, k, v))
+    listing = "\n  ".join(k[2] for k in kernels)
+    assert len(kernels) >= 2, (f"{impl.fusion.naive_attention.display} compiles to {len(kernels)} kernel; "
+                               f"naive attention cannot be one fusion:\n  {listing}")
+    square = [k for k in kernels if re.search(rf"\[(?:\d+,)*{s},{s}\]", k[1])]
+    assert square, (f"{impl.fusion.naive_attention.display}: no kernel writes an (.., {s}, {s}) score "
+                    f"buffer; write attention the obvious way (scores, softmax, P·V):\n  {listing}")

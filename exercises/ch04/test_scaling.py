@@ -1,0 +1,68 @@
+"""Graded tests for ch04.scaling: bytes_accessed(fn, *args), fit_exponent(ns, values)."""
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+import pytest
+from hypothesis import example, given
+from hypothesis import strategies as st
+
+from pytest_tpucourse import references
+from pytest_tpucourse import strategies as tst
+
+SEQ_LENS = (256, 512, 1024, 2048)
+
+
+@given(p=st.floats(0.5, 3.0), c=st.floats(1e-3, 1e6), noise=tst.few(0.0, 0.02), seed=tst.seeds())
+@example(p=2.0, c=3.0, noise=0.0, seed=0)
+def test_fit_exponent_recovers_known_exponents(impl, p, c, noise, seed):
+    ns = np.array([64, 128, 256, 512, 1024, 2048], dtype=np.float64)
+    values = c * ns ** p * np.exp(np.random.default_rng(seed).normal(0.0, noise, ns.size))
+    fn = impl.scaling.fit_exponent
+    got = fn(ns, values)
+    tol = 1e-6 if noise == 0 else 0.05
+    assert isinstance(got, (float, np.floating)) and abs(got - p) <= tol, (
+        f"{fn.display} returns {got!r} for values = {c:.3g} * n**{p:.4f} "
+        f"(log-normal noise {noise}), expected {p:.4f} within {tol}")
+
+
+def test_fit_exponent_with_a_lower_order_term(impl):
+    """n² + 64·n: the fit over a sweep must say ~2, not the ratio of the first two points."""
+    ns = np.array(SEQ_LENS, dtype=np.float64)
+    got = impl.scaling.fit_exponent(ns, ns ** 2 + 64 * ns)
+    assert 1.8 <= got <= 2.0, f"{impl.scaling.fit_exponent.display} returns {got} for n² + 64·n over {SEQ_LENS}"
+
+
+def test_bytes_accessed_is_xlas_estimate(impl):
+    x = tst.random_array((256, 512), "float32", 0)
+    f = lambda x: jnp.tanh(x) * 2.0  # noqa: E731
+    got = impl.scaling.bytes_accessed(f, x)
+    want = jax.jit(f).lower(x).compile().cost_analysis()["bytes accessed"]
+    assert got == pytest.approx(want), (
+        f"{impl.scaling.bytes_accessed.display} gives {got} for tanh(x) * 2 on x(256, 512) f32; XLA's "
+        f"cost analysis says {want} bytes accessed (one read and one write of 512 KiB)")
+
+
+def _sweep(impl, function):
+    values = []
+    for n in SEQ_LENS:
+        q = jax.ShapeDtypeStruct((1, 1, n, 64), jnp.float32)
+        values.append(impl.scaling.bytes_accessed(function, q, q, q))
+    return values
+
+
+def test_naive_attention_bytes_grow_as_n_squared(impl):
+    values = _sweep(impl, references.attention_floor)
+    p = impl.scaling.fit_exponent(np.array(SEQ_LENS), np.array(values))
+    assert 1.8 <= p <= 2.2, (
+        f"naive attention's bytes accessed {values} over S = {SEQ_LENS} (D = 64) fit S**{p:.2f}; expected "
+        f"an exponent in [1.8, 2.2]: the (S, S) scores are written and read back")
+
+
+def test_a_row_op_bytes_grow_linearly(impl):
+    """The same instrument on layer norm of (S, 64): no S² buffer, exponent ~1."""
+    def row_op(q, k, v):
+        return references.LAYERNORM.floor(q, k[0, 0, 0], v[0, 0, 0])
+    values = _sweep(impl, row_op)
+    p = impl.scaling.fit_exponent(np.array(SEQ_LENS), np.array(values))
+    assert 0.8 <= p <= 1.2, f"layer norm's bytes accessed {values} over S = {SEQ_LENS} fit S**{p:.2f}, expected ~1"

@@ -1,0 +1,93 @@
+"""Graded tests for ch05.streaming: streaming_attention(...) and streaming_states(...)."""
+
+import dataclasses
+
+import jax.numpy as jnp
+import numpy as np
+from hypothesis import example, given
+from hypothesis import strategies as st
+
+from pytest_tpucourse import checks, references
+from pytest_tpucourse import strategies as tst
+
+# Few shapes (each compiles a scan): multi-head 128 x 128; grouped-query (4 heads,
+# 2 kv heads) 256 x 256; more keys than queries (64 queries, 256 keys).
+MHA = tst.AttentionConfig(batch=1, heads=2, kv_heads=2, q_len=128, kv_len=128, head_dim=64,
+                          causal=False, dtype="float32")
+GQA = tst.AttentionConfig(batch=2, heads=4, kv_heads=2, q_len=256, kv_len=256, head_dim=32,
+                          causal=True, dtype="bfloat16")
+WIDE = tst.AttentionConfig(batch=1, heads=2, kv_heads=1, q_len=64, kv_len=256, head_dim=64,
+                           causal=True, dtype="float32")
+BLOCKS = (16, 32, 64, 128)  # every one divides every kv_len above
+
+
+@st.composite
+def configs(draw):
+    cfg = draw(tst.few(MHA, GQA, WIDE))
+    return dataclasses.replace(cfg, causal=draw(st.booleans()), dtype=draw(tst.dtypes()))
+
+
+@given(cfg=configs(), block_k=tst.few(*BLOCKS), seed=tst.seeds())
+@example(cfg=MHA, block_k=128, seed=0)                                          # one block: no rescaling
+@example(cfg=dataclasses.replace(GQA, dtype="float32"), block_k=16, seed=0)     # 16 steps, causal
+@example(cfg=WIDE, block_k=32, seed=0)                                          # Skv > Sq, causal
+def test_streaming_attention_matches_reference(impl, cfg, block_k, seed):
+    q, k, v = cfg.arrays(seed)
+    checks.assert_matches_reference(
+        impl.streaming.streaming_attention, (q, k, v), kwargs=dict(causal=cfg.causal, block_k=block_k),
+        reference=references.ATTENTION.bind(causal=cfg.causal), require_kernel=False,
+        repro=f"streaming_attention(q, k, v, causal={cfg.causal}, block_k={block_k}): {cfg}, seed {seed}")
+
+
+def test_streaming_attention_custom_scale(impl):
+    q, k, v = MHA.arrays(5)
+    checks.assert_matches_reference(
+        impl.streaming.streaming_attention, (q, k, v), kwargs=dict(scale=0.3, block_k=32),
+        reference=references.ATTENTION.bind(scale=0.3), require_kernel=False,
+        repro=f"streaming_attention(q, k, v, scale=0.3, block_k=32): {MHA}, seed 5")
+
+
+def _prefix_max(q, k, end, causal, scale):
+    """max over keys [0, end) of the scaled (and causally masked) scores, in float64."""
+    q64, k64 = tst.as_float64(q), tst.as_float64(k)
+    k64 = np.repeat(k64, q.shape[1] // k.shape[1], axis=1)[:, :, :end]
+    s = np.einsum("bhqd,bhkd->bhqk", q64, k64) * scale
+    if causal:
+        s = np.where(np.arange(q.shape[2])[:, None] >= np.arange(end)[None, :], s, -np.inf)
+    return s.max(axis=-1)
+
+
+@given(cfg=tst.few(MHA, WIDE), causal=st.booleans(), block_k=tst.few(32, 64), seed=tst.seeds())
+@example(cfg=WIDE, causal=True, block_k=64, seed=0)
+@example(cfg=MHA, causal=True, block_k=32, seed=1)
+def test_rescale_invariant(impl, cfg, causal, block_k, seed):
+    """After step j, acc / l is attention over keys [0, (j + 1) · block_k), and m is their max score.
+
+    Checked after the first step, the second (the first rescale), a middle one and the last.
+    """
+    cfg = dataclasses.replace(cfg, causal=causal)
+    q, k, v = cfg.arrays(seed)
+    fn = impl.streaming.streaming_states
+    states = fn(q, k, v, causal=cfg.causal, block_k=block_k)
+    n = cfg.kv_len // block_k
+    b, h, sq, d = q.shape
+    repro = f"streaming_states(q, k, v, causal={cfg.causal}, block_k={block_k}): {cfg}, seed {seed}"
+    assert isinstance(states, (tuple, list)) and len(states) == 3, (
+        f"{fn.display} should return (m, l, acc), got {type(states).__name__}\n  reproduce: {repro}")
+    m, l, acc = states
+    want = {"m": (n, b, h, sq), "l": (n, b, h, sq), "acc": (n, b, h, sq, d)}
+    for name, x in zip(want, states):
+        assert tuple(getattr(x, "shape", ())) == want[name], (
+            f"{fn.display}: {name} has shape {tuple(getattr(x, 'shape', ()))}, expected {want[name]} "
+            f"(one entry per key block, stacked on axis 0)\n  reproduce: {repro}")
+    scale = d ** -0.5
+    for j in sorted({0, 1, n // 2, n - 1}):
+        end = (j + 1) * block_k
+        checks.assert_close(m[j], _prefix_max(q, k, end, cfg.causal, scale), fn=fn, dtype="float32",
+                            what=f"m after step {j} (max score over keys [0, {end}))", repro=repro)
+        ratio = checks.graded(lambda *_, j=j: (acc[j] / l[j][..., None]).astype(q.dtype),
+                              f"{fn.display}: acc / l after step {j}")
+        prefix = jnp.arange(cfg.kv_len) < end  # keys [0, end) only; same shapes at every step
+        checks.assert_matches_reference(
+            ratio, (q, k, v), reference=references.MASKED_ATTENTION.bind(mask=prefix, causal=cfg.causal),
+            require_kernel=False, names=[f"attention over keys [0, {end})"], repro=repro)

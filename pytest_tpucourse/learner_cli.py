@@ -1,0 +1,238 @@
+"""`tpucourse progress`, `tpucourse hint` and `tpucourse reset`: where am I, what next, start over.
+
+Results come only from the state file the plugin writes after each pytest run of
+the learner's exercises/ tree (state.py); gate statuses only from the gate records
+(records.py, gates.py). Nothing here runs a test or infers a pass.
+"""
+
+from __future__ import annotations
+
+import datetime as dt
+import subprocess
+import sys
+from pathlib import Path
+
+from . import gates, state
+from . import records as rec
+from .course import Course, CourseDataError, Exercise, find_course_root, load_course
+
+
+class CommandError(Exception):
+    """What the learner asked for cannot be done; the message says why."""
+
+
+def course_here(start: Path | None = None) -> Course:
+    root = find_course_root(Path(start or Path.cwd()))
+    if root is None:
+        raise CommandError(f"no course.toml at or above {Path(start or Path.cwd()).resolve()}: "
+                           "run tpucourse inside the course checkout")
+    try:
+        return load_course(root)
+    except CourseDataError as error:
+        raise CommandError(f"course data: {error}") from None
+
+
+def _read_state(course: Course) -> dict:
+    try:
+        return state.read(course.root)
+    except state.CorruptState as error:
+        raise CommandError(str(error)) from None
+
+
+def _shipped(course: Course, exercise: Exercise) -> bool:
+    return (course.root / "exercises" / exercise.chapter / exercise.test_file).is_file()
+
+
+def next_exercise(course: Course, data: dict, chapter_id: str | None = None) -> Exercise | None:
+    """The first shipped exercise (of a chapter, or of the course) not seen done."""
+    for chapter in course.chapters:
+        if chapter_id is not None and chapter.id != chapter_id:
+            continue
+        for exercise in chapter.exercises:
+            if _shipped(course, exercise) and state.exercise_status(course.root, data, exercise) != "done":
+                return exercise
+    return None
+
+
+# ---------------------------------------------------------------- progress
+
+_MARK = {"done": "done", "failed": "FAIL", "todo": "TODO", "partial": "part",
+         "changed": "edit", "not run": "----"}
+
+
+def gate_label(all_records, number: int) -> str:
+    """passed on hardware / failed / off-chip verified / awaiting hardware, from records only."""
+    chips_seen = sorted({r.chip for r in all_records})
+    per_chip = {chip: gates.gate_statuses(all_records, chip)[number] for chip in chips_seen}
+    passed = [chip for chip, statuses in per_chip.items() if all(s == gates.PASS for s in statuses.values())]
+    if passed:
+        return f"passed on hardware ({', '.join(passed)})"
+    failed = sorted({f"{chip}: {c}" for chip, statuses in per_chip.items()
+                     for c, s in statuses.items() if s == gates.FAIL})
+    if failed:
+        return f"failed ({'; '.join(failed)})"
+    if any(s == gates.PASS_OFF_CHIP for statuses in per_chip.values() for s in statuses.values()):
+        return "off-chip verified, awaiting hardware"
+    return "awaiting hardware"
+
+
+def progress_lines(course: Course, data: dict, all_records) -> list[str]:
+    lines = [f"{course.title}  (from your pytest runs of exercises/; gates from {rec.DEFAULT_PATH})", ""]
+    complete = 0
+    for chapter in course.chapters:
+        kind = "layer" if chapter.kind == "layer" else f"stage {chapter.stage}"
+        head = f"{chapter.id}  {chapter.title:<28} {kind:<8}"
+        shipped = [e for e in chapter.exercises if _shipped(course, e)]
+        if not shipped:
+            head += "  no exercises yet"
+        else:
+            statuses = [state.exercise_status(course.root, data, e) for e in shipped]
+            done = statuses.count("done")
+            head += f"  {done}/{len(shipped)} exercises"
+            if done == len(shipped):
+                complete += 1
+        if chapter.gate is not None:
+            head += f"  gate {chapter.gate:02d}: {gate_label(all_records, chapter.gate)}"
+        lines.append(head)
+        for exercise in shipped:
+            status = state.exercise_status(course.root, data, exercise)
+            entry = data["exercises"].get(exercise.key, {})
+            line = f"      {_MARK[status]}  {exercise.name}"
+            if status in ("failed", "todo") and entry.get("message"):
+                line += f": {entry['message']}"
+            elif status == "changed":
+                line += ": passed, then edited: run its tests again"
+            elif status == "partial":
+                line += f": {entry.get('tests_passed')}/{entry.get('tests_total')} tests passed, the rest not run"
+            lines.append(line)
+    lines.append("")
+    lines.append(f"your progress: {complete}/{course.chapters_total} chapters")
+    lines.append(f"gates: {gates.gates_passed(all_records)}/{course.gates_total} gates passed (measured on hardware)")
+    upcoming = next_exercise(course, data)
+    if upcoming is None:
+        lines.append("next: every shipped exercise is done")
+    else:
+        lines.append(f"next: {upcoming.key}: {upcoming.summary}")
+        lines.append(f"  edit  exercises/{upcoming.chapter}/{upcoming.module_file}")
+        lines.append(f"  run   pytest exercises/{upcoming.chapter}/{upcoming.test_file}")
+        lines.append(f"  stuck? tpucourse hint {upcoming.key}")
+    return lines
+
+
+def progress(args) -> int:
+    course = course_here()
+    data = _read_state(course)
+    records_path = course.root / rec.DEFAULT_PATH
+    try:
+        all_records = rec.read(records_path) if records_path.exists() else []
+    except rec.CorruptRecords as error:
+        raise CommandError(f"gate records unreadable: {error}") from None
+    print("\n".join(progress_lines(course, data, all_records)))
+    return 0
+
+
+# ---------------------------------------------------------------- hint
+
+def resolve_exercise(course: Course, data: dict, target: str | None) -> Exercise:
+    """`ch11.matmul`, `ch11` (its next unfinished exercise) or nothing (the course's next)."""
+    if target is None:
+        found = next_exercise(course, data)
+        if found is None:
+            raise CommandError("every shipped exercise is done: name one, e.g. tpucourse hint ch11.matmul")
+        return found
+    chapter_id, _, name = target.partition(".")
+    chapter = course.chapter(chapter_id)
+    if chapter is None:
+        raise CommandError(f"no chapter {chapter_id!r}: chapters are "
+                           f"{course.chapters[0].id}-{course.chapters[-1].id}")
+    if not name:
+        if not chapter.exercises:
+            raise CommandError(f"{chapter.label} has no exercises yet")
+        return next_exercise(course, data, chapter.id) or chapter.exercises[-1]
+    exercise = chapter.exercise(name)
+    if exercise is None:
+        raise CommandError(f"{chapter.id} has no exercise {name!r}; it has "
+                           f"{', '.join(e.name for e in chapter.exercises) or 'none yet'}")
+    return exercise
+
+
+def hint(args) -> int:
+    course = course_here()
+    exercise = resolve_exercise(course, _read_state(course), args.exercise)
+    hints = exercise.hints
+    total = len(hints)
+    if args.all:
+        print(f"{exercise.key} ({exercise.summary})")
+        for number, text in enumerate(hints, 1):
+            print(f"hint {number}/{total}: {text}")
+        state.update(course.root, lambda d: d["hints"].__setitem__(exercise.key, total))
+        return 0
+    shown = {}
+
+    def change(data):
+        count = min(state.hints_shown(data, exercise.key) + 1, total)
+        data["hints"][exercise.key] = count
+        shown["n"] = count
+
+    state.update(course.root, change)
+    number = shown["n"]
+    print(f"{exercise.key}: edit exercises/{exercise.chapter}/{exercise.module_file}")
+    print(f"hint {number}/{total}: {hints[number - 1]}")
+    if number < total:
+        print(f"(run `tpucourse hint {exercise.key}` again for hint {number + 1})")
+    else:
+        print("(that was the last hint; `--all` lists them all; the chapter's README.md explains the idea)")
+    return 0
+
+
+# ---------------------------------------------------------------- reset
+
+def shipped_stub(course: Course, relative: str) -> bytes:
+    """The file as committed in git HEAD."""
+    try:
+        inside = subprocess.run(["git", "rev-parse", "--is-inside-work-tree"], cwd=course.root,
+                                capture_output=True, text=True)
+    except FileNotFoundError:
+        raise CommandError("reset needs git (the shipped stubs are the ones in git HEAD), "
+                           "and git is not installed") from None
+    if inside.returncode != 0 or inside.stdout.strip() != "true":
+        raise CommandError(f"{course.root} is not a git checkout, so the shipped stub is unknown: "
+                           "clone the course with git to use reset")
+    shown = subprocess.run(["git", "show", f"HEAD:{relative}"], cwd=course.root, capture_output=True)
+    if shown.returncode != 0:
+        raise CommandError(f"{relative} is not in git HEAD: there is no shipped version to restore")
+    return shown.stdout
+
+
+def reset(args, stdin=None) -> int:
+    stdin = stdin or sys.stdin
+    course = course_here()
+    chapter_id, _, name = args.exercise.partition(".")
+    if not name or course.chapter(chapter_id) is None:
+        raise CommandError(f"give chNN.module, e.g. ch11.matmul (got {args.exercise!r})")
+    relative = f"exercises/{chapter_id}/{name}.py"
+    target = course.root / relative
+    stub = shipped_stub(course, relative)
+    if target.exists() and target.read_bytes() == stub:
+        print(f"{relative} is already as shipped")
+        return 0
+    if target.exists() and not args.yes:
+        if not stdin.isatty():
+            raise CommandError(f"{relative} holds your work: pass --yes to overwrite it "
+                               "(it is backed up first); not asking on a non-interactive input")
+        print(f"Overwrite {relative} with the shipped stub? Your version is backed up first. [y/N] ",
+              end="", flush=True)
+        if stdin.readline().strip().lower() not in ("y", "yes"):
+            print("left as it is")
+            return 1
+    if target.exists():
+        backups = course.root / state.STATE_DIR / "backups"
+        backups.mkdir(parents=True, exist_ok=True)
+        stamp = dt.datetime.now().strftime("%Y%m%dT%H%M%S%f")
+        backup = backups / f"{chapter_id}.{name}-{stamp}.py"
+        state.atomic_write_text(backup, target.read_text(encoding="utf-8"))
+        print(f"your version is in {backup.relative_to(course.root)}")
+    target.parent.mkdir(parents=True, exist_ok=True)
+    state.atomic_write_text(target, stub.decode("utf-8"))
+    print(f"{relative} is back as shipped")
+    return 0

@@ -1,0 +1,166 @@
+"""The learner's state file: `.tpucourse/state.json` at the course root.
+
+It holds what pytest runs observed about the learner's own exercises (never a
+--solutions or --impl-root run) and how many hints of each exercise were shown.
+`tpucourse progress`, `hint` and `watch` read it.
+
+Every change is read-modify-write under an exclusive lock (`.tpucourse/state.lock`),
+so concurrent runs and pytest-xdist never lose an update, and is written to a
+temporary file, fsynced, then renamed over the old one: a run killed mid-write
+leaves either the old file or the new one, never half of one.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import datetime as dt
+import hashlib
+import json
+import os
+import tempfile
+from pathlib import Path
+
+STATE_DIR = ".tpucourse"
+STATE_FILE = "state.json"
+LOCK_FILE = "state.lock"
+VERSION = 1
+
+try:  # POSIX
+    import fcntl
+except ImportError:  # pragma: no cover - Windows
+    fcntl = None
+
+
+class CorruptState(Exception):
+    """The state file exists but is not a state file this version can read."""
+
+
+def state_path(course_root: Path) -> Path:
+    return Path(course_root) / STATE_DIR / STATE_FILE
+
+
+def empty() -> dict:
+    return {"version": VERSION, "exercises": {}, "hints": {}}
+
+
+def read(course_root: Path) -> dict:
+    """The state, or an empty one when no run has written it yet."""
+    path = state_path(course_root)
+    try:
+        text = path.read_text(encoding="utf-8")
+    except FileNotFoundError:
+        return empty()
+    try:
+        data = json.loads(text)
+    except json.JSONDecodeError as error:
+        raise CorruptState(f"{path} is not valid JSON ({error}); delete it to start afresh") from None
+    if not isinstance(data, dict) or data.get("version") != VERSION:
+        raise CorruptState(f"{path} is not a version-{VERSION} tpucourse state file; delete it to start afresh")
+    data.setdefault("exercises", {})
+    data.setdefault("hints", {})
+    return data
+
+
+@contextlib.contextmanager
+def _locked(course_root: Path):
+    directory = Path(course_root) / STATE_DIR
+    directory.mkdir(exist_ok=True)
+    with open(directory / LOCK_FILE, "a+") as lock:
+        if fcntl is not None:
+            fcntl.flock(lock.fileno(), fcntl.LOCK_EX)
+        try:
+            yield
+        finally:
+            if fcntl is not None:
+                fcntl.flock(lock.fileno(), fcntl.LOCK_UN)
+
+
+def atomic_write_text(path: Path, text: str) -> None:
+    """Write `text` to `path` so that a reader sees the old or the new file, whole."""
+    path = Path(path)
+    fd, temporary = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.", suffix=".tmp")
+    try:
+        with os.fdopen(fd, "w", encoding="utf-8") as handle:
+            handle.write(text)
+            handle.flush()
+            os.fsync(handle.fileno())
+        os.replace(temporary, path)
+    except BaseException:
+        with contextlib.suppress(FileNotFoundError):
+            os.unlink(temporary)
+        raise
+    with contextlib.suppress(OSError):  # make the rename itself durable
+        directory = os.open(path.parent, os.O_RDONLY)
+        try:
+            os.fsync(directory)
+        finally:
+            os.close(directory)
+
+
+def update(course_root: Path, change) -> dict:
+    """Apply `change(state)` (it edits the dict in place) under the lock; return the new state."""
+    with _locked(course_root):
+        data = read(course_root)
+        change(data)
+        atomic_write_text(state_path(course_root), json.dumps(data, indent=1, sort_keys=True) + "\n")
+        return data
+
+
+def file_digest(path: Path) -> str | None:
+    try:
+        return hashlib.sha256(Path(path).read_bytes()).hexdigest()
+    except OSError:
+        return None
+
+
+def now() -> str:
+    return dt.datetime.now(dt.timezone.utc).replace(microsecond=0).isoformat()
+
+
+def record_results(course_root: Path, results) -> dict:
+    """Store what a run of the learner's tree showed: {exercise key: ExerciseResults}.
+
+    Exercises the run did not touch keep their earlier entry. A partial run (some
+    tests not run, none failed) does not replace an earlier done: it neither shows
+    the exercise complete nor shows it broken.
+    """
+    stamp = now()
+
+    def change(data):
+        for key, entry in results.items():
+            status = entry.status
+            if status == "not run":
+                continue
+            previous = data["exercises"].get(key)
+            if status == "partial" and previous is not None and previous["status"] == "done":
+                continue
+            exercise = entry.exercise
+            message = entry.first_message.strip().splitlines()[0] if entry.first_message.strip() else ""
+            data["exercises"][key] = {
+                "status": status,
+                "tree": "exercises",
+                "tests_passed": len(entry.passed),
+                "tests_total": len(entry.collected | entry.deselected),
+                "message": message.removeprefix("TODO: "),
+                "module_sha256": file_digest(
+                    Path(course_root) / "exercises" / exercise.chapter / exercise.module_file),
+                "date": stamp,
+            }
+
+    return update(course_root, change)
+
+
+def exercise_status(course_root: Path, data: dict, exercise) -> str:
+    """done / failed / todo / partial / changed (passed, edited since) / not run."""
+    entry = data["exercises"].get(exercise.key)
+    if entry is None:
+        return "not run"
+    if entry["status"] == "done":
+        current = file_digest(Path(course_root) / "exercises" / exercise.chapter / exercise.module_file)
+        if current != entry.get("module_sha256"):
+            return "changed"
+    return entry["status"]
+
+
+def hints_shown(data: dict, key: str) -> int:
+    return int(data["hints"].get(key, 0))

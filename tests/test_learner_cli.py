@@ -1,0 +1,149 @@
+"""tpucourse progress / hint / reset: what a learner sees between pytest runs."""
+
+import io
+import subprocess
+
+import pytest
+
+from pytest_tpucourse import cli, state
+from pytest_tpucourse import records as rec
+
+from .test_records import MEASURED, make_record
+from .test_state import GRADED_TEST
+
+
+@pytest.fixture
+def course(fake_course, monkeypatch):
+    fake_course.test_file(GRADED_TEST)
+    monkeypatch.chdir(fake_course.pytester.path)
+    return fake_course
+
+
+def tpucourse(capsys, *argv):
+    code = cli.main(list(argv))
+    captured = capsys.readouterr()
+    return code, captured.out, captured.err
+
+
+def test_progress_before_any_run_claims_nothing(course, capsys):
+    code, out, _ = tpucourse(capsys, "progress")
+    assert code == 0
+    assert "ch11  Pallas fundamentals          stage 1   0/1 exercises  gate 01: awaiting hardware" in out
+    assert "      ----  double" in out
+    assert "your progress: 0/15 chapters" in out and "gates: 0/6 gates passed" in out
+    assert "next: ch11.double: Return 2 * x." in out
+    assert "  run   pytest exercises/ch11/test_double.py" in out
+    assert "  stuck? tpucourse hint ch11.double" in out
+
+
+def test_progress_follows_runs_and_distrusts_edits(course, capsys):
+    course.run()
+    out = tpucourse(capsys, "progress")[1]
+    assert "      TODO  double: double() in exercises/ch11/double.py is not written yet." in out
+    course.write("exercises", "double", "def double(x):\n    return x * 2\n")
+    out = tpucourse(capsys, "progress")[1]
+    assert "0/1 exercises" in out  # written, but no run has seen it pass
+    course.run().assert_outcomes(passed=2)
+    out = tpucourse(capsys, "progress")[1]
+    assert "1/1 exercises" in out and "      done  double" in out
+    assert "your progress: 1/15 chapters" in out and "next: every shipped exercise is done" in out
+    course.write("exercises", "double", "def double(x):\n    return x + x  # edited\n")
+    out = tpucourse(capsys, "progress")[1]
+    assert "0/1 exercises" in out and "edit  double: passed, then edited: run its tests again" in out
+
+
+def test_progress_shows_gate_statuses_from_the_records(course, capsys):
+    path = course.pytester.path / rec.DEFAULT_PATH
+    path.parent.mkdir()
+    rec.append(path, make_record(gate=1, criterion="correct", chapter="ch11", implementation="kernel",
+                                 method="off-chip-verified", statistic="relative-error", value=1e-5,
+                                 unit="relative error", verdict="pass", interpret=True))
+    out = tpucourse(capsys, "progress")[1]
+    assert "gate 01: off-chip verified, awaiting hardware" in out
+    rec.append(path, make_record(**{**MEASURED, "verdict": "fail"}, gate=1, criterion="matmul-near-xla",
+                                 chapter="ch11", implementation="kernel", op="matmul", value=2e-4))
+    out = tpucourse(capsys, "progress")[1]
+    assert "gate 01: failed (v5e: matmul-near-xla)" in out and "gates: 0/6 gates passed" in out
+
+
+def test_hints_come_one_at_a_time_and_are_remembered(course, capsys):
+    code, out, _ = tpucourse(capsys, "hint", "ch11.double")
+    assert code == 0 and "hint 1/2: multiply by two" in out and "again for hint 2" in out
+    out = tpucourse(capsys, "hint", "ch11")[1]  # the chapter's next unfinished exercise
+    assert "hint 2/2: really, just x * 2" in out and "last hint" in out
+    out = tpucourse(capsys, "hint")[1]
+    assert "hint 2/2" in out
+    out = tpucourse(capsys, "hint", "ch11.double", "--all")[1]
+    assert "hint 1/2: multiply by two" in out and "hint 2/2: really, just x * 2" in out
+    assert state.read(course.pytester.path)["hints"] == {"ch11.double": 2}
+
+
+@pytest.mark.parametrize("target, message", [
+    ("ch99", "no chapter 'ch99'"),
+    ("ch11.triple", "ch11 has no exercise 'triple'; it has double"),
+])
+def test_hint_names_what_is_wrong(course, capsys, target, message):
+    code, _, err = tpucourse(capsys, "hint", target)
+    assert code == 2 and message in err
+
+
+def test_commands_outside_a_course_say_so(tmp_path, monkeypatch, capsys):
+    monkeypatch.chdir(tmp_path)
+    code, _, err = tpucourse(capsys, "progress")
+    assert code == 2 and "no course.toml at or above" in err
+
+
+def _git(cwd, *args):
+    subprocess.run(["git", "-c", "user.name=t", "-c", "user.email=t@t", *args], cwd=cwd, check=True,
+                   capture_output=True)
+
+
+def test_reset_refuses_outside_git(course, capsys):
+    code, _, err = tpucourse(capsys, "reset", "ch11.double", "--yes")
+    assert code == 2 and "is not a git checkout, so the shipped stub is unknown" in err
+
+
+@pytest.fixture
+def git_course(course):
+    root = course.pytester.path
+    _git(root, "init", "-q")
+    _git(root, "add", "course.toml", "exercises/ch11/double.py")
+    _git(root, "commit", "-q", "-m", "stub")
+    return course
+
+
+def test_reset_backs_up_and_restores_the_shipped_stub(git_course, capsys, monkeypatch):
+    root = git_course.pytester.path
+    shipped = (root / "exercises/ch11/double.py").read_text()
+    git_course.write("exercises", "double", "def double(x):\n    return x * 2  # mine\n")
+    monkeypatch.setattr("sys.stdin", io.StringIO("y\n"))
+    code, _, err = tpucourse(capsys, "reset", "ch11.double")
+    assert code == 2 and "holds your work: pass --yes" in err  # not a terminal: never asks
+    assert "# mine" in (root / "exercises/ch11/double.py").read_text()
+    code, out, _ = tpucourse(capsys, "reset", "ch11.double", "--yes")
+    assert code == 0 and "exercises/ch11/double.py is back as shipped" in out
+    assert (root / "exercises/ch11/double.py").read_text() == shipped
+    backups = list((root / ".tpucourse" / "backups").glob("ch11.double-*.py"))
+    assert len(backups) == 1 and "# mine" in backups[0].read_text()
+    assert "already as shipped" in tpucourse(capsys, "reset", "ch11.double")[1]
+
+
+class _Terminal(io.StringIO):
+    def isatty(self):
+        return True
+
+
+@pytest.mark.parametrize("answer, kept", [("n\n", True), ("\n", True), ("y\n", False)])
+def test_reset_asks_on_a_terminal(git_course, capsys, monkeypatch, answer, kept):
+    root = git_course.pytester.path
+    git_course.write("exercises", "double", "def double(x):\n    return x * 2  # mine\n")
+    monkeypatch.setattr("sys.stdin", _Terminal(answer))
+    code, out, _ = tpucourse(capsys, "reset", "ch11.double")
+    assert "[y/N]" in out
+    assert ("# mine" in (root / "exercises/ch11/double.py").read_text()) == kept
+    assert code == (1 if kept else 0)
+
+
+def test_reset_of_a_file_not_shipped(git_course, capsys):
+    code, _, err = tpucourse(capsys, "reset", "ch11.helper", "--yes")
+    assert code == 2 and "exercises/ch11/helper.py is not in git HEAD" in err

@@ -1,0 +1,135 @@
+"""The state file: written whole or not at all, by every run of the learner's tree, and only those."""
+
+import json
+import signal
+import subprocess
+import sys
+import time
+
+import pytest
+
+from pytest_tpucourse import state
+
+GRADED_TEST = """
+    import numpy as np
+    from pytest_tpucourse import checks
+
+    def test_double(impl):
+        x = np.arange(4, dtype=np.float32)
+        checks.assert_close(impl.double.double(x), 2.0 * x.astype(np.float64),
+                            fn=impl.double.double, dtype=np.float32)
+
+    def test_double_again(impl):
+        x = np.ones(3, dtype=np.float32)
+        checks.assert_close(impl.double.double(x), 2.0 * x.astype(np.float64),
+                            fn=impl.double.double, dtype=np.float32)
+"""
+
+
+BUMPER = """
+import sys
+from pytest_tpucourse import state
+root, key = sys.argv[1], sys.argv[2]
+for _ in range(25):
+    state.update(root, lambda d: d["hints"].__setitem__(key, d["hints"].get(key, 0) + 1))
+"""
+
+
+def test_concurrent_updates_are_never_lost(tmp_path):
+    writers = [subprocess.Popen([sys.executable, "-c", BUMPER, str(tmp_path), f"k{i % 2}"]) for i in range(4)]
+    assert [w.wait(60) for w in writers] == [0, 0, 0, 0]
+    assert state.read(tmp_path)["hints"] == {"k0": 50, "k1": 50}
+
+
+KILLED_WRITER = """
+import sys
+from pytest_tpucourse import state
+root = sys.argv[1]
+print("ready", flush=True)
+n = 0
+while True:
+    n += 1
+    state.update(root, lambda d: d["hints"].__setitem__("big", [n] * 20000))
+"""
+
+
+def test_a_writer_killed_mid_write_leaves_a_whole_file(tmp_path):
+    state.update(tmp_path, lambda d: d["hints"].__setitem__("big", [0]))
+    for delay in (0.3, 0.45, 0.6):
+        writer = subprocess.Popen([sys.executable, "-c", KILLED_WRITER, str(tmp_path)], stdout=subprocess.PIPE)
+        assert writer.stdout.readline().strip() == b"ready"
+        time.sleep(delay)
+        writer.send_signal(signal.SIGKILL)
+        writer.wait()
+        data = state.read(tmp_path)  # raises CorruptState if half-written
+        assert len(set(data["hints"]["big"])) == 1
+    leftovers = [p.name for p in (tmp_path / ".tpucourse").iterdir() if p.name.endswith(".tmp")]
+    assert len(leftovers) <= 1  # at most the temp file of the killed write; never the state itself
+
+
+def test_a_corrupt_state_file_is_named_not_guessed(tmp_path):
+    (tmp_path / ".tpucourse").mkdir()
+    (tmp_path / ".tpucourse" / "state.json").write_text("{oops")
+    with pytest.raises(state.CorruptState, match=r"state.json is not valid JSON.*delete it"):
+        state.read(tmp_path)
+
+
+def _state(fake_course):
+    return json.loads((fake_course.pytester.path / ".tpucourse" / "state.json").read_text())
+
+
+def test_a_run_records_todo_then_done(fake_course):
+    fake_course.test_file(GRADED_TEST)
+    fake_course.run()
+    entry = _state(fake_course)["exercises"]["ch11.double"]
+    assert entry["status"] == "todo" and entry["tree"] == "exercises"
+    assert entry["message"] == "double() in exercises/ch11/double.py is not written yet."
+    fake_course.write("exercises", "double", "def double(x):\n    return x * 2\n")
+    fake_course.run().assert_outcomes(passed=2)
+    entry = _state(fake_course)["exercises"]["ch11.double"]
+    assert (entry["status"], entry["tests_passed"], entry["tests_total"]) == ("done", 2, 2)
+
+
+def test_solutions_and_impl_root_runs_claim_no_learner_progress(fake_course):
+    fake_course.test_file(GRADED_TEST)
+    fake_course.run("--solutions").assert_outcomes(passed=2)
+    fake_course.run("--impl-root", str(fake_course.pytester.path / "solutions")).assert_outcomes(passed=2)
+    assert not (fake_course.pytester.path / ".tpucourse" / "state.json").exists()
+    fake_course.run()
+    assert _state(fake_course)["exercises"]["ch11.double"]["status"] == "todo"
+    fake_course.run("--solutions")
+    assert _state(fake_course)["exercises"]["ch11.double"]["status"] == "todo"
+
+
+def test_a_deselected_test_keeps_an_exercise_from_done(fake_course):
+    fake_course.write("exercises", "double", "def double(x):\n    return x * 2\n")
+    fake_course.test_file(GRADED_TEST)
+    fake_course.run("-k", "again").assert_outcomes(passed=1)
+    entry = _state(fake_course)["exercises"]["ch11.double"]
+    assert (entry["status"], entry["tests_passed"], entry["tests_total"]) == ("partial", 1, 2)
+
+
+def test_a_failure_replaces_done_but_a_partial_run_does_not(fake_course):
+    fake_course.write("exercises", "double", "def double(x):\n    return x * 2\n")
+    fake_course.test_file(GRADED_TEST)
+    fake_course.run()
+    fake_course.run("-k", "again")
+    assert _state(fake_course)["exercises"]["ch11.double"]["status"] == "done"
+    fake_course.write("exercises", "double", "def double(x):\n    return x * 3\n")
+    fake_course.run("-k", "again")
+    entry = _state(fake_course)["exercises"]["ch11.double"]
+    assert entry["status"] == "failed" and "output is wrong" in entry["message"]
+
+
+def test_an_interrupted_run_leaves_a_readable_state(fake_course):
+    fake_course.write("exercises", "double", "import time\n\ndef double(x):\n    time.sleep(30)\n    return x * 2\n")
+    fake_course.test_file(GRADED_TEST)
+    process = subprocess.Popen([sys.executable, "-m", "pytest", "-p", "no:cacheprovider", "-q"],
+                               cwd=fake_course.pytester.path, stdout=subprocess.PIPE, stderr=subprocess.STDOUT)
+    time.sleep(6)
+    process.send_signal(signal.SIGINT)
+    out, _ = process.communicate(timeout=60)
+    assert b"KeyboardInterrupt" in out, out
+    data = state.read(fake_course.pytester.path)  # whole, or absent: never half-written
+    assert data["exercises"].get("ch11.double", {}).get("status") != "done"
+    assert not list((fake_course.pytester.path / ".tpucourse").glob("*.tmp"))

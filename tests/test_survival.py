@@ -1,0 +1,204 @@
+"""Kernels that hang or over-ask: each ends as one short failure within the deadline, and the run goes on.
+
+Every case runs in its own pytest subprocess with a hard timeout, so a grader
+that failed to survive could never hang this suite.
+"""
+
+import time
+
+import pytest
+
+from .test_bad_learner_code import assert_short_report
+
+KERNELS = """
+    import jax
+    import jax.numpy as jnp
+    from jax import lax
+    from jax.experimental import pallas as pl
+    from jax.experimental.pallas import tpu as pltpu
+
+    def _ok(x_ref, o_ref):
+        o_ref[...] = x_ref[...] * 2
+
+    def _semaphore_never_signalled(x_ref, o_ref, sem):
+        pl.semaphore_wait(sem, 1)
+        o_ref[...] = x_ref[...] * 2
+
+    def _dma_waited_but_never_started(x_hbm, o_ref, buf, sem):
+        copy = pltpu.make_async_copy(x_hbm, buf, sem)
+        copy.wait()
+        o_ref[...] = buf[...] * 2
+
+    def _endless_pl_loop(x_ref, o_ref):
+        o_ref[...] = x_ref[...]
+
+        @pl.loop(0, 2**31 - 1)
+        def _(i):
+            o_ref[...] = o_ref[...] * 1.0
+
+    def _endless_while_loop_over_a_ref(x_ref, o_ref):
+        o_ref[...] = x_ref[...] * 2
+
+        def body(c):
+            o_ref[0, 0] = o_ref[0, 0] + 0.0
+            return c
+        lax.while_loop(lambda c: c >= 0, body, jnp.int32(0))
+
+    def _endless_scalar_while_loop(x_ref, o_ref):
+        n = lax.while_loop(lambda c: c >= 0, lambda c: jnp.maximum(c + 1, 0), jnp.int32(0))
+        o_ref[...] = x_ref[...] * 2 + n.astype(jnp.float32)
+
+    def _huge_scratch(x_ref, o_ref, scratch):
+        o_ref[...] = x_ref[...] * 2
+
+    SPECS = {
+        "ok": (_ok, [], None),
+        "semaphore": (_semaphore_never_signalled, [pltpu.SemaphoreType.REGULAR], None),
+        "dma": (_dma_waited_but_never_started,
+                [pltpu.VMEM((8, 128), jnp.float32), pltpu.SemaphoreType.DMA], pl.ANY),
+        "pl_loop": (_endless_pl_loop, [], None),
+        "while_ref": (_endless_while_loop_over_a_ref, [], None),
+        "while_scalar": (_endless_scalar_while_loop, [], None),
+        "huge_scratch": (_huge_scratch, [pltpu.VMEM((100_000, 100_000, 128), jnp.float32)], None),
+    }
+
+    def double(x, case="ok"):
+        if case == "python_loop":
+            while True:
+                pass
+        kernel, scratch, space = SPECS[case]
+        specs = {"in_specs": [pl.BlockSpec(memory_space=space)]} if space is not None else {}
+        return pl.pallas_call(kernel, out_shape=jax.ShapeDtypeStruct(x.shape, x.dtype),
+                              scratch_shapes=scratch, **specs)(x)
+"""
+
+TESTS = """
+    import numpy as np
+    import jax.numpy as jnp
+    from pytest_tpucourse import checks
+
+    X = jnp.ones((8, 128), jnp.float32)
+
+    def test_bad_kernel(impl):
+        checks.assert_close(impl.double.double(X, case="{case}"), 2 * np.ones((8, 128)),
+                            fn=impl.double.double, dtype=np.float32)
+
+    def test_next_kernel_still_runs(impl):
+        checks.assert_close(impl.double.double(X), 2 * np.ones((8, 128)),
+                            fn=impl.double.double, dtype=np.float32)
+"""
+
+DEADLINE = 3
+STOPPED = "*It was stopped; the other tests still run."
+
+
+@pytest.mark.parametrize("case, expected", [
+    ("semaphore", STOPPED),
+    ("dma", STOPPED),
+    ("pl_loop", STOPPED),
+    ("while_ref", STOPPED),
+    ("python_loop", STOPPED),
+    ("while_scalar", "*It is a compiled loop that cannot be interrupted: it keeps one CPU core busy*"),
+])
+def test_a_hung_kernel_fails_within_the_deadline_and_the_run_goes_on(fake_course, case, expected):
+    fake_course.write("exercises", "double", KERNELS)
+    fake_course.test_file(TESTS.replace("{case}", case))
+    start = time.monotonic()
+    result = fake_course.pytester.runpytest_subprocess(
+        "-p", "no:cacheprovider", "-v", "--kernel-timeout", str(DEADLINE), timeout=120)
+    elapsed = time.monotonic() - start
+    result.stdout.fnmatch_lines([
+        "*test_bad_kernel FAILED*",
+        "*test_next_kernel_still_runs PASSED*",
+        f"double() in exercises/ch11/double.py did not finish within {DEADLINE} s (--kernel-timeout)*",
+        expected,
+    ])
+    assert result.ret == pytest.ExitCode.TESTS_FAILED
+    assert_short_report(result)
+    assert elapsed < 60, f"{case}: the run took {elapsed:.0f} s"
+
+
+def test_a_huge_scratch_request_fails_before_anything_is_allocated(fake_course):
+    fake_course.write("exercises", "double", KERNELS)
+    fake_course.test_file(TESTS.replace("{case}", "huge_scratch"))
+    result = fake_course.pytester.runpytest_subprocess("-p", "no:cacheprovider", "-v", timeout=120)
+    result.stdout.fnmatch_lines([
+        "*test_bad_kernel FAILED*",
+        "*test_next_kernel_still_runs PASSED*",
+        "double() in exercises/ch11/double.py asks for 4.7 TiB of VMEM scratch; a v5e TensorCore "
+        "has 128 MiB *nothing was run.",
+    ])
+    assert_short_report(result)
+
+
+def test_the_vmem_budget_follows_the_chip(fake_course):
+    fake_course.write("exercises", "double", KERNELS)
+    fake_course.test_file(TESTS.replace("{case}", "huge_scratch"))
+    result = fake_course.pytester.runpytest_subprocess("-p", "no:cacheprovider", "--chip", "v7x", timeout=120)
+    result.stdout.fnmatch_lines(["*asks for 4.7 TiB of VMEM scratch; a v7x TensorCore has 64 MiB*"])
+
+
+def test_a_negative_kernel_timeout_is_a_usage_error(fake_course):
+    fake_course.test_file(TESTS.replace("{case}", "ok"))
+    result = fake_course.run("--kernel-timeout", "-1")
+    assert result.ret == pytest.ExitCode.USAGE_ERROR
+    result.stderr.fnmatch_lines(["*--kernel-timeout: a deadline must be positive (or 0 for none), got -1*"])
+
+
+def test_the_callers_jax_context_reaches_the_graded_call():
+    import jax
+    from jax._src import config as jax_config
+    from jax.experimental.pallas import tpu as pltpu
+
+    from pytest_tpucourse import deadline
+
+    def probe():
+        return jax_config.pallas_tpu_interpret_mode_context_manager.value, jax_config.enable_x64.value
+
+    params = pltpu.InterpretParams(detect_races=True)
+    previous = deadline.current()
+    deadline.configure(30)
+    try:
+        with pltpu.force_tpu_interpret_mode(params), jax.enable_x64(True):
+            inside = deadline.call(probe)
+        assert inside[0] is params and inside[1] is True
+        assert deadline.call(probe) == probe()  # outside the contexts: the session's own settings
+        with pytest.raises(ZeroDivisionError):
+            deadline.call(lambda: 1 / 0)
+    finally:
+        deadline.configure(previous)
+
+
+HYPOTHESIS_TESTS = """
+    import numpy as np
+    import jax.numpy as jnp
+    from hypothesis import given, strategies as st
+    from pytest_tpucourse import checks
+
+    @given(st.just(1.0))
+    def test_bad_kernel_property(impl, scale):
+        x = jnp.full((8, 128), scale, jnp.float32)
+        checks.assert_close(impl.double.double(x, case="semaphore"), 2 * np.asarray(x, np.float64),
+                            fn=impl.double.double, dtype=np.float32)
+
+    def test_next_kernel_still_runs(impl):
+        x = jnp.ones((8, 128), jnp.float32)
+        checks.assert_close(impl.double.double(x), 2 * np.ones((8, 128)), fn=impl.double.double,
+                            dtype=np.float32)
+"""
+
+
+def test_a_replayed_hang_is_not_waited_out_twice(fake_course):
+    """Hypothesis runs a failing example again to report it; the same hang fails at once the second time."""
+    fake_course.write("exercises", "double", KERNELS)
+    fake_course.test_file(HYPOTHESIS_TESTS)
+    start = time.monotonic()
+    result = fake_course.pytester.runpytest_subprocess(
+        "-p", "no:cacheprovider", "-v", "--kernel-timeout", "10", timeout=120)
+    elapsed = time.monotonic() - start
+    result.stdout.fnmatch_lines([
+        "*test_bad_kernel_property FAILED*",
+        "*test_next_kernel_still_runs PASSED*",
+        "double() in exercises/ch11/double.py did not finish within 10 s (--kernel-timeout)*",
+    ])
+    assert elapsed < 19, f"{elapsed:.0f} s: the hang was waited out more than once"
