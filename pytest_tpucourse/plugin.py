@@ -30,6 +30,7 @@ class CourseSession:
     backend: backend.Backend
     progress: RunProgress
     hypothesis_profile: str
+    jax_cache: Path | None = None
 
 
 SESSION = pytest.StashKey[CourseSession]()
@@ -58,6 +59,11 @@ def pytest_addoption(parser: pytest.Parser) -> None:
         help="how kernels run: auto (native on a TPU, TPU interpret mode elsewhere; "
         "default), tpu (TPU interpret mode everywhere), fast (generic interpreter: "
         "quicker, but blind to grid-order, uninitialised-memory and out-of-bounds bugs)",
+    )
+    group.addoption(
+        "--jax-cache", metavar="DIR", default=".tpucourse/jax-cache",
+        help="keep compiled XLA programs in DIR (relative to the course root) across runs; "
+        "'none' turns it off (default: .tpucourse/jax-cache)",
     )
     group.addoption(
         "--gates", action="store_true", default=False,
@@ -132,6 +138,8 @@ def pytest_configure(config: pytest.Config) -> None:
         backend=backend.select(config.getoption("interpret")),
         progress=RunProgress(course),
         hypothesis_profile=profile,
+        jax_cache=backend.use_compilation_cache(
+            None if config.getoption("jax_cache") == "none" else root / config.getoption("jax_cache")),
     )
     config.stash[SESSION] = session
     platform, device_kind = (config.hook.pytest_tpucourse_device(config=config)
@@ -176,7 +184,8 @@ def pytest_report_header(config: pytest.Config) -> list[str]:
         f"tpucourse: grading {session.tree.describe(session.course.root)}",
         f"tpucourse: kernels run under {b.describe_mode}",
         f"tpucourse: backend {b.platform} ({b.device_kind}), jax {b.jax_version}, "
-        f"jaxlib {b.jaxlib_version}, hypothesis profile {session.hypothesis_profile}",
+        f"jaxlib {b.jaxlib_version}, hypothesis profile {session.hypothesis_profile}, "
+        f"compilation cache {session.jax_cache or 'off'}",
     ]
     context = config.stash.get(GATES, None)
     if config.getoption("gates") and context is not None:
@@ -208,11 +217,14 @@ def gate_run(request: pytest.FixtureRequest, tpucourse_timer) -> timing.GateRun:
     if mark is None or context is None:
         pytest.fail("gate_run is for @pytest.mark.gate tests inside a course checkout", pytrace=False)
     number = (list(mark.args) + list(mark.kwargs.values()))[0]
-    chapter = request.config.stash[SESSION].course.chapter_of_path(request.path)
+    session = request.config.stash[SESSION]
+    chapter = session.course.chapter_of_path(request.path)
     return context.run_for(gate=number, chapter=chapter.id if chapter else gates.gate(number).chapter,
                            test_id=request.node.nodeid,
                            timer_factory=tpucourse_timer,
-                           marker_cost=_marker_cost(request.node))
+                           marker_cost=_marker_cost(request.node),
+                           interpreted=session.backend.mode != "native",
+                           graded=session.tree.describe(session.course.root))
 
 
 def _marker_cost(item: pytest.Item) -> roofline.Cost | None:

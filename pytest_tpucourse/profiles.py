@@ -28,7 +28,7 @@ _COMMON = dict(
 # for one failing test). The first failing example is reported as found.
 _NO_SHRINK = (Phase.explicit, Phase.reuse, Phase.generate)
 
-settings.register_profile("dev", max_examples=4, phases=_NO_SHRINK, **_COMMON)
+settings.register_profile("dev", max_examples=3, phases=_NO_SHRINK, **_COMMON)
 settings.register_profile(
     "ci", max_examples=6, derandomize=True, database=None, phases=_NO_SHRINK, **_COMMON
 )

@@ -118,7 +118,7 @@ class GateRun:
 
     def __init__(self, *, gate: int, chapter: str, test_id: str, chip: chips.Chip,
                  on_accelerator: bool, provenance: Provenance, records_path: Path, timer_factory,
-                 marker_cost: Cost | None = None):
+                 marker_cost: Cost | None = None, interpreted: bool = True, graded: str = ""):
         self.gate = gates.gate(gate)
         self.chapter = chapter
         self.test_id = test_id
@@ -128,6 +128,8 @@ class GateRun:
         self.records_path = Path(records_path)
         self._timer_factory = timer_factory
         self.marker_cost = marker_cost  # from the test's @pytest.mark.roofline(flops=, bytes=)
+        self.interpreted = interpreted  # kernels ran under a Pallas interpreter in this session
+        self.graded = graded  # which tree the kernels came from, for the rows' notes
 
     @property
     def platform(self) -> str:
@@ -169,6 +171,35 @@ class GateRun:
                             dtype=dtype, method="roofline-predicted", statistic="floor", value=floor,
                             unit="s", verdict="pending", interpret=False,
                             notes=f"{predict(self.chip.per_device(), cost).bound}-bound")
+
+    def verify(self, criterion: str, op: str, shapes, dtype: str, check) -> rec.Record | None:
+        """A correctness criterion: run `check()` (the graded checks at the gate's problem).
+
+        Writes one kernel row, pass or fail: `off-chip-verified` under interpret mode or
+        on a CPU, `measured` when the kernel ran natively on the chip. A failure is
+        recorded before it is re-raised, so it stays on file. Code not written yet (TODO)
+        verifies nothing and writes no row.
+        """
+        from .outcomes import GradingOutcome, Todo
+
+        c = self.gate.criterion(criterion)
+        if c.kind != "correctness":
+            raise ValueError(f"gate {self.gate.number:02d} criterion {c.id} is not a correctness criterion")
+        native = self.on_accelerator and not self.interpreted
+        common = dict(criterion=criterion, implementation="kernel", op=op, shapes=shapes, dtype=dtype,
+                      method="measured" if native else "off-chip-verified", statistic="checks-passed",
+                      unit="check", interpret=not native)
+        where = f"graded tree {self.graded}; " if self.graded else ""
+        try:
+            check()
+        except Todo:
+            raise
+        except (GradingOutcome, AssertionError) as failure:
+            first = str(failure).strip().splitlines()[0] if str(failure).strip() else type(failure).__name__
+            self._record(value=0.0, verdict="fail", notes=f"{where}{first}"[:500], **common)
+            raise
+        return self._record(value=1.0, verdict="pass", notes=f"{where}the chapter's differential checks",
+                            **common)
 
     def measure_floor(self, criterion: str, op: str, shapes, dtype: str, cost: Cost | None, fn, input_sets):
         """Gate 0: time XLA's op and judge it against its roofline floor on this chip.
@@ -312,14 +343,14 @@ class GateContext:
         return self.platform in rec.ACCELERATORS
 
     def run_for(self, *, gate: int, chapter: str, test_id: str, timer_factory,
-                marker_cost: Cost | None = None) -> GateRun:
+                marker_cost: Cost | None = None, interpreted: bool = True, graded: str = "") -> GateRun:
         if self.chip is None:
             raise pytest.UsageError(f"{test_id}: no chip for gate records: pass --chip")
         return GateRun(gate=gate, chapter=chapter, test_id=test_id, chip=self.chip,
                        on_accelerator=self.on_accelerator,
                        provenance=provenance(self.platform, self.device_kind, self.root),
                        records_path=self.records_path, timer_factory=timer_factory,
-                       marker_cost=marker_cost)
+                       marker_cost=marker_cost, interpreted=interpreted, graded=graded)
 
 
 def gate_context(registry: chips.ChipRegistry, requested: str | None, platform: str, device_kind: str,

@@ -104,7 +104,8 @@ def test_header_names_mode_backend_versions_and_tree(fake_course):
     result.stdout.fnmatch_lines([
         "tpucourse: grading solutions/ (the shipped reference solutions)",
         "tpucourse: kernels run under TPU interpret mode (shuffled parallel grid axes*",
-        "tpucourse: backend cpu (cpu), jax 0.10.*, jaxlib 0.10.*, hypothesis profile *",
+        "tpucourse: backend cpu (cpu), jax 0.10.*, jaxlib 0.10.*, hypothesis profile *, "
+        "compilation cache */.tpucourse/jax-cache",
     ])
     fast = fake_course.run("--interpret", "fast")
     fast.stdout.fnmatch_lines([
@@ -124,3 +125,17 @@ def test_hypothesis_profiles_are_registered(fake_course):
     result = fake_course.run("--hypothesis-profile", "thorough")
     result.assert_outcomes(passed=1)
     result.stdout.fnmatch_lines(["*hypothesis profile thorough*"])
+
+
+def test_compiled_programs_are_cached_across_runs_unless_turned_off(fake_course):
+    fake_course.test_file("""
+        import jax.numpy as jnp
+
+        def test_compiles():
+            assert float((jnp.arange(4.0) * 3).sum()) == 18.0
+    """)
+    cache = fake_course.pytester.path / ".tpucourse" / "jax-cache"
+    fake_course.run().assert_outcomes(passed=1)
+    assert any(cache.iterdir()), "the first run left no compiled program in the cache"
+    off = fake_course.run("--jax-cache", "none")
+    off.stdout.fnmatch_lines(["*compilation cache off"])

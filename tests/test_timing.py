@@ -243,3 +243,50 @@ def test_the_real_cpu_path_never_writes_measured(fake_course):
     assert rows and {r.method for r in rows} == {"roofline-predicted"}
     assert {(r.platform, r.verdict) for r in rows} == {("cpu", "pending")}
     assert not bench_json.exists() or json.loads(bench_json.read_text())["benchmarks"] == []
+
+
+# ------------------------------------------------------- correctness criteria
+
+def _verify(run, check):
+    return run.verify("correct", "matmul", [(8, 8), (8, 8)], "bfloat16", check)
+
+
+def test_correctness_under_interpret_mode_is_off_chip_verified(tmp_path):
+    run = _run(tmp_path, gate=1, platform="cpu", device_kind="cpu")
+    row = _verify(run, lambda: None)
+    assert (row.method, row.verdict, row.interpret, row.unit) == ("off-chip-verified", "pass", True, "check")
+    statuses = gates.gate_statuses(rec.read(tmp_path / "r.jsonl"), "v5e")
+    assert statuses[1]["correct"] == gates.PASS_OFF_CHIP
+    assert gates.gates_passed(rec.read(tmp_path / "r.jsonl")) == 0
+
+
+def test_correctness_run_natively_on_the_chip_is_measured(tmp_path):
+    run = _run(tmp_path, gate=1)
+    run.interpreted = False
+    row = _verify(run, lambda: None)
+    assert (row.method, row.verdict, row.interpret) == ("measured", "pass", False)
+    interpreted = _run(tmp_path, gate=1)  # a TPU, but --interpret tpu: not a hardware result
+    assert _verify(interpreted, lambda: None).method == "off-chip-verified"
+
+
+def test_a_failed_check_is_recorded_then_raised_and_a_todo_writes_nothing(tmp_path):
+    from pytest_tpucourse.outcomes import Todo, WrongResult
+
+    run = _run(tmp_path, gate=1, platform="cpu", device_kind="cpu")
+
+    def wrong():
+        raise WrongResult("matmul() in exercises/ch11/matmul.py: output is wrong: ...")
+
+    with pytest.raises(WrongResult):
+        _verify(run, wrong)
+    [row] = rec.read(tmp_path / "r.jsonl")
+    assert row.verdict == "fail" and "output is wrong" in row.notes
+
+    def todo():
+        raise Todo("TODO: matmul() is not written yet.")
+
+    with pytest.raises(Todo):
+        _verify(run, todo)
+    assert len(rec.read(tmp_path / "r.jsonl")) == 1
+    with pytest.raises(ValueError, match="not a correctness criterion"):
+        run.verify("matmul-near-xla", "matmul", [(8, 8)], "bfloat16", lambda: None)
