@@ -18,9 +18,14 @@ LAYOUT_PRIMITIVES = frozenset({
 CUSTOM_VJP_PRIMITIVES = frozenset({"custom_vjp_call", "custom_vjp_call_jaxpr"})
 
 
+def pallas_call_eqns(closed_jaxpr) -> list:
+    """The pallas_call equations a traced program runs (nested jaxprs included)."""
+    return [eqn for eqn in _all_eqns(closed_jaxpr.jaxpr) if eqn.primitive.name == "pallas_call"]
+
+
 def count_pallas_calls(closed_jaxpr) -> int:
     """How many pallas_calls a traced program runs (nested jaxprs included)."""
-    return sum(1 for eqn in _all_eqns(closed_jaxpr.jaxpr) if eqn.primitive.name == "pallas_call")
+    return len(pallas_call_eqns(closed_jaxpr))
 
 
 def primitives_outside_kernels(closed_jaxpr) -> list[str]:

@@ -13,6 +13,8 @@ from __future__ import annotations
 
 import warnings
 
+from . import structure
+
 DEFAULT_CHIP = "v5e"
 
 _budget: tuple[str, int] | None = None  # (chip name, VMEM bytes per TensorCore)
@@ -49,7 +51,7 @@ def check(function, args, kwargs) -> None:
             closed = jax.make_jaxpr(lambda *a: function(*a, **kwargs))(*args)
     except Exception:
         return  # the real call reports it, charged to the code under grading
-    requested = max((scratch_bytes(eqn) for eqn in _pallas_calls(closed.jaxpr)), default=0)
+    requested = max((scratch_bytes(eqn) for eqn in structure.pallas_call_eqns(closed)), default=0)
     chip, capacity = _budget
     if requested > capacity:
         raise ScratchTooLarge(requested, chip, capacity)
@@ -71,21 +73,6 @@ def scratch_bytes(eqn) -> int:
         inner = getattr(aval, "inner_aval", aval)
         total += int(np.prod(inner.shape, dtype=object)) * np.dtype(inner.dtype).itemsize
     return total
-
-
-def _pallas_calls(jaxpr):
-    from jax.extend import core
-
-    for eqn in jaxpr.eqns:
-        if eqn.primitive.name == "pallas_call":
-            yield eqn
-            continue
-        for value in eqn.params.values():
-            for sub in value if isinstance(value, (tuple, list)) else (value,):
-                if isinstance(sub, core.ClosedJaxpr):
-                    yield from _pallas_calls(sub.jaxpr)
-                elif isinstance(sub, core.Jaxpr):
-                    yield from _pallas_calls(sub)
 
 
 def call_signature(function, args, kwargs):
