@@ -330,18 +330,40 @@ def _sort_in_course_order(items: list[pytest.Item], progress: RunProgress) -> No
     items.sort(key=key)
 
 
+WORKER_DESELECTED = "tpucourse_deselected"
+
+
 class ProgressRecorder:
-    """Feeds every report (local, or from pytest-xdist workers) into RunProgress."""
+    """Feeds every report (local, or from pytest-xdist workers) into RunProgress.
+
+    Tests deselected on an xdist worker (`-k`, `--lf`) are invisible to the
+    controller, so each worker sends their ids back in its workeroutput and the
+    controller counts them as deselected: an exercise with deselected tests is
+    never done.
+    """
 
     def __init__(self, progress: RunProgress):
         self.progress = progress
+        self.deselected_here: list[str] = []
 
     def pytest_deselected(self, items) -> None:
-        self.progress.deselected(item.nodeid for item in items)
+        ids = [item.nodeid for item in items]
+        self.deselected_here.extend(ids)
+        self.progress.deselected(ids)
 
     @pytest.hookimpl(optionalhook=True)
     def pytest_xdist_node_collection_finished(self, node, ids) -> None:
         self.progress.collected(ids)
+
+    @pytest.hookimpl(optionalhook=True)
+    def pytest_testnodedown(self, node, error) -> None:
+        output = getattr(node, "workeroutput", None) or {}
+        self.progress.deselected(output.get(WORKER_DESELECTED, ()))
+
+    def pytest_sessionfinish(self, session: pytest.Session) -> None:
+        workeroutput = getattr(session.config, "workeroutput", None)
+        if workeroutput is not None:
+            workeroutput[WORKER_DESELECTED] = self.deselected_here
 
     def pytest_runtest_logreport(self, report: pytest.TestReport) -> None:
         # pytest-xdist puts "[gw0] <platform> -- Python ..." above a worker's failure text.
