@@ -131,10 +131,47 @@ def assert_matches_reference(fn, args, *, reference, kwargs=None, names=None,
     if require_kernel:
         structure.assert_uses_pallas(fn, *args, **kwargs)
     got = fn(*args, **kwargs)
-    floor_out = _run_test_code("floor", reference.floor, args, {})
+    floor_out = _run_test_code("floor", _compiled(reference.floor), args, {})
     expected = _run_oracle(reference.oracle, args, {})
     _compare_trees(fn, got, expected, floor_out, names=names, tol=tol, kind="forward",
                    what="output", repro=repro)
+
+
+def assert_rejects(fn, args, *, kwargs=None, error: type[Exception] = ValueError,
+                   mentions=(), repro: str = "") -> None:
+    """fn(*args, **kwargs) must raise `error` whose message names every string in `mentions`.
+
+    For inputs a function documents as unsupported (a length its blocks do not divide):
+    a clear refusal passes; returning anything, or failing some other way, does not.
+    """
+    import jax
+
+    from . import deadline
+
+    kwargs = kwargs or {}
+    function = fn.resolve()
+    suffix = f"\n  reproduce: {repro}" if repro else ""
+    expected = f"a {error.__name__} naming {', '.join(map(repr, mentions))}" if mentions \
+        else f"a {error.__name__}"
+    try:
+        deadline.call(lambda: jax.block_until_ready(function(*args, **kwargs)))
+    except error as raised:
+        missing = [m for m in mentions if str(m) not in str(raised)]
+        if missing:
+            raise WrongResult(f"{fn.display} raised {type(raised).__name__}: {raised}\n  expected "
+                              f"{expected}; the message does not name {', '.join(map(repr, missing))}."
+                              + suffix) from None
+        return
+    except GradingOutcome:
+        raise
+    except Exception as raised:
+        if isinstance(raised, (NotImplementedError, deadline.DeadlineExceeded)):
+            raise fn._outcome(raised) from None  # the stub (TODO) or a hang
+        raise WrongResult(f"{fn.display} raised {type(raised).__name__}: "
+                          f"{str(raised).splitlines()[0] if str(raised) else ''}\n  expected "
+                          f"{expected}." + suffix) from None
+    raise WrongResult(f"{fn.display} returned a result; expected it to refuse these inputs "
+                      f"with {expected}." + suffix)
 
 
 # ---------------------------------------------------------------- grads
@@ -157,7 +194,7 @@ def assert_grads_match(fn, args, *, reference, argnames, kwargs=None, seed: int 
     kwargs = kwargs or {}
     if len(argnames) != len(args):
         raise CheckerError(f"argnames {argnames} must name each of the {len(args)} inputs (or None)")
-    floor_out = _run_test_code("floor", reference.floor, args, {})
+    floor_out = _run_test_code("floor", _compiled(reference.floor), args, {})
     cotangents = _random_like(floor_out, seed)
     _, got = fn.vjp(tuple(args), cotangents, **kwargs)
 
@@ -182,13 +219,40 @@ def assert_grads_match(fn, args, *, reference, argnames, kwargs=None, seed: int 
         _assert_vjp_consistent_with_forward(fn, args, kwargs, repro)
 
 
-@functools.lru_cache(maxsize=256)
 def _pullback(function):
     """The VJP of an oracle or floor as one compiled program: op-by-op it would compile
     every primitive of the forward and the backward separately, for every dtype."""
+    return _compiled(function, "vjp")
+
+
+def _compiled(function, kind: str = "call"):
+    """An oracle's or floor's forward ("call") or VJP ("vjp") as one jitted program.
+
+    Test code only: learner code stays eager, where Python control flow on values is
+    legal. A Reference.bind partial is keyed by its function and its hashable keyword
+    arguments, so every test that binds the same ones shares one jit cache.
+    """
+    key = (function, kind)
+    if isinstance(function, functools.partial) and not function.args:
+        key = (function.func, tuple(sorted(function.keywords.items())), kind)
+        try:
+            hash(key)
+        except TypeError:  # an array keyword (a mask): compile this call on its own
+            return _jit(function, kind)
+    if key not in _JIT_CACHE:
+        _JIT_CACHE[key] = _jit(function, kind)
+    return _JIT_CACHE[key]
+
+
+_JIT_CACHE: dict = {}
+
+
+def _jit(function, kind):
     import jax
 
-    return jax.jit(lambda args, cotangents: jax.vjp(function, *args)[1](cotangents))
+    if kind == "vjp":
+        return jax.jit(lambda args, cotangents: jax.vjp(function, *args)[1](cotangents))
+    return jax.jit(function)
 
 
 # check_grads compares the VJP's projection on a random direction with a central
@@ -269,7 +333,7 @@ def _run_oracle(oracle, args, kwargs):
     import jax
 
     with jax.enable_x64(True):
-        out = _run_test_code("oracle", oracle, _as_float64(args), kwargs)
+        out = _run_test_code("oracle", _compiled(oracle), _as_float64(args), kwargs)
         return jax.tree.map(lambda x: np.asarray(x, dtype=np.float64), out)
 
 

@@ -154,7 +154,9 @@ class GradedFunction:
 
         def run():
             vmem.check(function, args, kwargs)
-            return jax.block_until_ready(function(*args, **kwargs))
+            return jax.block_until_ready(_compiled_or_eager(
+                lambda: _compiled(function, kwargs, "call")(*args, **_dynamic(kwargs)),
+                lambda: function(*args, **kwargs), args))
 
         with self._guarded():
             return deadline.call(run, key=_exact_call_key(function, args, kwargs))
@@ -175,8 +177,15 @@ class GradedFunction:
 
         def run():
             vmem.check(function, args, kwargs)
-            outputs, pullback = jax.vjp(lambda *a: function(*a, **kwargs), *args)
-            return jax.block_until_ready((outputs, pullback(cotangents)))
+
+            def eager():
+                outputs, pullback = jax.vjp(lambda *a: function(*a, **kwargs), *args)
+                return outputs, pullback(cotangents)
+
+            return jax.block_until_ready(_compiled_or_eager(
+                lambda: _compiled(function, kwargs, "vjp")(tuple(args), cotangents,
+                                                           **_dynamic(kwargs)),
+                eager, args))
 
         with self._guarded():
             return deadline.call(run)
@@ -199,8 +208,33 @@ class GradedFunction:
             f"{self.display} raised:\n" + _describe_exception(error, self._path, self._course_root)
         )
 
+    def derived(self, make, display: str) -> "GradedFunction":
+        """A function built from this one (its gradient, say), graded as this one's code.
+
+        make(function) -> callable. Failures are reported as this function's: a stub
+        is still TODO, and an error still names the file to edit.
+        """
+        return DerivedFunction(self, make, display)
+
     def __repr__(self) -> str:
         return f"<graded function {self.display}>"
+
+
+class DerivedFunction(GradedFunction):
+    def __init__(self, base: GradedFunction, make, display: str):
+        super().__init__(None, display)
+        self._base = base
+        self._make = make
+        self._made: tuple | None = None  # (base function, derived function)
+
+    def resolve(self):
+        function = self._base.resolve()
+        if self._made is None or self._made[0] is not function:
+            self._made = (function, self._make(function))
+        return self._made[1]
+
+    def _outcome(self, error: Exception) -> Exception:
+        return self._base._outcome(error)
 
 
 class LearnerFunction(GradedFunction):
@@ -250,6 +284,67 @@ class LearnerFunction(GradedFunction):
 
     def __repr__(self) -> str:
         return f"<learner function {self.display}>"
+
+
+# ---------------------------------------------------------------- compiled calls
+#
+# Graded code is first run as one jitted program: op by op, JAX compiles every
+# primitive of every distinct shape and dtype on its own, and a chapter of pure-JAX
+# exercises spends most of its first run doing that (chapter 1: 15 s cold eager,
+# 10 s compiled; docs/speed.md). Code that cannot be traced (Python control flow
+# on values, NumPy calls on arrays) or that fails in any way is run again eagerly,
+# so the learner sees the error of their code as written, never a tracer's.
+
+_COMPILED: dict = {}
+
+
+def _compiled_or_eager(compiled, eager, args):
+    """compiled() where every argument is a jax.Array, else (and after any failure) eager().
+
+    Other arguments keep their eager meaning: traced, a Python 4096 ** 3 would
+    overflow int32, and NumPy arrays would stop computing in NumPy's dtypes.
+    """
+    import jax
+
+    if not all(isinstance(leaf, jax.Array) for leaf in jax.tree.leaves(args)):
+        return eager()
+    try:
+        return compiled()
+    except Exception:
+        backend.reset_after_failure()  # a kernel that failed must not poison the rerun
+        return eager()
+
+
+def _static(kwargs) -> tuple:
+    """Keyword arguments that are not arrays (block sizes, flags, scales): compile-time."""
+    return tuple(sorted((k, v) for k, v in kwargs.items() if not _is_array(v)))
+
+
+def _dynamic(kwargs) -> dict:
+    return {k: v for k, v in kwargs.items() if _is_array(v)}
+
+
+def _is_array(value) -> bool:
+    return hasattr(value, "shape") and hasattr(value, "dtype")
+
+
+def _compiled(function, kwargs, kind: str):
+    """jit of function(*args, **kwargs) ("call") or of its VJP ("vjp"), kept per static kwargs."""
+    import jax
+
+    static = dict(_static(kwargs))
+    key = (function, tuple(static.items()), kind)
+    if key not in _COMPILED:
+        if kind == "call":
+            program = jax.jit(lambda *args, **dynamic: function(*args, **static, **dynamic))
+        else:
+            def program(args, cotangents, **dynamic):
+                outputs, pullback = jax.vjp(
+                    lambda *a: function(*a, **static, **dynamic), *args)
+                return outputs, pullback(cotangents)
+            program = jax.jit(program)
+        _COMPILED[key] = program
+    return _COMPILED[key]
 
 
 def _exact_call_key(function, args, kwargs):
