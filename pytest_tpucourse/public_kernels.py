@@ -14,17 +14,56 @@ import functools
 import jax
 
 
+def _flash_block_sizes(block_q: int, block_kv: int):
+    from jax.experimental.pallas.ops.tpu import flash_attention as fa
+
+    return fa.BlockSizes(
+        block_q=block_q, block_k_major=block_kv, block_k=block_kv, block_b=1,
+        block_q_major_dkv=block_q, block_k_major_dkv=block_kv, block_k_dkv=block_kv,
+        block_q_dkv=block_q, block_k_major_dq=block_kv, block_k_dq=block_kv, block_q_dq=block_q,
+    )
+
+
+def _shared_kv_heads(q, k, v):
+    """JAX's kernels are multi-head only: give each query head its kv head (GQA, MQA)."""
+    group = q.shape[1] // k.shape[1]
+    if group == 1:
+        return k, v
+    return jax.numpy.repeat(k, group, axis=1), jax.numpy.repeat(v, group, axis=1)
+
+
 def flash_attention(q, k, v, *, causal: bool = False, scale: float | None = None,
-                    block: int = 128):
+                    block: int | None = None, block_q: int = 128, block_kv: int = 128):
+    """JAX's flash attention, forward and backward (its own custom_vjp)."""
+    from jax.experimental.pallas.ops.tpu import flash_attention as fa
+
+    if block is not None:
+        block_q = block_kv = block
+    scale = q.shape[-1] ** -0.5 if scale is None else scale
+    k, v = _shared_kv_heads(q, k, v)
+    block_q, block_kv = min(block_q, q.shape[2]), min(block_kv, k.shape[2])
+    return fa.flash_attention(q, k, v, causal=causal, sm_scale=scale,
+                              block_sizes=_flash_block_sizes(block_q, block_kv))
+
+
+def flash_forward(q, k, v, *, causal: bool = False, scale: float | None = None,
+                  block_q: int = 128, block_kv: int = 128):
+    """(out, lse) from JAX's flash forward kernel, in chapter 13's signature.
+
+    The kernel saves the rows' normaliser l and max m when asked for residuals;
+    lse = m + log(l). Reached through the module's private
+    `_flash_attention_impl`, the only entry point that returns them.
+    """
     from jax.experimental.pallas.ops.tpu import flash_attention as fa
 
     scale = q.shape[-1] ** -0.5 if scale is None else scale
-    sizes = fa.BlockSizes(
-        block_q=block, block_k_major=block, block_k=block, block_b=1,
-        block_q_major_dkv=block, block_k_major_dkv=block, block_k_dkv=block, block_q_dkv=block,
-        block_k_major_dq=block, block_k_dq=block, block_q_dq=block,
-    )
-    return fa.flash_attention(q, k, v, causal=causal, sm_scale=scale, block_sizes=sizes)
+    k, v = _shared_kv_heads(q, k, v)
+    block_q, block_kv = min(block_q, q.shape[2]), min(block_kv, k.shape[2])
+    out, l, m = fa._flash_attention_impl(q, k, v, None, None, True, causal, scale, 1, block_q,
+                                         block_kv, block_kv, False)
+    if l.ndim == q.ndim:  # lane-replicated (B, H, Sq, 128)
+        l, m = l[..., 0], m[..., 0]
+    return out, m + jax.numpy.log(l)
 
 
 @functools.lru_cache(maxsize=None)
@@ -48,10 +87,17 @@ def _splash_kernel(heads: int, q_len: int, kv_len: int, causal: bool, block: int
 
 def splash_attention(q, k, v, *, causal: bool = False, scale: float | None = None,
                      block: int = 128):
-    """Splash attention (multi-head; it does not scale q itself, so the wrapper does)."""
+    """Splash attention (it takes no softmax scale: the wrapper scales q)."""
     scale = q.shape[-1] ** -0.5 if scale is None else scale
+    k, v = _shared_kv_heads(q, k, v)
     kernel = _splash_kernel(q.shape[1], q.shape[2], k.shape[2], causal, block)
-    return jax.vmap(kernel)((q * scale).astype(q.dtype), k, v)
+    dtype = q.dtype
+    # Scaled in f32: rounding q·scale back to bf16 would add an error of its own wherever
+    # the scale is not a power of two (the kernel takes mixed f32 q and bf16 k, v).
+    q = q.astype(jax.numpy.float32) * scale
+    # One call per batch element, not jax.vmap: vmap adds a grid axis that TPU interpret
+    # mode (jax 0.10.2) does not give a dimension semantic, and batches over 1 fail there.
+    return jax.numpy.stack([kernel(q[b], k[b], v[b]) for b in range(q.shape[0])]).astype(dtype)
 
 
 def matmul(x, y, *, bm: int = 128, bk: int = 128, bn: int = 128):

@@ -126,12 +126,43 @@ def attention_oracle(q, k, v, mask=None, *, causal: bool = False, scale: float |
     return attention(q, k, v, mask, causal=causal, scale=scale, accumulate=q.dtype)
 
 
+def attention_logsumexp(q, k, *, causal: bool = False, scale: float | None = None,
+                        accumulate=F32):
+    """logsumexp over keys of q kᵀ · scale (causal: keys 0..i), (B, H, Sq) in `accumulate`.
+
+    The residual a flash forward saves for its backward: each row's max plus the log of
+    its softmax normaliser. Rows whose keys are all masked give -inf.
+    """
+    b, h, sq, d = q.shape
+    hkv, skv = k.shape[1], k.shape[2]
+    scale = d ** -0.5 if scale is None else scale
+    k = jnp.repeat(k, h // hkv, axis=1)
+    s = jnp.einsum("bhqd,bhkd->bhqk", q, k, preferred_element_type=accumulate,
+                   precision=HIGHEST) * scale
+    if causal:
+        s = jnp.where(jnp.arange(sq)[:, None] >= jnp.arange(skv)[None, :], s, -jnp.inf)
+    return jax.nn.logsumexp(s.astype(accumulate), axis=-1)
+
+
+def _attention_with_lse_floor(q, k, v, *, causal: bool = False, scale: float | None = None):
+    return (attention_floor(q, k, v, causal=causal, scale=scale),
+            attention_logsumexp(q, k, causal=causal, scale=scale))
+
+
+def _attention_with_lse_oracle(q, k, v, *, causal: bool = False, scale: float | None = None):
+    return (attention_oracle(q, k, v, causal=causal, scale=scale),
+            attention_logsumexp(q, k, causal=causal, scale=scale, accumulate=q.dtype))
+
+
 ADD = Reference("add", _add, _in_f32(_add))
 SOFTMAX = Reference("softmax", _softmax, _in_f32(_softmax))
 LAYERNORM = Reference("layernorm", _layernorm, _in_f32(_layernorm))
 MATMUL = Reference("matmul", matmul_oracle, matmul_floor)
 MATMUL_BIAS_ACT = Reference("matmul_bias_act", _matmul_bias_act_oracle, _matmul_bias_act_floor)
 ATTENTION = Reference("attention", attention_oracle, attention_floor)
+# (out, lse): a flash forward's output and the logsumexp residual it saves (float32).
+ATTENTION_WITH_LSE = Reference("attention with logsumexp", _attention_with_lse_oracle,
+                               _attention_with_lse_floor)
 
 
 # ---------------------------------------------------------------- chapter 1's ops

@@ -51,16 +51,16 @@ def bench_readme(all_records) -> str:
                 out.append(f"| {g.number:02d} {g.title} | {c.text} | {statuses[g.number][c.id]} |")
         rows = sorted((r for r in rec.current(all_records) if r.chip == chip),
                       key=lambda r: (r.gate, r.criterion, r.op, r.shapes, r.implementation))
-        out += ["", "| gate | op | shapes | dtype | implementation | what | value | spread | ÷ floor | "
-                "÷ ceiling | verdict | date | jax | commit |",
-                "|---|---|---|---|---|---|---|---|---|---|---|---|---|---|"]
+        out += ["", "| gate | criterion | op | shapes | dtype | implementation | what | value | spread | "
+                "÷ floor | ÷ ceiling | verdict | date | jax | commit |",
+                "|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|"]
         for r in rows:
             if r.value is None:
                 value = "not runnable here"
             else:
                 value = _us(r.value) if r.unit == "s" else f"{r.value:.3g} {r.unit}"
             out.append(
-                f"| {r.gate:02d} | {r.op} | {' · '.join('×'.join(map(str, s)) for s in r.shapes)} | {r.dtype} | "
+                f"| {r.gate:02d} | {r.criterion} | {r.op} | {' · '.join('×'.join(map(str, s)) for s in r.shapes)} | {r.dtype} | "
                 f"{r.implementation} | {_METHOD_LABEL[r.method]} {r.statistic} | {value} | "
                 f"{_us(r.spread) if r.unit == 's' else ''} | {_ratio(r.ratio_to_floor)} | "
                 f"{_ratio(r.ratio_to_ceiling)} | {r.verdict} | {r.date[:10]} | {r.jax} | "

@@ -100,6 +100,34 @@ def elementwise_cost(shape, dtype, *, inputs: int = 2) -> Cost:
     return Cost(flops=size * (inputs - 1 if inputs > 1 else 1), bytes=(inputs + 1) * size * itemsize(dtype))
 
 
+def attention_cost(batch: int, heads: int, q_len: int, kv_len: int, head_dim: int, dtype, *,
+                   kv_heads: int | None = None, causal: bool = False,
+                   backward: bool = False) -> Cost:
+    """Flash attention's FLOPs and HBM bytes (the score matrix never reaches HBM).
+
+    Forward: two matmuls (q kᵀ and P v), 4·D FLOPs per (query, key) pair computed; causal
+    counts only the allowed pairs (top-left: query i sees keys 0..i), so a square causal
+    problem costs (S + 1) / (2S) of the full one. Bytes: q, k, v read once, o written once.
+    backward=True adds the backward's five matmuls (S recomputed, dV, dP, dQ, dK: 2.5x the
+    forward's FLOPs), reading q, k, v, o, dO and writing dq, dk, dv.
+    """
+    kv_heads = heads if kv_heads is None else kv_heads
+    _positive(batch=batch, heads=heads, kv_heads=kv_heads, q_len=q_len, kv_len=kv_len,
+              head_dim=head_dim)
+    if causal:
+        pairs = sum(min(i + 1, kv_len) for i in range(q_len))
+    else:
+        pairs = q_len * kv_len
+    flops = 4 * head_dim * pairs * batch * heads
+    q_elems = batch * heads * q_len * head_dim
+    kv_elems = batch * kv_heads * kv_len * head_dim
+    nbytes = (2 * q_elems + 2 * kv_elems) * itemsize(dtype)
+    if backward:
+        flops += 10 * head_dim * pairs * batch * heads
+        nbytes += (3 * q_elems + 4 * kv_elems) * itemsize(dtype)  # q, o, dO, dq; k, v, dk, dv
+    return Cost(flops=flops, bytes=nbytes)
+
+
 # The ops the command line knows: name -> (number of dims in --shape, cost function).
 OPS = {
     "matmul": (3, lambda s, dtype: matmul_cost(*s, dtype)),

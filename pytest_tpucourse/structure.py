@@ -89,15 +89,21 @@ def assert_one_kernel(fn, *args, **kwargs) -> None:
 
 def _all_eqns(jaxpr):
     """Every equation, descending into sub-jaxprs but not into pallas_call bodies."""
-    from jax.extend import core as jex_core
-
     for eqn in jaxpr.eqns:
         yield eqn
         if eqn.primitive.name == "pallas_call":
             continue
-        for param in eqn.params.values():
-            for sub in param if isinstance(param, (list, tuple)) else (param,):
-                if isinstance(sub, jex_core.ClosedJaxpr):
-                    yield from _all_eqns(sub.jaxpr)
-                elif isinstance(sub, jex_core.Jaxpr):
-                    yield from _all_eqns(sub)
+        for sub in sub_jaxprs(eqn):
+            yield from _all_eqns(sub)
+
+
+def sub_jaxprs(eqn):
+    """The open jaxprs an equation's parameters hold (branches, loop bodies, calls)."""
+    from jax.extend import core as jex_core
+
+    for param in eqn.params.values():
+        for sub in param if isinstance(param, (list, tuple)) else (param,):
+            if isinstance(sub, jex_core.ClosedJaxpr):
+                yield sub.jaxpr
+            elif isinstance(sub, jex_core.Jaxpr):
+                yield sub

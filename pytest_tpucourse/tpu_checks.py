@@ -31,7 +31,7 @@ def assert_lowers_for_tpu(fn, *args, **kwargs) -> None:
     function = fn.resolve()
     shapes = jax.tree.map(lambda a: jax.ShapeDtypeStruct(a.shape, a.dtype), args)
     # Interpret mode would replace the Mosaic lowering: switch it off for the trace.
-    with pltpu.force_tpu_interpret_mode(None):
+    with pltpu.force_tpu_interpret_mode(None), _lowering_target(LOWERING_CHIP):
         try:
             jax.jit(lambda *a: function(*a, **kwargs)).trace(*shapes).lower(
                 lowering_platforms=("tpu",))
@@ -39,6 +39,29 @@ def assert_lowers_for_tpu(fn, *args, **kwargs) -> None:
             raise WrongResult(
                 f"{fn.display} would not compile for a TPU: the Mosaic lowering rejects it.\n"
                 + _summarise(error)) from None
+
+
+# Some lowering rules depend on the chip generation (integer `//` and `sign`, for one)
+# and ask the local device, which on a CPU is no TPU: they lower for this chip instead.
+LOWERING_CHIP = "v5e"
+
+
+@contextlib.contextmanager
+def _lowering_target(chip_version: str):
+    from jax._src.pallas.mosaic import tpu_info
+    from jax.experimental.pallas import tpu as pltpu
+
+    import jax
+
+    kind = jax.devices()[0].device_kind
+    if kind in tpu_info.registry or tpu_info.chip_version_from_device_kind(kind) is not None:
+        yield  # a real TPU, or a device JAX already knows
+        return
+    tpu_info.registry[kind] = lambda: pltpu.get_tpu_info_for_chip(pltpu.ChipVersion(chip_version), 1)
+    try:
+        yield
+    finally:
+        tpu_info.registry.pop(kind, None)
 
 
 def assert_no_races(fn, *args, cores: int = 2, **kwargs) -> None:

@@ -244,3 +244,74 @@ def test_inputs_named_none_may_be_masks_or_integers():
     mask = jnp.arange(16)[None, :] % 3 == 0
     checks.assert_grads_match(graded(masked_sum), (x, jnp.broadcast_to(mask, x.shape)),
                               reference=masked, argnames=("dx", None))
+
+
+# ---------------------------------------------------------------- compiled or eager
+
+
+def test_python_control_flow_on_values_still_grades_eagerly():
+    """Graded code is compiled first; code that cannot be traced runs as written."""
+    def branchy(x):
+        if float(x[0, 0]) < 0:  # a Python decision on a value: untraceable
+            return x * x
+        return -x
+    checks.assert_matches_reference(graded(branchy), (X,), reference=SQUARE, require_kernel=False)
+
+
+def test_numpy_and_python_arguments_keep_their_eager_meaning():
+    from pytest_tpucourse.implementations import GradedFunction
+
+    big = GradedFunction(lambda m, k, n: 2 * m * k * n, "flops() in test")
+    assert big(4096, 4096, 4096) == 2 * 4096 ** 3  # traced, int32 would overflow
+
+
+# ---------------------------------------------------------------- refusals
+
+
+def _refuses(length, block=128):
+    if length % block:
+        raise ValueError(f"length {length} is not a multiple of the block {block}")
+    return jnp.zeros(length)
+
+
+def test_a_documented_refusal_passes_and_must_name_its_reasons():
+    checks.assert_rejects(graded(_refuses), (200,), mentions=("200", "128"))
+    with pytest.raises(WrongResult, match="does not name '64'"):
+        checks.assert_rejects(graded(_refuses), (200,), mentions=("200", "64"))
+
+
+def test_accepting_or_failing_otherwise_is_not_a_refusal():
+    with pytest.raises(WrongResult, match="returned a result; expected it to refuse these inputs "
+                                          "with a ValueError naming '256'"):
+        checks.assert_rejects(graded(_refuses), (256,), mentions=("256",))
+    with pytest.raises(WrongResult, match="(?s)raised TypeError: .*expected a ValueError"):
+        checks.assert_rejects(graded(lambda n: n + "x"), (3,))
+
+
+# ---------------------------------------------------------------- what a kernel fetches
+
+
+def test_fetch_log_counts_a_copy_wherever_the_block_index_changes():
+    from pytest_tpucourse import block_skipping
+
+    def rows_twice(x):  # grid (2, 3): the input block follows i only, so j repeats it
+        return pl.pallas_call(
+            _copy_kernel, out_shape=jax.ShapeDtypeStruct((16, 384), x.dtype), grid=(2, 3),
+            in_specs=[pl.BlockSpec((8, 128), lambda i, j: (i, 0))],
+            out_specs=pl.BlockSpec((8, 128), lambda i, j: (i, j)))(x)
+
+    (fetches,) = block_skipping.fetch_log(jax.make_jaxpr(rows_twice)(jnp.zeros((16, 128))))
+    assert fetches.copies == 2 and fetches.blocks == {(0, 0), (1, 0)}
+    assert fetches.starts == {(0, 0), (8, 0)} and fetches.block_sizes == (8, 128)
+    assert block_skipping.unconditional_matmuls(jax.make_jaxpr(rows_twice)(jnp.zeros((16, 128)))) == 0
+
+
+def test_tpu_lowering_of_rules_that_ask_the_chip_generation():
+    """Integer // lowers through `sign`, whose rule asks the local TPU's generation: on a CPU
+    the check lowers for tpu_checks.LOWERING_CHIP instead of failing on the device kind."""
+    def halved_rows(x):
+        spec = pl.BlockSpec((8, 128), lambda i: ((i * 2) // 2, 0))
+        return pl.pallas_call(_copy_kernel, out_shape=jax.ShapeDtypeStruct(x.shape, x.dtype),
+                              grid=(2,), in_specs=[spec], out_specs=spec)(x)
+
+    tpu_checks.assert_lowers_for_tpu(graded(halved_rows), jnp.zeros((16, 128), jnp.float32))

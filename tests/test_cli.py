@@ -45,8 +45,8 @@ def test_bench_page_marks_predictions_and_keeps_failures(tmp_path):
     rec.append(path, make_record(**{**MEASURED, "verdict": "fail"}, value=2e-4, date="2026-11-02T00:00:00+00:00"))
     assert cli.main(["bench", "--records", str(path)]) == 0
     page = (tmp_path / "README.md").read_text()
-    assert "| 00 | add | 4096×4096 · 4096×4096 | bfloat16 | floor | measured median | 200.0 µs |" in page
-    assert "| 00 | matmul | 8×4096 · 4096×4096 | bfloat16 | floor | predicted floor | 122.8 µs |" in page
+    assert "| 00 | roofline-predicts | add | 4096×4096 · 4096×4096 | bfloat16 | floor | measured median | 200.0 µs |" in page
+    assert "| 00 | roofline-predicts | matmul | 8×4096 · 4096×4096 | bfloat16 | floor | predicted floor | 122.8 µs |" in page
     assert "## Failures (kept forever)" in page and "gate 00 roofline-predicts: add bfloat16 floor, measured" in page
     assert "Gates passed: 0/6" in page
 
@@ -65,7 +65,7 @@ def test_bench_page_shows_a_trio_and_a_not_runnable_kernel(tmp_path):
     rec.append(path, make_record(**{**gpu, "verdict": "not-runnable"}, implementation="kernel", value=None))
     assert cli.main(["bench", "--records", str(path)]) == 0
     page = (tmp_path / "README.md").read_text()
-    assert "| 03 | add | 4096×4096 · 4096×4096 | bfloat16 | floor | measured median | 122.8 µs | 1.0 µs | 1.00× |" in page
+    assert "| 03 | beats-xla | add | 4096×4096 · 4096×4096 | bfloat16 | floor | measured median | 122.8 µs | 1.0 µs | 1.00× |" in page
     assert "| kernel | measured median | not runnable here |" in page
     assert "| 03 The priesthood kernels | Flash attention beats XLA decisively at target shapes | not runnable here |" in page
     png = tmp_path / "h200.png"

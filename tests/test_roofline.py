@@ -62,3 +62,15 @@ def test_bad_inputs_name_the_problem(call, message):
 
 def test_parse_shape():
     assert roofline.parse_shape("8x4096X4096") == (8, 4096, 4096)
+
+
+def test_attention_cost_counts_the_causal_pairs_and_the_backward():
+    full = roofline.attention_cost(1, 1, 1024, 1024, 128, "bfloat16")
+    causal = roofline.attention_cost(1, 1, 1024, 1024, 128, "bfloat16", causal=True)
+    assert full.flops == 4 * 128 * 1024 * 1024
+    assert causal.flops == full.flops * 1025 // 2048  # (S + 1) / 2S of the pairs
+    assert causal.bytes == full.bytes == 4 * 1024 * 128 * 2  # q, k, v, o in bf16
+    step = roofline.attention_cost(1, 1, 1024, 1024, 128, "bfloat16", backward=True)
+    assert step.flops == 3.5 * full.flops
+    gqa = roofline.attention_cost(1, 4, 1024, 1024, 128, "bfloat16", kv_heads=1)
+    assert gqa.bytes == (2 * 4 + 2 * 1) * 1024 * 128 * 2

@@ -1,0 +1,116 @@
+"""Graded tests for ch13.causal_skipping: last_kv_block / first_q_block, and the causal
+forward skipping the kv blocks above the diagonal.
+
+Skipping cannot change a value, so it is graded through two effects a kernel that
+computes every block and masks it cannot fake:
+
+  - fetches: the blocks each kernel input's index map brings into VMEM, evaluated over
+    the grid in its order (pytest_tpucourse.block_skipping): k and v blocks past the
+    diagonal must never be copied;
+  - poison: with q_len < kv_len, keys from q_len on are seen by no query (top-left
+    alignment); they are NaN here, and a kernel that computes on them returns NaN
+    (0 · NaN is NaN in P·V). The matmuls must also sit under a condition.
+"""
+
+import dataclasses
+
+import jax.numpy as jnp
+import pytest
+
+from pytest_tpucourse import block_skipping, checks, references
+from pytest_tpucourse import strategies as tst
+from pytest_tpucourse.references import Reference
+
+BLOCKS = dict(block_q=128, block_kv=128)
+# q blocks 0..3 need kv blocks 0..3; kv blocks 4..7 (keys 512..1023) are never needed.
+POISONED = tst.AttentionConfig(batch=1, heads=2, kv_heads=2, q_len=512, kv_len=1024, head_dim=64,
+                               causal=True, dtype="float32")
+BLOCK_SIZES = [(64, 64), (64, 128), (128, 64), (128, 128), (128, 384), (384, 128), (256, 96)]
+
+
+def _needed(q_blocks, kv_blocks, *, block_q, block_kv):
+    """[i, j]: does some row of q block i see some key of kv block j? (key <= row, top-left)"""
+    last_row = (q_blocks[:, None] + 1) * block_q - 1
+    first_key = kv_blocks[None, :] * block_kv
+    return first_key <= last_row
+
+
+def _last_kv_block_table(q_blocks, *, block_q, block_kv):
+    """From the mask: the highest kv block that q block i needs."""
+    kv_blocks = jnp.arange(64 * 8, dtype=jnp.int32)
+    needed = _needed(q_blocks, kv_blocks, block_q=block_q, block_kv=block_kv)
+    return jnp.max(jnp.where(needed, kv_blocks[None, :], -1), axis=1).astype(jnp.int32)
+
+
+def _first_q_block_table(kv_blocks, *, block_q, block_kv):
+    """From the mask: the lowest q block that needs kv block j."""
+    q_blocks = jnp.arange(64 * 8, dtype=jnp.int32)
+    needed = _needed(q_blocks, kv_blocks, block_q=block_q, block_kv=block_kv)
+    return jnp.min(jnp.where(needed, q_blocks[:, None], 1 << 30), axis=0).astype(jnp.int32)
+
+
+def _table_reference(table):
+    return Reference(table.__name__, oracle=table, floor=table)
+
+
+@pytest.mark.parametrize("block_q, block_kv", BLOCK_SIZES)
+def test_last_kv_block(impl, block_q, block_kv):
+    """Every q block 0..15, on traced int32 block indices as an index map passes them."""
+    blocks = jnp.arange(16, dtype=jnp.int32)
+    sizes = dict(block_q=block_q, block_kv=block_kv)
+    checks.assert_matches_reference(
+        impl.causal_skipping.last_kv_block, (blocks,), kwargs=sizes, require_kernel=False,
+        reference=_table_reference(_last_kv_block_table).bind(**sizes),
+        repro=f"last_kv_block(jnp.arange(16), block_q={block_q}, block_kv={block_kv})")
+
+
+@pytest.mark.parametrize("block_q, block_kv", BLOCK_SIZES)
+def test_first_q_block(impl, block_q, block_kv):
+    blocks = jnp.arange(16, dtype=jnp.int32)
+    sizes = dict(block_q=block_q, block_kv=block_kv)
+    checks.assert_matches_reference(
+        impl.causal_skipping.first_q_block, (blocks,), kwargs=sizes, require_kernel=False,
+        reference=_table_reference(_first_q_block_table).bind(**sizes),
+        repro=f"first_q_block(jnp.arange(16), block_q={block_q}, block_kv={block_kv})")
+
+
+@pytest.mark.parametrize("cfg", [POISONED, dataclasses.replace(POISONED, kv_len=512)],
+                         ids=["q_len<kv_len", "square"])
+def test_causal_forward_never_fetches_blocks_above_the_diagonal(impl, cfg):
+    """The k and v blocks each kernel input's index map brings into VMEM, over the grid in
+    its order: none past the keys any query sees, at most one copy per block pair needed."""
+    q, k, v = cfg.arrays(0)
+    block_skipping.assert_causal_attention_skips_fetches(
+        impl.forward.flash_forward, (q, k, v), kwargs=dict(causal=True, **BLOCKS),
+        repro=f"flash_forward(q, k, v, causal=True, **{BLOCKS}): {cfg}")
+
+
+def test_causal_forward_never_computes_blocks_above_the_diagonal(impl):
+    q, k, v = POISONED.arrays(1)
+    block_skipping.assert_compute_is_conditional(
+        impl.forward.flash_forward, (q, k, v), kwargs=dict(causal=True, **BLOCKS),
+        why="Blocks wholly above the diagonal contribute nothing; computing and masking "
+            "them costs as much as non-causal attention.",
+        repro=f"flash_forward(q, k, v, causal=True, **{BLOCKS}): {POISONED}")
+
+
+def _first_keys(op, q_len):
+    """attention with only the keys a top-left causal query can see (the first q_len)."""
+    def restricted(q, k, v, **kwargs):
+        return op(q, k[:, :, :q_len], v[:, :, :q_len], **kwargs)
+    return restricted
+
+
+def test_causal_forward_ignores_poisoned_blocks_above_the_diagonal(impl):
+    q, k, v = POISONED.arrays(2)
+    poison = jnp.arange(POISONED.kv_len)[None, None, :, None] >= POISONED.q_len
+    k, v = jnp.where(poison, jnp.nan, k), jnp.where(poison, jnp.nan, v)
+    reference = Reference(
+        "attention over the keys a causal query sees",
+        oracle=_first_keys(references.ATTENTION_WITH_LSE.oracle, POISONED.q_len),
+        floor=_first_keys(references.ATTENTION_WITH_LSE.floor, POISONED.q_len)).bind(causal=True)
+    checks.assert_matches_reference(
+        impl.forward.flash_forward, (q, k, v), kwargs=dict(causal=True, **BLOCKS),
+        reference=reference, names=("out", "lse"),
+        repro=f"flash_forward(q, k, v, causal=True, **{BLOCKS}) with k, v = NaN from key "
+              f"{POISONED.q_len} on: {POISONED}")

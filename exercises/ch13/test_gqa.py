@@ -1,0 +1,52 @@
+"""Graded tests for ch13.gqa: kv_head(q_head, *, group), and grouped-query attention through
+the forward and the backward (several query heads share one kv head)."""
+
+import jax.numpy as jnp
+import pytest
+
+from pytest_tpucourse import checks, references
+from pytest_tpucourse import strategies as tst
+from pytest_tpucourse.references import Reference
+
+BLOCKS = dict(block_q=128, block_kv=128)
+GQA = tst.AttentionConfig(batch=1, heads=4, kv_heads=2, q_len=256, kv_len=512, head_dim=64,
+                          causal=True, dtype="bfloat16")
+MQA = tst.AttentionConfig(batch=2, heads=4, kv_heads=1, q_len=256, kv_len=256, head_dim=64,
+                          causal=False, dtype="float32")
+
+
+def _kv_head_table(q_heads, *, group):
+    """From the layout: kv head g serves query heads g·group .. g·group + group - 1."""
+    kv_heads = jnp.arange(64, dtype=jnp.int32)
+    serves = (q_heads[:, None] >= kv_heads[None, :] * group) & \
+             (q_heads[:, None] < (kv_heads[None, :] + 1) * group)
+    return jnp.max(jnp.where(serves, kv_heads[None, :], -1), axis=1).astype(jnp.int32)
+
+
+@pytest.mark.parametrize("group", [1, 2, 4, 8])
+def test_kv_head(impl, group):
+    q_heads = jnp.arange(32, dtype=jnp.int32)
+    checks.assert_matches_reference(
+        impl.gqa.kv_head, (q_heads,), kwargs=dict(group=group), require_kernel=False,
+        reference=Reference("kv head of each query head", _kv_head_table, _kv_head_table).bind(group=group),
+        repro=f"kv_head(jnp.arange(32), group={group})")
+
+
+@pytest.mark.parametrize("cfg", [GQA, MQA], ids=["gqa-4q-2kv-causal", "mqa-4q-1kv"])
+def test_gqa_forward(impl, cfg):
+    q, k, v = cfg.arrays(0)
+    checks.assert_matches_reference(
+        impl.forward.flash_forward, (q, k, v), kwargs=dict(causal=cfg.causal, **BLOCKS),
+        reference=references.ATTENTION_WITH_LSE.bind(causal=cfg.causal), names=("out", "lse"),
+        repro=f"flash_forward(q, k, v, causal={cfg.causal}, **{BLOCKS}): {cfg}, seed 0")
+
+
+@pytest.mark.parametrize("cfg", [GQA, MQA], ids=["gqa-4q-2kv-causal", "mqa-4q-1kv"])
+def test_gqa_grads(impl, cfg):
+    """dk and dv of a kv head are sums over the query heads of its group."""
+    q, k, v = cfg.arrays(1)
+    checks.assert_grads_match(
+        impl.backward.flash_attention, (q, k, v), kwargs=dict(causal=cfg.causal, **BLOCKS),
+        reference=references.ATTENTION.bind(causal=cfg.causal), argnames=("dq", "dk", "dv"),
+        seed=1, check_custom_vjp=False,
+        repro=f"jax.vjp(flash_attention, q, k, v, causal={cfg.causal}, **{BLOCKS}): {cfg}, seed 1")
