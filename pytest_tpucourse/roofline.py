@@ -124,7 +124,7 @@ def attention_cost(batch: int, heads: int, q_len: int, kv_len: int, head_dim: in
     nbytes = (2 * q_elems + 2 * kv_elems) * itemsize(dtype)
     if backward:
         flops += 10 * head_dim * pairs * batch * heads
-        nbytes += (3 * q_elems + 4 * kv_elems) * itemsize(dtype)  # q, o, dO, dq; k, v, dk, dv
+        nbytes += (4 * q_elems + 4 * kv_elems) * itemsize(dtype)  # q, o, dO, dq; k, v, dk, dv
     return Cost(flops=flops, bytes=nbytes)
 
 

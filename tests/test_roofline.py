@@ -72,5 +72,6 @@ def test_attention_cost_counts_the_causal_pairs_and_the_backward():
     assert causal.bytes == full.bytes == 4 * 1024 * 128 * 2  # q, k, v, o in bf16
     step = roofline.attention_cost(1, 1, 1024, 1024, 128, "bfloat16", backward=True)
     assert step.flops == 3.5 * full.flops
+    assert step.bytes == full.bytes + 8 * 1024 * 128 * 2  # + q, o, dO, dq, k, v, dk, dv
     gqa = roofline.attention_cost(1, 4, 1024, 1024, 128, "bfloat16", kv_heads=1)
     assert gqa.bytes == (2 * 4 + 2 * 1) * 1024 * 128 * 2
