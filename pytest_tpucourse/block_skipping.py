@@ -41,9 +41,6 @@ class OperandFetches:
     block_sizes: tuple[int, ...]  # elements per block along each axis (1 where squeezed)
     starts: frozenset  # the first element of each block copied, per axis
 
-    def __post_init__(self):
-        assert len(self.block_sizes) == len(self.shape)
-
 
 def fetch_log(closed_jaxpr) -> list[OperandFetches]:
     """Every input operand of every pallas_call in a traced program, with its copies."""

@@ -221,6 +221,8 @@ class GradedFunction:
 
 
 class DerivedFunction(GradedFunction):
+    """make(base function), rebuilt when the base is reloaded; failures are the base's."""
+
     def __init__(self, base: GradedFunction, make, display: str):
         super().__init__(None, display)
         self._base = base
@@ -290,8 +292,8 @@ class LearnerFunction(GradedFunction):
 #
 # Graded code is first run as one jitted program: op by op, JAX compiles every
 # primitive of every distinct shape and dtype on its own, and a chapter of pure-JAX
-# exercises spends most of its first run doing that (chapter 1: 15 s cold eager,
-# 10 s compiled; docs/speed.md). Code that cannot be traced (Python control flow
+# exercises spent most of its first run doing that (docs/speed.md has the times
+# before and after). Code that cannot be traced (Python control flow
 # on values, NumPy calls on arrays) or that fails in any way is run again eagerly,
 # so the learner sees the error of their code as written, never a tracer's.
 

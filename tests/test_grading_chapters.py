@@ -48,15 +48,21 @@ def affected_test_files(chapter: str, module: str) -> list[str]:
     """The graded test files that can observe a change to one solution module.
 
     A test file observes a module it calls (`impl.<module>.`) or one that a module it
-    calls imports (`from . import <module>`). Every other file grades code identical to
-    solutions/, which test_solutions_pass already shows passing, so a mutant run grades
-    only these: the same verdict as grading the whole chapter, several times faster.
+    calls imports (`from . import <module>`), directly or through other modules. Every
+    other file grades code identical to solutions/, which test_solutions_pass already
+    shows passing, so a mutant run grades only these: the same verdict as grading the
+    whole chapter, several times faster.
     """
     solutions = REPO / "solutions" / chapter
-    importers = {module} | {
-        path.stem for path in solutions.glob("*.py")
-        if re.search(rf"from \. import .*\b{module}\b|from \.{module} import", path.read_text())
-    }
+    sources = {path.stem: path.read_text() for path in solutions.glob("*.py")}
+    importers, frontier = {module}, [module]
+    while frontier:
+        imported = frontier.pop()
+        for name, text in sources.items():
+            if name not in importers and re.search(
+                    rf"from \. import .*\b{imported}\b|from \.{imported} import", text):
+                importers.add(name)
+                frontier.append(name)
     return sorted(
         path.name for path in (REPO / "exercises" / chapter).glob("test_*.py")
         if any(f"impl.{name}." in path.read_text() for name in importers)
