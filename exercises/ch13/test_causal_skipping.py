@@ -53,25 +53,18 @@ def _table_reference(table):
     return Reference(table.__name__, oracle=table, floor=table)
 
 
+@pytest.mark.parametrize("function, table", [("last_kv_block", _last_kv_block_table),
+                                             ("first_q_block", _first_q_block_table)])
 @pytest.mark.parametrize("block_q, block_kv", BLOCK_SIZES)
-def test_last_kv_block(impl, block_q, block_kv):
-    """Every q block 0..15, on traced int32 block indices as an index map passes them."""
+def test_block_arithmetic(impl, function, table, block_q, block_kv):
+    """Blocks 0..15, as traced int32 block indices (the way an index map passes them),
+    against a table read off the mask itself."""
     blocks = jnp.arange(16, dtype=jnp.int32)
     sizes = dict(block_q=block_q, block_kv=block_kv)
     checks.assert_matches_reference(
-        impl.causal_skipping.last_kv_block, (blocks,), kwargs=sizes, require_kernel=False,
-        reference=_table_reference(_last_kv_block_table).bind(**sizes),
-        repro=f"last_kv_block(jnp.arange(16), block_q={block_q}, block_kv={block_kv})")
-
-
-@pytest.mark.parametrize("block_q, block_kv", BLOCK_SIZES)
-def test_first_q_block(impl, block_q, block_kv):
-    blocks = jnp.arange(16, dtype=jnp.int32)
-    sizes = dict(block_q=block_q, block_kv=block_kv)
-    checks.assert_matches_reference(
-        impl.causal_skipping.first_q_block, (blocks,), kwargs=sizes, require_kernel=False,
-        reference=_table_reference(_first_q_block_table).bind(**sizes),
-        repro=f"first_q_block(jnp.arange(16), block_q={block_q}, block_kv={block_kv})")
+        getattr(impl.causal_skipping, function), (blocks,), kwargs=sizes, require_kernel=False,
+        reference=_table_reference(table).bind(**sizes),
+        repro=f"{function}(jnp.arange(16), block_q={block_q}, block_kv={block_kv})")
 
 
 @pytest.mark.parametrize("cfg", [POISONED, dataclasses.replace(POISONED, kv_len=512)],
