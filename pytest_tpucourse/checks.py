@@ -20,7 +20,7 @@ import functools
 import numpy as np
 
 from . import structure, tolerance
-from .implementations import GradedFunction
+from .implementations import GradedFunction, compiled
 from .outcomes import GradingOutcome, WrongResult
 
 
@@ -222,37 +222,19 @@ def assert_grads_match(fn, args, *, reference, argnames, kwargs=None, seed: int 
 def _pullback(function):
     """The VJP of an oracle or floor as one compiled program: op-by-op it would compile
     every primitive of the forward and the backward separately, for every dtype."""
-    return _compiled(function, "vjp")
+    program = _compiled(function, "vjp")
+    return lambda args, cotangents: program(args, cotangents)[1]
 
 
 def _compiled(function, kind: str = "call"):
     """An oracle's or floor's forward ("call") or VJP ("vjp") as one jitted program.
 
-    Test code only: learner code stays eager, where Python control flow on values is
-    legal. A Reference.bind partial is keyed by its function and its hashable keyword
-    arguments, so every test that binds the same ones shares one jit cache.
+    A Reference.bind partial is compiled as its function with its keyword arguments, so
+    every test that binds the same ones shares one program (implementations.compiled).
     """
-    key = (function, kind)
     if isinstance(function, functools.partial) and not function.args:
-        key = (function.func, tuple(sorted(function.keywords.items())), kind)
-        try:
-            hash(key)
-        except TypeError:  # an array keyword (a mask): compile this call on its own
-            return _jit(function, kind)
-    if key not in _JIT_CACHE:
-        _JIT_CACHE[key] = _jit(function, kind)
-    return _JIT_CACHE[key]
-
-
-_JIT_CACHE: dict = {}
-
-
-def _jit(function, kind):
-    import jax
-
-    if kind == "vjp":
-        return jax.jit(lambda args, cotangents: jax.vjp(function, *args)[1](cotangents))
-    return jax.jit(function)
+        return compiled(function.func, function.keywords, kind)
+    return compiled(function, {}, kind)
 
 
 # check_grads compares the VJP's projection on a random direction with a central

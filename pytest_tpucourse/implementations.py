@@ -14,6 +14,7 @@ can go wrong into a short outcome naming the function and the file to edit.
 from __future__ import annotations
 
 import contextlib
+import functools
 import hashlib
 import importlib
 import importlib.util
@@ -155,7 +156,7 @@ class GradedFunction:
         def run():
             vmem.check(function, args, kwargs)
             return jax.block_until_ready(_compiled_or_eager(
-                lambda: _compiled(function, kwargs, "call")(*args, **_dynamic(kwargs)),
+                lambda: compiled(function, kwargs, "call")(*args),
                 lambda: function(*args, **kwargs), args))
 
         with self._guarded():
@@ -183,8 +184,7 @@ class GradedFunction:
                 return outputs, pullback(cotangents)
 
             return jax.block_until_ready(_compiled_or_eager(
-                lambda: _compiled(function, kwargs, "vjp")(tuple(args), cotangents,
-                                                           **_dynamic(kwargs)),
+                lambda: compiled(function, kwargs, "vjp")(tuple(args), cotangents),
                 eager, args))
 
         with self._guarded():
@@ -317,36 +317,39 @@ def _compiled_or_eager(compiled, eager, args):
         return eager()
 
 
-def _static(kwargs) -> tuple:
-    """Keyword arguments that are not arrays (block sizes, flags, scales): compile-time."""
-    return tuple(sorted((k, v) for k, v in kwargs.items() if not _is_array(v)))
+def compiled(function, kwargs, kind: str = "call"):
+    """function(*args, **kwargs) ("call") or its VJP ("vjp") as one jitted program.
 
+    "call" returns a callable of the positional args; "vjp" one of (args, cotangents)
+    giving (outputs, grads). Keyword arguments that are arrays (masks) are traced;
+    the others (block sizes, flags, scales) are compile-time, and the program is kept
+    per (function, those values), so every call that binds the same ones shares one
+    jit cache. Shared by the graded calls here and by the checker's oracles and floors.
+    """
+    import jax
 
-def _dynamic(kwargs) -> dict:
-    return {k: v for k, v in kwargs.items() if _is_array(v)}
+    static = {k: v for k, v in kwargs.items() if not _is_array(v)}
+    dynamic = {k: v for k, v in kwargs.items() if _is_array(v)}
+    key = (function, tuple(sorted(static.items())), kind)
+    try:
+        program = _COMPILED.get(key)
+    except TypeError:  # an unhashable setting: compile for this call alone
+        key, program = None, None
+    if program is None:
+        if kind == "call":
+            program = jax.jit(lambda *args, **traced: function(*args, **static, **traced))
+        else:
+            def vjp(args, cotangents, **traced):
+                outputs, pullback = jax.vjp(lambda *a: function(*a, **static, **traced), *args)
+                return outputs, pullback(cotangents)
+            program = jax.jit(vjp)
+        if key is not None:
+            _COMPILED[key] = program
+    return functools.partial(program, **dynamic) if dynamic else program
 
 
 def _is_array(value) -> bool:
     return hasattr(value, "shape") and hasattr(value, "dtype")
-
-
-def _compiled(function, kwargs, kind: str):
-    """jit of function(*args, **kwargs) ("call") or of its VJP ("vjp"), kept per static kwargs."""
-    import jax
-
-    static = dict(_static(kwargs))
-    key = (function, tuple(static.items()), kind)
-    if key not in _COMPILED:
-        if kind == "call":
-            program = jax.jit(lambda *args, **dynamic: function(*args, **static, **dynamic))
-        else:
-            def program(args, cotangents, **dynamic):
-                outputs, pullback = jax.vjp(
-                    lambda *a: function(*a, **static, **dynamic), *args)
-                return outputs, pullback(cotangents)
-            program = jax.jit(program)
-        _COMPILED[key] = program
-    return _COMPILED[key]
 
 
 def _exact_call_key(function, args, kwargs):

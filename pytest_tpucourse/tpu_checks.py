@@ -48,10 +48,9 @@ LOWERING_CHIP = "v5e"
 
 @contextlib.contextmanager
 def _lowering_target(chip_version: str):
+    import jax
     from jax._src.pallas.mosaic import tpu_info
     from jax.experimental.pallas import tpu as pltpu
-
-    import jax
 
     kind = jax.devices()[0].device_kind
     if kind in tpu_info.registry or tpu_info.chip_version_from_device_kind(kind) is not None:
