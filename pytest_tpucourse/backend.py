@@ -36,6 +36,7 @@ class Backend:
     device_kind: str
     jax_version: str
     jaxlib_version: str
+    device_count: int = 1  # devices of the default backend: what a graded mesh is built from
 
     @property
     def describe_mode(self) -> str:
@@ -54,6 +55,30 @@ def tpu_interpret_params():
     # random_seed fixes the shuffled order of parallel grid axes, so a failing
     # run reproduces; the other fields are InterpretParams' own strict defaults.
     return pltpu.InterpretParams(random_seed=0)
+
+
+DEFAULT_CPU_DEVICES = 8
+
+
+def force_cpu_devices(count: int) -> int:
+    """Ask for `count` CPU devices, before JAX starts its backends; returns the count in effect.
+
+    The CPU device count is read once, when the first backend starts (the first
+    `jax.devices()` or op), not at `import jax`: set later, it cannot change. Then
+    the count the backend started with stays (a conftest that ran JAX at import,
+    say) and the multi-device tests that need more skip, saying how many they need.
+    On an accelerator the CPU backend is not the default one and this changes
+    nothing the graded tests see: meshes are built from the accelerator's devices.
+    """
+    import jax
+
+    if count < 1:
+        raise ValueError(f"needs at least 1 CPU device, got {count}")
+    try:
+        jax.config.update("jax_num_cpu_devices", count)
+    except RuntimeError:  # the backends already started: the count is fixed for this process
+        pass
+    return len(jax.devices("cpu"))
 
 
 def select(requested: str) -> Backend:
@@ -77,6 +102,7 @@ def select(requested: str) -> Backend:
         mode=mode,
         platform=platform,
         device_kind=jax.devices()[0].device_kind,
+        device_count=len(jax.devices()),
         jax_version=jax.__version__,
         jaxlib_version=jaxlib.__version__,
     )

@@ -80,6 +80,11 @@ def pytest_addoption(parser: pytest.Parser) -> None:
         "a kernel that hangs (a wait nothing signals, an endless loop) fails its test instead",
     )
     group.addoption(
+        "--cpu-devices", metavar="N", type=int, default=backend.DEFAULT_CPU_DEVICES,
+        help=f"CPU devices JAX simulates when no accelerator runs the tests, for the multi-device "
+        f"exercises (default {backend.DEFAULT_CPU_DEVICES}); on a TPU the real devices are used",
+    )
+    group.addoption(
         "--records", metavar="PATH", default=None,
         help="gate records file to append to (default: bench/records.jsonl in the course checkout)",
     )
@@ -126,6 +131,11 @@ def pytest_configure(config: pytest.Config) -> None:
         course = load_course(root)
     except CourseDataError as error:
         raise pytest.UsageError(f"course data: {error}") from None
+
+    try:
+        backend.force_cpu_devices(config.getoption("cpu_devices"))
+    except ValueError as error:
+        raise pytest.UsageError(f"--cpu-devices: {error}") from None
 
     from hypothesis import settings
 
@@ -183,7 +193,8 @@ def pytest_report_header(config: pytest.Config) -> list[str]:
     lines = [
         f"tpucourse: grading {session.tree.describe(session.course.root)}",
         f"tpucourse: kernels run under {b.describe_mode}",
-        f"tpucourse: backend {b.platform} ({b.device_kind}), jax {b.jax_version}, "
+        f"tpucourse: backend {b.platform} ({b.device_kind}, {b.device_count} "
+        f"device{'s' if b.device_count != 1 else ''}), jax {b.jax_version}, "
         f"jaxlib {b.jaxlib_version}, hypothesis profile {session.hypothesis_profile}, "
         f"compilation cache {session.jax_cache or 'off'}",
     ]
@@ -231,6 +242,27 @@ def _marker_cost(item: pytest.Item) -> roofline.Cost | None:
     """The cost a gate test's @pytest.mark.roofline gives; its floor goes into the records."""
     mark = item.get_closest_marker("roofline")
     return roofline.marker_cost(mark) if mark is not None else None
+
+
+@pytest.fixture
+def mesh(request: pytest.FixtureRequest):
+    """A factory of 1-D device meshes: mesh(4) spans the first 4 devices, axis "x".
+
+    Off an accelerator the devices are the simulated CPU devices (--cpu-devices); on a
+    TPU, the real chips. A test asking for more devices than the run has is skipped,
+    saying how many it needs. Axes are Auto, so shard_map places its inputs itself.
+    """
+    def factory(n: int, axis: str = "x"):
+        import jax
+        from jax.sharding import AxisType
+
+        available = jax.devices()
+        if n > len(available):
+            where = (f"{len(available)} {available[0].platform} device(s)" if available[0].platform != "cpu"
+                     else f"{len(available)} CPU device(s) (--cpu-devices)")
+            pytest.skip(f"needs {n} devices; this run has {where}")
+        return jax.make_mesh((n,), (axis,), devices=available[:n], axis_types=(AxisType.Auto,))
+    return factory
 
 
 @pytest.fixture

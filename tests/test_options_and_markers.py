@@ -104,7 +104,7 @@ def test_header_names_mode_backend_versions_and_tree(fake_course):
     result.stdout.fnmatch_lines([
         "tpucourse: grading solutions/ (the shipped reference solutions)",
         "tpucourse: kernels run under TPU interpret mode (shuffled parallel grid axes*",
-        "tpucourse: backend cpu (cpu), jax 0.10.*, jaxlib 0.10.*, hypothesis profile *, "
+        "tpucourse: backend cpu (cpu, 8 devices), jax 0.10.*, jaxlib 0.10.*, hypothesis profile *, "
         "compilation cache */.tpucourse/jax-cache",
     ])
     fast = fake_course.run("--interpret", "fast")
