@@ -158,3 +158,24 @@ def _jnp_dtype(dtype):
     import jax.numpy as jnp
 
     return jnp.dtype(dtype)
+
+
+@st.composite
+def dot_general_problems(draw, *, max_each: int = 2, sizes=(1, 2, 3, 4, 5, 6, 7)):
+    """(lhs_shape, rhs_shape, dimension_numbers) of a random lax.dot_general.
+
+    0 to max_each batch, contracting and free dimensions on each side, each side's
+    dimensions in a random order, so batch and contracting pairs come out of order.
+    """
+    kinds = {kind: draw(st.integers(0, max_each)) for kind in ("batch", "contract", "lhs", "rhs")}
+    size = {(kind, i): draw(st.sampled_from(sizes)) for kind, n in kinds.items() for i in range(n)}
+    paired = [(k, i) for k in ("batch", "contract") for i in range(kinds[k])]
+    lhs = draw(st.permutations(paired + [("lhs", i) for i in range(kinds["lhs"])]))
+    rhs = draw(st.permutations(paired + [("rhs", i) for i in range(kinds["rhs"])]))
+
+    def positions(side, kind):
+        return tuple(side.index((kind, i)) for i in range(kinds[kind]))
+
+    numbers = ((positions(lhs, "contract"), positions(rhs, "contract")),
+               (positions(lhs, "batch"), positions(rhs, "batch")))
+    return tuple(size[d] for d in lhs), tuple(size[d] for d in rhs), numbers

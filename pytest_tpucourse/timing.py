@@ -172,13 +172,13 @@ class GateRun:
                             unit="s", verdict="pending", interpret=False,
                             notes=f"{predict(self.chip.per_device(), cost).bound}-bound")
 
-    def verify(self, criterion: str, op: str, shapes, dtype: str, check) -> rec.Record | None:
+    def verify(self, criterion: str, op: str, shapes, dtype: str, check, notes: str = "") -> rec.Record | None:
         """A correctness criterion: run `check()` (the graded checks at the gate's problem).
 
         Writes one kernel row, pass or fail: `off-chip-verified` under interpret mode or
         on a CPU, `measured` when the kernel ran natively on the chip. A failure is
         recorded before it is re-raised, so it stays on file. Code not written yet (TODO)
-        verifies nothing and writes no row.
+        verifies nothing and writes no row. notes: what the check ran on, kept in the row.
         """
         from .outcomes import GradingOutcome, Todo
 
@@ -190,6 +190,7 @@ class GateRun:
                       method="measured" if native else "off-chip-verified", statistic="checks-passed",
                       unit="check", interpret=not native)
         where = f"graded tree {self.graded}; " if self.graded else ""
+        where += f"{notes}; " if notes else ""
         try:
             check()
         except Todo:

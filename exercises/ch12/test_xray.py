@@ -1,0 +1,219 @@
+"""Graded tests for ch12.xray: three_layers(fn, *args) and xray(jaxpr, stablehlo, hlo).
+
+The programs below are compiled here, on this machine's XLA, with current locations
+(pytest_tpucourse.ir_xray); your rows are judged against the course's linker on the same
+three texts, and against what the programs are known to contain. The Pallas program is
+read on a TPU's own compilation: StableHLO lowered for a TPU here, optimized HLO from a
+dump compiled for a v5e (dumps/, its first line says by what and when).
+"""
+
+import importlib.util
+import textwrap
+from collections import Counter
+from pathlib import Path
+
+import jax
+import jax.numpy as jnp
+import pytest
+from hypothesis import example, given
+from hypothesis import strategies as st
+
+from pytest_tpucourse import hlo_text, ir_checks, ir_xray, jax_sources, structure
+from pytest_tpucourse import strategies as tst
+
+COURSE_ROOT = Path(__file__).resolve().parents[2]
+DUMPS = COURSE_ROOT / "exercises" / "ch12" / "dumps"
+
+
+def mlp(x, w, b):
+    h = jnp.dot(x, w)
+    h = h + b
+    return jax.nn.gelu(h, approximate=True)
+
+
+def softmax(x):
+    m = x.max(axis=-1, keepdims=True)
+    e = jnp.exp(x - m)
+    return e / e.sum(axis=-1, keepdims=True)
+
+
+def layernorm(x, gamma, beta):
+    mean = x.mean(axis=-1, keepdims=True)
+    centered = x - mean
+    var = (centered * centered).mean(axis=-1, keepdims=True)
+    return centered * jax.lax.rsqrt(var + 1e-5) * gamma + beta
+
+
+def attention(q, k, v):
+    s = jnp.einsum("bqd,bkd->bqk", q, k) * 0.125
+    p = jax.nn.softmax(s, axis=-1)
+    return jnp.einsum("bqk,bkd->bqd", p, v)
+
+
+def elementwise_chain(x, b):
+    return jnp.tanh(x + b) * 2.0 + 1.0
+
+
+def _arrays(*shapes):
+    return [tst.random_array(shape, "float32", seed) for seed, shape in enumerate(shapes)]
+
+
+PROGRAMS = {
+    "mlp": (mlp, ((64, 128), (128, 256), (256,))),
+    "softmax": (softmax, ((32, 256),)),
+    "layernorm": (layernorm, ((32, 256), (256,), (256,))),
+    "attention": (attention, ((2, 64, 32), (2, 128, 32), (2, 128, 32))),
+}
+
+
+def _layers(name):
+    fn, shapes = PROGRAMS[name]
+    return ir_xray.three_layers(fn, *_arrays(*shapes))
+
+
+def _learner_rows(impl, layers):
+    return impl.xray.xray(layers.jaxpr, layers.stablehlo, layers.hlo)
+
+
+@pytest.mark.parametrize("name", list(PROGRAMS))
+def test_xray_links_every_equation(impl, name):
+    layers = _layers(name)
+    rows = _learner_rows(impl, layers)
+    ir_checks.assert_rows_match(impl.xray.xray, rows, ir_xray.xray(layers), program=f"{name} ({layers.compiler})")
+
+
+@pytest.mark.parametrize("name", list(PROGRAMS))
+def test_counts_agree_with_chapters_2_and_4(impl, name):
+    """Rows per primitive are chapter 2's counts without the calls; the kernels are chapter 4's."""
+    layers = _layers(name)
+    rows = _learner_rows(impl, layers)
+    every = Counter(structure.primitives_outside_kernels(layers.jaxpr))
+    executed = {p: n for p, n in every.items() if p not in ir_xray.CALL_PRIMITIVES}
+    got = Counter(row.get("primitive") for row in rows)
+    assert dict(got) == executed, (
+        f"{impl.xray.xray.display} on {name}: rows per primitive {dict(sorted(got.items()))}, expected "
+        f"{dict(sorted(executed.items()))} (every equation, jit and custom_jvp calls replaced by their bodies)")
+    unmapped = [f"{row['primitive']}@{row['line']}" for row in rows if not row.get("stablehlo") or not row.get("hlo")]
+    assert not unmapped, f"{impl.xray.xray.display} on {name}: rows with no StableHLO op or no HLO kernel: {unmapped}"
+    entry = hlo_text.parse(layers.hlo).entry
+    fusions = {i.name for i in entry.instructions if i.opcode == "fusion"}
+    named = {name for row in rows for name in row["hlo"] if name in fusions}
+    assert named == fusions, (f"{impl.xray.xray.display} on {name}: the rows name fusions {sorted(named)}; "
+                              f"ENTRY runs {sorted(fusions)}")
+
+
+def test_attention_dots_become_distinct_kernels(impl):
+    layers = _layers("attention")
+    dots = [row for row in _learner_rows(impl, layers) if row.get("primitive") == "dot_general"]
+    assert len(dots) == 2, f"{impl.xray.xray.display}: attention has two dot_general rows, got {len(dots)}"
+    for row in dots:
+        assert list(row["stablehlo"]) == ["stablehlo.dot_general"] and len(row["hlo"]) == 1, (
+            f"{impl.xray.xray.display}: attention's dot_general at line {row['line']} should become one "
+            f"stablehlo.dot_general and one kernel; got {row['stablehlo']} and {row['hlo']}")
+    assert dots[0]["hlo"] != dots[1]["hlo"], (
+        f"{impl.xray.xray.display}: q·kᵀ and p·v are two kernels (the softmax sits between them); both rows "
+        f"name {dots[0]['hlo']}")
+
+
+def test_elementwise_chain_is_one_fusion(impl):
+    layers = ir_xray.three_layers(elementwise_chain, *_arrays((64, 256), (256,)))
+    rows = _learner_rows(impl, layers)
+    ir_checks.assert_rows_match(impl.xray.xray, rows, ir_xray.xray(layers), program="tanh(x + b) * 2 + 1")
+    kernels = {name for row in rows for name in row["hlo"]}
+    opcodes = {i.name: i.opcode for i in hlo_text.parse(layers.hlo).entry.instructions}
+    assert len(kernels) == 1 and opcodes[kernels.pop()] == "fusion"
+
+
+def _dump_programs():
+    spec = importlib.util.spec_from_file_location("ch12_dump_programs", DUMPS / "programs.py")
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module
+
+
+def test_pallas_call_is_one_tpu_custom_call(impl):
+    programs = _dump_programs()
+    args = [tst.random_array(shape, dtype, seed) for seed, (shape, dtype) in enumerate(programs.ARGS["mlp_block"])]
+    dump = hlo_text.read_dump(DUMPS / "v5e_mlp_block.hlo.txt", COURSE_ROOT)
+    layers = ir_xray.Layers(jax.make_jaxpr(programs.mlp_block)(*args),
+                            ir_xray.tpu_stablehlo(programs.mlp_block, *args), dump.text, dump.header)
+    rows = _learner_rows(impl, layers)
+    ir_checks.assert_rows_match(impl.xray.xray, rows, ir_xray.xray(layers),
+                                program=f"programs.mlp_block on a v5e ({dump.header})")
+    kernel = [row for row in rows if row["primitive"] == "pallas_call"]
+    module = hlo_text.parse(dump.text)
+    (call,) = [module.entry.instruction(name) for name in kernel[0]["hlo"]]
+    assert call.opcode == "custom-call" and call.attribute("custom_call_target") == '"tpu_custom_call"'
+
+
+# ---------------------------------------------------------------- programs nobody has seen
+
+STATEMENTS = {
+    "tanh": "h = jnp.tanh(h)",
+    "scale": "h = h * 1.5 + 0.25",
+    "matmul": "h = jnp.dot(h, w)",
+    "rownorm": "h = h / (jnp.abs(h).sum(axis=-1, keepdims=True) + 1.0)",
+    "exp": "h = jnp.exp(-h * h)",
+    "relu": "h = jax.nn.relu(h)",
+    "transpose": "h = (h.T @ h)[: h.shape[0]]",
+}
+
+
+@given(body=st.lists(st.sampled_from(sorted(STATEMENTS)), min_size=1, max_size=5), pad=st.integers(0, 6))
+@example(body=["matmul", "tanh", "rownorm", "matmul"], pad=3)
+def test_xray_of_a_drawn_program(impl, tmp_path_factory, body, pad):
+    source = "import jax\nimport jax.numpy as jnp\n" + "\n" * pad + "\n\ndef program(h, w):\n" + textwrap.indent(
+        "\n".join(STATEMENTS[s] for s in body) + "\nreturn h\n", "    ")
+    path = tmp_path_factory.mktemp("drawn") / "drawn_program.py"
+    path.write_text(source)
+    spec = importlib.util.spec_from_file_location(f"drawn_{abs(hash(source))}", path)
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    layers = ir_xray.three_layers(module.program, *_arrays((32, 32), (32, 32)))
+    ir_checks.assert_rows_match(impl.xray.xray, _learner_rows(impl, layers), ir_xray.xray(layers),
+                                program="this program:\n" + textwrap.indent(source, "      | "))
+
+
+# ---------------------------------------------------------------- three_layers
+
+
+def test_three_layers_gives_the_three_layers(impl):
+    x, w, b = _arrays(*PROGRAMS["mlp"][1])
+    result = impl.xray.three_layers(mlp, x, w, b)
+    where = f"{impl.xray.three_layers.display} on mlp"
+    assert isinstance(result, tuple) and len(result) == 3, f"{where}: should return (jaxpr, stablehlo, hlo)"
+    jaxpr, stablehlo, hlo = result
+    assert [e.primitive.name for e in jaxpr.jaxpr.eqns][:1] == ["dot_general"], f"{where}: the first is the jaxpr"
+    assert stablehlo.lstrip().startswith(("module", "#loc")) and "#loc" in stablehlo and "stablehlo.dot_general" in stablehlo, (
+        f"{where}: the second is StableHLO printed with its locations (as_text(debug_info=True))")
+    assert hlo.startswith("HloModule") and "StackFrames" in hlo, f"{where}: the third is the optimized HLO"
+
+
+def test_three_layers_reports_current_locations(impl, tmp_path):
+    """The trap: a cached executable of the same program elsewhere must not lend its lines."""
+    program = "import jax.numpy as jnp\n\n\ndef f(x):\n    return jnp.tanh(x) * 3.0\n"
+    old, moved = tmp_path / "before.py", tmp_path / "after.py"
+    old.write_text(program)
+    moved.write_text("\n" * 7 + program)
+    x = tst.random_array((16, 128), "float32", 0)
+
+    def load(path):
+        spec = importlib.util.spec_from_file_location(path.stem + str(abs(hash(str(path)))), path)
+        module = importlib.util.module_from_spec(spec)
+        spec.loader.exec_module(module)
+        return module.f
+
+    before = jax.config.jax_compilation_cache_include_metadata_in_key
+    with jax_sources.persistent_cache(tmp_path / "cache"):
+        jax.jit(load(old)).lower(x).compile()  # the cache now holds this program, with before.py's lines
+        _, _, hlo = impl.xray.three_layers(load(moved), x)
+    where = f"{impl.xray.three_layers.display}"
+    module = hlo_text.parse(hlo)
+    places = {(Path(loc.file).name, loc.line) for loc in map(module.location, module.instructions()) if loc}
+    assert places == {("after.py", 12)}, (
+        f"{where} returned HLO whose locations are {sorted(places)}; the program is at after.py line 12. "
+        f"The persistent compilation cache returned an executable compiled from before.py: its key leaves "
+        f"locations out unless jax_compilation_cache_include_metadata_in_key is True.")
+    assert jax.config.jax_compilation_cache_include_metadata_in_key == before, (
+        f"{where} changed jax_compilation_cache_include_metadata_in_key for the rest of the process; "
+        f"set it back when done (try/finally)")
