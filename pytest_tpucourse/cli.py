@@ -4,6 +4,7 @@
     tpucourse roofline --chip v5e --plot roofline.png      # needs the `plot` extra
     tpucourse bench                                        # bench/records.jsonl -> bench/README.md
     tpucourse progress | hint ch11.matmul | reset ch11.matmul | watch ch11   # the learner's loop
+    tpucourse xray model.py:loss --shapes 8x128 128x10:bfloat16 [--html xray.html]   # the IR x-ray
 """
 
 from __future__ import annotations
@@ -46,11 +47,20 @@ def main(argv=None) -> int:
     w.add_argument("--pytest-args", default="", metavar="ARGS",
                    help="extra pytest arguments, e.g. --pytest-args='--interpret fast'")
 
+    x = commands.add_parser("xray", help="one function at three layers (jaxpr, StableHLO, optimized HLO), "
+                            "linked op to op")
+    x.add_argument("target", metavar="module.py:function")
+    x.add_argument("--shapes", nargs="*", metavar="SHAPE", help="one per argument: 8x16, 8x16:bfloat16, scalar")
+    x.add_argument("--html", metavar="FILE", help="write a self-contained page where hovering an op "
+                   "highlights its counterparts")
+    x.add_argument("--color", choices=("auto", "always", "never"), default="auto")
+
     args = parser.parse_args(argv)
-    from . import learner_cli, watch
+    from . import learner_cli, watch, xray_render
 
     handlers = {"roofline": _roofline, "bench": _bench, "progress": learner_cli.progress,
-                "hint": learner_cli.hint, "reset": learner_cli.reset, "watch": watch.main}
+                "hint": learner_cli.hint, "reset": learner_cli.reset, "watch": watch.main,
+                "xray": xray_render.main}
     try:
         return handlers[args.command](args)
     except (ValueError, rec.CorruptRecords, learner_cli.CommandError) as error:

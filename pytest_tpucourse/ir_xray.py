@@ -76,11 +76,11 @@ class Equation:
 def equations(closed_jaxpr) -> list[Equation]:
     """The executed equations of a traced program, calls flattened, in program order."""
     found = []
-    _walk(closed_jaxpr.jaxpr, found)
+    _walk(closed_jaxpr.jaxpr, found, {})
     return found
 
 
-def _walk(jaxpr, found) -> None:
+def _walk(jaxpr, found, names) -> None:
     from jax.extend import core as jex_core
 
     for eqn in jaxpr.eqns:
@@ -88,17 +88,34 @@ def _walk(jaxpr, found) -> None:
         if name in CALL_PRIMITIVES:
             for param in eqn.params.values():
                 if isinstance(param, jex_core.ClosedJaxpr):
-                    _walk(param.jaxpr, found)
+                    _walk(param.jaxpr, found, names)
                 elif isinstance(param, jex_core.Jaxpr):
-                    _walk(param, found)
+                    _walk(param, found, names)
             continue
-        found.append(Equation(name, jax_sources.equation_location(eqn), _one_line(eqn)))
+        found.append(Equation(name, jax_sources.equation_location(eqn), _one_line(eqn, names)))
 
 
-def _one_line(eqn) -> str:
-    outs = " ".join(f"{v}:{v.aval.str_short()}" for v in eqn.outvars)
-    ins = " ".join(str(v) for v in eqn.invars)
+def _one_line(eqn, names: dict) -> str:
+    """'c:f32[8,32] = dot_general a b', naming variables a, b, c ... in order of appearance."""
+    def show(var):
+        if hasattr(var, "val"):  # a Literal
+            return str(getattr(var, "val"))
+        if id(var) not in names:
+            names[id(var)] = _letters(len(names))
+        return names[id(var)]
+
+    ins = " ".join(show(v) for v in eqn.invars)
+    outs = " ".join(f"{show(v)}:{v.aval.str_short()}" for v in eqn.outvars)
     return f"{outs} = {eqn.primitive.name} {ins}".strip()
+
+
+def _letters(n: int) -> str:
+    text = ""
+    n += 1
+    while n:
+        n, r = divmod(n - 1, 26)
+        text = chr(ord("a") + r) + text
+    return text
 
 
 # ---------------------------------------------------------------- StableHLO
@@ -120,20 +137,29 @@ _LOC_USE = re.compile(r"\bloc\((#loc\d*|\"[^\"]*\"(?:\(#loc\d*\))?|unknown)\)\s*
 def stablehlo_ops(text: str) -> list[StableOp]:
     """Every stablehlo.* op of a module printed with debug_info=True, with its location."""
     table = {m.group(1): m.group(2) for m in map(_LOC_DEF.match, text.splitlines()) if m}
-    ops, open_regions = [], []
+    ops, blocks, owner = [], [], None  # blocks: for each open "{", the op whose region it is
     for line in text.splitlines():
         op_match = _OP.match(line)
         loc = _LOC_USE.search(line)
+        stripped = line.strip()
+        if stripped.startswith("}") and blocks:
+            closing = blocks.pop()
+            if closing is not None and loc is not None:
+                closing.name, closing.location = _resolve(loc.group(1), table)
+                loc = None
+            if stripped.endswith("{"):  # "}, {": the same op's next region
+                blocks.append(closing)
+            continue
         if op_match:
             op = StableOp(op_match.group(2), None, None, _LOC_USE.sub("", line).strip())
             ops.append(op)
-            if loc is None and line.rstrip().endswith("{"):
-                open_regions.append(op)  # a region follows; the op's loc closes it: "} loc(#l5)"
-            elif loc is not None:
+            if loc is not None:
                 op.name, op.location = _resolve(loc.group(1), table)
-        elif line.strip().startswith("}") and open_regions and loc is not None:
-            op = open_regions.pop()
-            op.name, op.location = _resolve(loc.group(1), table)
+            else:
+                owner = op  # its regions follow; it carries its loc on the last closing "} loc(...)"
+        if stripped.endswith("{"):
+            blocks.append(owner)
+            owner = None
     return ops
 
 
@@ -184,10 +210,13 @@ class Row:
                     hlo=_distinct(i.name for i in self.hlo))
 
 
-def link(layers: Layers) -> list[Row]:
-    """One row per executed equation, with the StableHLO ops and ENTRY instructions made from it."""
-    ops = stablehlo_ops(layers.stablehlo)
-    module = hlo_text.parse(layers.hlo)
+def link(layers: Layers, ops: list[StableOp] | None = None, module: hlo_text.HloModule | None = None) -> list[Row]:
+    """One row per executed equation, with the StableHLO ops and ENTRY instructions made from it.
+
+    ops and module: the layers already parsed (rows then hold those very objects).
+    """
+    ops = stablehlo_ops(layers.stablehlo) if ops is None else ops
+    module = hlo_text.parse(layers.hlo) if module is None else module
     everything = list(module.instructions())
     holders = {}  # id of any instruction -> the ENTRY instructions that run it
     for entry_instruction in module.entry.instructions:

@@ -52,9 +52,10 @@ def test_narrate_a_loop(impl, length, width, loop):
 @given(rows=st.sampled_from((4, 16, 64)), cols=st.sampled_from((8, 96, 256)), axis=st.sampled_from((0, 1)))
 @example(rows=16, cols=256, axis=1)
 def test_narrate_a_sort(impl, rows, cols, axis):
-    x = tst.random_array((rows, cols), "float32", 1)
-    hlo = jax.jit(lambda a: jnp.sort(a, axis=axis) * 2.0).lower(x).compile().as_text()
-    got = _narrate(impl, hlo, f"XLA:CPU's HLO of sort(f32[{rows},{cols}], axis={axis}) * 2")
+    """A bf16 sort widened to f32: the f32 result holds as many elements as the input, in twice the bytes."""
+    x = tst.random_array((rows, cols), "bfloat16", 1)
+    hlo = jax.jit(lambda a: jnp.sort(a, axis=axis).astype(jnp.float32) * 2.0).lower(x).compile().as_text()
+    got = _narrate(impl, hlo, f"XLA:CPU's HLO of sort(bf16[{rows},{cols}], axis={axis}) as f32 * 2")
     assert "sort" in [opcode for _, opcode in got["kernels"]]
     assert got["largest"][1] == f"f32[{rows},{cols}]"
 

@@ -88,17 +88,23 @@ def _made_from(items, primitive, place):
 def _stablehlo_ops(text):
     """[(op, (op name, (file, line, column)))] for every stablehlo op."""
     table = dict(re.findall(r"^#(loc\d*) = loc\((.*)\)$", text, re.MULTILINE))
-    ops, waiting = [], []
+    ops, blocks, owner = [], [], None  # blocks: for each open "{", the op whose region it opens
     for line in text.splitlines():
         op = re.match(r'\s*(?:%[^=]*=\s*)?"?(stablehlo\.\w+)', line)
         loc = re.search(r"loc\((#loc\d*|\"[^\"]*\"(?:\(#loc\d*\))?)\)$", line.rstrip())
+        if line.strip().startswith("}") and blocks:
+            closing = blocks.pop()
+            if closing is not None and loc:  # an op with a region carries its loc on "} loc(...)"
+                ops[closing] = (ops[closing][0], _resolve(loc.group(1), table))
+            if line.rstrip().endswith("{"):
+                blocks.append(closing)
+            continue
         if op:
-            if loc:
-                ops.append((op.group(1), _resolve(loc.group(1), table)))
-            elif line.rstrip().endswith("{"):
-                waiting.append(op.group(1))  # the op's loc comes after its region: "} loc(...)"
-        elif line.strip().startswith("}") and waiting and loc:
-            ops.append((waiting.pop(), _resolve(loc.group(1), table)))
+            ops.append((op.group(1), _resolve(loc.group(1), table) if loc else (None, None)))
+            owner = None if loc else len(ops) - 1
+        if line.rstrip().endswith("{"):
+            blocks.append(owner)
+            owner = None
     return ops
 
 
