@@ -19,6 +19,7 @@ tests judge the learner's x-ray against these rows; `tpucourse xray` draws them.
 
 from __future__ import annotations
 
+import functools
 import re
 from dataclasses import dataclass, field
 
@@ -39,13 +40,18 @@ class Layers:
 
 
 def three_layers(fn, *args) -> Layers:
-    """The three layers of jax.jit(fn) on args, compiled here with current locations."""
+    """The three layers of jax.jit(fn) on args, compiled here with current locations.
+
+    A fresh wrapper of fn is compiled: jit keeps what it compiled per function object in
+    memory, so a function compiled earlier in the process (from a stale cache entry, say)
+    would come back as it was compiled then.
+    """
     import jax
     import jaxlib
 
     closed = jax.make_jaxpr(fn)(*args)
     with jax_sources.current_locations():
-        lowered = jax.jit(fn).lower(*args)
+        lowered = jax.jit(functools.wraps(fn)(lambda *a: fn(*a))).lower(*args)
         stablehlo = lowered.as_text(debug_info=True)
         hlo = lowered.compile().as_text()
     platform = jax.default_backend()
@@ -76,23 +82,26 @@ class Equation:
 def equations(closed_jaxpr) -> list[Equation]:
     """The executed equations of a traced program, calls flattened, in program order."""
     found = []
-    _walk(closed_jaxpr.jaxpr, found, {})
+    _walk(closed_jaxpr.jaxpr, found, {}, None)
     return found
 
 
-def _walk(jaxpr, found, names) -> None:
+def _walk(jaxpr, found, names, caller: SourceLocation | None) -> None:
+    """caller: the location of the call being flattened; an equation traced without a user
+    frame of its own (the body of a library's jit, cached across calls) takes it."""
     from jax.extend import core as jex_core
 
     for eqn in jaxpr.eqns:
         name = eqn.primitive.name
+        location = jax_sources.equation_location(eqn) or caller
         if name in CALL_PRIMITIVES:
             for param in eqn.params.values():
                 if isinstance(param, jex_core.ClosedJaxpr):
-                    _walk(param.jaxpr, found, names)
+                    _walk(param.jaxpr, found, names, location)
                 elif isinstance(param, jex_core.Jaxpr):
-                    _walk(param, found, names)
+                    _walk(param, found, names, location)
             continue
-        found.append(Equation(name, jax_sources.equation_location(eqn), _one_line(eqn, names)))
+        found.append(Equation(name, location, _one_line(eqn, names)))
 
 
 def _one_line(eqn, names: dict) -> str:

@@ -16,7 +16,9 @@ xray(jaxpr, stablehlo, hlo) -> list[dict]
     flow bodies are not entered). Each row is a dict:
         primitive   the equation's primitive name, "dot_general"
         file, line  its innermost user frame:
-                    jax._src.source_info_util.user_frame(eqn.source_info.traceback)
+                    jax._src.source_info_util.user_frame(eqn.source_info.traceback);
+                    an equation with none (the body of a library's jit) takes the
+                    location of the call equation it was flattened from
         stablehlo   the distinct names ("stablehlo.dot_general") of the StableHLO ops made
                     from it, in order of first appearance
         hlo         the distinct names (without "%") of the ENTRY instructions of the

@@ -21,6 +21,7 @@ compile of moved or copied code can return an old executable with the old lines.
 compile whose locations matter puts them into the key.
 """
 
+import functools
 import re
 
 import jax
@@ -37,7 +38,9 @@ def three_layers(fn, *args):
     before = jax.config.jax_compilation_cache_include_metadata_in_key
     jax.config.update("jax_compilation_cache_include_metadata_in_key", True)
     try:
-        lowered = jax.jit(fn).lower(*args)
+        # A new function object: jit keeps each function's compiled program in memory, and
+        # a program compiled before (from a stale cache entry) would come back unchanged.
+        lowered = jax.jit(functools.wraps(fn)(lambda *a: fn(*a))).lower(*args)
         return closed, lowered.as_text(debug_info=True), lowered.compile().as_text()
     finally:
         jax.config.update("jax_compilation_cache_include_metadata_in_key", before)
@@ -61,16 +64,21 @@ def xray(jaxpr, stablehlo: str, hlo: str) -> list[dict]:
     return rows
 
 
-def _equations(jaxpr):
-    """(primitive, (file, line, column)) of every executed equation, calls flattened."""
+def _equations(jaxpr, caller=None):
+    """(primitive, (file, line, column)) of every executed equation, calls flattened.
+
+    An equation traced with no frame of yours (inside a library's jit, traced once and
+    cached) takes the place of the call it sits in.
+    """
     for eqn in jaxpr.eqns:
+        frame = source_info_util.user_frame(eqn.source_info.traceback)
+        place = (frame.file_name, frame.start_line, frame.start_column) if frame else caller
         if eqn.primitive.name in CALLS:
             for param in eqn.params.values():
                 if isinstance(param, (jex_core.ClosedJaxpr, jex_core.Jaxpr)):
-                    yield from _equations(getattr(param, "jaxpr", param))
+                    yield from _equations(getattr(param, "jaxpr", param), place)
             continue
-        frame = source_info_util.user_frame(eqn.source_info.traceback)
-        yield eqn.primitive.name, (frame.file_name, frame.start_line, frame.start_column) if frame else None
+        yield eqn.primitive.name, place
 
 
 def _made_from(items, primitive, place):
