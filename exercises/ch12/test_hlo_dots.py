@@ -98,8 +98,11 @@ def _numbers(decoded):
 
 
 def _operands(problem, seed):
+    """On the CPU even on a TPU VM: these tests read XLA:CPU's dots (the TPU's come from dumps/)."""
     lhs_shape, rhs_shape, _ = problem
-    return tst.random_array(lhs_shape, "float32", seed), tst.random_array(rhs_shape, "float32", seed + 1)
+    cpu = jax.devices("cpu")[0]
+    return (jax.device_put(tst.random_array(lhs_shape, "float32", seed), cpu),
+            jax.device_put(tst.random_array(rhs_shape, "float32", seed + 1), cpu))
 
 
 @given(problem=tst.dot_general_problems(), seed=tst.seeds())

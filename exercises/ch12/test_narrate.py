@@ -24,6 +24,11 @@ COURSE_ROOT = Path(__file__).resolve().parents[2]
 DUMPS = COURSE_ROOT / "exercises" / "ch12" / "dumps"
 
 
+def _on_cpu(x):
+    """XLA:CPU's dump even on a TPU VM: the truths below (a proven trip count) are XLA:CPU's."""
+    return jax.device_put(x, jax.devices("cpu")[0])
+
+
 def _narrate(impl, hlo, what):
     fn = impl.narrate.narrate
     got = fn(hlo)
@@ -42,7 +47,7 @@ def test_narrate_a_loop(impl, length, width, loop):
         def program(x):
             return lax.fori_loop(0, length, lambda i, c: jnp.sin(c) * 1.5 + c, x)
         shape = (width, width)
-    hlo = jax.jit(program).lower(tst.random_array(shape, "float32", 0)).compile().as_text()
+    hlo = jax.jit(program).lower(_on_cpu(tst.random_array(shape, "float32", 0))).compile().as_text()
     got = _narrate(impl, hlo, f"XLA:CPU's HLO of a {loop} of length {length} over f32{list(shape)}")
     counts = [count for _, count in got["while_loops"]]
     assert counts == [length], (f"{impl.narrate.narrate.display}: a {loop} of length {length} runs one while "
@@ -53,7 +58,7 @@ def test_narrate_a_loop(impl, length, width, loop):
 @example(rows=16, cols=256, axis=1)
 def test_narrate_a_sort(impl, rows, cols, axis):
     """A bf16 sort widened to f32: the f32 result holds as many elements as the input, in twice the bytes."""
-    x = tst.random_array((rows, cols), "bfloat16", 1)
+    x = _on_cpu(tst.random_array((rows, cols), "bfloat16", 1))
     hlo = jax.jit(lambda a: jnp.sort(a, axis=axis).astype(jnp.float32) * 2.0).lower(x).compile().as_text()
     got = _narrate(impl, hlo, f"XLA:CPU's HLO of sort(bf16[{rows},{cols}], axis={axis}) as f32 * 2")
     assert "sort" in [opcode for _, opcode in got["kernels"]]
