@@ -13,12 +13,25 @@ from .outcomes import WrongResult
 MAX_SHOWN = 6
 
 
+ROW_KEYS = ("primitive", "file", "line", "stablehlo", "hlo")
+
+
+def assert_rows_are_rows(fn, got, *, program: str) -> None:
+    """A list of dicts with the x-ray's keys, stablehlo and hlo lists of names."""
+    where = f"{fn.display} on {program}"
+    if not isinstance(got, list) or not all(isinstance(row, dict) for row in got):
+        raise WrongResult(f"{where} should return a list of dicts, one per equation; got {_kind(got)}")
+    for index, row in enumerate(got):
+        missing = [key for key in ROW_KEYS if key not in row]
+        if missing or not all(isinstance(row[k], (list, tuple)) for k in ("stablehlo", "hlo")):
+            raise WrongResult(f"{where}: row {index} should have keys {', '.join(ROW_KEYS)} (stablehlo and "
+                              f"hlo lists of names); it has {sorted(row)}")
+
+
 def assert_rows_match(fn, got, want: list[dict], *, program: str) -> None:
     """The learner's x-ray rows must equal the course linker's, row by row, field by field."""
     where = f"{fn.display} on {program}"
-    if not isinstance(got, list) or not all(isinstance(row, dict) for row in got):
-        raise WrongResult(f"{where} should return a list of dicts, one per equation; got "
-                          f"{type(got).__name__}")
+    assert_rows_are_rows(fn, got, program=program)
     if len(got) != len(want):
         expected = ", ".join(f"{r['primitive']}@{r['line']}" for r in want[:12])
         raise WrongResult(f"{where} returned {len(got)} rows; the program executes {len(want)} "
@@ -55,8 +68,7 @@ def assert_dots_match(fn, got, want: list[dict], *, dump: str,
     """The learner's decoded dots must name the same instructions, shapes and dimension numbers."""
     where = f"{fn.display} on {dump}"
     if not isinstance(got, list) or not all(isinstance(d, dict) for d in got):
-        raise WrongResult(f"{where} should return a list of dicts, one per dot or convolution; got "
-                          f"{type(got).__name__}")
+        raise WrongResult(f"{where} should return a list of dicts, one per dot or convolution; got {_kind(got)}")
     if len(got) != len(want):
         raise WrongResult(f"{where} found {len(got)} dots; the module has {len(want)}: "
                           f"{', '.join(d['name'] for d in want)}")
@@ -66,6 +78,13 @@ def assert_dots_match(fn, got, want: list[dict], *, dump: str,
         if wrong:
             lines = "\n".join(f"    {k}: got {a!r}, expected {b!r}" for k, (a, b) in wrong.items())
             raise WrongResult(f"{where}: {expected['name']} is misread:\n{lines}")
+
+
+def _kind(value) -> str:
+    """'list of tuple', 'dict', 'NoneType' ..."""
+    if isinstance(value, (list, tuple)) and value:
+        return f"a {type(value).__name__} of {type(value[0]).__name__}"
+    return type(value).__name__
 
 
 def _as_tuples(value):

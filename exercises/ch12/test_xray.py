@@ -77,7 +77,9 @@ def _layers(name):
 
 
 def _learner_rows(impl, layers):
-    return impl.xray.xray(layers.jaxpr, layers.stablehlo, layers.hlo)
+    rows = impl.xray.xray(layers.jaxpr, layers.stablehlo, layers.hlo)
+    ir_checks.assert_rows_are_rows(impl.xray.xray, rows, program=f"a program compiled by {layers.compiler}")
+    return rows
 
 
 @pytest.mark.parametrize("name", list(PROGRAMS))
@@ -207,6 +209,9 @@ def test_three_layers_gives_the_three_layers(impl):
     where = f"{impl.xray.three_layers.display} on mlp"
     assert isinstance(result, tuple) and len(result) == 3, f"{where}: should return (jaxpr, stablehlo, hlo)"
     jaxpr, stablehlo, hlo = result
+    assert hasattr(jaxpr, "jaxpr") and isinstance(stablehlo, str) and isinstance(hlo, str), (
+        f"{where}: should return (a ClosedJaxpr, a str, a str); got ({type(jaxpr).__name__}, "
+        f"{type(stablehlo).__name__}, {type(hlo).__name__})")
     assert [e.primitive.name for e in jaxpr.jaxpr.eqns][:1] == ["dot_general"], f"{where}: the first is the jaxpr"
     assert "#loc" in stablehlo and "stablehlo.dot_general" in stablehlo, (
         f"{where}: the second is StableHLO printed with its locations (as_text(debug_info=True))")
@@ -232,9 +237,11 @@ def test_three_layers_reports_current_locations(impl, tmp_path):
     try:
         with jax_sources.persistent_cache(tmp_path / "cache"):
             jax.jit(load(old)).lower(x).compile()  # the cache now holds this program, with before.py's lines
-            _, _, hlo = _three_layers(impl, load(moved), x)
+            result = _three_layers(impl, load(moved), x)
     finally:
         jax.config.update(FLAG, before)
+    hlo = result[2] if isinstance(result, tuple) and len(result) == 3 else None
+    assert isinstance(hlo, str), f"{impl.xray.three_layers.display} should return (jaxpr, stablehlo, hlo text)"
     module = hlo_text.parse(hlo)
     places = {(Path(loc.file).name, loc.line) for loc in map(module.location, module.instructions()) if loc}
     assert places == {("after.py", 12)}, (
