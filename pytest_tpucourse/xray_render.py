@@ -223,7 +223,12 @@ def main(args) -> int:
     function = load_function(args.target)
     shapes = parse_shapes(args.shapes or [])
     title = f"{args.target}({', '.join(f'{s.dtype}{list(s.shape)}' for s in shapes)})"
-    pic = picture(function, shapes, re.sub(r"\s+", " ", title))
+    try:
+        pic = picture(function, shapes, re.sub(r"\s+", " ", title))
+    except Exception as error:  # the program's own error, or one XLA raises compiling it
+        first = str(error).strip().splitlines()[0] if str(error).strip() else ""
+        raise ValueError(f"{args.target} did not trace, lower and compile here: {type(error).__name__}: "
+                         f"{first}") from None
     if args.html:
         Path(args.html).write_text(page(pic), encoding="utf-8")
         print(f"wrote {args.html}: {len(pic.rows)} equations, {len(pic.ops)} StableHLO ops, "
