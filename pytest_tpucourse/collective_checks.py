@@ -87,6 +87,5 @@ def assert_ring_collectives(fn, *args, max_elements: int | None = None, repro: s
         if largest.elements > max_elements:
             raise WrongResult(
                 f"{fn.display} sends {largest.elements} elements in one collective-permute "
-                f"({largest.shape}); a ring step moves one chunk, at most {max_elements} here. "
-                f"Sending whole shards around the ring moves the array {len(permutes)} times over "
-                f"instead of once.{suffix}")
+                f"({largest.shape}); a ring step moves one chunk, at most {max_elements} elements "
+                f"here: cut each shard into one chunk per device, and pass chunks, not shards.{suffix}")
