@@ -311,9 +311,11 @@ def mesh_command(args) -> int:
     from .chips import get_chip
 
     chip = get_chip(args.chip)
-    topology = tuple(int(d) for d in re.split(r"[x×]", args.topology.lower()))
-    if not topology or min(topology) < 1:
+    if not re.fullmatch(r"\d+([x×]\d+)*", args.topology.lower()):
         raise ValueError(f"--topology {args.topology!r}: chips per axis, e.g. 4x4 or 4x4x4")
+    topology = tuple(int(d) for d in re.split(r"[x×]", args.topology.lower()))
+    if min(topology) < 1:
+        raise ValueError(f"--topology {args.topology!r}: every axis needs at least one chip")
     if args.wraparound == "auto":
         wraparound = tuple(has_wraparound(chip, size) for size in topology)
     else:

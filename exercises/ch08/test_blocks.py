@@ -47,13 +47,20 @@ def _check(impl, chip, m, k, n, dtype, limit):
     call = (f"pick_blocks({m}, {k}, {n}, dtype={dtype!r}, peak_flops={chip.peak_flops:.4g}, "
             f"hbm_bandwidth={chip.hbm_bandwidth:.4g}, mxu_width={chip.mxu_width}, "
             f"vmem_limit_bytes={limit})  # {chip.name}")
-    picked = fn(m, k, n, dtype=dtype, peak_flops=chip.peak_flops, hbm_bandwidth=chip.hbm_bandwidth,
-                mxu_width=chip.mxu_width, vmem_limit_bytes=limit)
+    width = chip.mxu_width
+    kwargs = dict(dtype=dtype, peak_flops=chip.peak_flops, hbm_bandwidth=chip.hbm_bandwidth,
+                  mxu_width=width, vmem_limit_bytes=limit)
+    fits = [(b[0], b[2]) for b in itertools.product(legal(m, width), legal(k, width), legal(n, width))
+            if footprint(*b, dtype) <= limit]
+    if not fits:
+        checks.assert_rejects(fn, (m, k, n), kwargs=kwargs, error=ValueError,
+                              mentions=("vmem_limit_bytes",), repro=call + ": no legal blocks fit")
+        return
+    picked = fn(m, k, n, **kwargs)
     try:
         bm, bk, bn = (int(b) for b in picked)
     except (TypeError, ValueError):
         raise WrongResult(f"{fn.display} returned {picked!r}; expected (bm, bk, bn).\n  reproduce: {call}") from None
-    width = chip.mxu_width
     for name, dim, block in (("bm", m, bm), ("bk", k, bk), ("bn", n, bn)):
         if block not in legal(dim, width):
             raise WrongResult(f"{fn.display} picked {name}={block} for a dimension of {dim}: blocks are "
@@ -64,8 +71,6 @@ def _check(impl, chip, m, k, n, dtype, limit):
         raise WrongResult(f"{fn.display} picked ({bm}, {bk}, {bn}), which needs {needed:,} bytes of VMEM "
                           f"(x, y and the output twice each, plus the f32 accumulator): more than "
                           f"vmem_limit_bytes={limit:,}.\n  reproduce: {call}")
-    fits = [(b[0], b[2]) for b in itertools.product(legal(m, width), legal(k, width), legal(n, width))
-            if footprint(*b, dtype) <= limit]
     best = min(roofline_seconds(m, k, n, a, c, dtype, chip) for a, c in fits)
     checks.assert_close(np.float64(roofline_seconds(m, k, n, bm, bn, dtype, chip)), best,
                         fn=fn, dtype="float64", tol=0.05,
