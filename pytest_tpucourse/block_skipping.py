@@ -44,8 +44,6 @@ class OperandFetches:
 
 def fetch_log(closed_jaxpr) -> list[OperandFetches]:
     """Every input operand of every pallas_call in a traced program, with its copies."""
-    import jax
-
     log = []
     for k, eqn in enumerate(structure.pallas_call_eqns(closed_jaxpr)):
         mapping = eqn.params["grid_mapping"]
@@ -55,13 +53,8 @@ def fetch_log(closed_jaxpr) -> list[OperandFetches]:
             raise CheckerError("the fetch log cannot follow index maps that read scalar-prefetch "
                                "operands or a dynamic grid")
         grid = tuple(int(g) for g in mapping.grid)
-        steps = np.indices(grid).reshape(len(grid), -1) if grid else np.zeros((0, 1), int)
         for position, block in enumerate(mapping.block_mappings[:mapping.num_inputs]):
-            index_map = block.index_map_jaxpr
-            evaluate = jax.vmap(lambda *g, m=index_map: jax.core.eval_jaxpr(m.jaxpr, m.consts, *g))
-            columns = evaluate(*[np.asarray(axis, np.int32) for axis in steps]) if grid else []
-            indices = np.stack([np.broadcast_to(np.asarray(c), steps.shape[1:]) for c in columns],
-                               axis=1) if len(columns) else np.zeros((steps.shape[1], 0), int)
+            indices = block_indices(block, grid)
             changed = np.any(indices[1:] != indices[:-1], axis=1)
             blocks = frozenset(tuple(int(i) for i in row) for row in indices)
             sizes, per_element = zip(*(_block_size(b) for b in block.block_shape))
@@ -73,6 +66,20 @@ def fetch_log(closed_jaxpr) -> list[OperandFetches]:
                                        for i, size, element in zip(b, sizes, per_element))
                                  for b in blocks)))
     return log
+
+
+def block_indices(block, grid: tuple[int, ...]) -> np.ndarray:
+    """The block index one BlockMapping's index map gives at every grid step, in the grid's
+    order (last axis fastest): an array (steps, array dims). Scalar-prefetch operands and
+    dynamic grids are the caller's to refuse."""
+    import jax
+
+    steps = np.indices(grid).reshape(len(grid), -1) if grid else np.zeros((0, 1), int)
+    index_map = block.index_map_jaxpr
+    evaluate = jax.vmap(lambda *g: jax.core.eval_jaxpr(index_map.jaxpr, index_map.consts, *g))
+    columns = evaluate(*[np.asarray(axis, np.int32) for axis in steps]) if grid else []
+    return (np.stack([np.broadcast_to(np.asarray(c), steps.shape[1:]) for c in columns], axis=1)
+            if len(columns) else np.zeros((steps.shape[1], 0), int))
 
 
 def _block_size(dim) -> tuple[int, bool]:

@@ -28,6 +28,7 @@ DEFAULT_PREDICTION_CHIP = "v5e"
 
 JAX_TPU_INFO = "jax pltpu.get_tpu_info_for_chip (per TensorCore, x cores)"
 SCALING_BOOK = "How to Scale Your Model (jax-ml/scaling-book), part 2, TPU table"
+SCALING_BOOK_ICI = "How to Scale Your Model (jax-ml/scaling-book), part 2, interconnect table"
 
 
 @dataclass(frozen=True)
@@ -47,6 +48,8 @@ class Chip:
     topology: str | None = None
     device_kinds: tuple[str, ...] = ()  # jax device_kind strings that are this chip
     sources: dict = field(default_factory=dict, compare=False)
+    mxu_width: int | None = None  # an MXU is mxu_width x mxu_width (TPU: 128 up to v5p, 256 from v6e)
+    mxus: int | None = None  # MXUs per TensorCore
 
     def __post_init__(self):
         for what in ("peak_flops", "hbm_bandwidth"):
@@ -94,7 +97,9 @@ def _tpu(name: str, version: str, cores: int, cores_per_device: int, *, ici_link
         vmem_bytes=core.vmem_capacity_bytes,
         ici_links=ici_links, ici_link_bandwidth=ici_link_bandwidth, topology=topology,
         sources={"peak_flops": JAX_TPU_INFO, "hbm_bandwidth": JAX_TPU_INFO,
-                 "hbm_bytes": JAX_TPU_INFO, "vmem_bytes": JAX_TPU_INFO, "ici": ici_source},
+                 "hbm_bytes": JAX_TPU_INFO, "vmem_bytes": JAX_TPU_INFO, "ici": ici_source,
+                 "mxu": JAX_TPU_INFO},
+        mxu_width=core.mxu_column_size, mxus=core.num_mxus,
     )
 
 
@@ -124,9 +129,11 @@ def _builtin_tpus() -> list[Chip]:
         _tpu("v6e", "v6e", 1, 1, ici_links=4, ici_link_bandwidth=9e10, topology="2D torus",
              ici_source=SCALING_BOOK + ": v6e 9e10 B/s one-way per link, 2D torus"),
         # v7x (Ironwood): 2 cores, each its own JAX device (JAX refuses 2 cores per device).
-        # Per chip 2 x 1.155e15 = 2.31e15 bf16, 7.4e12 B/s. Per-link ICI not in the sources used.
-        _tpu("v7x", "7x", 2, 1, ici_links=None, ici_link_bandwidth=None, topology="3D torus",
-             ici_source="Google Cloud TPU7x docs (3D torus); per-link rate not in the scaling book"),
+        # Per chip 2 x 1.155e15 = 2.31e15 bf16, 7.4e12 B/s. ICI: the scaling book's
+        # interconnect table lists TPU7x at 9.0e10 B/s one-way per link (1.8e11 bidi).
+        _tpu("v7x", "7x", 2, 1, ici_links=None, ici_link_bandwidth=9e10, topology="3D torus",
+             ici_source=SCALING_BOOK_ICI + ": TPU7x 9.0e10 B/s one-way per link; 3D torus per "
+             "Google Cloud TPU7x docs"),
     ]
 
 

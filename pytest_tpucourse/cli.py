@@ -2,6 +2,7 @@
 
     tpucourse roofline --chip v5e --op matmul --shape 4096x4096x4096 --dtype bfloat16
     tpucourse roofline --chip v5e --plot roofline.png      # needs the `plot` extra
+    tpucourse mesh --chip v5e --topology 4x4 --op all-gather --bytes 1GiB   # a collective, hop by hop
     tpucourse bench                                        # bench/records.jsonl -> bench/README.md
     tpucourse progress | hint ch11.matmul | reset ch11.matmul | watch ch11   # the learner's loop
     tpucourse xray model.py:loss --shapes 8x128 128x10:bfloat16 [--html xray.html]   # the IR x-ray
@@ -13,7 +14,7 @@ import argparse
 import sys
 from pathlib import Path
 
-from . import chips, roofline
+from . import chips, ici, roofline
 from . import records as rec
 
 
@@ -32,6 +33,15 @@ def main(argv=None) -> int:
     b = commands.add_parser("bench", help="regenerate bench/README.md from the gate records")
     b.add_argument("--records", default=str(rec.DEFAULT_PATH))
     b.add_argument("--output", default=None, help="default: README.md next to the records")
+
+    m = commands.add_parser("mesh", help="a collective over a TPU slice, hop by hop, and its predicted time")
+    m.add_argument("--chip", default=chips.DEFAULT_PREDICTION_CHIP, help=", ".join(chips.TPU_CHIPS))
+    m.add_argument("--topology", required=True, help="chips per mesh axis, e.g. 4x4 or 4x4x4")
+    m.add_argument("--op", required=True, choices=ici.OPS)
+    m.add_argument("--bytes", required=True, help="the whole array, e.g. 1GiB, 512MB, 34e6")
+    m.add_argument("--wraparound", choices=("auto", "yes", "no"), default="auto",
+                   help="whether each axis wraps around (auto: the chip's cited rule)")
+    m.add_argument("--one-way", action="store_true", help="use each link in one direction only")
 
     p = commands.add_parser("progress", help="every chapter, gate and exercise, and what to do next")
     h = commands.add_parser("hint", help="the next hint of an exercise, one at a time")
@@ -58,9 +68,9 @@ def main(argv=None) -> int:
     args = parser.parse_args(argv)
     from . import learner_cli, watch, xray_render
 
-    handlers = {"roofline": _roofline, "bench": _bench, "progress": learner_cli.progress,
-                "hint": learner_cli.hint, "reset": learner_cli.reset, "watch": watch.main,
-                "xray": xray_render.main}
+    handlers = {"roofline": _roofline, "bench": _bench, "mesh": ici.mesh_command,
+                "progress": learner_cli.progress, "hint": learner_cli.hint, "reset": learner_cli.reset,
+                "watch": watch.main, "xray": xray_render.main}
     try:
         return handlers[args.command](args)
     except (ValueError, rec.CorruptRecords, learner_cli.CommandError) as error:

@@ -122,3 +122,16 @@ def test_jax_refuses_two_cores_for_chips_without_megacore():
     for version in ("v2", "v3", "v5e", "v6e", "7x"):
         with pytest.raises(ValueError, match="num_tensor_cores_per_logical_device=1"):
             pltpu.get_tpu_info_for_chip(pltpu.ChipVersion(version), 2)
+
+
+def test_mxu_width_and_count_come_from_jax():
+    """128-wide MXUs up to v5p, 256 from v6e (pltpu.get_tpu_info_for_chip's mxu_column_size)."""
+    widths = {name: (chips.get_chip(name).mxu_width, chips.get_chip(name).mxus) for name in chips.TPU_CHIPS}
+    assert widths == {"v2": (128, 1), "v3": (128, 2), "v4": (128, 4), "v5e": (128, 4), "v5p": (128, 4),
+                      "v6e": (256, 2), "v7x": (256, 2)}
+    assert chips.get_chip("h100").mxu_width is None
+
+
+def test_v7x_carries_the_scaling_books_tpu7x_link_figure():
+    v7x = chips.get_chip("v7x")
+    assert v7x.ici_link_bandwidth == 9e10 and "TPU7x" in v7x.sources["ici"]

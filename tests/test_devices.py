@@ -50,3 +50,51 @@ def test_cpu_devices_must_be_positive(fake_course, bad):
     result = fake_course.run("--cpu-devices", bad)
     assert result.ret == pytest.ExitCode.USAGE_ERROR
     result.stderr.fnmatch_lines(["*--cpu-devices: needs at least 1 CPU device*"])
+
+
+# A stand-in for a TPU host (none exists here): the conftest makes JAX's default backend
+# report two TPU devices, while the CPU backend still starts with the forced count.
+FAKE_TPU_CONFTEST = """
+import jax
+
+_cpu_devices = jax.devices
+
+
+class FakeTpu:
+    platform = "tpu"
+    device_kind = "TPU v5 lite"
+
+    def __init__(self, index):
+        self.id = index
+
+
+def devices(backend=None):
+    return _cpu_devices(backend) if backend is not None else [FakeTpu(0), FakeTpu(1)]
+
+
+jax.devices = devices
+jax.default_backend = lambda: "tpu"
+"""
+
+ON_THE_ACCELERATOR = """
+import jax
+
+def test_needs_four_chips(mesh):
+    mesh(4)
+
+def test_the_tests_see_the_accelerators_devices():
+    assert [d.platform for d in jax.devices()] == ["tpu", "tpu"]
+    assert len(jax.devices("cpu")) == 8  # forced, but not what a mesh is built from
+"""
+
+
+def test_on_an_accelerator_the_mesh_uses_its_devices_and_says_what_is_missing(fake_course):
+    fake_course.pytester.makeconftest(FAKE_TPU_CONFTEST)
+    fake_course.test_file(ON_THE_ACCELERATOR)
+    result = fake_course.run("-rs")
+    result.assert_outcomes(passed=1, skipped=1)
+    result.stdout.fnmatch_lines([
+        "*kernels run under natively*",
+        "*backend tpu (TPU v5 lite, 2 devices)*",
+        "*needs 4 devices; this run has 2 tpu device(s)*",
+    ])

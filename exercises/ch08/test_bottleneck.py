@@ -1,0 +1,89 @@
+"""Graded tests for ch08.bottleneck: bottleneck(flops, nbytes, *, peak_flops, hbm_bandwidth),
+matmul_step(bm, bk, bn, *, k, itemsize), attention_step(block_q, block_kv, head_dim, *,
+kv_len, itemsize).
+
+The bound is judged against the course's roofline (pytest_tpucourse.roofline) on every
+chip in the registry. A step's cost is judged by summing it over the grid: the steps
+must add up to the whole kernel's FLOPs and HBM traffic, counted independently here
+(chapter 11's matmul re-reads x once per column block and y once per row block;
+chapter 13's forward re-reads k and v once per q block).
+"""
+
+import numpy as np
+import pytest
+from hypothesis import example, given
+from hypothesis import strategies as st
+
+from pytest_tpucourse import checks, chips, roofline
+from pytest_tpucourse.outcomes import WrongResult
+
+ALL_CHIPS = [chips.get_chip(name) for name in chips.KNOWN_CHIPS]
+
+
+def _pair(fn, out, repro):
+    try:
+        first, second = out
+    except (TypeError, ValueError):
+        raise WrongResult(f"{fn.display} returned {out!r}; expected a pair.\n  reproduce: {repro}") from None
+    return first, second
+
+
+def _close(fn, got, want, what, repro):
+    checks.assert_close(np.float64(got) if isinstance(got, (int, float)) else got, np.float64(want),
+                        fn=fn, dtype="float64", what=what, repro=repro)
+
+
+@given(chip=st.sampled_from(ALL_CHIPS), intensity=st.floats(0.01, 1e4), nbytes=st.integers(1, 10**12))
+@example(chip=chips.get_chip("v5e"), intensity=63.0, nbytes=66560)  # below v5e's ridge of 240
+@example(chip=chips.get_chip("v5e"), intensity=1000.0, nbytes=10**6)
+def test_bottleneck_against_the_roofline(impl, chip, intensity, nbytes):
+    fn = impl.bottleneck.bottleneck
+    flops = intensity * nbytes
+    repro = f"bottleneck({flops!r}, {nbytes}, peak_flops={chip.peak_flops!r}, hbm_bandwidth={chip.hbm_bandwidth!r})"
+    unit, factor = _pair(fn, fn(flops, nbytes, peak_flops=chip.peak_flops,
+                                hbm_bandwidth=chip.hbm_bandwidth), repro)
+    want = roofline.predict(chip, roofline.Cost(flops=flops, bytes=nbytes))
+    if unit != want.bound:
+        raise WrongResult(f"{fn.display} says {unit!r}; at {intensity:.3g} FLOP/byte against {chip.name}'s "
+                          f"ridge of {chip.ridge:.1f} the step is {want.bound}-bound.\n  reproduce: {repro}")
+    slower, faster = sorted((want.compute_seconds, want.memory_seconds), reverse=True)
+    _close(fn, factor, slower / faster, "how many times longer the slower unit takes", repro)
+
+
+MATMULS = [  # (m, k, n, bm, bk, bn): unequal blocks, a single k step, k steps > 1
+    (256, 1024, 384, 128, 256, 384), (512, 512, 512, 512, 128, 256), (128, 4096, 256, 128, 512, 128),
+    (1024, 256, 1024, 256, 256, 512),
+]
+
+
+@pytest.mark.parametrize("itemsize", [2, 4])
+@pytest.mark.parametrize("m, k, n, bm, bk, bn", MATMULS)
+def test_matmul_steps_add_up_to_the_kernel(impl, m, k, n, bm, bk, bn, itemsize):
+    fn = impl.bottleneck.matmul_step
+    repro = f"matmul_step({bm}, {bk}, {bn}, k={k}, itemsize={itemsize}) for {m}x{k}x{n}"
+    flops, nbytes = _pair(fn, fn(bm, bk, bn, k=k, itemsize=itemsize), repro)
+    steps = (m // bm) * (n // bn) * (k // bk)
+    _close(fn, flops * steps, 2 * m * k * n, "FLOPs summed over the grid", repro)
+    traffic = itemsize * (m * k * (n // bn) + k * n * (m // bm) + m * n)
+    _close(fn, nbytes * steps, traffic, "HBM bytes summed over the grid (x per column block, y per "
+           "row block, the output once)", repro)
+
+
+ATTENTION = [  # (q_len, kv_len, block_q, block_kv, head_dim)
+    (1024, 1024, 128, 128, 128), (512, 2048, 256, 512, 64), (2048, 512, 512, 128, 128), (256, 256, 256, 256, 64),
+]
+
+
+@pytest.mark.parametrize("itemsize", [2, 4])
+@pytest.mark.parametrize("q_len, kv_len, block_q, block_kv, head_dim", ATTENTION)
+def test_attention_steps_add_up_to_the_forward(impl, q_len, kv_len, block_q, block_kv, head_dim, itemsize):
+    fn = impl.bottleneck.attention_step
+    repro = (f"attention_step({block_q}, {block_kv}, {head_dim}, kv_len={kv_len}, itemsize={itemsize}) "
+             f"for q_len {q_len}")
+    flops, nbytes = _pair(fn, fn(block_q, block_kv, head_dim, kv_len=kv_len, itemsize=itemsize), repro)
+    steps = (q_len // block_q) * (kv_len // block_kv)
+    _close(fn, flops * steps, 4 * q_len * kv_len * head_dim, "FLOPs summed over one head's grid", repro)
+    traffic = (itemsize * (2 * q_len * head_dim + 2 * kv_len * head_dim * (q_len // block_q))
+               + 4 * q_len)
+    _close(fn, nbytes * steps, traffic, "HBM bytes summed over one head's grid (q, out and the f32 "
+           "logsumexp once; k and v once per q block)", repro)

@@ -1,0 +1,43 @@
+"""Graded tests for ch08.mxu: mxu_efficiency(m, k, n, *, mxu_width, sublanes=8).
+
+Exact against useful MACs over padded MACs, on the MXU widths of every TPU in the
+course's registry (128 up to v5p, 256 from v6e): dimensions below the width, just
+above it, multiples of it, and rows below a sublane tile.
+"""
+
+import numpy as np
+from hypothesis import example, given
+from hypothesis import strategies as st
+
+from pytest_tpucourse import checks, chips
+
+WIDTHS = sorted({chips.get_chip(name).mxu_width for name in chips.TPU_CHIPS})
+DIMS = st.one_of(st.integers(1, 600), st.sampled_from((64, 128, 129, 256, 257, 384, 4096)))
+
+
+def useful_over_padded(m, k, n, width, sublanes):
+    up = lambda value, multiple: -(-value // multiple) * multiple  # noqa: E731
+    return (m * k * n) / (up(m, sublanes) * up(k, width) * up(n, width))
+
+
+@given(m=DIMS, k=DIMS, n=DIMS, width=st.sampled_from(WIDTHS))
+@example(m=128, k=64, n=512, width=256)  # q kᵀ at head_dim 64 on v6e: a quarter of the MXU
+@example(m=128, k=512, n=64, width=128)  # p v at head_dim 64 on v5e: half
+@example(m=3, k=256, n=256, width=256)  # three rows occupy a whole sublane tile
+@example(m=8, k=4096, n=4096, width=128)  # skinny but aligned: full
+def test_mxu_efficiency(impl, m, k, n, width):
+    fn = impl.mxu.mxu_efficiency
+    got = fn(m, k, n, mxu_width=width)
+    checks.assert_close(np.float64(got) if isinstance(got, (int, float)) else got,
+                        useful_over_padded(m, k, n, width, 8), fn=fn, dtype="float64",
+                        what="useful MACs / padded MACs",
+                        repro=f"mxu_efficiency({m}, {k}, {n}, mxu_width={width})")
+
+
+def test_sublanes_is_a_parameter(impl):
+    fn = impl.mxu.mxu_efficiency
+    got = fn(20, 128, 128, mxu_width=128, sublanes=16)
+    checks.assert_close(np.float64(got) if isinstance(got, (int, float)) else got,
+                        useful_over_padded(20, 128, 128, 128, 16), fn=fn, dtype="float64",
+                        what="useful MACs / padded MACs with 16-row sublane tiles",
+                        repro="mxu_efficiency(20, 128, 128, mxu_width=128, sublanes=16)")

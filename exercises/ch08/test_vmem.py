@@ -1,0 +1,138 @@
+"""Graded tests for ch08.vmem: vmem_footprint(blocks, scratch).
+
+Judged exactly against the course's own VMEM model (pytest_tpucourse.vmem_footprint),
+which reproduces the sizes the Mosaic compiler reports (bench/vmem_compiler_figures.py).
+Blocks are drawn where padding mistakes hide: rows below 8 (bf16 and int8 pack 2 and 4
+rows per sublane), rows that are not multiples of 8, lanes that are not multiples of
+128, unequal blocks (bm != bk != bn), single and double buffers, and leading dimensions.
+"""
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+from hypothesis import example, given
+from hypothesis import strategies as st
+from jax.experimental import pallas as pl
+from jax.experimental.pallas import tpu as pltpu
+
+from pytest_tpucourse import checks, vmem_footprint
+
+MiB = 2**20
+ROWS = (1, 2, 3, 5, 8, 12, 16, 24, 40, 128, 256)
+LANES = (64, 128, 200, 384, 512, 1024)
+DTYPES = ("float32", "bfloat16", "int8")
+
+
+def _check(impl, blocks, scratch, expected, what):
+    fn = impl.vmem.vmem_footprint
+    got = fn(blocks, scratch)
+    checks.assert_close(np.asarray(got), np.int64(expected), fn=fn, dtype="int64",
+                        what=f"VMEM bytes of {what}",
+                        repro=f"vmem_footprint({blocks!r}, {scratch!r})")
+
+
+def _as_exercise(buffers):
+    """A traced kernel's buffers as the exercise takes them: (shape, dtype, count) and (shape, dtype)."""
+    blocks = [(b.shape, b.dtype, b.count) for b in buffers if not b.name.startswith("scratch")]
+    scratch = [(b.shape, b.dtype) for b in buffers if b.name.startswith("scratch")]
+    return blocks, scratch
+
+
+@st.composite
+def kernels(draw):
+    """One to four blocks (mostly of one dtype, some f32) and up to two f32 scratch arrays."""
+    dtype = draw(st.sampled_from(DTYPES))
+
+    def shape():
+        leading = (draw(st.sampled_from((2, 3))),) if draw(st.booleans()) else ()
+        return leading + (draw(st.sampled_from(ROWS)), draw(st.sampled_from(LANES)))
+
+    blocks = [(shape(), draw(st.sampled_from((dtype, "float32"))), draw(st.sampled_from((1, 2))))
+              for _ in range(draw(st.integers(1, 4)))]
+    scratch = [(shape(), "float32") for _ in range(draw(st.integers(0, 2)))]
+    return blocks, scratch
+
+
+@given(kernel=kernels())
+@example(kernel=([((8, 512), "bfloat16", 2)], []))  # 8 bf16 rows: no padding to 16
+@example(kernel=([((1, 512), "bfloat16", 2)], []))  # one bf16 row still takes 2
+@example(kernel=([((5, 128), "int8", 2)], []))  # int8 below 8 rows: the next power of two
+@example(kernel=([((1, 200), "float32", 1)], [((12, 64), "float32")]))  # lanes to 128, rows to 16
+@example(kernel=([((2, 16, 384), "float32", 2)], []))  # a leading dimension multiplies
+def test_footprint_of_drawn_blocks(impl, kernel):
+    blocks, scratch = kernel
+    expected = vmem_footprint.footprint_bytes(
+        [vmem_footprint.Buffer("block", shape, dtype, count) for shape, dtype, count in blocks]
+        + [vmem_footprint.Buffer("scratch", shape, dtype, 1) for shape, dtype in scratch])
+    _check(impl, blocks, scratch, expected, "these blocks")
+
+
+def _batched_matmul(bb, bm, bk, bn, *, weights_once=False):
+    """(B, M, K) @ (K, N) over grid (B/bb, M/bm, N/bn, K/bk); a squeezed batch axis when bb is None.
+
+    weights_once: the whole weight matrix as one block, fetched once (pl.Buffered(1)).
+    """
+    def kernel(x_ref, w_ref, o_ref, acc_ref):
+        acc_ref[...] += jnp.einsum("...mk,kn->...mn", x_ref[...], w_ref[...],
+                                   preferred_element_type=jnp.float32)
+        o_ref[...] = acc_ref[...].astype(o_ref.dtype)
+
+    def call(x, w):
+        (batch, m, k), n = x.shape, w.shape[1]
+        bbk, bkk, bnk = (bb or 1), (k if weights_once else bk), (n if weights_once else bn)
+        w_spec = (pl.BlockSpec((k, n), lambda b, i, j, kk: (0, 0), pipeline_mode=pl.Buffered(1))
+                  if weights_once else pl.BlockSpec((bk, bn), lambda b, i, j, kk: (kk, j)))
+        out_block = (bb, bm, bnk)
+        return pl.pallas_call(
+            kernel, out_shape=jax.ShapeDtypeStruct((batch, m, n), x.dtype),
+            grid=(batch // bbk, m // bm, n // bnk, k // bkk),
+            in_specs=[pl.BlockSpec((bb, bm, bkk), lambda b, i, j, kk: (b, i, kk)), w_spec],
+            out_specs=pl.BlockSpec(out_block, lambda b, i, j, kk: (b, i, j)),
+            scratch_shapes=[pltpu.VMEM(tuple(d for d in out_block if d is not None), jnp.float32)])(x, w)
+    return call
+
+
+def _bias_add(block_rows):
+    def call(x, b):
+        spec = pl.BlockSpec((None, block_rows, x.shape[-1]), lambda h, i: (h, i, 0))
+        return pl.pallas_call(
+            lambda x_ref, b_ref, o_ref: o_ref.__setitem__(..., x_ref[...] + b_ref[...]),
+            out_shape=jax.ShapeDtypeStruct(x.shape, x.dtype), grid=(x.shape[0], x.shape[1] // block_rows),
+            in_specs=[spec, pl.BlockSpec((1, x.shape[-1]), lambda h, i: (0, 0))], out_specs=spec)(x, b)
+    return call
+
+
+# (what, kernel, operands): blocks, buffer counts and scratch the model reads off the kernel.
+KERNELS = [
+    ("a batched matmul, squeezed batch, unequal (384, 256, 128) blocks, bf16",
+     _batched_matmul(None, 384, 256, 128), [((2, 768, 512), "bfloat16"), ((512, 256), "bfloat16")]),
+    ("a batched matmul, 2 batches a block, (8, 128, 256) blocks, f32",
+     _batched_matmul(2, 8, 128, 256), [((4, 16, 256), "float32"), ((256, 512), "float32")]),
+    ("a batched matmul whose whole weights sit in VMEM once (Buffered(1)), int8 blocks of 40 rows",
+     _batched_matmul(None, 40, 0, 0, weights_once=True), [((3, 80, 384), "int8"), ((384, 200), "int8")]),
+    ("a bias add over heads: squeezed head axis, a (1, N) bias whose block never changes",
+     _bias_add(24), [((3, 48, 640), "bfloat16"), ((1, 640), "bfloat16")]),
+]
+
+# What the Mosaic compiler printed (libtpu 0.0.42.1, v5e; bench/vmem_compiler_figures.py):
+# chapter 11's f32 matmul of 2048^3 needs 28.00M in 1024 blocks, 18.00M in (512, 1024, 1024).
+COMPILER = [
+    ([((1024, 1024), "float32", 2)] * 3, [((1024, 1024), "float32")], 28 * MiB),
+    ([((512, 1024), "float32", 2), ((1024, 1024), "float32", 2), ((512, 1024), "float32", 2)],
+     [((512, 1024), "float32")], 18 * MiB),
+]
+
+
+def test_the_compilers_figures(impl):
+    for blocks, scratch, needed in COMPILER:
+        _check(impl, blocks, scratch, needed, "chapter 11's f32 matmul as the compiler counted it")
+
+
+def test_footprint_of_real_kernels(impl):
+    """The blocks, buffer counts and scratch read off traced pallas_calls (never run)."""
+    for what, kernel, operands in KERNELS:
+        args = [jax.ShapeDtypeStruct(shape, jnp.dtype(dtype)) for shape, dtype in operands]
+        (buffers,) = vmem_footprint.kernel_buffers(jax.make_jaxpr(kernel)(*args))
+        expected = vmem_footprint.footprint_bytes(buffers)
+        blocks, scratch = _as_exercise(buffers)
+        _check(impl, blocks, scratch, expected, what)

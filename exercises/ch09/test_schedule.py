@@ -1,0 +1,48 @@
+"""Graded tests for ch09.schedule: ring_schedule(op, ring_size, *, bidirectional, wraparound).
+
+Graded on properties, by running the schedule (pytest_tpucourse.ici.schedule_problems):
+every send on a link that exists, no link carrying two chunks one way in one step, an
+all-gather's sender holding what it sends and every chip receiving every other chunk
+exactly once, a reduce-scatter never counting a chip twice and leaving chip c with chunk
+c summed over all chips, in X - 1 steps (one way, or along a line) or ceil((X - 1) / 2)
+(both ways round a ring). Ring sizes are drawn, 1, 2, odd and even included.
+"""
+
+from hypothesis import example, given
+from hypothesis import strategies as st
+
+from pytest_tpucourse import checks, ici
+from pytest_tpucourse.outcomes import WrongResult
+
+OPS = ("all-gather", "reduce-scatter")
+LINKS = ((True, True), (False, True), (True, False))  # (bidirectional, wraparound)
+
+
+@given(op=st.sampled_from(OPS), size=st.integers(1, 40), links=st.sampled_from(LINKS))
+@example(op="all-gather", size=1, links=(True, True))
+@example(op="all-gather", size=2, links=(True, True))
+@example(op="all-gather", size=5, links=(True, True))  # odd: two hops each way
+@example(op="all-gather", size=8, links=(True, True))  # even: one side one hop longer
+@example(op="all-gather", size=4, links=(True, False))  # a line: the ends are 3 hops apart
+@example(op="all-gather", size=6, links=(False, True))
+@example(op="reduce-scatter", size=2, links=(False, True))
+@example(op="reduce-scatter", size=7, links=(True, True))
+@example(op="reduce-scatter", size=8, links=(True, True))
+@example(op="reduce-scatter", size=5, links=(True, False))
+@example(op="reduce-scatter", size=4, links=(False, True))
+def test_schedule_properties(impl, op, size, links):
+    bidirectional, wraparound = links
+    fn = impl.schedule.ring_schedule
+    repro = f"ring_schedule({op!r}, {size}, bidirectional={bidirectional}, wraparound={wraparound})"
+    schedule = fn(op, size, bidirectional=bidirectional, wraparound=wraparound)
+    problems = ici.schedule_problems(op, size, schedule, bidirectional=bidirectional, wraparound=wraparound)
+    if problems:
+        shown = problems[:4] + ([f"... {len(problems) - 4} more"] if len(problems) > 4 else [])
+        raise WrongResult(f"{fn.display}: the {op} on {size} chips is wrong:\n    " + "\n    ".join(shown)
+                          + f"\n  reproduce: {repro}")
+
+
+def test_a_line_used_one_way_is_refused(impl):
+    checks.assert_rejects(impl.schedule.ring_schedule, ("all-gather", 4),
+                          kwargs=dict(bidirectional=False, wraparound=False), error=ValueError,
+                          repro="ring_schedule('all-gather', 4, bidirectional=False, wraparound=False)")

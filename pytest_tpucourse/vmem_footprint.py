@@ -1,0 +1,127 @@
+"""How many bytes of VMEM a Pallas TPU kernel occupies: its pipelined blocks and its scratch.
+
+Every input and output block lives in VMEM in `count` buffers (the pipeline fetches the
+next block while the kernel works on the current one), every `pltpu.VMEM` scratch
+buffer once. Each buffer occupies its shape padded to the memory's tiling:
+
+  - the last dimension (lanes) to a multiple of 128;
+  - the second-to-last (sublanes) to a multiple of 8, whatever the dtype; one shorter
+    than 8 only to the next power of two, and never below the rows one 32-bit sublane
+    packs (1 for 4-byte types, 2 for bf16, 4 for int8);
+  - leading dimensions multiply.
+
+Buffers per block: the count a BlockSpec asks for (`pipeline_mode=pl.Buffered(n)`),
+else 1 when the block index never changes over the grid (a block fetched once, every
+block of a one-step grid) and 2 otherwise. Blocks left in HBM (`memory_space=pl.ANY`)
+and SMEM take no VMEM.
+
+The rule reproduces every figure the Mosaic compiler printed in its E1001 "scoped
+allocation with size ..." errors for the kernels in tests/test_vmem_footprint.py
+(libtpu 0.0.42.1, v5e and v6e, compiled ahead of time on a CPU). The compiler may add
+a little internal scratch of its own (0.04 MiB for a bf16 block of 2 or 3 rows), which
+the model leaves out.
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass
+
+import numpy as np
+
+from . import block_skipping, structure
+
+LANES = 128
+SUBLANES = 8
+VMEM_SPACES = ("default", "vmem")  # where blocks and scratch of a TPU kernel live
+
+
+def padded_rows(rows: int, itemsize: int) -> int:
+    """The sublanes an array of `rows` rows occupies."""
+    if rows >= SUBLANES:
+        return math.ceil(rows / SUBLANES) * SUBLANES
+    packed = max(1, 4 // itemsize)  # rows one 32-bit sublane holds
+    return max(packed, 1 << max(rows - 1, 0).bit_length())
+
+
+def padded_bytes(shape, dtype) -> int:
+    """Bytes one VMEM buffer of this shape and dtype occupies (a rank-1 shape is one row)."""
+    itemsize = _itemsize(dtype)
+    shape = (1, 1, *(int(d) for d in shape))[-max(len(shape), 2):]
+    *leading, rows, lanes = shape
+    return (math.prod(leading) * padded_rows(rows, itemsize) * math.ceil(lanes / LANES) * LANES
+            * itemsize)
+
+
+@dataclass(frozen=True)
+class Buffer:
+    """One block or scratch array a kernel keeps in VMEM, `count` times."""
+
+    name: str  # "input 0", "output 0", "scratch 0"
+    shape: tuple[int, ...]  # as the kernel sees it (squeezed dimensions dropped)
+    dtype: str
+    count: int
+
+    @property
+    def nbytes(self) -> int:
+        return self.count * padded_bytes(self.shape, self.dtype)
+
+
+def footprint_bytes(buffers) -> int:
+    """Total VMEM bytes of a kernel's buffers."""
+    return sum(b.nbytes for b in buffers)
+
+
+def kernel_buffers(closed_jaxpr) -> list[list[Buffer]]:
+    """The VMEM buffers of every pallas_call in a traced program, one list per kernel."""
+    return [_buffers(eqn) for eqn in structure.pallas_call_eqns(closed_jaxpr)]
+
+
+def _buffers(eqn) -> list[Buffer]:
+    mapping = eqn.params["grid_mapping"]
+    grid = tuple(int(g) for g in mapping.grid)
+    # Index maps that read scalar-prefetch operands cannot be evaluated here: assume the
+    # block changes (two buffers), which can only over-count.
+    evaluable = not (mapping.num_index_operands or mapping.num_dynamic_grid_bounds)
+    buffers = []
+    for position, block in enumerate(mapping.block_mappings):
+        aval = block.block_aval
+        if _space(aval) not in VMEM_SPACES:
+            continue
+        name = (f"input {position}" if position < mapping.num_inputs
+                else f"output {position - mapping.num_inputs}")
+        buffers.append(Buffer(name, tuple(aval.shape), _name(aval.dtype),
+                              _count(block, grid, evaluable)))
+    kernel = eqn.params["jaxpr"]
+    count = mapping.num_scratch_operands
+    for i, var in enumerate(kernel.invars[len(kernel.invars) - count:] if count else ()):
+        if _space(var.aval) == "vmem":
+            inner = getattr(var.aval, "inner_aval", var.aval)
+            buffers.append(Buffer(f"scratch {i}", tuple(inner.shape), _name(inner.dtype), 1))
+    return buffers
+
+
+def _count(block, grid, evaluable: bool) -> int:
+    mode = block.pipeline_mode
+    if mode is not None and getattr(mode, "buffer_count", None):
+        return int(mode.buffer_count)
+    if not evaluable:
+        return 2
+    indices = block_skipping.block_indices(block, grid)
+    return 1 if len(indices) <= 1 or not np.any(indices[1:] != indices[:-1]) else 2
+
+
+def _space(aval) -> str:
+    return str(getattr(aval, "memory_space", "default")).lower()
+
+
+def _name(dtype) -> str:
+    import jax.numpy as jnp
+
+    return jnp.dtype(dtype).name
+
+
+def _itemsize(dtype) -> int:
+    import jax.numpy as jnp
+
+    return jnp.dtype(dtype).itemsize
