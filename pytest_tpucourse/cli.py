@@ -4,6 +4,8 @@
     tpucourse roofline --chip v5e --plot roofline.png      # needs the `plot` extra
     tpucourse bench                                        # bench/records.jsonl -> bench/README.md
     tpucourse progress | hint ch11.matmul | reset ch11.matmul | watch ch11   # the learner's loop
+    tpucourse compile exercises/ch11/matmul.py:matmul --chip v5e --shape 1024x1024,1024x1024 \
+        --dtype bfloat16 --kw bm=256       # the real TPU compiler's verdict (the tpu-compile extra)
 """
 
 from __future__ import annotations
@@ -46,11 +48,16 @@ def main(argv=None) -> int:
     w.add_argument("--pytest-args", default="", metavar="ARGS",
                    help="extra pytest arguments, e.g. --pytest-args='--interpret fast'")
 
+    from . import compile_command
+
+    compile_command.add_parser(commands)
+
     args = parser.parse_args(argv)
     from . import learner_cli, watch
 
     handlers = {"roofline": _roofline, "bench": _bench, "progress": learner_cli.progress,
-                "hint": learner_cli.hint, "reset": learner_cli.reset, "watch": watch.main}
+                "hint": learner_cli.hint, "reset": learner_cli.reset, "watch": watch.main,
+                "compile": compile_command.run}
     try:
         return handlers[args.command](args)
     except (ValueError, rec.CorruptRecords, learner_cli.CommandError) as error:

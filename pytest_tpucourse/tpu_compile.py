@@ -1,0 +1,646 @@
+"""Compile a kernel for a described TPU on a machine that has none: libtpu, ahead of time.
+
+libtpu, the TPU compiler JAX runs on a TPU VM, also compiles on a CPU-only machine
+for a *described* TPU: `jax.experimental.topologies.get_topology_desc("v5e:2x2")`
+gives compile-only devices, and a program whose arguments are placed on one of
+them is compiled by the real Mosaic and LLO compiler, while JAX itself stays on
+the CPU (interpret mode keeps working in the same process). Nothing runs and
+nothing is timed: what comes back is what the compiler decided (tiling errors,
+the scoped-VMEM verdict, the optimized HLO) and, with dumps, the vector layouts
+Mosaic chose and the final VLIW bundles of each kernel. Static compiler output,
+never speed.
+
+This module is the only one that touches libtpu, TPU topologies, the dump flags
+and the dump files. Read against jax/jaxlib 0.10.2 and libtpu 0.0.42.1 (the pair
+`jax[tpu]==0.10.2` installs; `pip install -e ".[tpu-compile]"`). The dump flags
+(`--xla_mosaic_dump_to`, `--xla_jf_dump_to`, `--xla_jf_dump_llo_pass_label_regex`)
+are internal and undocumented, and are read once, when libtpu starts: a compile
+with dumps therefore runs in a child process started with them (one per pytest
+process, reused), which gets the program as a `jax.export` serialization.
+"""
+
+from __future__ import annotations
+
+import atexit
+import contextlib
+import json
+import os
+import re
+import shutil
+import subprocess
+import sys
+import tempfile
+import threading
+import time
+from collections import Counter
+from dataclasses import dataclass
+from pathlib import Path
+
+LIBTPU_REQUIREMENT = "libtpu==0.0.42.*"
+READ_AGAINST = "jax/jaxlib 0.10.2 with libtpu 0.0.42.1"
+INSTALL_LINE = "needs the real TPU compiler: pip install -e '.[tpu-compile]'"
+
+# A compile-only topology per chip. The smallest each chip accepts: "v5e:1x1" is
+# refused ("not divisible by the default chips_per_host_bounds 2x2x1"); v7x is "tpu7x".
+TOPOLOGIES = {
+    "v2": "v2:2x2", "v3": "v3:2x2", "v4": "v4:2x2x1", "v5e": "v5e:2x2",
+    "v5p": "v5p:2x2x1", "v6e": "v6e:2x2", "v7x": "tpu7x:2x2x1",
+}
+DEFAULT_CHIP = "v5e"
+
+# The compiler's default scoped-VMEM limit per chip, read off its E1001 errors
+# ("Scoped allocation with size 28.00M and limit 16.00M") with libtpu 0.0.42.1: an f32
+# ch11 matmul with 1024 blocks on 2048² arrays needs 28 MiB (v5e, v5p refuse it), with
+# (1024, 2048, 1024) blocks on 4096² arrays 44 MiB (v6e, v7x refuse it). v2-v4 have
+# 16 MiB of VMEM in all and refuse an oversized allocation without an E1001.
+# `pltpu.CompilerParams(vmem_limit_bytes=...)` moves the limit.
+SCOPED_VMEM_LIMITS = {"v5e": 16 * 2 ** 20, "v5p": 16 * 2 ** 20, "v6e": 32 * 2 ** 20, "v7x": 32 * 2 ** 20}
+
+# What libtpu prints on stderr when it starts on a machine without a TPU: harmless.
+_STARTUP_NOISE = re.compile(
+    r"TPU_WORKER_HOSTNAMES|TPU accelerator type|Logging before InitGoogle|Source Location Trace"
+    r"|libtpu_init_utils|^E0000 |^\s*$")
+
+
+# ------------------------------------------------------------------ availability
+
+_available: bool | None = None
+
+
+def available() -> bool:
+    """Whether libtpu can be imported here (the `tpu-compile` extra is installed)."""
+    global _available
+    if _available is None:
+        try:
+            import libtpu  # noqa: F401
+            _available = True
+        except ImportError:
+            _available = False
+    return _available
+
+
+def skip_unless_available() -> None:
+    """pytest.skip with one clear line when libtpu is not installed."""
+    if not available():
+        import pytest
+
+        pytest.skip(INSTALL_LINE)
+
+
+class TpuCompilerMissing(RuntimeError):
+    def __init__(self):
+        super().__init__(INSTALL_LINE)
+
+
+@contextlib.contextmanager
+def quiet_libtpu_startup():
+    """Drop libtpu's start-up lines from stderr (file descriptor 2) while the block runs.
+
+    libtpu starts with the first JAX backend initialisation (or the first topology)
+    and, off a TPU VM, writes "could not determine TPU accelerator type" and an
+    `E0000 ... TPU_WORKER_HOSTNAMES` error from C++ straight to descriptor 2. Those
+    lines are dropped; anything else written meanwhile is passed on.
+    """
+    if not available():
+        yield
+        return
+    sys.stderr.flush()
+    saved = os.dup(2)
+    with tempfile.TemporaryFile(mode="w+b") as captured:
+        os.dup2(captured.fileno(), 2)
+        try:
+            yield
+        finally:
+            os.dup2(saved, 2)
+            os.close(saved)
+            captured.seek(0)
+            kept = [line for line in captured.read().decode(errors="replace").splitlines()
+                    if not _STARTUP_NOISE.search(line)]
+            if kept:
+                print("\n".join(kept), file=sys.stderr)
+
+
+# ------------------------------------------------------------------ results
+
+@dataclass(frozen=True)
+class VectorLayout:
+    """A Mosaic vector layout, `#tpu.vpad<"32,{0,0},(8,128)">`: how a value sits in vregs.
+
+    bitwidth: bits per element; offsets: where the value starts inside its first
+    tile (None: replicated along that axis, printed `*`); tiling: the (rows, lanes)
+    tile of elements; implicit_dim: "-1" or "-2" when the value has one dimension
+    fewer than the layout (a 1-D vector, a reduction result), else None.
+    """
+
+    bitwidth: int
+    offsets: tuple
+    tiling: tuple
+    implicit_dim: str | None = None
+
+    @classmethod
+    def parse(cls, text: str) -> VectorLayout | None:
+        """The layout in `#tpu.vpad<"...">` text, or None for "none" (a scalar)."""
+        match = re.search(r'"(\d+),\{([^}]*)\},\(([^)]*)\)(?:,(-?\d+))?"', text)
+        if match is None:
+            return None
+        offsets = tuple(None if part.strip() == "*" else int(part) for part in match.group(2).split(","))
+        tiling = tuple(int(part) for part in match.group(3).split(",") if part.strip())
+        return cls(int(match.group(1)), offsets, tiling, match.group(4))
+
+
+@dataclass(frozen=True)
+class LaidOutValue:
+    """One vector value of a kernel after Mosaic's layout passes, and its vreg count.
+
+    vregs is the compiler's own count: the number of vregs `apply-vector-layout`
+    unrolled the value into (the operands of its `tpu.roll_vectors`).
+    """
+
+    shape: tuple
+    dtype: str
+    layout: VectorLayout
+    vregs: int
+
+
+@dataclass(frozen=True)
+class KernelOnTpu:
+    """One pallas_call as the TPU compiler built it (from the dumps)."""
+
+    name: str  # the Mosaic kernel function's name (the pallas_call's kernel)
+    instruction: str  # its custom-call's name in the optimized HLO
+    mosaic_layouts: str  # the Mosaic module after layout inference (`in_layout`/`out_layout` on every op)
+    mosaic_unrolled: str  # after apply-vector-layout: every value split into vregs
+    bundles_text: str  # the LLO final bundles: the VLIW program of the kernel
+    scoped_vmem_bytes: int | None  # VMEM the kernel's windows and scratch take (all buffers)
+
+    @property
+    def bundles(self) -> int:
+        """Static VLIW bundles of the whole kernel program (prologue, grid loop, epilogue)."""
+        return len(_bundle_lines(self.bundles_text))
+
+    @property
+    def loop_bundles(self) -> int:
+        """Static bundles inside the grid loop: the code each grid step runs (its branches included)."""
+        return sum(1 for depth, _ in _bundle_lines(self.bundles_text) if depth > 0)
+
+    @property
+    def mxu_ops(self) -> int:
+        """Static `vmatmul` instructions in the kernel: each pushes rows of the left operand
+        through the weights held in one MXU (the other MXU instructions load weights)."""
+        return len(re.findall(r"\bvmatmul\.", self.bundles_text))
+
+    @property
+    def loop_mxu_ops(self) -> int:
+        """`vmatmul` instructions inside the grid loop: those each grid step issues."""
+        return sum(len(re.findall(r"\bvmatmul\.", line))
+                   for depth, line in _bundle_lines(self.bundles_text) if depth > 0)
+
+    @property
+    def mxu_ops_by_unit(self) -> dict:
+        """vmatmul instructions per MXU where the chip names them (`mxu0`, `mxu1`, ...)."""
+        return dict(Counter(re.findall(r"\bvmatmul\.[\w.]*?\.(mxu\d+)\b", self.bundles_text)))
+
+    @property
+    def values(self) -> list[LaidOutValue]:
+        """Every vector value the layout passes rolled back from vregs, with its count."""
+        return _rolled_values(self.mosaic_unrolled)
+
+
+@dataclass(frozen=True)
+class CompiledForTpu:
+    """What the real TPU compiler made of a program, for one chip. Nothing was run."""
+
+    chip: str
+    topology: str
+    optimized_hlo: str
+    compile_seconds: float
+    kernels: tuple = ()  # KernelOnTpu per pallas_call, with dumps=True only
+    dump_dir: Path | None = None  # this compile's dump files (removed when the process exits)
+
+    def kernel(self, name: str | None = None) -> KernelOnTpu:
+        """The kernel called `name` (the only one if None)."""
+        if not self.kernels:
+            raise ValueError("no kernel dumps: compile with dumps=True")
+        if name is None:
+            if len(self.kernels) != 1:
+                raise ValueError(f"{len(self.kernels)} kernels: name one of {[k.name for k in self.kernels]}")
+            return self.kernels[0]
+        for k in self.kernels:
+            if k.name == name:
+                return k
+        raise KeyError(f"no kernel {name!r}; kernels: {[k.name for k in self.kernels]}")
+
+
+# ------------------------------------------------------------------ errors
+
+class TpuCompileError(Exception):
+    """The TPU compiler (or Pallas' TPU lowering, code "lowering") refused the program.
+
+    str(error) is the course's wording; `detail` the compiler's own text. Numbers are
+    parsed where the compiler gives them (bytes, shapes, the tiling).
+    """
+
+    def __init__(self, message: str, *, code: str | None, kernel: str | None, chip: str,
+                 detail: str, vmem_needed_bytes: int | None = None, vmem_limit_bytes: int | None = None,
+                 operand: str | None = None, block_shape: tuple | None = None,
+                 tiling: tuple | None = None, array_shape: tuple | None = None):
+        super().__init__(message)
+        self.message = message
+        self.code, self.kernel, self.chip, self.detail = code, kernel, chip, detail
+        self.vmem_needed_bytes, self.vmem_limit_bytes = vmem_needed_bytes, vmem_limit_bytes
+        self.operand, self.block_shape, self.tiling, self.array_shape = operand, block_shape, tiling, array_shape
+
+
+_UNITS = {"": 1, "K": 2 ** 10, "M": 2 ** 20, "G": 2 ** 30}
+_MAX_DETAIL_LINES = 4
+
+
+def translate(detail: str, *, chip: str, kernels: list[str], stage: str = "compile") -> TpuCompileError:
+    """The compiler's error text, in the course's words (kernels: the program's kernel names)."""
+    kernel = kernels[0] if len(kernels) == 1 else None
+    who = f"kernel {kernel}" if kernel else (
+        f"one of the kernels {', '.join(kernels)}" if kernels else "the program")
+    if stage == "lowering":
+        return TpuCompileError(
+            f"Pallas' TPU lowering rejects {who} before the compiler sees it:\n{_first_lines(detail)}",
+            code="lowering", kernel=kernel, chip=chip, detail=detail)
+    code_match = re.search(r"\b(E\d{4}):\s*(\w+)", detail)
+    code = code_match.group(1) if code_match else None
+    oom = re.search(r"size ([\d.]+)([KMG]?) and limit ([\d.]+)([KMG]?)", detail)
+    if code == "E1001" and oom:
+        needed = round(float(oom.group(1)) * _UNITS[oom.group(2)])
+        limit = round(float(oom.group(3)) * _UNITS[oom.group(4)])
+        return TpuCompileError(
+            f"{who} needs {_mib(needed)} of scoped VMEM on {chip} (its blocks, double-buffered, and its "
+            f"scratch), over the compiler's scoped-VMEM limit of {_mib(limit)} ({code} "
+            f"{code_match.group(2)}). Use smaller blocks, or raise the limit with "
+            f"pltpu.CompilerParams(vmem_limit_bytes=...) up to the chip's VMEM.",
+            code=code, kernel=kernel, chip=chip, detail=detail,
+            vmem_needed_bytes=needed, vmem_limit_bytes=limit)
+    overflow = re.search(r"Allocation \(size=(\d+)\) would exceed memory \(size=(\d+)\)", detail)
+    if overflow:
+        needed, capacity = int(overflow.group(1)), int(overflow.group(2))
+        return TpuCompileError(
+            f"{who} asks for a VMEM allocation of {_mib(needed)} on {chip}, more than the "
+            f"{_mib(capacity)} of VMEM the TensorCore has: smaller blocks or scratch.",
+            code=code, kernel=kernel, chip=chip, detail=detail,
+            vmem_needed_bytes=needed, vmem_limit_bytes=capacity)
+    tiling = re.search(r"(input|output) (\d+)\b.*?Operand of shape \(([^)]*)\) has tiling \(([^)]*)\), "
+                       r"but its block shape \(([^)]*)\)", detail, re.S)
+    if code == "E2002" and tiling:
+        operand = f"{tiling.group(1)} {tiling.group(2)}"
+        array, tile, block = (_shape(tiling.group(i)) for i in (3, 4, 5))
+        return TpuCompileError(
+            f"{who}: the block {_dims(block)} of {operand} (an array {_dims(array)}) is neither a "
+            f"multiple of the tiling {_dims(tile)} the compiler lays that array out in, nor the "
+            f"array's full extent ({code} {code_match.group(2)}). The tile depends on the dtype: "
+            f"(8,128) for 32-bit, (16,128) for 16-bit, (32,128) for 8-bit elements.",
+            code=code, kernel=kernel, chip=chip, detail=detail, operand=operand,
+            block_shape=block, tiling=tile, array_shape=array)
+    label = f"{code} {code_match.group(2)}" if code_match else "a Mosaic error"
+    return TpuCompileError(
+        f"the {chip} compiler rejects {who} ({label}):\n{_first_lines(detail)}",
+        code=code, kernel=kernel, chip=chip, detail=detail)
+
+
+def _first_lines(text: str) -> str:
+    drop = re.compile(r"^(See https://openxla|Please report a bug|The MLIR operation involved:)")
+    lines = [line.strip() for line in text.splitlines() if line.strip() and not drop.match(line.strip())]
+    lines = [re.sub(r"^(INTERNAL|INVALID_ARGUMENT|RESOURCE_EXHAUSTED|UNIMPLEMENTED): ", "", line)
+             for line in lines]
+    shown = lines[:_MAX_DETAIL_LINES] + (["..."] if len(lines) > _MAX_DETAIL_LINES else [])
+    return "\n".join(f"  {line[:300]}" for line in shown)
+
+
+def _shape(text: str) -> tuple:
+    return tuple(part.strip() if part.strip() == "..." else int(part) for part in text.split(",") if part.strip())
+
+
+def _dims(shape: tuple) -> str:
+    return "(" + ", ".join(str(d) for d in shape) + ")"
+
+
+def _mib(n: int) -> str:
+    return f"{n / 2 ** 20:.2f} MiB"
+
+
+# ------------------------------------------------------------------ compiling
+
+def compile_for(fn, *args, chip: str = DEFAULT_CHIP, dumps: bool = False, **kwargs) -> CompiledForTpu:
+    """Compile fn(*args, **kwargs) for `chip` with the real TPU compiler; nothing runs.
+
+    args are arrays or ShapeDtypeStructs (placed on the chip's first compile-only
+    device); kwargs are static. Interpret mode is off for the trace. dumps=True also
+    returns each kernel's layouts and bundles (a child process compiles: slower).
+    Raises TpuCompileError (the compiler's verdict in the course's words) or
+    TpuCompilerMissing.
+    """
+    import jax
+
+    from . import mosaic
+
+    if not available():
+        raise TpuCompilerMissing()
+    topology = _topology_name(chip)
+    shapes = jax.tree.map(lambda a: jax.ShapeDtypeStruct(a.shape, a.dtype), args)
+    try:
+        lowered = mosaic.lower_for_tpu(fn, *shapes, chip=chip, **kwargs)
+    except Exception as error:
+        raise translate(f"{type(error).__name__}: {error}", chip=chip, kernels=[],
+                        stage="lowering") from None
+    names = [k.name for k in mosaic.decode(lowered)]
+    if dumps:
+        return _dumping_compiler().compile(fn, shapes, kwargs, chip, names)
+    device = _device(chip)
+    placed = jax.tree.map(lambda s: jax.ShapeDtypeStruct(
+        s.shape, s.dtype, sharding=jax.sharding.SingleDeviceSharding(device)), shapes)
+    start = time.perf_counter()
+    try:
+        with mosaic_lowering(chip), _no_persistent_cache():
+            compiled = jax.jit(lambda *a: fn(*a, **kwargs)).trace(*placed).lower().compile()
+    except Exception as error:
+        raise translate(str(error), chip=chip, kernels=names) from None
+    return CompiledForTpu(chip, topology, compiled.as_text(), time.perf_counter() - start)
+
+
+@contextlib.contextmanager
+def mosaic_lowering(chip: str):
+    """Interpret mode off and Pallas' chip-dependent lowering rules aimed at `chip`."""
+    from jax.experimental.pallas import tpu as pltpu
+
+    from . import mosaic
+    from .tpu_checks import _lowering_target
+
+    with pltpu.force_tpu_interpret_mode(None), _lowering_target(mosaic.lowering_chip_version(chip)):
+        yield
+
+
+@contextlib.contextmanager
+def _no_persistent_cache():
+    """The persistent compilation cache off: a cached executable would skip the compiler
+    (and its dumps), and a compile-only TPU executable has no business on disk."""
+    import jax
+
+    previous = jax.config.jax_enable_compilation_cache
+    jax.config.update("jax_enable_compilation_cache", False)
+    try:
+        yield
+    finally:
+        jax.config.update("jax_enable_compilation_cache", previous)
+
+
+def _topology_name(chip: str) -> str:
+    try:
+        return TOPOLOGIES[chip]
+    except KeyError:
+        raise ValueError(f"no TPU topology for chip {chip!r}; one of {', '.join(TOPOLOGIES)}") from None
+
+
+_devices: dict = {}
+
+
+def _device(chip: str):
+    """The first compile-only device of the chip's topology (made once per process)."""
+    if chip not in _devices:
+        import jax
+        from jax.experimental import topologies
+
+        if jax.default_backend() != "tpu":
+            # libtpu locks /tmp/libtpu_lockfile when a topology is first made, so a second process
+            # (an xdist worker, the dumping compiler, another run) would fail; compiling needs no chip.
+            os.environ.setdefault("ALLOW_MULTIPLE_LIBTPU_LOAD", "1")
+        with quiet_libtpu_startup():
+            _devices[chip] = topologies.get_topology_desc(
+                topology_name=_topology_name(chip), platform="tpu").devices[0]
+    return _devices[chip]
+
+
+# ------------------------------------------------------------------ compiling with dumps
+
+_FILE_PREFIX = re.compile(r"^(\d+)-")
+
+
+class _DumpingCompiler:
+    """A child Python process whose libtpu started with the dump flags; compiles one program at a time.
+
+    The parent serializes the program with `jax.export` (the StableHLO with each
+    kernel's Mosaic payload inside), the child compiles it for the chip, and the
+    files the compile dumped are moved to a directory of their own and read here.
+    """
+
+    def __init__(self):
+        self.root = Path(tempfile.mkdtemp(prefix="tpucourse-tpu-dumps-"))
+        self.mosaic_dir, self.llo_dir = self.root / "mosaic", self.root / "llo"
+        self.count = 0
+        self.lock = threading.Lock()
+        env = dict(os.environ)
+        env.pop("JAX_COMPILATION_CACHE_DIR", None)
+        env.update({
+            "JAX_PLATFORMS": "cpu",
+            "JAX_ENABLE_COMPILATION_CACHE": "false",
+            "ALLOW_MULTIPLE_LIBTPU_LOAD": "1",
+            "TPU_LOG_DIR": str(self.root / "logs"),
+            "LIBTPU_INIT_ARGS": " ".join([
+                env.get("LIBTPU_INIT_ARGS", ""),
+                f"--xla_mosaic_dump_to={self.mosaic_dir}",
+                f"--xla_jf_dump_to={self.llo_dir}",
+                "--xla_jf_dump_llo_pass_label_regex=final_bundles",
+            ]).strip(),
+        })
+        self.process = subprocess.Popen(
+            [sys.executable, "-m", "pytest_tpucourse.tpu_compile", "--serve"],
+            stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=subprocess.PIPE,
+            text=True, env=env)
+        atexit.register(self.close)
+
+    def compile(self, fn, shapes, kwargs, chip: str, names: list[str]) -> CompiledForTpu:
+        from jax import export
+
+        with mosaic_lowering(chip):
+            try:
+                blob = export.export(_jitted(fn, kwargs), platforms=["tpu"])(*shapes).serialize()
+            except Exception as error:
+                raise translate(f"{type(error).__name__}: {error}", chip=chip, kernels=names,
+                                stage="lowering") from None
+        with self.lock:
+            self.count += 1
+            program = self.root / f"program-{self.count}.bin"
+            program.write_bytes(bytes(blob))
+            reply = self._ask({"program": str(program), "chip": chip, "topology": _topology_name(chip)})
+            program.unlink()
+            dump_dir = self._collect(self.root / f"compile-{self.count}")
+        if not reply.get("ok"):
+            raise translate(reply.get("error", "the compiling process failed"), chip=chip, kernels=names)
+        kernels = tuple(_read_kernels(dump_dir, reply["hlo"]))
+        return CompiledForTpu(chip, _topology_name(chip), reply["hlo"], reply["seconds"],
+                              kernels=kernels, dump_dir=dump_dir)
+
+    def _ask(self, request: dict) -> dict:
+        if self.process.poll() is not None:
+            return {"ok": False, "error": "the compiling process exited: " + self._stderr()}
+        self.process.stdin.write(json.dumps(request) + "\n")
+        self.process.stdin.flush()
+        line = self.process.stdout.readline()
+        if not line:
+            return {"ok": False, "error": "the compiling process died: " + self._stderr()}
+        return json.loads(line)
+
+    def _stderr(self) -> str:
+        try:
+            self.process.wait(timeout=5)
+            text = self.process.stderr.read()
+        except Exception:
+            text = ""
+        kept = [line for line in text.splitlines() if not _STARTUP_NOISE.search(line)]
+        return "\n".join(kept[-_MAX_DETAIL_LINES:])
+
+    def _collect(self, destination: Path) -> Path:
+        """Move the files dumped so far to `destination` (mosaic/ and llo/ under it)."""
+        for kind, source in (("mosaic", self.mosaic_dir), ("llo", self.llo_dir)):
+            target = destination / kind
+            target.mkdir(parents=True, exist_ok=True)
+            if source.is_dir():
+                for path in source.iterdir():
+                    path.rename(target / path.name)
+        return destination
+
+    def close(self) -> None:
+        if self.process.poll() is None:
+            self.process.stdin.close()
+            try:
+                self.process.wait(timeout=5)
+            except subprocess.TimeoutExpired:
+                self.process.kill()
+        shutil.rmtree(self.root, ignore_errors=True)
+
+
+def _jitted(fn, kwargs):
+    import jax
+
+    return jax.jit(lambda *a: fn(*a, **kwargs))
+
+
+_compiler: _DumpingCompiler | None = None
+
+
+def _dumping_compiler() -> _DumpingCompiler:
+    global _compiler
+    if _compiler is None or _compiler.process.poll() is not None:
+        _compiler = _DumpingCompiler()
+    return _compiler
+
+
+def _read_kernels(dump_dir: Path, optimized_hlo: str) -> list[KernelOnTpu]:
+    """Each kernel's Mosaic passes, bundles and VMEM, matched by the Mosaic function name."""
+    mosaic_runs: dict[str, dict[str, str]] = {}
+    for path in sorted((dump_dir / "mosaic").glob("*-mosaic-dump-*.txt")):
+        prefix = _FILE_PREFIX.match(path.name).group(1)
+        stage = path.name.split("-mosaic-dump-", 1)[1].removesuffix(".txt")
+        mosaic_runs.setdefault(prefix, {})[stage] = path.read_text(errors="replace")
+    instructions = _kernel_instructions(optimized_hlo)
+    vmem = _scoped_vmem(dump_dir / "llo")
+    bundles = {}
+    for path in (dump_dir / "llo").glob("*-final_bundles.txt"):
+        if "schedule-analysis" in path.name:
+            continue
+        instruction = re.sub(r"^\d+-", "", path.name).rsplit("-", 2)[0]
+        bundles[instruction] = path.read_text(errors="replace")
+    kernels = []
+    for stages in mosaic_runs.values():
+        inferred = next((text for stage, text in stages.items() if stage.endswith("post-infer-vector-layout")), None)
+        if inferred is None:
+            continue  # the short deserialization-only runs
+        unrolled = next((text for stage, text in stages.items() if stage.endswith("post-apply-vector-layout")), "")
+        name_match = re.search(r"func\.func @(\w+)\(", inferred)
+        name = name_match.group(1) if name_match else "?"
+        instruction = instructions.get(name, "")
+        kernels.append(KernelOnTpu(name=name, instruction=instruction, mosaic_layouts=inferred,
+                                   mosaic_unrolled=unrolled, bundles_text=bundles.get(instruction, ""),
+                                   scoped_vmem_bytes=vmem.get(instruction)))
+    return kernels
+
+
+def _kernel_instructions(optimized_hlo: str) -> dict[str, str]:
+    """Mosaic kernel name -> the name of the custom-call instruction that runs it."""
+    import base64
+
+    from . import mosaic
+
+    found = {}
+    for match in re.finditer(r'%([\w.\-]+) = [^\n]*custom_call_target="tpu_custom_call"[^\n]*?'
+                             r'"body":\s*"([A-Za-z0-9+/=]+)"', optimized_hlo):
+        body = base64.b64decode(match.group(2))
+        found[mosaic.decode_body(body).name] = match.group(1)
+    return found
+
+
+def _scoped_vmem(llo_dir: Path) -> dict[str, int]:
+    """Scoped VMEM bytes per custom-call instruction, from the compiler's VMEM report."""
+    sizes = {}
+    for path in llo_dir.glob("*vmem_report.html"):
+        match = re.search(r"const DATA\s*=\s*(\{.*?\});\s*\n", path.read_text(errors="replace"), re.S)
+        if match is None:
+            continue
+        for name, breakdown in json.loads(match.group(1)).get("hlo_breakdowns", {}).items():
+            if not name.startswith("<"):
+                sizes[name] = int(breakdown.get("total_size", 0))
+    return sizes
+
+
+def _bundle_lines(text: str) -> list[tuple[int, str]]:
+    """(loop depth, line) of every bundle: lines `  0x1f LB: > { ... }`; each `>` is one loop level."""
+    lines = []
+    for line in text.splitlines():
+        match = re.match(r"^\s*(?:0x[0-9a-f]+|0)\s+(?:[A-Z]{2})?:\s*(>*)\s*\{", line)
+        if match:
+            lines.append((len(match.group(1)), line))
+    return lines
+
+
+def _rolled_values(unrolled: str) -> list[LaidOutValue]:
+    values = []
+    for match in re.finditer(r"tpu\.roll_vectors ([^{]*)\{out_layout = \[([^\]]*)\]\} : [^\n]*-> "
+                             r"vector<([^>]*)>", unrolled):
+        layout = VectorLayout.parse(match.group(2))
+        if layout is None:
+            continue
+        *dims, dtype = match.group(3).split("x")
+        values.append(LaidOutValue(tuple(int(d) for d in dims), dtype, layout,
+                                   vregs=match.group(1).count("%")))
+    return values
+
+
+# ------------------------------------------------------------------ the child process
+
+def _serve() -> int:
+    """The dumping compiler's side: one JSON request per line on stdin, one reply per line."""
+    with quiet_libtpu_startup():
+        import jax
+        from jax import export
+        from jax.experimental import topologies
+
+        jax.config.update("jax_enable_compilation_cache", False)
+    devices = {}
+    for line in sys.stdin:
+        request = json.loads(line)
+        try:
+            if request["topology"] not in devices:
+                with quiet_libtpu_startup():
+                    devices[request["topology"]] = topologies.get_topology_desc(
+                        topology_name=request["topology"], platform="tpu").devices[0]
+            sharding = jax.sharding.SingleDeviceSharding(devices[request["topology"]])
+            program = export.deserialize(bytearray(Path(request["program"]).read_bytes()))
+            placed = [jax.ShapeDtypeStruct(a.shape, a.dtype, sharding=sharding) for a in program.in_avals]
+            start = time.perf_counter()
+            compiled = jax.jit(program.call).trace(*placed).lower().compile()
+            reply = {"ok": True, "hlo": compiled.as_text(), "seconds": time.perf_counter() - start}
+        except Exception as error:
+            reply = {"ok": False, "error": str(error)}
+        sys.stdout.write(json.dumps(reply) + "\n")
+        sys.stdout.flush()
+    return 0
+
+
+if __name__ == "__main__":
+    if sys.argv[1:] == ["--serve"]:
+        sys.exit(_serve())
