@@ -76,10 +76,10 @@ def kernel_report(kernel: tpu_compile.KernelOnTpu, chip: str) -> list[str]:
                    else " (no scoped limit measured for this chip)")
         lines.append(f"  VMEM: {_mib(kernel.scoped_vmem_bytes)} for its windows (all buffers) and scratch"
                      f"{against}")
-    lines.append(f"  bundles: {kernel.bundles} in the kernel, {kernel.loop_bundles} inside the grid loop "
-                 f"(the code one grid step runs, branches included)")
+    lines.append(f"  bundles: {kernel.bundles} in the kernel, {kernel.step_bundles} in one grid step "
+                 f"(static code, branches included: not a time)")
     units = ", ".join(f"{u} {n}" for u, n in sorted(kernel.mxu_ops_by_unit.items()))
-    lines.append(f"  MXU: {kernel.loop_mxu_ops} vmatmul per grid step" + (f" ({units})" if units else ""))
+    lines.append(f"  MXU: {kernel.step_mxu_ops} vmatmul per grid step" + (f" ({units})" if units else ""))
     lines.append("  vector values, as Mosaic laid them out (bits, offsets, tile) -> vregs each:")
     seen = Counter((v.shape, v.dtype, v.layout, v.vregs) for v in kernel.values)
     for (shape, dtype, layout, vregs), count in sorted(seen.items(), key=lambda item: -item[0][3]):
@@ -87,7 +87,7 @@ def kernel_report(kernel: tpu_compile.KernelOnTpu, chip: str) -> list[str]:
         text = f"{layout.bitwidth},{{{offsets}}},({','.join(map(str, layout.tiling))})"
         if layout.implicit_dim:
             text += f",{layout.implicit_dim}"
-        lines.append(f"    vector<{_dims(shape)}x{dtype}>  {text:<22} {vregs:>5} vregs"
+        lines.append(f"    {f'vector<{_dims(shape)}x{dtype}>':<26} {text:<22} {vregs:>5} vregs"
                      + (f"  ({count} values)" if count > 1 else ""))
     return lines
 

@@ -60,10 +60,23 @@ def kernels(fn, *args, chip: str | None = None, **kwargs) -> list[MosaicKernel]:
 
 def decode(lowered) -> list[MosaicKernel]:
     """The Mosaic kernels inside a lowered program (`jax.stages.Lowered`)."""
+    return _decode_module(lowered.compiler_ir("stablehlo"))
+
+
+def decode_text(stablehlo: str) -> list[MosaicKernel]:
+    """The Mosaic kernels inside a program's StableHLO text (`jax.export.Exported.mlir_module()`)."""
+    from jax._src.interpreters import mlir as jax_mlir
+    from jaxlib.mlir import ir
+
+    with jax_mlir.make_ir_context():
+        return _decode_module(ir.Module.parse(stablehlo))
+
+
+def _decode_module(module) -> list[MosaicKernel]:
     from jaxlib.mlir import ir
 
     found = []
-    for call in _tpu_custom_calls(lowered.compiler_ir("stablehlo").operation):
+    for call in _tpu_custom_calls(module.operation):
         config = json.loads(ir.StringAttr(call.attributes["backend_config"]).value)
         name = (ir.StringAttr(call.attributes["kernel_name"]).value
                 if "kernel_name" in call.attributes else f"kernel {len(found)}")

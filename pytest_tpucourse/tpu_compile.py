@@ -26,6 +26,7 @@ import contextlib
 import json
 import os
 import re
+import select
 import shutil
 import subprocess
 import sys
@@ -179,9 +180,15 @@ class KernelOnTpu:
         return len(_bundle_lines(self.bundles_text))
 
     @property
-    def loop_bundles(self) -> int:
-        """Static bundles inside the grid loop: the code each grid step runs (its branches included)."""
-        return sum(1 for depth, _ in _bundle_lines(self.bundles_text) if depth > 0)
+    def step_bundles(self) -> int:
+        """Static bundles one grid step runs: those inside the grid loop (its branches included),
+        or all of them when the kernel has no loop (a single step)."""
+        return len(self._step_lines())
+
+    def _step_lines(self) -> list[str]:
+        lines = _bundle_lines(self.bundles_text)
+        in_loop = [line for depth, line in lines if depth > 0]
+        return in_loop or [line for _, line in lines]
 
     @property
     def mxu_ops(self) -> int:
@@ -190,10 +197,9 @@ class KernelOnTpu:
         return len(re.findall(r"\bvmatmul\.", self.bundles_text))
 
     @property
-    def loop_mxu_ops(self) -> int:
-        """`vmatmul` instructions inside the grid loop: those each grid step issues."""
-        return sum(len(re.findall(r"\bvmatmul\.", line))
-                   for depth, line in _bundle_lines(self.bundles_text) if depth > 0)
+    def step_mxu_ops(self) -> int:
+        """`vmatmul` instructions one grid step issues (in its bundles, as step_bundles counts them)."""
+        return sum(len(re.findall(r"\bvmatmul\.", line)) for line in self._step_lines())
 
     @property
     def mxu_ops_by_unit(self) -> dict:
@@ -234,18 +240,23 @@ class CompiledForTpu:
 # ------------------------------------------------------------------ errors
 
 class TpuCompileError(Exception):
-    """The TPU compiler (or Pallas' TPU lowering, code "lowering") refused the program.
+    """The TPU compiler, or Pallas' TPU lowering before it, refused the program.
 
-    str(error) is the course's wording; `detail` the compiler's own text. Numbers are
-    parsed where the compiler gives them (bytes, shapes, the tiling).
+    str(error) is the course's wording; `detail` the compiler's own text. `kind` is
+    what went wrong: "lowering" (Pallas' TPU lowering: a block shape, an op it cannot
+    lower), "vmem" (the blocks and scratch do not fit), "tiling" (a block the dtype's
+    tiling does not divide), "mosaic" (any other refusal of the Mosaic compiler) or
+    "timeout" (the compile outlived its deadline).
+    `code` is the compiler's error code where it gives one (E1001, E2002). Numbers
+    are parsed where the compiler prints them.
     """
 
-    def __init__(self, message: str, *, code: str | None, kernel: str | None, chip: str,
+    def __init__(self, message: str, *, kind: str, code: str | None, kernel: str | None, chip: str,
                  detail: str, vmem_needed_bytes: int | None = None, vmem_limit_bytes: int | None = None,
                  operand: str | None = None, block_shape: tuple | None = None,
                  tiling: tuple | None = None, array_shape: tuple | None = None):
         super().__init__(message)
-        self.message = message
+        self.message, self.kind = message, kind
         self.code, self.kernel, self.chip, self.detail = code, kernel, chip, detail
         self.vmem_needed_bytes, self.vmem_limit_bytes = vmem_needed_bytes, vmem_limit_bytes
         self.operand, self.block_shape, self.tiling, self.array_shape = operand, block_shape, tiling, array_shape
@@ -253,6 +264,10 @@ class TpuCompileError(Exception):
 
 _UNITS = {"": 1, "K": 2 ** 10, "M": 2 ** 20, "G": 2 ** 30}
 _MAX_DETAIL_LINES = 4
+# How the compiler words "does not fit in VMEM": E1001 (v5e, v5p, v6e, v7x), and v4's two forms.
+_VMEM_OVER_LIMIT = (r"size ([\d.]+)([KMG]?) and limit ([\d.]+)([KMG]?)",
+                    r"Used ([\d.]+)([KMG]?) of ([\d.]+)([KMG]?) vmem",
+                    r"Allocation \(size=(\d+)()\) would exceed memory \(size=(\d+)()\)")
 
 
 def translate(detail: str, *, chip: str, kernels: list[str], stage: str = "compile") -> TpuCompileError:
@@ -260,47 +275,39 @@ def translate(detail: str, *, chip: str, kernels: list[str], stage: str = "compi
     kernel = kernels[0] if len(kernels) == 1 else None
     who = f"kernel {kernel}" if kernel else (
         f"one of the kernels {', '.join(kernels)}" if kernels else "the program")
+    common = dict(kernel=kernel, chip=chip, detail=detail)
     if stage == "lowering":
         return TpuCompileError(
             f"Pallas' TPU lowering rejects {who} before the compiler sees it:\n{_first_lines(detail)}",
-            code="lowering", kernel=kernel, chip=chip, detail=detail)
+            kind="lowering", code=None, **common)
     code_match = re.search(r"\b(E\d{4}):\s*(\w+)", detail)
     code = code_match.group(1) if code_match else None
-    oom = re.search(r"size ([\d.]+)([KMG]?) and limit ([\d.]+)([KMG]?)", detail)
-    if code == "E1001" and oom:
+    label = f" ({code} {code_match.group(2)})" if code_match else ""
+    oom = next((m for m in (re.search(p, detail) for p in _VMEM_OVER_LIMIT) if m), None)
+    if oom:
         needed = round(float(oom.group(1)) * _UNITS[oom.group(2)])
         limit = round(float(oom.group(3)) * _UNITS[oom.group(4)])
+        raise_limit = (", or raise the scoped limit with pltpu.CompilerParams(vmem_limit_bytes=...) "
+                       "up to the chip's VMEM" if code == "E1001" else "")
         return TpuCompileError(
-            f"{who} needs {_mib(needed)} of scoped VMEM on {chip} (its blocks, double-buffered, and its "
-            f"scratch), over the compiler's scoped-VMEM limit of {_mib(limit)} ({code} "
-            f"{code_match.group(2)}). Use smaller blocks, or raise the limit with "
-            f"pltpu.CompilerParams(vmem_limit_bytes=...) up to the chip's VMEM.",
-            code=code, kernel=kernel, chip=chip, detail=detail,
-            vmem_needed_bytes=needed, vmem_limit_bytes=limit)
-    overflow = re.search(r"Allocation \(size=(\d+)\) would exceed memory \(size=(\d+)\)", detail)
-    if overflow:
-        needed, capacity = int(overflow.group(1)), int(overflow.group(2))
-        return TpuCompileError(
-            f"{who} asks for a VMEM allocation of {_mib(needed)} on {chip}, more than the "
-            f"{_mib(capacity)} of VMEM the TensorCore has: smaller blocks or scratch.",
-            code=code, kernel=kernel, chip=chip, detail=detail,
-            vmem_needed_bytes=needed, vmem_limit_bytes=capacity)
+            f"{who} needs {_mib(needed)} of VMEM on {chip} (its blocks, double-buffered, and its "
+            f"scratch), over the compiler's limit of {_mib(limit)}{label}. Use smaller blocks{raise_limit}.",
+            kind="vmem", code=code, vmem_needed_bytes=needed, vmem_limit_bytes=limit, **common)
     tiling = re.search(r"(input|output) (\d+)\b.*?Operand of shape \(([^)]*)\) has tiling \(([^)]*)\), "
                        r"but its block shape \(([^)]*)\)", detail, re.S)
-    if code == "E2002" and tiling:
+    if tiling:
         operand = f"{tiling.group(1)} {tiling.group(2)}"
         array, tile, block = (_shape(tiling.group(i)) for i in (3, 4, 5))
         return TpuCompileError(
             f"{who}: the block {_dims(block)} of {operand} (an array {_dims(array)}) is neither a "
             f"multiple of the tiling {_dims(tile)} the compiler lays that array out in, nor the "
-            f"array's full extent ({code} {code_match.group(2)}). The tile depends on the dtype: "
-            f"(8,128) for 32-bit, (16,128) for 16-bit, (32,128) for 8-bit elements.",
-            code=code, kernel=kernel, chip=chip, detail=detail, operand=operand,
-            block_shape=block, tiling=tile, array_shape=array)
-    label = f"{code} {code_match.group(2)}" if code_match else "a Mosaic error"
+            f"array's full extent{label}. The tile depends on the dtype: (8,128) for 32-bit, "
+            f"(16,128) for 16-bit, (32,128) for 8-bit elements.",
+            kind="tiling", code=code, operand=operand, block_shape=block, tiling=tile, array_shape=array,
+            **common)
     return TpuCompileError(
-        f"the {chip} compiler rejects {who} ({label}):\n{_first_lines(detail)}",
-        code=code, kernel=kernel, chip=chip, detail=detail)
+        f"the {chip} compiler rejects {who}{label or ' (Mosaic)'}:\n{_first_lines(detail)}",
+        kind="mosaic", code=code, **common)
 
 
 def _first_lines(text: str) -> str:
@@ -326,16 +333,22 @@ def _mib(n: int) -> str:
 
 # ------------------------------------------------------------------ compiling
 
-def compile_for(fn, *args, chip: str = DEFAULT_CHIP, dumps: bool = False, **kwargs) -> CompiledForTpu:
+DEFAULT_TIMEOUT_SECONDS = 120.0  # course blocks compile in 0.1-2.5 s; a 2048² f32 block took 50 s
+
+
+def compile_for(fn, *args, chip: str = DEFAULT_CHIP, dumps: bool = False,
+                timeout: float | None = DEFAULT_TIMEOUT_SECONDS, **kwargs) -> CompiledForTpu:
     """Compile fn(*args, **kwargs) for `chip` with the real TPU compiler; nothing runs.
 
-    args are arrays or ShapeDtypeStructs (placed on the chip's first compile-only
-    device); kwargs are static. Interpret mode is off for the trace. dumps=True also
-    returns each kernel's layouts and bundles (a child process compiles: slower).
-    Raises TpuCompileError (the compiler's verdict in the course's words) or
-    TpuCompilerMissing.
+    args are arrays or ShapeDtypeStructs; kwargs are static. The program is traced
+    and lowered here (interpret mode off) and compiled in a child process whose
+    libtpu started with the dump flags: a compiler crash or a compile that outlives
+    `timeout` seconds ends that process, not this one. dumps=True keeps each
+    kernel's layouts and bundles (`kernels`, `dump_dir`). Raises TpuCompileError
+    (the verdict in the course's words) or TpuCompilerMissing.
     """
     import jax
+    from jax import export
 
     from . import mosaic
 
@@ -343,24 +356,26 @@ def compile_for(fn, *args, chip: str = DEFAULT_CHIP, dumps: bool = False, **kwar
         raise TpuCompilerMissing()
     topology = _topology_name(chip)
     shapes = jax.tree.map(lambda a: jax.ShapeDtypeStruct(a.shape, a.dtype), args)
+    with mosaic_lowering(chip):
+        try:
+            exported = export.export(jax.jit(lambda *a: fn(*a, **kwargs)), platforms=["tpu"])(*shapes)
+        except Exception as error:
+            raise translate(f"{type(error).__name__}: {error}", chip=chip, kernels=[],
+                            stage="lowering") from None
+    names = [kernel.name for kernel in mosaic.decode_text(exported.mlir_module())]
+    reply, dump_dir = _child_compiler().compile(bytes(exported.serialize()), topology, timeout)
     try:
-        lowered = mosaic.lower_for_tpu(fn, *shapes, chip=chip, **kwargs)
-    except Exception as error:
-        raise translate(f"{type(error).__name__}: {error}", chip=chip, kernels=[],
-                        stage="lowering") from None
-    names = [k.name for k in mosaic.decode(lowered)]
-    if dumps:
-        return _dumping_compiler().compile(fn, shapes, kwargs, chip, names)
-    device = _device(chip)
-    placed = jax.tree.map(lambda s: jax.ShapeDtypeStruct(
-        s.shape, s.dtype, sharding=jax.sharding.SingleDeviceSharding(device)), shapes)
-    start = time.perf_counter()
-    try:
-        with mosaic_lowering(chip), _no_persistent_cache():
-            compiled = jax.jit(lambda *a: fn(*a, **kwargs)).trace(*placed).lower().compile()
-    except Exception as error:
-        raise translate(str(error), chip=chip, kernels=names) from None
-    return CompiledForTpu(chip, topology, compiled.as_text(), time.perf_counter() - start)
+        if reply.get("timeout"):
+            raise TpuCompileError(reply["error"], kind="timeout", code=None, kernel=None, chip=chip,
+                                  detail=reply["error"])
+        if not reply.get("ok"):
+            raise translate(reply.get("error", "the compiling process failed"), chip=chip, kernels=names)
+        kernels = tuple(_read_kernels(dump_dir, reply["hlo"])) if dumps else ()
+    finally:
+        if not dumps:
+            shutil.rmtree(dump_dir, ignore_errors=True)
+    return CompiledForTpu(chip, topology, reply["hlo"], reply["seconds"], kernels=kernels,
+                          dump_dir=dump_dir if dumps else None)
 
 
 @contextlib.contextmanager
@@ -375,20 +390,6 @@ def mosaic_lowering(chip: str):
         yield
 
 
-@contextlib.contextmanager
-def _no_persistent_cache():
-    """The persistent compilation cache off: a cached executable would skip the compiler
-    (and its dumps), and a compile-only TPU executable has no business on disk."""
-    import jax
-
-    previous = jax.config.jax_enable_compilation_cache
-    jax.config.update("jax_enable_compilation_cache", False)
-    try:
-        yield
-    finally:
-        jax.config.update("jax_enable_compilation_cache", previous)
-
-
 def _topology_name(chip: str) -> str:
     try:
         return TOPOLOGIES[chip]
@@ -396,40 +397,20 @@ def _topology_name(chip: str) -> str:
         raise ValueError(f"no TPU topology for chip {chip!r}; one of {', '.join(TOPOLOGIES)}") from None
 
 
-_devices: dict = {}
-
-
-def _device(chip: str):
-    """The first compile-only device of the chip's topology (made once per process)."""
-    if chip not in _devices:
-        import jax
-        from jax.experimental import topologies
-
-        if jax.default_backend() != "tpu":
-            # libtpu locks /tmp/libtpu_lockfile when a topology is first made, so a second process
-            # (an xdist worker, the dumping compiler, another run) would fail; compiling needs no chip.
-            os.environ.setdefault("ALLOW_MULTIPLE_LIBTPU_LOAD", "1")
-        with quiet_libtpu_startup():
-            _devices[chip] = topologies.get_topology_desc(
-                topology_name=_topology_name(chip), platform="tpu").devices[0]
-    return _devices[chip]
-
-
-# ------------------------------------------------------------------ compiling with dumps
-
 _FILE_PREFIX = re.compile(r"^(\d+)-")
 
 
-class _DumpingCompiler:
+class _ChildCompiler:
     """A child Python process whose libtpu started with the dump flags; compiles one program at a time.
 
-    The parent serializes the program with `jax.export` (the StableHLO with each
-    kernel's Mosaic payload inside), the child compiles it for the chip, and the
-    files the compile dumped are moved to a directory of their own and read here.
+    The parent serializes the program with `jax.export` (StableHLO, each kernel's
+    Mosaic payload inside); the child compiles it for the topology; the files the
+    compile dumped are moved to a directory of their own. The flags are read once,
+    when libtpu starts, which is why this is a process of its own.
     """
 
     def __init__(self):
-        self.root = Path(tempfile.mkdtemp(prefix="tpucourse-tpu-dumps-"))
+        self.root = Path(tempfile.mkdtemp(prefix="tpucourse-tpu-compile-"))
         self.mosaic_dir, self.llo_dir = self.root / "mosaic", self.root / "llo"
         self.count = 0
         self.lock = threading.Lock()
@@ -437,7 +418,9 @@ class _DumpingCompiler:
         env.pop("JAX_COMPILATION_CACHE_DIR", None)
         env.update({
             "JAX_PLATFORMS": "cpu",
-            "JAX_ENABLE_COMPILATION_CACHE": "false",
+            "JAX_ENABLE_COMPILATION_CACHE": "false",  # a cached executable would skip the compiler
+            # libtpu locks /tmp/libtpu_lockfile when it makes a topology: a second process (an xdist
+            # worker, another run) would be refused. Compiling needs no chip to own.
             "ALLOW_MULTIPLE_LIBTPU_LOAD": "1",
             "TPU_LOG_DIR": str(self.root / "logs"),
             "LIBTPU_INIT_ARGS": " ".join([
@@ -453,33 +436,31 @@ class _DumpingCompiler:
             text=True, env=env)
         atexit.register(self.close)
 
-    def compile(self, fn, shapes, kwargs, chip: str, names: list[str]) -> CompiledForTpu:
-        from jax import export
+    @property
+    def alive(self) -> bool:
+        return self.process.poll() is None
 
-        with mosaic_lowering(chip):
-            try:
-                blob = export.export(_jitted(fn, kwargs), platforms=["tpu"])(*shapes).serialize()
-            except Exception as error:
-                raise translate(f"{type(error).__name__}: {error}", chip=chip, kernels=names,
-                                stage="lowering") from None
+    def compile(self, program: bytes, topology: str, timeout: float | None) -> tuple[dict, Path]:
+        """(the child's reply, the directory holding this compile's dumps)."""
         with self.lock:
             self.count += 1
-            program = self.root / f"program-{self.count}.bin"
-            program.write_bytes(bytes(blob))
-            reply = self._ask({"program": str(program), "chip": chip, "topology": _topology_name(chip)})
-            program.unlink()
-            dump_dir = self._collect(self.root / f"compile-{self.count}")
-        if not reply.get("ok"):
-            raise translate(reply.get("error", "the compiling process failed"), chip=chip, kernels=names)
-        kernels = tuple(_read_kernels(dump_dir, reply["hlo"]))
-        return CompiledForTpu(chip, _topology_name(chip), reply["hlo"], reply["seconds"],
-                              kernels=kernels, dump_dir=dump_dir)
+            path = self.root / f"program-{self.count}.bin"
+            path.write_bytes(program)
+            reply = self._ask({"program": str(path), "topology": topology}, timeout)
+            path.unlink()
+            return reply, self._collect(self.root / f"compile-{self.count}")
 
-    def _ask(self, request: dict) -> dict:
-        if self.process.poll() is not None:
+    def _ask(self, request: dict, timeout: float | None) -> dict:
+        if not self.alive:
             return {"ok": False, "error": "the compiling process exited: " + self._stderr()}
         self.process.stdin.write(json.dumps(request) + "\n")
         self.process.stdin.flush()
+        ready, _, _ = select.select([self.process.stdout], [], [], timeout)
+        if not ready:
+            self.process.kill()
+            return {"ok": False, "timeout": True,
+                    "error": f"the compiler did not finish within {timeout:g} s and was stopped: blocks "
+                             f"of many MiB take minutes to compile (a 2048 x 2048 f32 block took 50 s)"}
         line = self.process.stdout.readline()
         if not line:
             return {"ok": False, "error": "the compiling process died: " + self._stderr()}
@@ -505,7 +486,7 @@ class _DumpingCompiler:
         return destination
 
     def close(self) -> None:
-        if self.process.poll() is None:
+        if self.alive:
             self.process.stdin.close()
             try:
                 self.process.wait(timeout=5)
@@ -514,19 +495,13 @@ class _DumpingCompiler:
         shutil.rmtree(self.root, ignore_errors=True)
 
 
-def _jitted(fn, kwargs):
-    import jax
-
-    return jax.jit(lambda *a: fn(*a, **kwargs))
+_compiler: _ChildCompiler | None = None
 
 
-_compiler: _DumpingCompiler | None = None
-
-
-def _dumping_compiler() -> _DumpingCompiler:
+def _child_compiler() -> _ChildCompiler:
     global _compiler
-    if _compiler is None or _compiler.process.poll() is not None:
-        _compiler = _DumpingCompiler()
+    if _compiler is None or not _compiler.alive:
+        _compiler = _ChildCompiler()
     return _compiler
 
 
