@@ -20,6 +20,7 @@ import base64
 import collections
 import json
 from dataclasses import dataclass
+from pathlib import Path
 
 
 @dataclass(frozen=True)
@@ -28,7 +29,7 @@ class MosaicKernel:
 
     name: str  # the pallas_call's kernel name (its `name=`, else the kernel function's)
     text: str  # the Mosaic module as MLIR text, pre-layout
-    op_counts: dict  # operation name -> how many, over the whole module (MLIR's own walk)
+    op_counts: dict  # operation name -> how many in the kernel function, as printed (MLIR's own walk)
     kernel_attributes: dict  # the kernel function's attributes, as MLIR prints each value
 
 
@@ -98,11 +99,12 @@ def decode_body(bytecode: bytes, name: str | None = None) -> MosaicKernel:
         context.allow_unregistered_dialects = True
         module = ir.Module.parse(bytecode)
         PassManager.parse("builtin.module(mosaic-serde{serialize=false})").run(module.operation)
-        attributes = _kernel_attributes(module)
+        kernel = _kernel_function(module)
+        attributes = {} if kernel is None else {key: str(kernel.attributes[key]) for key in kernel.attributes}
         return MosaicKernel(
             name=name or attributes.get("sym_name", '"?"').strip('"'),
             text=str(module),
-            op_counts=dict(_count_ops(module.operation)),
+            op_counts=dict(_count_ops(kernel)) if kernel is not None else {},
             kernel_attributes=attributes,
         )
 
@@ -118,22 +120,37 @@ def _tpu_custom_calls(operation):
 
 
 def _count_ops(operation) -> collections.Counter:
-    """Operation names below `operation` (nested regions included), `operation` itself excluded."""
+    """Operations below `operation`, nested regions included, as the text shows them: the
+    terminators MLIR leaves out of the printed form (`func.return`, printed `return`, and an
+    `scf.yield` without operands) are not counted."""
     counts = collections.Counter()
     for region in operation.regions:
         for block in region.blocks:
             for op in block.operations:
-                counts[op.operation.name] += 1
+                name = op.operation.name
+                if name != "func.return" and not (name == "scf.yield" and len(op.operation.operands) == 0):
+                    counts[name] += 1
                 counts.update(_count_ops(op.operation))
     return counts
 
 
-def _kernel_attributes(module) -> dict:
-    """The attributes of the kernel function: the first func.func that has window_params or
-    iteration_bounds (the others are index-map functions), else the first one."""
+def _kernel_function(module):
+    """The kernel's func.func: the one with window_params or iteration_bounds (the others are its
+    index maps), else the first."""
     functions = [op.operation for op in module.body.operations if op.operation.name == "func.func"]
-    kernel = next((f for f in functions if "window_params" in f.attributes
-                   or "iteration_bounds" in f.attributes), functions[0] if functions else None)
-    if kernel is None:
-        return {}
-    return {name: str(kernel.attributes[name]) for name in kernel.attributes}
+    return next((f for f in functions if "window_params" in f.attributes or "iteration_bounds" in f.attributes),
+                functions[0] if functions else None)
+
+
+def course_solution(near, name: str):
+    """A function of the course's shipped solutions, `name` = "ch11.matmul.matmul": reading material
+    for a chapter that studies another chapter's kernels. `near`: any path inside the course."""
+    from .course import find_course_root, load_course
+    from .implementations import GradedTree, Implementation
+
+    root = find_course_root(Path(near).resolve())
+    if root is None:
+        raise FileNotFoundError(f"no course checkout (course.toml) at or above {near}")
+    chapter, module, function = name.split(".")
+    solutions = Implementation(GradedTree("solutions", root / "solutions"), load_course(root), chapter)
+    return getattr(getattr(solutions, module), function).resolve()
