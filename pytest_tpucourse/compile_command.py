@@ -76,6 +76,9 @@ def kernel_report(kernel: tpu_compile.KernelOnTpu, chip: str) -> list[str]:
                    else " (no scoped limit measured for this chip)")
         lines.append(f"  VMEM: {_mib(kernel.scoped_vmem_bytes)} for its windows (all buffers) and scratch"
                      f"{against}")
+        for allocation in kernel.vmem_allocations:
+            padding = f", {allocation.padding:,} of them padding" if allocation.padding else ""
+            lines.append(f"    {allocation.what} ({allocation.shape}): {allocation.bytes:,} bytes{padding}")
     lines.append(f"  bundles: {kernel.bundles} in the kernel, {kernel.step_bundles} in one grid step "
                  f"(static code, branches included: not a time)")
     units = ", ".join(f"{u} {n}" for u, n in sorted(kernel.mxu_ops_by_unit.items()))

@@ -164,6 +164,16 @@ class LaidOutValue:
 
 
 @dataclass(frozen=True)
+class VmemAllocation:
+    """One scoped-VMEM allocation of a kernel, from the compiler's VMEM report."""
+
+    what: str  # "scratch operand", "input 0 window bf16[1,1,128,128] x2" ...
+    shape: str  # as the compiler prints it: f32[128,1], u8[65536] for a window's raw bytes
+    bytes: int
+    padding: int  # bytes of it that hold no element (tile padding)
+
+
+@dataclass(frozen=True)
 class KernelOnTpu:
     """One pallas_call as the TPU compiler built it (from the dumps)."""
 
@@ -173,6 +183,7 @@ class KernelOnTpu:
     mosaic_unrolled: str  # after apply-vector-layout: every value split into vregs
     bundles_text: str  # the LLO final bundles: the VLIW program of the kernel
     scoped_vmem_bytes: int | None  # VMEM the kernel's windows and scratch take (all buffers)
+    vmem_allocations: tuple = ()  # VmemAllocation each
 
     @property
     def bundles(self) -> int:
@@ -531,7 +542,8 @@ def _read_kernels(dump_dir: Path, optimized_hlo: str) -> list[KernelOnTpu]:
         instruction = instructions.get(name, "")
         kernels.append(KernelOnTpu(name=name, instruction=instruction, mosaic_layouts=inferred,
                                    mosaic_unrolled=unrolled, bundles_text=bundles.get(instruction, ""),
-                                   scoped_vmem_bytes=vmem.get(instruction)))
+                                   scoped_vmem_bytes=vmem.get(instruction, (None, ()))[0],
+                                   vmem_allocations=vmem.get(instruction, (None, ()))[1]))
     return kernels
 
 
@@ -549,17 +561,34 @@ def _kernel_instructions(optimized_hlo: str) -> dict[str, str]:
     return found
 
 
-def _scoped_vmem(llo_dir: Path) -> dict[str, int]:
-    """Scoped VMEM bytes per custom-call instruction, from the compiler's VMEM report."""
-    sizes = {}
+def _scoped_vmem(llo_dir: Path) -> dict[str, tuple[int, tuple]]:
+    """(scoped VMEM bytes, its allocations) per custom-call instruction, from the VMEM report."""
+    found = {}
     for path in llo_dir.glob("*vmem_report.html"):
         match = re.search(r"const DATA\s*=\s*(\{.*?\});\s*\n", path.read_text(errors="replace"), re.S)
         if match is None:
             continue
         for name, breakdown in json.loads(match.group(1)).get("hlo_breakdowns", {}).items():
-            if not name.startswith("<"):
-                sizes[name] = int(breakdown.get("total_size", 0))
-    return sizes
+            if name.startswith("<"):
+                continue
+            allocations = tuple(
+                VmemAllocation(_allocation_name(a.get("tag", "")), a.get("shape", "?"), int(a.get("size", 0)),
+                               int(a.get("padding", 0)))
+                for block in breakdown.get("blocks", ()) for a in block.get("allocations", ()))
+            found[name] = (int(breakdown.get("total_size", 0)), allocations)
+    return found
+
+
+def _allocation_name(tag: str) -> str:
+    """"input window allocation for operator input 0. The window shape is bf16[256,256], ...
+    This allocation has 2 buffering levels." -> "input 0 window bf16[256,256] x2"."""
+    operand = re.search(r"for operator (input|output) (\d+)", tag)
+    if operand is None:
+        return tag.split(".")[0]
+    window = re.search(r"window shape is (\w+\[[^\]]*\])", tag)
+    levels = re.search(r"has (\d+) buffering levels", tag)
+    return (f"{operand.group(1)} {operand.group(2)} window" + (f" {window.group(1)}" if window else "")
+            + (f" x{levels.group(1)}" if levels else ""))
 
 
 def _bundle_lines(text: str) -> list[tuple[int, str]]:
