@@ -441,10 +441,12 @@ class _ChildCompiler:
                 "--xla_jf_dump_llo_pass_label_regex=final_bundles",
             ]).strip(),
         })
-        self.process = subprocess.Popen(
-            [sys.executable, "-m", "pytest_tpucourse.tpu_compile", "--serve"],
-            stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=subprocess.PIPE,
-            text=True, env=env)
+        # stderr goes to a file: a pipe nobody reads would fill up and stall the child.
+        self.stderr_path = self.root / "stderr.txt"
+        with open(self.stderr_path, "w") as stderr:
+            self.process = subprocess.Popen(
+                [sys.executable, "-m", "pytest_tpucourse.tpu_compile", "--serve"],
+                stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=stderr, text=True, env=env)
         atexit.register(self.close)
 
     @property
@@ -480,7 +482,7 @@ class _ChildCompiler:
     def _stderr(self) -> str:
         try:
             self.process.wait(timeout=5)
-            text = self.process.stderr.read()
+            text = self.stderr_path.read_text(errors="replace")
         except Exception:
             text = ""
         kept = [line for line in text.splitlines() if not _STARTUP_NOISE.search(line)]
