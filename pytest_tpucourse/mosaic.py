@@ -18,6 +18,7 @@ from __future__ import annotations
 
 import base64
 import collections
+import contextlib
 import json
 from dataclasses import dataclass
 from pathlib import Path
@@ -40,18 +41,23 @@ def lower_for_tpu(fn, *args, chip: str | None = None, **kwargs):
     Arguments are arrays or ShapeDtypeStructs; keyword arguments are static.
     """
     import jax
+
+    shapes = jax.tree.map(lambda a: jax.ShapeDtypeStruct(a.shape, a.dtype), args)
+    with lowering_for(chip):
+        return jax.jit(lambda *a: fn(*a, **kwargs)).trace(*shapes).lower(lowering_platforms=("tpu",))
+
+
+@contextlib.contextmanager
+def lowering_for(chip: str | None):
+    """Interpret mode off, and Pallas' chip-dependent lowering rules aimed at `chip` (a course
+    chip name; None: tpu_checks.LOWERING_CHIP), for a trace that lowers for a TPU."""
     from jax.experimental.pallas import tpu as pltpu
 
     from .tpu_checks import LOWERING_CHIP, _lowering_target
 
-    shapes = jax.tree.map(lambda a: jax.ShapeDtypeStruct(a.shape, a.dtype), args)
-    with pltpu.force_tpu_interpret_mode(None), _lowering_target(lowering_chip_version(chip or LOWERING_CHIP)):
-        return jax.jit(lambda *a: fn(*a, **kwargs)).trace(*shapes).lower(lowering_platforms=("tpu",))
-
-
-def lowering_chip_version(chip: str) -> str:
-    """The `pltpu.ChipVersion` value of a course chip name (v7x is "7x" there)."""
-    return {"v7x": "7x"}.get(chip, chip)
+    version = {"v7x": "7x"}.get(chip or LOWERING_CHIP, chip or LOWERING_CHIP)  # pltpu.ChipVersion's name
+    with pltpu.force_tpu_interpret_mode(None), _lowering_target(version):
+        yield
 
 
 def kernels(fn, *args, chip: str | None = None, **kwargs) -> list[MosaicKernel]:

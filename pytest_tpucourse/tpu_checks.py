@@ -69,12 +69,13 @@ def _lowering_target(chip_version: str):
 def assert_compiles_for(fn, *args, chip: str = "v5e", **kwargs) -> None:
     """Fail if the real TPU compiler rejects fn(*args, **kwargs) for `chip` (libtpu, ahead of
     time: tiling, scoped VMEM and everything else Mosaic and LLO check); skipped without libtpu."""
-    from . import tpu_compile
+    from . import deadline, tpu_compile
 
     fn.jaxpr(*args, **kwargs)  # a stub or a tracing error is reported as such, first
     tpu_compile.skip_unless_available()
     try:
-        tpu_compile.compile_for(fn.resolve(), *args, chip=chip, **kwargs)
+        tpu_compile.compile_for(fn.resolve(), *args, chip=chip,
+                                timeout=deadline.current() or tpu_compile.DEFAULT_TIMEOUT_SECONDS, **kwargs)
     except tpu_compile.TpuCompileError as error:
         raise WrongResult(f"{fn.display} would not compile for a {chip} TPU: {error}") from None
 

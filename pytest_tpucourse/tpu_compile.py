@@ -14,9 +14,10 @@ This module is the only one that touches libtpu, TPU topologies, the dump flags
 and the dump files. Read against jax/jaxlib 0.10.2 and libtpu 0.0.42.1 (the pair
 `jax[tpu]==0.10.2` installs; `pip install -e ".[tpu-compile]"`). The dump flags
 (`--xla_mosaic_dump_to`, `--xla_jf_dump_to`, `--xla_jf_dump_llo_pass_label_regex`)
-are internal and undocumented, and are read once, when libtpu starts: a compile
-with dumps therefore runs in a child process started with them (one per pytest
-process, reused), which gets the program as a `jax.export` serialization.
+are internal and undocumented, and are read once, when libtpu starts: every compile
+therefore runs in a child process started with them (one per process, reused), which
+gets the program as a `jax.export` serialization. The child also keeps a libtpu crash
+or a compile that outlives its deadline out of the test process.
 """
 
 from __future__ import annotations
@@ -37,7 +38,6 @@ from collections import Counter
 from dataclasses import dataclass
 from pathlib import Path
 
-LIBTPU_REQUIREMENT = "libtpu==0.0.42.*"
 READ_AGAINST = "jax/jaxlib 0.10.2 with libtpu 0.0.42.1"
 INSTALL_LINE = "needs the real TPU compiler: pip install -e '.[tpu-compile]'"
 
@@ -367,7 +367,7 @@ def compile_for(fn, *args, chip: str = DEFAULT_CHIP, dumps: bool = False,
         raise TpuCompilerMissing()
     topology = _topology_name(chip)
     shapes = jax.tree.map(lambda a: jax.ShapeDtypeStruct(a.shape, a.dtype), args)
-    with mosaic_lowering(chip):
+    with mosaic.lowering_for(chip):
         try:
             exported = export.export(jax.jit(lambda *a: fn(*a, **kwargs)), platforms=["tpu"])(*shapes)
         except Exception as error:
@@ -387,18 +387,6 @@ def compile_for(fn, *args, chip: str = DEFAULT_CHIP, dumps: bool = False,
             shutil.rmtree(dump_dir, ignore_errors=True)
     return CompiledForTpu(chip, topology, reply["hlo"], reply["seconds"], kernels=kernels,
                           dump_dir=dump_dir if dumps else None)
-
-
-@contextlib.contextmanager
-def mosaic_lowering(chip: str):
-    """Interpret mode off and Pallas' chip-dependent lowering rules aimed at `chip`."""
-    from jax.experimental.pallas import tpu as pltpu
-
-    from . import mosaic
-    from .tpu_checks import _lowering_target
-
-    with pltpu.force_tpu_interpret_mode(None), _lowering_target(mosaic.lowering_chip_version(chip)):
-        yield
 
 
 def _topology_name(chip: str) -> str:
