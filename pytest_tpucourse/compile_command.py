@@ -59,6 +59,9 @@ def run(args) -> int:
     except tpu_compile.TpuCompileError as error:
         print(f"\nthe compiler refuses it: {error}")
         return 1
+    except Exception as error:  # the function itself failed while JAX traced it
+        print(f"\n{args.target} raised while it was traced: {type(error).__name__}: {error}")
+        return 1
     for kernel in compiled.kernels:
         print()
         print("\n".join(kernel_report(kernel, args.chip)))

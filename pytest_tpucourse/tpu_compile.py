@@ -356,7 +356,8 @@ def compile_for(fn, *args, chip: str = DEFAULT_CHIP, dumps: bool = False,
     libtpu started with the dump flags: a compiler crash or a compile that outlives
     `timeout` seconds ends that process, not this one. dumps=True keeps each
     kernel's layouts and bundles (`kernels`, `dump_dir`). Raises TpuCompileError
-    (the verdict in the course's words) or TpuCompilerMissing.
+    (the verdict in the course's words) or TpuCompilerMissing; an error of fn's own
+    while it is traced propagates unchanged.
     """
     import jax
     from jax import export
@@ -367,9 +368,11 @@ def compile_for(fn, *args, chip: str = DEFAULT_CHIP, dumps: bool = False,
         raise TpuCompilerMissing()
     topology = _topology_name(chip)
     shapes = jax.tree.map(lambda a: jax.ShapeDtypeStruct(a.shape, a.dtype), args)
+    jitted = jax.jit(lambda *a: fn(*a, **kwargs))
     with mosaic.lowering_for(chip):
+        jitted.trace(*shapes)  # the function's own errors (a stub, a bad shape) propagate as they are
         try:
-            exported = export.export(jax.jit(lambda *a: fn(*a, **kwargs)), platforms=["tpu"])(*shapes)
+            exported = export.export(jitted, platforms=["tpu"])(*shapes)
         except Exception as error:
             raise translate(f"{type(error).__name__}: {error}", chip=chip, kernels=[],
                             stage="lowering") from None

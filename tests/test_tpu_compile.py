@@ -156,6 +156,9 @@ def test_the_compile_command_prints_static_output_labelled_as_such(tmp_path, cap
                 lambda x_ref, y_ref, o_ref: o_ref.__setitem__(..., jnp.dot(
                     x_ref[...], y_ref[...], preferred_element_type=jnp.float32).astype(o_ref.dtype)),
                 out_shape=jax.ShapeDtypeStruct((x.shape[0], y.shape[1]), x.dtype))(x, y)
+
+        def stub(x, y):
+            raise NotImplementedError("write stub()")
     """))
     assert cli.main(["compile", f"{module}:matmul", "--chip", "v5e", "--shape", "256x256,256x256",
                      "--dtype", "bfloat16"]) == 0
@@ -165,6 +168,8 @@ def test_the_compile_command_prints_static_output_labelled_as_such(tmp_path, cap
         assert expected in out, out
     assert cli.main(["compile", f"{module}:matmul", "--shape", "256x256,256x256", "--dtype", "int8"]) == 1
     assert "the compiler refuses it" in capsys.readouterr().out  # int8 operands, f32 accumulator
+    assert cli.main(["compile", f"{module}:stub", "--shape", "256x256,256x256"]) == 1
+    assert "stub raised while it was traced: NotImplementedError: write stub()" in capsys.readouterr().out
 
 
 @needs_libtpu
