@@ -6,6 +6,8 @@
     tpucourse bench                                        # bench/records.jsonl -> bench/README.md
     tpucourse progress | hint ch11.matmul | reset ch11.matmul | watch ch11   # the learner's loop
     tpucourse xray model.py:loss --shapes 8x128 128x10:bfloat16 [--html xray.html]   # the IR x-ray
+    tpucourse compile exercises/ch11/matmul.py:matmul --chip v5e --shape 1024x1024,1024x1024 \
+        --dtype bfloat16 --kw bm=256       # the real TPU compiler's verdict (the tpu-compile extra)
 """
 
 from __future__ import annotations
@@ -65,12 +67,16 @@ def main(argv=None) -> int:
                    "highlights its counterparts")
     x.add_argument("--color", choices=("auto", "always", "never"), default="auto")
 
+    from . import compile_command
+
+    compile_command.add_parser(commands)
+
     args = parser.parse_args(argv)
     from . import learner_cli, watch, xray_render
 
     handlers = {"roofline": _roofline, "bench": _bench, "mesh": ici.mesh_command,
                 "progress": learner_cli.progress, "hint": learner_cli.hint, "reset": learner_cli.reset,
-                "watch": watch.main, "xray": xray_render.main}
+                "watch": watch.main, "xray": xray_render.main, "compile": compile_command.run}
     try:
         return handlers[args.command](args)
     except (ValueError, rec.CorruptRecords, learner_cli.CommandError) as error:

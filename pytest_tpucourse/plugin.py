@@ -12,7 +12,7 @@ from pathlib import Path
 
 import pytest
 
-from . import backend, chips, deadline, gates, profiles, report, roofline, timing, vmem
+from . import backend, chips, deadline, gates, profiles, report, roofline, timing, tpu_compile, vmem
 from . import records as rec
 from .course import Course, CourseDataError, find_course_root, load_course
 from .implementations import GradedTree, Implementation, graded_tree
@@ -133,7 +133,8 @@ def pytest_configure(config: pytest.Config) -> None:
         raise pytest.UsageError(f"course data: {error}") from None
 
     try:
-        backend.force_cpu_devices(config.getoption("cpu_devices"))
+        with tpu_compile.quiet_libtpu_startup():  # JAX's backends start here, libtpu with them
+            backend.force_cpu_devices(config.getoption("cpu_devices"))
     except ValueError as error:
         raise pytest.UsageError(f"--cpu-devices: {error}") from None
 

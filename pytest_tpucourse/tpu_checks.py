@@ -4,6 +4,9 @@
   on the CPU: it rejects block shapes that break the (8,128)/(16,128) rule and
   primitives Mosaic cannot lower, naming the BlockSpec or the op. Neither
   interpreter checks either.
+- The real compile (`assert_compiles_for`, with the `tpu-compile` extra): libtpu's
+  Mosaic and LLO compiler, ahead of time for a described chip, checks what the
+  lowering cannot (the dtype's tiling, the scoped-VMEM limit).
 - Race detection: TPU interpret mode with `detect_races=True` on two simulated
   TensorCores, so the steps of a "parallel" grid axis really run on different
   cores; two cores writing one block (a reduction axis marked "parallel") or
@@ -61,6 +64,20 @@ def _lowering_target(chip_version: str):
         yield
     finally:
         tpu_info.registry.pop(kind, None)
+
+
+def assert_compiles_for(fn, *args, chip: str = "v5e", **kwargs) -> None:
+    """Fail if the real TPU compiler rejects fn(*args, **kwargs) for `chip` (libtpu, ahead of
+    time: tiling, scoped VMEM and everything else Mosaic and LLO check); skipped without libtpu."""
+    from . import deadline, tpu_compile
+
+    fn.jaxpr(*args, **kwargs)  # a stub or a tracing error is reported as such, first
+    tpu_compile.skip_unless_available()
+    try:
+        tpu_compile.compile_for(fn.resolve(), *args, chip=chip,
+                                timeout=deadline.current() or tpu_compile.DEFAULT_TIMEOUT_SECONDS, **kwargs)
+    except tpu_compile.TpuCompileError as error:
+        raise WrongResult(f"{fn.display} would not compile for a {chip} TPU: {error}") from None
 
 
 def assert_no_races(fn, *args, cores: int = 2, **kwargs) -> None:

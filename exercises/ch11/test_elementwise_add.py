@@ -51,6 +51,13 @@ def test_add_lowers_for_tpu(impl, dtype):
     tpu_checks.assert_lowers_for_tpu(impl.elementwise_add.add, x, x)
 
 
+@pytest.mark.parametrize("dtype", ["float32", "bfloat16"])
+def test_add_compiles_for_tpu(impl, dtype):
+    """The real compiler (libtpu, ahead of time for a v5e) accepts the default blocks."""
+    x = tst.random_array((512, 1024), dtype, 0)
+    tpu_checks.assert_compiles_for(impl.elementwise_add.add, x, x)
+
+
 def test_add_has_no_race_on_two_cores(impl):
     x = tst.random_array((64, 512), "float32", 0)
     tpu_checks.assert_no_races(impl.elementwise_add.add, x, x, block_shape=(16, 128))

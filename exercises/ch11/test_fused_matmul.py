@@ -40,6 +40,13 @@ def test_matmul_bias_act_lowers_for_tpu(impl):
     tpu_checks.assert_lowers_for_tpu(impl.fused_matmul.matmul_bias_act, x, x, b, activation="gelu")
 
 
+def test_matmul_bias_act_compiles_for_tpu(impl):
+    """The real compiler (libtpu, ahead of time for a v5e) accepts the default blocks."""
+    x = tst.random_array((512, 512), "bfloat16", 0)
+    b = tst.random_array((512,), "bfloat16", 1)
+    tpu_checks.assert_compiles_for(impl.fused_matmul.matmul_bias_act, x, x, b, activation="gelu")
+
+
 def test_matmul_bias_act_has_no_race_on_two_cores(impl):
     x = tst.random_array((128, 512), "float32", 0)
     w = tst.random_array((512, 128), "float32", 1)

@@ -43,6 +43,12 @@ def test_layernorm_lowers_for_tpu(impl, dtype):
     tpu_checks.assert_lowers_for_tpu(impl.layernorm.layernorm, *_inputs((256, 512), dtype, 0))
 
 
+@pytest.mark.parametrize("dtype", ["float32", "bfloat16"])
+def test_layernorm_compiles_for_tpu(impl, dtype):
+    """The real compiler (libtpu, ahead of time for a v5e) accepts the default blocks."""
+    tpu_checks.assert_compiles_for(impl.layernorm.layernorm, *_inputs((256, 512), dtype, 0))
+
+
 def test_layernorm_has_no_race_on_two_cores(impl):
     tpu_checks.assert_no_races(impl.layernorm.layernorm, *_inputs((64, 256), "float32", 0),
                                eps=EPS, block_rows=16)

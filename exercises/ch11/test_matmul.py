@@ -54,3 +54,10 @@ def test_matmul_is_one_kernel(impl):
 def test_matmul_lowers_for_tpu(impl, dtype):
     x = tst.random_array((512, 512), dtype, 0)
     tpu_checks.assert_lowers_for_tpu(impl.matmul.matmul, x, x)
+
+
+@pytest.mark.parametrize("dtype", ["float32", "bfloat16"])
+def test_matmul_compiles_for_tpu(impl, dtype):
+    """The real compiler (libtpu, ahead of time for a v5e) accepts the default blocks."""
+    x = tst.random_array((512, 512), dtype, 0)
+    tpu_checks.assert_compiles_for(impl.matmul.matmul, x, x)

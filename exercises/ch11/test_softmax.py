@@ -42,6 +42,12 @@ def test_softmax_lowers_for_tpu(impl, dtype):
     tpu_checks.assert_lowers_for_tpu(impl.softmax.softmax, tst.random_array((256, 512), dtype, 0))
 
 
+@pytest.mark.parametrize("dtype", ["float32", "bfloat16"])
+def test_softmax_compiles_for_tpu(impl, dtype):
+    """The real compiler (libtpu, ahead of time for a v5e) accepts the default blocks."""
+    tpu_checks.assert_compiles_for(impl.softmax.softmax, tst.random_array((256, 512), dtype, 0))
+
+
 def test_softmax_has_no_race_on_two_cores(impl):
     x = tst.random_array((64, 256), "float32", 0)
     tpu_checks.assert_no_races(impl.softmax.softmax, x, block_rows=16)

@@ -99,3 +99,13 @@ def test_backward_lowers_for_tpu(impl, dtype):
                               causal=True, dtype=dtype)
     q, k, v = cfg.arrays(0)
     tpu_checks.assert_lowers_for_tpu(_gradient(impl, causal=True), q, k, v)
+
+
+@pytest.mark.parametrize("dtype", ["float32", "bfloat16"])
+def test_backward_compiles_for_tpu(impl, dtype):
+    """The real compiler (libtpu, ahead of time for a v5e) accepts the backward kernels at the
+    default blocks."""
+    cfg = tst.AttentionConfig(batch=1, heads=2, kv_heads=2, q_len=512, kv_len=512, head_dim=128,
+                              causal=True, dtype=dtype)
+    q, k, v = cfg.arrays(0)
+    tpu_checks.assert_compiles_for(_gradient(impl, causal=True), q, k, v)

@@ -98,3 +98,13 @@ def test_forward_lowers_for_tpu(impl, dtype):
                               causal=True, dtype=dtype)
     q, k, v = cfg.arrays(0)
     tpu_checks.assert_lowers_for_tpu(impl.forward.flash_forward, q, k, v, causal=True)
+
+
+@pytest.mark.parametrize("dtype", ["float32", "bfloat16"])
+def test_forward_compiles_for_tpu(impl, dtype):
+    """The real compiler (libtpu, ahead of time for a v5e) accepts the default blocks: the dtype's
+    tiling and the scoped-VMEM limit, which the lowering does not check."""
+    cfg = tst.AttentionConfig(batch=1, heads=2, kv_heads=2, q_len=512, kv_len=512, head_dim=128,
+                              causal=True, dtype=dtype)
+    q, k, v = cfg.arrays(0)
+    tpu_checks.assert_compiles_for(impl.forward.flash_forward, q, k, v, causal=True)

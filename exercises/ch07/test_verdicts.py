@@ -1,0 +1,116 @@
+"""Graded tests for ch07.verdicts: predict_verdict(body, shape, dtype, block, chip).
+
+Every prediction is checked against the toolchain itself, run on the kernel it describes: Pallas'
+TPU lowering always, and with the tpu-compile extra the real Mosaic and LLO compiler too. Without
+the extra only the lowering's part of a prediction is graded: a kernel the lowering accepts counts
+as "ok" there, whatever the compiler would say.
+"""
+
+import jax
+import jax.numpy as jnp
+import pytest
+from hypothesis import given
+from hypothesis import strategies as st
+from jax.experimental import pallas as pl
+
+from pytest_tpucourse import mosaic, tpu_compile
+
+BODIES = {  # what the kernel does to its block x; each stores the result in its output block
+    "copy": lambda x: x,
+    "double": lambda x: x * jnp.asarray(2, x.dtype),
+    "cumsum": lambda x: jnp.cumsum(x, axis=-1),
+    "matmul": lambda x: jnp.dot(x, jnp.ones((x.shape[1], x.shape[1]), x.dtype)),  # result in x's dtype
+    "split_lanes": lambda x: x.reshape(2 * x.shape[0], x.shape[1] // 2),
+}
+LOWERING_VERDICTS = ("ok", "block shape", "unsupported op")
+VERDICTS = LOWERING_VERDICTS + ("tiling", "mosaic", "vmem")
+
+# (body, shape, dtype, block, chip). Each verdict was measured on jax 0.10.2 with libtpu 0.0.42.1
+# before it shipped (the chapter's README has the table); the tests ask the toolchain again.
+CATALOGUE = (
+    ("copy", (64, 256), "float32", (8, 128), "v5e"),
+    ("copy", (64, 256), "float32", (4, 128), "v5e"),
+    ("copy", (60, 200), "float32", (60, 200), "v5e"),
+    ("copy", (64, 256), "bfloat16", (8, 128), "v5e"),
+    ("copy", (64, 256), "int8", (8, 128), "v5e"),
+    ("copy", (40, 256), "int8", (8, 128), "v5e"),
+    ("copy", (64, 256), "int8", (32, 128), "v5e"),
+    ("double", (64, 256), "int8", (32, 128), "v5e"),
+    ("double", (64, 256), "int32", (8, 128), "v5e"),
+    ("cumsum", (64, 256), "float32", (8, 128), "v5e"),
+    ("matmul", (64, 128), "bfloat16", (16, 128), "v5e"),
+    ("matmul", (64, 128), "float32", (8, 128), "v5e"),
+    ("split_lanes", (64, 128), "float32", (8, 128), "v5e"),
+    ("double", (4096, 1024), "float32", (2048, 1024), "v5e"),
+    ("double", (4096, 1024), "float32", (2048, 1024), "v6e"),
+)
+
+
+def catalogue_kernel(body, shape, block):
+    """One pallas_call over a grid of blocks, applying BODIES[body] to each."""
+    split = body == "split_lanes"
+    out_shape = (2 * shape[0], shape[1] // 2) if split else shape
+    out_block = (2 * block[0], block[1] // 2) if split else block
+
+    def kernel(x_ref, o_ref):
+        o_ref[...] = BODIES[body](x_ref[...])
+
+    def call(x):
+        return pl.pallas_call(
+            kernel, out_shape=jax.ShapeDtypeStruct(out_shape, x.dtype),
+            grid=(shape[0] // block[0], shape[1] // block[1]),
+            in_specs=[pl.BlockSpec(block, lambda i, j: (i, j))],
+            out_specs=pl.BlockSpec(out_block, lambda i, j: (i, j)),
+        )(x)
+    return call
+
+
+def toolchain_verdict(body, shape, dtype, block, chip, *, compile: bool) -> tuple[str, str]:
+    """(verdict, the toolchain's own words) for the described kernel."""
+    fn, x = catalogue_kernel(body, shape, block), jax.ShapeDtypeStruct(shape, jnp.dtype(dtype))
+    try:
+        mosaic.lower_for_tpu(fn, x, chip=chip)
+    except Exception as error:
+        text = str(error).splitlines()[0] if str(error) else type(error).__name__
+        return ("block shape" if "block shape" in str(error) else "unsupported op"), text
+    if not compile:
+        return "ok", "the lowering accepts it"
+    try:
+        tpu_compile.compile_for(fn, x, chip=chip)
+    except tpu_compile.TpuCompileError as error:
+        return error.kind, str(error)
+    return "ok", "the compiler accepts it"
+
+
+def check(impl, entry, *, compile: bool):
+    body, shape, dtype, block, chip = entry
+    predicted = impl.verdicts.predict_verdict(body, shape, dtype, block, chip)
+    display = impl.verdicts.predict_verdict.display
+    call = f"predict_verdict({body!r}, {shape}, {dtype!r}, {block}, {chip!r})"
+    assert predicted in VERDICTS, f"{display}: {call} returned {predicted!r}, not one of {VERDICTS}"
+    verdict, words = toolchain_verdict(*entry, compile=compile)
+    seen = predicted if compile or predicted in LOWERING_VERDICTS else "ok"
+    stage = "the lowering and the compiler" if compile else "the lowering (no libtpu here)"
+    assert seen == verdict, (
+        f"{display}: {call} predicted {predicted!r}; {stage} say {verdict!r}:\n  {words[:400]}")
+
+
+@pytest.mark.parametrize("entry", CATALOGUE, ids=lambda e: f"{e[0]}-{e[2]}-{e[3][0]}x{e[3][1]}-{e[4]}")
+def test_catalogue(impl, entry):
+    check(impl, entry, compile=tpu_compile.available())
+
+
+@st.composite
+def copy_blocks(draw):
+    """A copy kernel with a drawn 2-D block, legal or not: the lowering's rule, in every corner."""
+    dtype = draw(st.sampled_from(("float32", "bfloat16")))
+    rows = draw(st.sampled_from((1, 4, 8, 12, 16, 24, 40)))
+    lanes = draw(st.sampled_from((64, 100, 128, 200, 256, 384)))
+    grid = (draw(st.integers(1, 3)), draw(st.integers(1, 2)))
+    shape = (rows * grid[0], lanes * grid[1])
+    return "copy", shape, dtype, (rows, lanes), "v5e"
+
+
+@given(entry=copy_blocks())
+def test_block_rule_on_drawn_blocks(impl, entry):
+    check(impl, entry, compile=False)
