@@ -3,6 +3,7 @@
     tpucourse roofline --chip v5e --op matmul --shape 4096x4096x4096 --dtype bfloat16
     tpucourse roofline --chip v5e --plot roofline.png      # needs the `plot` extra
     tpucourse bench                                        # bench/records.jsonl -> bench/README.md
+    tpucourse blockspec --shape 1000x384 --block 128x128 --dtype bfloat16   # the BlockSpec sandbox
     tpucourse progress | hint ch11.matmul | reset ch11.matmul | watch ch11   # the learner's loop
 """
 
@@ -32,6 +33,11 @@ def main(argv=None) -> int:
     b.add_argument("--records", default=str(rec.DEFAULT_PATH))
     b.add_argument("--output", default=None, help="default: README.md next to the records")
 
+    k = commands.add_parser("blockspec", help="is a block legal for the TPU; its grid, ragged edges and VMEM")
+    k.add_argument("--shape", required=True, help="the array, e.g. 1000x384")
+    k.add_argument("--block", required=True, help="the block, e.g. 128x128 (None or _ squeezes a dimension)")
+    k.add_argument("--dtype", default="float32")
+
     p = commands.add_parser("progress", help="every chapter, gate and exercise, and what to do next")
     h = commands.add_parser("hint", help="the next hint of an exercise, one at a time")
     h.add_argument("exercise", nargs="?", help="ch11.matmul, or ch11 for its next unfinished exercise "
@@ -47,10 +53,11 @@ def main(argv=None) -> int:
                    help="extra pytest arguments, e.g. --pytest-args='--interpret fast'")
 
     args = parser.parse_args(argv)
-    from . import learner_cli, watch
+    from . import blockspecs, learner_cli, watch
 
     handlers = {"roofline": _roofline, "bench": _bench, "progress": learner_cli.progress,
                 "hint": learner_cli.hint, "reset": learner_cli.reset, "watch": watch.main}
+    handlers["blockspec"] = blockspecs.main
     try:
         return handlers[args.command](args)
     except (ValueError, rec.CorruptRecords, learner_cli.CommandError) as error:
