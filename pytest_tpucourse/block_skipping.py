@@ -47,14 +47,7 @@ def fetch_log(closed_jaxpr) -> list[OperandFetches]:
     import jax
 
     log = []
-    for k, eqn in enumerate(structure.pallas_call_eqns(closed_jaxpr)):
-        mapping = eqn.params["grid_mapping"]
-        if mapping.num_index_operands or mapping.num_dynamic_grid_bounds:
-            from .checks import CheckerError
-
-            raise CheckerError("the fetch log cannot follow index maps that read scalar-prefetch "
-                               "operands or a dynamic grid")
-        grid = tuple(int(g) for g in mapping.grid)
+    for k, mapping, grid in _static_grids(closed_jaxpr, "the fetch log"):
         steps = np.indices(grid).reshape(len(grid), -1) if grid else np.zeros((0, 1), int)
         for position, block in enumerate(mapping.block_mappings[:mapping.num_inputs]):
             index_map = block.index_map_jaxpr
@@ -73,6 +66,18 @@ def fetch_log(closed_jaxpr) -> list[OperandFetches]:
                                        for i, size, element in zip(b, sizes, per_element))
                                  for b in blocks)))
     return log
+
+
+def _static_grids(closed_jaxpr, what: str):
+    """(position, grid mapping, grid) of each pallas_call whose index maps read only the grid."""
+    for k, eqn in enumerate(structure.pallas_call_eqns(closed_jaxpr)):
+        mapping = eqn.params["grid_mapping"]
+        if mapping.num_index_operands or mapping.num_dynamic_grid_bounds:
+            from .checks import CheckerError
+
+            raise CheckerError(f"{what} cannot follow index maps that read scalar-prefetch "
+                               f"operands or a dynamic grid")
+        yield k, mapping, tuple(int(g) for g in mapping.grid)
 
 
 def _block_size(dim) -> tuple[int, bool]:
@@ -192,14 +197,7 @@ def pipeline_schedule(closed_jaxpr, order=None) -> list[OperandSchedule]:
     None: the TPU's order, a loop nest with the last axis fastest.
     """
     schedules = []
-    for k, eqn in enumerate(structure.pallas_call_eqns(closed_jaxpr)):
-        mapping = eqn.params["grid_mapping"]
-        if mapping.num_index_operands or mapping.num_dynamic_grid_bounds:
-            from .checks import CheckerError
-
-            raise CheckerError("the pipeline schedule cannot follow index maps that read "
-                               "scalar-prefetch operands or a dynamic grid")
-        grid = tuple(int(g) for g in mapping.grid)
+    for k, mapping, grid in _static_grids(closed_jaxpr, "the pipeline schedule"):
         points = ([tuple(int(i) for i in p) for p in order] if order is not None else
                   [tuple(int(i) for i in p) for p in np.ndindex(*grid)])
         for position, block in enumerate(mapping.block_mappings[:mapping.num_inputs + mapping.num_outputs]):

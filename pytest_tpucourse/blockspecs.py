@@ -24,7 +24,6 @@ from .outcomes import WrongResult
 
 LANES = 128
 SUBLANES = 8  # per 32-bit word; a 16-bit type packs 2 rows into one, an 8-bit type 4
-LOWERING_CHIP = "v5e"
 
 
 @functools.lru_cache(maxsize=4096)
@@ -36,7 +35,7 @@ def lowering_error(array_shape: tuple[int, ...], block_shape: tuple, dtype: str)
     from jax.experimental import pallas as pl
     from jax.experimental.pallas import tpu as pltpu
 
-    from .tpu_checks import _lowering_target
+    from .tpu_checks import LOWERING_CHIP, _lowering_target
 
     array_shape, block_shape = tuple(array_shape), tuple(block_shape)
     rank = len(array_shape)
