@@ -29,8 +29,7 @@ GATHER = Reference("row gather", _gather, _gather)
 
 # (M, N, blocks, dtype): each distinct case compiles once
 TRANSPOSES = (
-    (300, 520, dict(bm=128, bn=256), "float32"),  # ragged on both axes: a 3 x 3 grid
-    (256, 384, dict(bm=256, bn=128), "bfloat16"),  # bm > bn, no ragged edge
+    (300, 520, dict(bm=128, bn=256), "float32"),  # bm != bn, ragged on both axes: a 3 x 3 grid
     (72, 200, dict(bm=128, bn=256), "bfloat16"),  # smaller than one block on both axes
 )
 # (V rows, D, R indices, dtype)
@@ -43,7 +42,7 @@ def _indices(rows, count, seed):
 
 @given(case=tst.few(*TRANSPOSES), seed=tst.seeds())
 @example(case=TRANSPOSES[0], seed=0)
-@example(case=TRANSPOSES[2], seed=0)
+@example(case=TRANSPOSES[1], seed=0)
 def test_transpose_matches_reference(impl, case, seed):
     m, n, blocks, dtype = case
     x = tst.random_array((m, n), dtype, seed)
@@ -76,10 +75,11 @@ def test_gather_rows_matches_reference(impl, case, seed):
 
 
 def test_gather_rows_fails_on_an_index_past_the_table(impl):
-    table = tst.random_array((5, 128), "float32", 0)
-    idx = jnp.asarray([0, 4, 5, 1], jnp.int32)  # 5 is one past the last row
+    rows, width, count, dtype = GATHERS[1]  # the shapes of a value case: its program is reused
+    table = tst.random_array((rows, width), dtype, 0)
+    idx = _indices(rows, count, 0).at[count // 2].set(rows)  # one index one past the last row
     tpu_checks.assert_out_of_bounds_raises(impl.index_maps.gather_rows, table, idx,
-                                           what="index 5 of a 5-row table")
+                                           what=f"index {rows} of a {rows}-row table")
 
 
 def test_gather_rows_has_no_race_on_two_cores(impl):

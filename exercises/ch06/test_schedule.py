@@ -52,11 +52,6 @@ CASES = {
                       pl.BlockSpec((None, 64, 128), lambda b, i, j: (b, jnp.minimum(i, j), 0))],
                      [pl.BlockSpec((None, 64, 128), lambda b, i, j: (b, i, 0))],
                      _arrays((2, 192, 128), (2, 192, 128)), _arrays((2, 192, 128))),
-    # a (1, N) bias fetched per column block; 20 rows in blocks of 8 (a ragged last block)
-    "bias_rows": ((3, 2), [pl.BlockSpec((8, 256), lambda i, j: (i, j)),
-                           pl.BlockSpec((1, 256), lambda i, j: (0, j))],
-                  [pl.BlockSpec((8, 256), lambda i, j: (i, j))],
-                  _arrays((20, 512), (1, 512)), _arrays((20, 512))),
 }
 
 
