@@ -1,4 +1,4 @@
-"""The `tpucourse` command: the learner's loop, the roofline playground in a terminal, the bench page.
+"""The `tpucourse` command: the learner's loop, the roofline playground and the BlockSpec sandbox in a terminal, the bench page.
 
     tpucourse roofline --chip v5e --op matmul --shape 4096x4096x4096 --dtype bfloat16
     tpucourse roofline --chip v5e --plot roofline.png      # needs the `plot` extra

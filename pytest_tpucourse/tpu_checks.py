@@ -169,17 +169,21 @@ def assert_out_of_bounds_raises(fn, *args, what: str = "an index", **kwargs) -> 
     interpreter (`interpret=True`) clamps it to the last block. A function that
     clamps or wraps an index itself returns a plausible wrong answer instead.
     """
+    import jax
     from jax.experimental.pallas import tpu as pltpu
 
-    from .outcomes import LearnerCodeError
+    from . import backend, deadline
 
+    function = fn.resolve()  # called once, as written: a failing compiled call would run twice
     with pltpu.force_tpu_interpret_mode(pltpu.InterpretParams(random_seed=0)):
         try:
-            fn(*args, **kwargs)
-        except LearnerCodeError as error:
+            with backend.quiet_callback_errors():
+                deadline.call(lambda: jax.block_until_ready(function(*args, **kwargs)))
+        except Exception as error:
+            backend.reset_after_failure()
             if "Out-of-bounds" in str(error):
                 return
-            raise
+            raise fn._outcome(error) from None
     raise WrongResult(
         f"{fn.display} returned a result for {what} outside the array; TPU interpret mode "
         f"raises on an out-of-bounds block index, so the index was clamped or wrapped before "
