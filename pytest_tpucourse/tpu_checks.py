@@ -114,34 +114,48 @@ _SEMAPHORE_LEFT = re.compile(r"Semaphore \S+ has non-zero count.*at kernel exit.
 def interpret_setting(name: str, fn=None):
     """Run the block under TPU interpret mode with one of SETTINGS (random_seed=0).
 
-    With `fn` (the graded function the block calls), a block that finished is also
-    judged on what the interpreter printed: a semaphore still counting at kernel exit
-    (a copy started and never waited for) or a race fails as fn's mistake.
+    With `fn` (the graded function the block calls), the block is also judged on what
+    the interpreter printed: a semaphore still counting at kernel exit (a copy started and
+    never waited for) or a race fails as fn's mistake. They name the cause, so they are
+    reported in place of a wrong value the block found, which is only its symptom.
     """
     from jax.experimental.pallas import tpu as pltpu
-    from jax._src.pallas.mosaic.interpret import interpret_pallas_call as tpu_interpreter
 
     params = pltpu.InterpretParams(random_seed=0, **SETTINGS[name])
     printed = io.StringIO()
-    with pltpu.force_tpu_interpret_mode(params), contextlib.redirect_stdout(printed):
-        yield params
-    if fn is None:
-        return
-    text = printed.getvalue()
+    pltpu.reset_tpu_interpret_mode_state()  # no race found by an earlier kernel is read as this one's
+    try:
+        with pltpu.force_tpu_interpret_mode(params), contextlib.redirect_stdout(printed):
+            yield params
+    except WrongResult:
+        cause = fn and _unclean_exit(fn, name, params, printed.getvalue())
+        if cause:
+            raise cause from None
+        raise
+    cause = fn and _unclean_exit(fn, name, params, printed.getvalue())
+    if cause:
+        raise cause
+
+
+def _unclean_exit(fn, name: str, params, text: str) -> WrongResult | None:
+    """A DMA semaphore left counting or a race the interpreter reported, as fn's mistake."""
+    from jax._src.pallas.mosaic.interpret import interpret_pallas_call as tpu_interpreter
+
     left = _SEMAPHORE_LEFT.search(text)
     if left:
-        raise WrongResult(
+        return WrongResult(
             f"{fn.display} left a DMA semaphore counting at kernel exit (TPU interpret mode, "
             f"{name}): a copy was started and never waited for. Every .start() needs its "
             f".wait() before the kernel ends, and before its buffer is read.\n  {left.group(0)}")
     races = tpu_interpreter.races if params.detect_races else None
     if (races is not None and races.races_found) or "RACE DETECTED" in text:
         report = [line for line in text.splitlines() if line.strip()][:MAX_LINES]
-        raise WrongResult(
+        return WrongResult(
             f"{fn.display} has a data race under TPU interpret mode ({name}): a buffer is read "
             f"or written while a DMA into it may still be running, or two cores touch one "
             f"block. Wait for a copy before reading its buffer, and start the next copy into "
             f"the other slot.\n  " + "\n  ".join(report))
+    return None
 
 
 def recorded_grid_points(fn, *args, **kwargs) -> list[tuple[tuple[int, ...], int]]:
@@ -198,10 +212,9 @@ def assert_prefetches(fn, *args, **kwargs) -> None:
     copies in flight at some wait; a serial one (wait, compute, then start the next)
     never does, and gives the same values without hiding any copy behind compute.
     """
-    closed = fn.jaxpr(*args, **kwargs)
     from . import structure
 
-    kernels = structure.pallas_call_eqns(closed)
+    kernels = structure.pallas_call_eqns(fn.jaxpr(*args, **kwargs))
     events = [e for eqn in kernels for e in _dma_events(eqn.params["jaxpr"])]
     if "wait" not in events:
         raise WrongResult(f"{fn.display} issues no DMA wait in its kernel: the exercise is a manual "
