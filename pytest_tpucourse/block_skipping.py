@@ -45,14 +45,7 @@ class OperandFetches:
 def fetch_log(closed_jaxpr) -> list[OperandFetches]:
     """Every input operand of every pallas_call in a traced program, with its copies."""
     log = []
-    for k, eqn in enumerate(structure.pallas_call_eqns(closed_jaxpr)):
-        mapping = eqn.params["grid_mapping"]
-        if mapping.num_index_operands or mapping.num_dynamic_grid_bounds:
-            from .checks import CheckerError
-
-            raise CheckerError("the fetch log cannot follow index maps that read scalar-prefetch "
-                               "operands or a dynamic grid")
-        grid = tuple(int(g) for g in mapping.grid)
+    for k, mapping, grid in _static_grids(closed_jaxpr, "the fetch log"):
         for position, block in enumerate(mapping.block_mappings[:mapping.num_inputs]):
             indices = block_indices(block, grid)
             changed = np.any(indices[1:] != indices[:-1], axis=1)
@@ -72,14 +65,20 @@ def block_indices(block, grid: tuple[int, ...]) -> np.ndarray:
     """The block index one BlockMapping's index map gives at every grid step, in the grid's
     order (last axis fastest): an array (steps, array dims). Scalar-prefetch operands and
     dynamic grids are the caller's to refuse."""
-    import jax
+    points = list(np.ndindex(*grid)) if grid else [()]
+    return np.asarray(_block_indices(block, points), dtype=int).reshape(len(points), -1)
 
-    steps = np.indices(grid).reshape(len(grid), -1) if grid else np.zeros((0, 1), int)
-    index_map = block.index_map_jaxpr
-    evaluate = jax.vmap(lambda *g: jax.core.eval_jaxpr(index_map.jaxpr, index_map.consts, *g))
-    columns = evaluate(*[np.asarray(axis, np.int32) for axis in steps]) if grid else []
-    return (np.stack([np.broadcast_to(np.asarray(c), steps.shape[1:]) for c in columns], axis=1)
-            if len(columns) else np.zeros((steps.shape[1], 0), int))
+
+def _static_grids(closed_jaxpr, what: str):
+    """(position, grid mapping, grid) of each pallas_call whose index maps read only the grid."""
+    for k, eqn in enumerate(structure.pallas_call_eqns(closed_jaxpr)):
+        mapping = eqn.params["grid_mapping"]
+        if mapping.num_index_operands or mapping.num_dynamic_grid_bounds:
+            from .checks import CheckerError
+
+            raise CheckerError(f"{what} cannot follow index maps that read scalar-prefetch "
+                               f"operands or a dynamic grid")
+        yield k, mapping, tuple(int(g) for g in mapping.grid)
 
 
 def _block_size(dim) -> tuple[int, bool]:
@@ -168,3 +167,179 @@ def _unconditional_dots(jaxpr) -> int:
             for sub in structure.sub_jaxprs(eqn):
                 count += _unconditional_dots(sub)
     return count
+
+
+# ---------------------------------------------------------------- the whole pipeline schedule
+
+
+@dataclass(frozen=True)
+class OperandSchedule:
+    """What the pipeline moves for one operand of one kernel: copies in, or write-backs out.
+
+    An input block is copied from HBM at the first step and whenever its block index
+    differs from the previous step's; an output block is written back at the last step
+    and whenever the next step's index differs. `nbytes` counts the in-bounds part of
+    each block moved (a ragged edge block is partly padding, which is not the array's
+    data); `revisited` lists output blocks the grid leaves and later comes back to.
+    """
+
+    kernel: int
+    kind: str  # "input" or "output"
+    operand: int  # position among the kernel's inputs, or among its outputs
+    transfers: tuple  # ((grid point, block index), ...) in the order the grid runs
+    nbytes: int
+    revisited: tuple  # sorted block indices (outputs only)
+
+
+def pipeline_schedule(closed_jaxpr, order=None) -> list[OperandSchedule]:
+    """Every operand of every pallas_call in a traced program, with what the pipeline moves.
+
+    order: the grid points in the order they run (say, recorded by TPU interpret mode);
+    None: the TPU's order, a loop nest with the last axis fastest.
+    """
+    schedules = []
+    for k, mapping, grid in _static_grids(closed_jaxpr, "the pipeline schedule"):
+        points = ([tuple(int(i) for i in p) for p in order] if order is not None else
+                  [tuple(int(i) for i in p) for p in np.ndindex(*grid)])
+        for position, block in enumerate(mapping.block_mappings[:mapping.num_inputs + mapping.num_outputs]):
+            is_input = position < mapping.num_inputs
+            indices = _block_indices(block, points)
+            last = len(points) - 1
+            moved = [s for s in range(len(points))
+                     if (s == 0 or indices[s] != indices[s - 1] if is_input else
+                         s == last or indices[s] != indices[s + 1])]
+            sizes = [_block_size(b) for b in block.block_shape]
+            shape, itemsize = tuple(block.array_aval.shape), np.dtype(block.array_aval.dtype).itemsize
+            written = [indices[s] for s in moved]
+            schedules.append(OperandSchedule(
+                kernel=k, kind="input" if is_input else "output",
+                operand=position if is_input else position - mapping.num_inputs,
+                transfers=tuple((points[s], indices[s]) for s in moved),
+                nbytes=sum(_in_bounds(indices[s], sizes, shape) for s in moved) * itemsize,
+                revisited=() if is_input else tuple(sorted({b for b in written if written.count(b) > 1}))))
+    return schedules
+
+
+def _block_indices(block, points) -> list[tuple[int, ...]]:
+    """One block mapping's index map, evaluated at each grid point."""
+    import jax
+
+    index_map = block.index_map_jaxpr
+    if not points or not points[0]:  # no grid: one step, block (0, ...)
+        return [tuple(int(np.asarray(c)) for c in jax.core.eval_jaxpr(index_map.jaxpr, index_map.consts))
+                for _ in points]
+    coords = np.asarray(points, np.int32).T
+    columns = jax.vmap(lambda *g: jax.core.eval_jaxpr(index_map.jaxpr, index_map.consts, *g))(*coords)
+    table = np.stack([np.broadcast_to(np.asarray(c), coords.shape[1:]) for c in columns], axis=1)
+    return [tuple(int(i) for i in row) for row in table]
+
+
+def _in_bounds(index, sizes, shape) -> int:
+    """Elements of the block at `index` that lie inside an array of `shape`; sizes holds
+    _block_size's (elements per block, index is an element offset) for each axis."""
+    count = 1
+    for i, (size, per_element), dim in zip(index, sizes, shape):
+        start = i if per_element else i * size
+        count *= max(0, min(start + size, dim) - start)
+    return count
+
+
+def assert_schedule_matches(fn, grid, in_specs, out_specs, in_shapes, out_shapes, *,
+                            hbm_bytes: int | None = None, record: bool = True,
+                            repro: str = "") -> None:
+    """fn(grid, in_specs, out_specs, in_shapes, out_shapes) must return the schedule the
+    pipeline runs: `.copies` per input and `.write_backs` per output as lists of (grid
+    point, block index), `.hbm_bytes`, and `.revisited` output blocks per output.
+
+    The truth is `pipeline_schedule` of a pallas_call built from the same BlockSpecs, in
+    the order TPU interpret mode records its grid points (`grid_point_recorder`); a grid
+    that revisits an output block cannot run there (the interpreter refuses it), and is
+    read in the TPU's order instead. hbm_bytes: a closed form the pipeline's bytes must
+    equal (the test's own arithmetic, checked against the truth first). record=False
+    reads the TPU's order without running the interpreter (a compile saved where a
+    closed form already vouches for the truth).
+    """
+    import jax
+    import jax.numpy as jnp
+    from jax.experimental import pallas as pl
+
+    from . import tpu_checks
+    from .checks import graded
+
+    suffix = f"\n  reproduce: {repro}" if repro else ""
+
+    def zero_outputs(*refs):
+        for ref in refs[len(in_specs):]:
+            ref[...] = jnp.zeros(ref.shape, ref.dtype)
+
+    def kernel(*arrays):
+        return pl.pallas_call(zero_outputs, grid=grid, in_specs=list(in_specs),
+                              out_specs=list(out_specs), out_shape=list(out_shapes))(*arrays)
+
+    arrays = [jnp.zeros(s.shape, s.dtype) for s in in_shapes]
+    closed = jax.make_jaxpr(kernel)(*arrays)
+    truth = pipeline_schedule(closed)
+    if record and not any(s.revisited for s in truth):
+        recorded = tpu_checks.recorded_grid_points(graded(kernel, "the pipeline"), *arrays)
+        truth = pipeline_schedule(closed, order=[point for point, _ in recorded])
+    if hbm_bytes is not None and hbm_bytes != sum(s.nbytes for s in truth):
+        from .checks import CheckerError
+
+        raise CheckerError(f"the test's closed form gives {hbm_bytes:,} HBM bytes, the pipeline "
+                           f"moves {sum(s.nbytes for s in truth):,}")
+    inputs = [s for s in truth if s.kind == "input"]
+    outputs = [s for s in truth if s.kind == "output"]
+
+    got = fn(tuple(grid), list(in_specs), list(out_specs), list(in_shapes), list(out_shapes))
+    fields = ("copies", "write_backs", "hbm_bytes", "revisited")
+    if not all(hasattr(got, f) for f in fields):
+        raise WrongResult(f"{fn.display} returned {type(got).__name__}; expected a Schedule with "
+                          f"fields {', '.join(fields)}.{suffix}")
+    for field, kind, expected in (("copies", "input", inputs), ("write_backs", "output", outputs)):
+        listed = _as_transfers(fn, field, getattr(got, field), len(expected), suffix)
+        for n, (mine, want) in enumerate(zip(listed, expected)):
+            _compare_transfers(fn, f"{field}[{n}] ({kind} {n})", mine, list(want.transfers), suffix)
+    revisited = _as_transfers(fn, "revisited", got.revisited, len(outputs), suffix, pairs=False)
+    for n, (mine, want) in enumerate(zip(revisited, outputs)):
+        if sorted(mine) != list(want.revisited):
+            raise WrongResult(f"{fn.display}: revisited[{n}] is {sorted(mine)}; the grid comes back "
+                              f"to {list(want.revisited) or 'no block'} of output {n} after leaving "
+                              f"it.{suffix}")
+    total = sum(s.nbytes for s in truth)
+    if not _is_int(got.hbm_bytes) or int(got.hbm_bytes) != total:
+        detail = ", ".join(f"{s.kind} {s.operand}: {s.nbytes:,}" for s in truth)
+        raise WrongResult(f"{fn.display}: hbm_bytes is {got.hbm_bytes!r}; the pipeline moves "
+                          f"{total:,} bytes ({detail}), counting the in-bounds part of each block "
+                          f"it copies or writes back.{suffix}")
+
+
+def _is_int(value) -> bool:
+    return isinstance(value, (int, np.integer)) and not isinstance(value, bool)
+
+
+def _as_transfers(fn, field, value, count, suffix, pairs=True) -> list[list]:
+    """The learner's per-operand lists, with every index as a tuple of ints."""
+    try:
+        lists = list(value)
+        if len(lists) != count:
+            raise ValueError
+        if pairs:
+            return [[(tuple(int(i) for i in p), tuple(int(i) for i in b)) for p, b in per] for per in lists]
+        return [[tuple(int(i) for i in b) for b in per] for per in lists]
+    except (TypeError, ValueError):
+        shape = "(grid point, block index) pairs" if pairs else "block indices"
+        raise WrongResult(f"{fn.display}: {field} should be a list of {count} lists of {shape}, "
+                          f"one list per operand; got {value!r:.200}.{suffix}") from None
+
+
+def _compare_transfers(fn, what, mine, want, suffix) -> None:
+    if mine == want:
+        return
+    first = next((n for n, (a, b) in enumerate(zip(mine, want)) if a != b), min(len(mine), len(want)))
+    shown = lambda items: (f"grid point {items[first][0]}, block {items[first][1]}"
+                           if first < len(items) else "nothing")
+    raise WrongResult(
+        f"{fn.display}: {what} has {len(mine)} transfers, the pipeline runs {len(want)}; the first "
+        f"difference is transfer {first}: got {shown(mine)}, expected {shown(want)}. A block moves "
+        f"only when its index changes between consecutive grid steps (last grid axis fastest); an "
+        f"output is written back when the next step's index differs, and at the end.{suffix}")

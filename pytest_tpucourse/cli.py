@@ -1,9 +1,10 @@
-"""The `tpucourse` command: the learner's loop, the roofline playground in a terminal, the bench page.
+"""The `tpucourse` command: the learner's loop, the roofline playground and the BlockSpec sandbox in a terminal, the bench page.
 
     tpucourse roofline --chip v5e --op matmul --shape 4096x4096x4096 --dtype bfloat16
     tpucourse roofline --chip v5e --plot roofline.png      # needs the `plot` extra
     tpucourse mesh --chip v5e --topology 4x4 --op all-gather --bytes 1GiB   # a collective, hop by hop
     tpucourse bench                                        # bench/records.jsonl -> bench/README.md
+    tpucourse blockspec --shape 1000x384 --block 128x128 --dtype bfloat16   # the BlockSpec sandbox
     tpucourse progress | hint ch11.matmul | reset ch11.matmul | watch ch11   # the learner's loop
     tpucourse xray model.py:loss --shapes 8x128 128x10:bfloat16 [--html xray.html]   # the IR x-ray
     tpucourse compile exercises/ch11/matmul.py:matmul --chip v5e --shape 1024x1024,1024x1024 \
@@ -45,6 +46,11 @@ def main(argv=None) -> int:
                    help="whether each axis wraps around (auto: the chip's cited rule)")
     m.add_argument("--one-way", action="store_true", help="use each link in one direction only")
 
+    k = commands.add_parser("blockspec", help="is a block legal for the TPU; its grid, ragged edges and VMEM")
+    k.add_argument("--shape", required=True, help="the array, e.g. 1000x384")
+    k.add_argument("--block", required=True, help="the block, e.g. 128x128 (None or _ squeezes a dimension)")
+    k.add_argument("--dtype", default="float32")
+
     p = commands.add_parser("progress", help="every chapter, gate and exercise, and what to do next")
     h = commands.add_parser("hint", help="the next hint of an exercise, one at a time")
     h.add_argument("exercise", nargs="?", help="ch11.matmul, or ch11 for its next unfinished exercise "
@@ -72,11 +78,12 @@ def main(argv=None) -> int:
     compile_command.add_parser(commands)
 
     args = parser.parse_args(argv)
-    from . import learner_cli, watch, xray_render
+    from . import blockspecs, learner_cli, watch, xray_render
 
     handlers = {"roofline": _roofline, "bench": _bench, "mesh": ici.mesh_command,
-                "progress": learner_cli.progress, "hint": learner_cli.hint, "reset": learner_cli.reset,
-                "watch": watch.main, "xray": xray_render.main, "compile": compile_command.run}
+                "blockspec": blockspecs.main, "progress": learner_cli.progress, "hint": learner_cli.hint,
+                "reset": learner_cli.reset, "watch": watch.main, "xray": xray_render.main,
+                "compile": compile_command.run}
     try:
         return handlers[args.command](args)
     except (ValueError, rec.CorruptRecords, learner_cli.CommandError) as error:

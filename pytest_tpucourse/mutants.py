@@ -27,6 +27,7 @@ class Mutant:
     why: str
     caught_by: tuple[str, ...]
     edits: tuple[tuple[str, str], ...]
+    pytest_args: tuple[str, ...] = ()  # added to its grading run (a short --kernel-timeout)
 
     def apply(self, source: str) -> str:
         for find, replace in self.edits:
@@ -53,6 +54,7 @@ def load_mutants(path: Path, table: str = "mutants") -> list[Mutant]:
             why=raw["why"],
             caught_by=tuple(raw.get("caught_by", ())),
             edits=tuple((e["find"], e["replace"]) for e in raw["edits"]),
+            pytest_args=tuple(raw.get("pytest_args", ())),
         )
         for raw in data.get(table, [])
     ]

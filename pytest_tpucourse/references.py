@@ -188,3 +188,16 @@ SAFE_SOFTMAX = Reference("safe_softmax", safe_softmax, _in_f32(safe_softmax))
 RMSNORM = Reference("rmsnorm", _rmsnorm, _in_f32(_rmsnorm))
 # The same op with a mask passed (q, k, v, mask): a separate name for the tests that pass one.
 MASKED_ATTENTION = Reference("masked_attention", attention_oracle, attention_floor)
+
+
+def _sum_leading_axis(x):
+    return jnp.sum(x, axis=0)
+
+
+def _sum_leading_axis_floor(x):
+    return jnp.sum(x.astype(F32), axis=0)
+
+
+# A reduction whose result is float32 whatever the input dtype (an f32 accumulator).
+SUM_LEADING_AXIS = Reference("sum over the leading axis, in f32", _sum_leading_axis,
+                             _sum_leading_axis_floor)

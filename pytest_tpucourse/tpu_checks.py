@@ -104,3 +104,166 @@ def _summarise(error: BaseException) -> str:
     text = lines[:MAX_LINES] + (["  ..."] if len(lines) > MAX_LINES else [])
     return "\n".join(f"  {type(error).__name__}: {line}" if i == 0 else f"  {line}"
                      for i, line in enumerate(text))
+
+
+# ---------------------------------------------------------------- interpret settings
+#
+# TPU interpret mode simulates DMAs in two orders and can watch for races; a DMA bug
+# shows under some settings and hides under others (a copy never waited for reads NaN
+# when copies run only on their wait, and gives right values when they run at once;
+# then only the semaphore still counting at kernel exit gives it away). Graded tests
+# run a kernel under each setting with `interpret_setting`, and chapters that use
+# remote DMAs and semaphores reuse the same settings.
+
+SETTINGS = {
+    # a copy runs when something waits on its semaphore: a read before the wait sees NaN
+    "on_wait": dict(dma_execution_mode="on_wait"),
+    # a copy runs when it starts; a semaphore still counting at kernel exit is printed
+    "eager": dict(dma_execution_mode="eager"),
+    # two simulated TensorCores and the happens-before race detector
+    "races": dict(detect_races=True, num_cores_or_threads=2),
+}
+DMA_SETTINGS = tuple(SETTINGS)
+_SEMAPHORE_LEFT = re.compile(r"Semaphore \S+ has non-zero count.*at kernel exit.*")
+
+
+@contextlib.contextmanager
+def interpret_setting(name: str, fn=None):
+    """Run the block under TPU interpret mode with one of SETTINGS (random_seed=0).
+
+    With `fn` (the graded function the block calls), the block is also judged on what
+    the interpreter printed: a semaphore still counting at kernel exit (a copy started and
+    never waited for) or a race fails as fn's mistake. They name the cause, so they are
+    reported in place of a wrong value the block found, which is only its symptom.
+    """
+    from jax.experimental.pallas import tpu as pltpu
+
+    params = pltpu.InterpretParams(random_seed=0, **SETTINGS[name])
+    printed = io.StringIO()
+    pltpu.reset_tpu_interpret_mode_state()  # no race found by an earlier kernel is read as this one's
+    try:
+        with pltpu.force_tpu_interpret_mode(params), contextlib.redirect_stdout(printed):
+            yield params
+    except WrongResult:
+        cause = fn and _unclean_exit(fn, name, params, printed.getvalue())
+        if cause:
+            raise cause from None
+        raise
+    cause = fn and _unclean_exit(fn, name, params, printed.getvalue())
+    if cause:
+        raise cause
+
+
+def _unclean_exit(fn, name: str, params, text: str) -> WrongResult | None:
+    """A DMA semaphore left counting or a race the interpreter reported, as fn's mistake."""
+    from jax._src.pallas.mosaic.interpret import interpret_pallas_call as tpu_interpreter
+
+    left = _SEMAPHORE_LEFT.search(text)
+    if left:
+        return WrongResult(
+            f"{fn.display} left a DMA semaphore counting at kernel exit (TPU interpret mode, "
+            f"{name}): a copy was started and never waited for. Every .start() needs its "
+            f".wait() before the kernel ends, and before its buffer is read.\n  {left.group(0)}")
+    races = tpu_interpreter.races if params.detect_races else None
+    if (races is not None and races.races_found) or "RACE DETECTED" in text:
+        report = [line for line in text.splitlines() if line.strip()][:MAX_LINES]
+        return WrongResult(
+            f"{fn.display} has a data race under TPU interpret mode ({name}): a buffer is read "
+            f"or written while a DMA into it may still be running, or two cores touch one "
+            f"block. Wait for a copy before reading its buffer, and start the next copy into "
+            f"the other slot.\n  " + "\n  ".join(report))
+    return None
+
+
+def recorded_grid_points(fn, *args, **kwargs) -> list[tuple[tuple[int, ...], int]]:
+    """(grid point, core) of every kernel step fn runs, in the order TPU interpret mode runs
+    them (its own record, `InterpretParams(grid_point_recorder=...)`)."""
+    import jax
+    from jax.experimental.pallas import tpu as pltpu
+
+    points = []
+
+    def record(token, coords, core):
+        points.append((tuple(int(c) for c in coords), int(core)))
+        return token
+
+    params = pltpu.InterpretParams(random_seed=0, grid_point_recorder=record)
+    with pltpu.force_tpu_interpret_mode(params):
+        jax.block_until_ready(fn(*args, **kwargs))
+    return points
+
+
+def assert_out_of_bounds_raises(fn, *args, what: str = "an index", **kwargs) -> None:
+    """fn(*args) must fail on an out-of-bounds block index under TPU interpret mode.
+
+    The TPU does not check a block index; TPU interpret mode does, and the generic
+    interpreter (`interpret=True`) clamps it to the last block. A function that
+    clamps or wraps an index itself returns a plausible wrong answer instead.
+    """
+    import jax
+    from jax.experimental.pallas import tpu as pltpu
+
+    from . import backend, deadline
+
+    function = fn.resolve()  # called once, as written: a failing compiled call would run twice
+    with pltpu.force_tpu_interpret_mode(pltpu.InterpretParams(random_seed=0)):
+        try:
+            with backend.quiet_callback_errors():
+                deadline.call(lambda: jax.block_until_ready(function(*args, **kwargs)))
+        except Exception as error:
+            backend.reset_after_failure()
+            if "Out-of-bounds" in str(error):
+                return
+            raise fn._outcome(error) from None
+    raise WrongResult(
+        f"{fn.display} returned a result for {what} outside the array; TPU interpret mode "
+        f"raises on an out-of-bounds block index, so the index was clamped or wrapped before "
+        f"it reached the index map. A caller's bad index must fail, not read another row.")
+
+
+def assert_prefetches(fn, *args, **kwargs) -> None:
+    """Fail unless fn's kernel starts the next copy before it waits for the current one.
+
+    Read off the kernel jaxpr: its DMA starts and waits in program order, each loop body
+    once, and each `pl.when` with its branch taken. A double-buffered pipeline has two
+    copies in flight at some wait; a serial one (wait, compute, then start the next)
+    never does, and gives the same values without hiding any copy behind compute.
+    """
+    from . import structure
+
+    kernels = structure.pallas_call_eqns(fn.jaxpr(*args, **kwargs))
+    events = [e for eqn in kernels for e in _dma_events(eqn.params["jaxpr"])]
+    if "wait" not in events:
+        raise WrongResult(f"{fn.display} issues no DMA wait in its kernel: the exercise is a manual "
+                          f"pipeline of pltpu.make_async_copy(...).start() and .wait().")
+    in_flight, most = 0, 0
+    for event in events:
+        if event == "start":
+            in_flight += 1
+        else:
+            most = max(most, in_flight)
+            in_flight -= 1
+    if most < 2:
+        raise WrongResult(
+            f"{fn.display} waits for each copy before it starts the next one: correct values, "
+            f"but no copy ever runs behind compute. Start block i + 1's copy (into the other "
+            f"slot) before waiting for block i's.")
+
+
+def _dma_events(jaxpr) -> list[str]:
+    from . import structure
+
+    events = []
+    for eqn in jaxpr.eqns:
+        name = eqn.primitive.name
+        if name == "dma_start":
+            events.append("start")
+        elif name == "dma_wait":
+            events.append("wait")
+        elif name == "cond":  # pl.when: the branch that does something
+            branches = [_dma_events(b.jaxpr) for b in eqn.params["branches"]]
+            events.extend(max(branches, key=len))
+        else:
+            for sub in structure.sub_jaxprs(eqn):
+                events.extend(_dma_events(sub))
+    return events

@@ -74,7 +74,8 @@ def test_mutant_is_caught_by_exactly_its_tests(pytester, tmp_path, mutant, recor
     tree = build_tree(mutant, REPO / "solutions", tmp_path / "tree")
     observers = affected_test_files(mutant.chapter, mutant.module)
     assert set(mutant.caught_by) <= set(observers), f"{mutant.caught_by} never call {mutant.module}"
-    result = run_chapter(pytester, mutant.chapter, "--impl-root", str(tree), files=observers)
+    result = run_chapter(pytester, mutant.chapter, "--impl-root", str(tree), *mutant.pytest_args,
+                         files=observers)
     caught = failed_files(result)
     record_property("mutant", f"{mutant.chapter}.{mutant.name}")
     record_property("mutant_caught", caught >= set(mutant.caught_by))

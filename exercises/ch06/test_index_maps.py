@@ -1,0 +1,93 @@
+"""Graded tests for ch06.index_maps: transpose(x, *, bm, bn) and gather_rows(table, idx).
+
+transpose is drawn with unequal blocks (bm != bn), ragged edges on both axes and arrays
+smaller than one block; gather_rows with repeated indices, a table shorter than the
+index list, and an index one past the table's end, which must fail under TPU interpret
+mode rather than read some other row.
+"""
+
+import jax.numpy as jnp
+import numpy as np
+import pytest
+from hypothesis import example, given
+
+from pytest_tpucourse import checks, tpu_checks
+from pytest_tpucourse import strategies as tst
+from pytest_tpucourse.references import Reference
+
+
+def _transpose(x):
+    return x.T
+
+
+def _gather(table, idx):
+    return table[idx]
+
+
+TRANSPOSE = Reference("transpose", _transpose, _transpose)
+GATHER = Reference("row gather", _gather, _gather)
+
+# (M, N, blocks, dtype): each distinct case compiles once
+TRANSPOSES = (
+    (300, 520, dict(bm=128, bn=256), "float32"),  # bm != bn, ragged on both axes: a 3 x 3 grid
+    (72, 200, dict(bm=128, bn=256), "bfloat16"),  # smaller than one block on both axes
+)
+# (V rows, D, R indices, dtype)
+GATHERS = ((37, 256, 12, "float32"), (5, 128, 16, "bfloat16"))  # a table shorter than the list
+
+
+def _indices(rows, count, seed):
+    return jnp.asarray(np.random.default_rng(seed).integers(0, rows, count), jnp.int32)
+
+
+@given(case=tst.few(*TRANSPOSES), seed=tst.seeds())
+@example(case=TRANSPOSES[0], seed=0)
+@example(case=TRANSPOSES[1], seed=0)
+def test_transpose_matches_reference(impl, case, seed):
+    m, n, blocks, dtype = case
+    x = tst.random_array((m, n), dtype, seed)
+    checks.assert_matches_reference(impl.index_maps.transpose, (x,), kwargs=blocks,
+                                    reference=TRANSPOSE,
+                                    repro=f"transpose(x{(m, n)}, **{blocks}) {dtype}, seed {seed}")
+
+
+def test_transpose_has_no_race_on_two_cores(impl):
+    x = tst.random_array((200, 300), "float32", 0)  # a ragged 2 x 2 grid
+    tpu_checks.assert_no_races(impl.index_maps.transpose, x, bm=128, bn=256)
+
+
+@pytest.mark.parametrize("dtype", ["float32", "bfloat16"])
+def test_transpose_lowers_for_tpu(impl, dtype):
+    x = tst.random_array((512, 384), dtype, 0)
+    tpu_checks.assert_lowers_for_tpu(impl.index_maps.transpose, x)
+
+
+@given(case=tst.few(*GATHERS), seed=tst.seeds())
+@example(case=GATHERS[0], seed=0)
+@example(case=GATHERS[1], seed=1)
+def test_gather_rows_matches_reference(impl, case, seed):
+    rows, width, count, dtype = case
+    table = tst.random_array((rows, width), dtype, seed)
+    idx = _indices(rows, count, seed)
+    checks.assert_matches_reference(
+        impl.index_maps.gather_rows, (table, idx), reference=GATHER,
+        repro=f"gather_rows(table{(rows, width)} {dtype}, idx={np.asarray(idx).tolist()}), seed {seed}")
+
+
+def test_gather_rows_fails_on_an_index_past_the_table(impl):
+    rows, width, count, dtype = GATHERS[1]  # the shapes of a value case: its program is reused
+    table = tst.random_array((rows, width), dtype, 0)
+    idx = _indices(rows, count, 0).at[count // 2].set(rows)  # one index one past the last row
+    tpu_checks.assert_out_of_bounds_raises(impl.index_maps.gather_rows, table, idx,
+                                           what=f"index {rows} of a {rows}-row table")
+
+
+def test_gather_rows_has_no_race_on_two_cores(impl):
+    table = tst.random_array((37, 256), "float32", 0)
+    tpu_checks.assert_no_races(impl.index_maps.gather_rows, table, _indices(37, 8, 0))
+
+
+@pytest.mark.parametrize("dtype", ["float32", "bfloat16"])
+def test_gather_rows_lowers_for_tpu(impl, dtype):
+    table = tst.random_array((1000, 256), dtype, 0)
+    tpu_checks.assert_lowers_for_tpu(impl.index_maps.gather_rows, table, _indices(1000, 64, 0))

@@ -1,0 +1,62 @@
+"""Graded tests for ch06.legality: check_block(array_shape, block_shape, dtype) -> reason | None.
+
+The judge is the real thing: Pallas' TPU (Mosaic) lowering, run on this CPU for a kernel
+that copies one block of one array (pytest_tpucourse.blockspecs.lowering_error, about
+10 ms a block). check_block must return None exactly where the lowering accepts the
+block, and a non-empty reason exactly where it refuses it.
+"""
+
+from hypothesis import example, given
+from hypothesis import strategies as st
+
+from pytest_tpucourse import blockspecs
+
+DTYPES = ("float32", "bfloat16", "float16", "int32", "int8")
+ARRAY_DIMS = (1, 7, 8, 16, 24, 100, 128, 130, 256, 384, 1000, 1024, 4096)
+BLOCK_DIMS = (None, 1, 4, 8, 12, 16, 64, 100, 128, 200, 256, 384, 512, 1024, 3072)
+
+# One witness per mistake a hand-written rule makes.
+CORNERS = (
+    ((1024, 1024), (8, 128), "float32"),  # the minimal f32 tile
+    ((1024, 1024), (8, 128), "bfloat16"),  # lowers: (16, 128) is bf16's native tile, not the rule
+    ((1024, 1024), (8, 128), "int8"),
+    ((1024, 1024), (4, 128), "float32"),  # 4 rows
+    ((1024, 1024), (8, 64), "float32"),  # 64 lanes
+    ((1024, 1024), (128, 8), "float32"),  # 8 and 128 on the wrong axes
+    ((1, 512), (1, 128), "float32"),  # 1 row: the array's whole dimension
+    ((100, 384), (100, 384), "float32"),  # the whole array
+    ((100, 384), (200, 128), "float32"),  # larger than the array, still a multiple of 8
+    ((16, 128), (None, 128), "float32"),  # a squeezed dimension is 1 row, not 16
+    ((1, 128), (None, 128), "float32"),  # ... which is the whole dimension here
+    ((4, 16, 128), (None, 16, 128), "float32"),  # leading dimensions are free
+    ((3, 5, 7), (2, 5, 7), "float32"),
+    ((6, 8, 256), (4, 8, 256), "bfloat16"),
+    ((4096,), (128,), "float32"),  # rank 1: a power of two >= 128
+    ((4096,), (128,), "bfloat16"),  # ... >= 256 for a 16-bit type
+    ((4096,), (384,), "float32"),  # a multiple of 128 is not enough in rank 1
+    ((4096,), (3072,), "float32"),  # a multiple of 1024 is
+    ((4096,), (256,), "int8"),  # an 8-bit type needs >= 512
+    ((1000,), (1000,), "int8"),  # the whole array
+)
+
+
+@st.composite
+def block_triples(draw):
+    """(array shape, block shape, dtype), the block often the array's own dimension."""
+    rank = draw(st.sampled_from((1, 2, 2, 3)))
+    shape = tuple(draw(st.sampled_from(ARRAY_DIMS)) for _ in range(rank))
+    block = tuple(draw(st.sampled_from((dim, dim) + BLOCK_DIMS)) for dim in shape)
+    if rank == 1 and block[0] is None:
+        block = (shape[0],)  # a rank-1 block has nothing to squeeze
+    return shape, block, draw(st.sampled_from(DTYPES))
+
+
+def test_check_block_agrees_on_the_corner_cases(impl):
+    blockspecs.assert_rule_matches_lowering(impl.legality.check_block, CORNERS,
+                                            repro="the CORNERS of exercises/ch06/test_legality.py")
+
+
+@given(batch=st.lists(block_triples(), min_size=25, max_size=25))
+@example(batch=[((8, 128), (8, 128), "float32")] * 25)
+def test_check_block_agrees_with_the_tpu_lowering(impl, batch):
+    blockspecs.assert_rule_matches_lowering(impl.legality.check_block, batch)
