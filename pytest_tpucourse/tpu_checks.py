@@ -8,6 +8,10 @@
   TensorCores, so the steps of a "parallel" grid axis really run on different
   cores; two cores writing one block (a reduction axis marked "parallel") or
   an unsynchronised DMA is reported.
+- Every DMA execution mode: a kernel that issues DMAs is checked once per mode of
+  TPU interpret mode (`dma_execution_mode`), since each mode hides some DMA bugs
+  the other shows, and a semaphore left non-zero when a kernel ends (a copy or a
+  signal nobody waited for) fails the check.
 """
 
 from __future__ import annotations
@@ -16,6 +20,7 @@ import contextlib
 import io
 import re
 
+from . import interpret_internals
 from .outcomes import WrongResult
 
 _DROP = re.compile(r"^(See details at|Please file an issue|For simplicity, JAX has removed)")
@@ -63,8 +68,19 @@ def _lowering_target(chip_version: str):
         tpu_info.registry.pop(kind, None)
 
 
-def assert_no_races(fn, *args, cores: int = 2, **kwargs) -> None:
-    """Run fn under TPU interpret mode with race detection on `cores` simulated cores."""
+RACE_BETWEEN_CORES = ("two cores touch one buffer without ordering. A reduction grid axis marked "
+                      "\"parallel\" does this.")
+RACE_BETWEEN_DEVICES = ("a device or a DMA touches a buffer that another is still using, with no "
+                        "semaphore wait ordering them: a semaphore shared by two copies, or a buffer "
+                        "reused before the copy out of it or into it was waited for.")
+
+
+def assert_no_races(fn, *args, cores: int = 2, why: str = RACE_BETWEEN_CORES, **kwargs) -> None:
+    """Run fn under TPU interpret mode with race detection on `cores` simulated cores.
+
+    why: what such a race usually is, for the report (RACE_BETWEEN_DEVICES for
+    kernels that copy between devices, run with cores=1).
+    """
     import jax
     from jax.experimental.pallas import tpu as pltpu
     from jax._src.pallas.mosaic.interpret import interpret_pallas_call as tpu_interpreter
@@ -77,9 +93,9 @@ def assert_no_races(fn, *args, cores: int = 2, **kwargs) -> None:
     if (races is not None and races.races_found) or "RACE DETECTED" in printed.getvalue():
         report = [line for line in printed.getvalue().splitlines() if line.strip()][:MAX_LINES]
         raise WrongResult(
-            f"{fn.display} has a data race under TPU interpret mode with {cores} TensorCores "
-            f"(detect_races=True): two cores touch one buffer without ordering. A reduction "
-            f"grid axis marked \"parallel\" does this.\n  " + "\n  ".join(report))
+            f"{fn.display} has a data race under TPU interpret mode with {cores} TensorCore"
+            f"{'s' if cores != 1 else ''} per device (detect_races=True): {why}\n  "
+            + "\n  ".join(report))
 
 
 def _summarise(error: BaseException) -> str:
@@ -87,3 +103,48 @@ def _summarise(error: BaseException) -> str:
     text = lines[:MAX_LINES] + (["  ..."] if len(lines) > MAX_LINES else [])
     return "\n".join(f"  {type(error).__name__}: {line}" if i == 0 else f"  {line}"
                      for i, line in enumerate(text))
+
+
+# The two DMA execution modes of TPU interpret mode, and what each one hides.
+DMA_EXECUTION_MODES = {
+    "on_wait": "a copy runs only when something waits on its semaphore, as late as possible: "
+               "a semaphore shared by two copies lets a wait return before its own copy landed",
+    "eager": "a copy runs the moment it starts: a receive buffer reused before its data was "
+             "read is overwritten",
+}
+
+
+def assert_correct_in_each_dma_mode(fn, check) -> None:
+    """Run `check()`, the value checks of fn, once per DMA execution mode of TPU interpret mode.
+
+    No one mode shows every DMA bug (DMA_EXECUTION_MODES says what each hides), so a
+    kernel that issues DMAs is checked in all of them, and a semaphore that a kernel
+    leaves non-zero at its end fails the check too. The session's other interpret
+    settings are kept; off a TPU the generic interpreter (--interpret fast), which
+    cannot run remote DMAs, is replaced by TPU interpret mode. Natively on a TPU the
+    check runs once.
+    """
+    import dataclasses
+
+    from jax.experimental.pallas import tpu as pltpu
+
+    setting = interpret_internals.interpret_setting()
+    if setting is None:
+        check()
+        return
+    base = setting if isinstance(setting, pltpu.InterpretParams) else pltpu.InterpretParams(random_seed=0)
+    for mode, hides in DMA_EXECUTION_MODES.items():
+        printed = io.StringIO()
+        try:
+            with pltpu.force_tpu_interpret_mode(dataclasses.replace(base, dma_execution_mode=mode)), \
+                    contextlib.redirect_stdout(printed):
+                check()
+        except WrongResult as failure:  # a wrong value: say which mode showed it, and what it hides
+            raise WrongResult(f"{failure.message}\n  (under TPU interpret mode with "
+                              f"dma_execution_mode={mode!r}: {hides})") from None
+        left = interpret_internals.semaphores_left_nonzero(printed.getvalue())
+        if left:
+            raise WrongResult(
+                f"{fn.display} ends its kernel with semaphores that are not back at zero (TPU interpret "
+                f"mode, dma_execution_mode={mode!r}): {left}. Every signal needs its wait and every "
+                f"copy its .wait(); a TPU reports this as an error when the kernel ends.")
