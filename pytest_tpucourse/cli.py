@@ -3,6 +3,7 @@
     tpucourse roofline --chip v5e --op matmul --shape 4096x4096x4096 --dtype bfloat16
     tpucourse roofline --chip v5e --plot roofline.png      # needs the `plot` extra
     tpucourse bench                                        # bench/records.jsonl -> bench/README.md
+    tpucourse timeline exchange-deadlock --devices 4       # a schedule's semaphore timeline
     tpucourse progress | hint ch11.matmul | reset ch11.matmul | watch ch11   # the learner's loop
 """
 
@@ -46,11 +47,19 @@ def main(argv=None) -> int:
     w.add_argument("--pytest-args", default="", metavar="ARGS",
                    help="extra pytest arguments, e.g. --pytest-args='--interpret fast'")
 
+    t = commands.add_parser("timeline", help="a distributed kernel's schedule, round by round, and where "
+                            "it deadlocks")
+    t.add_argument("schedule", nargs="?", help="a shipped schedule (--list) or FILE.py:NAME, NAME a list of "
+                   "programs or a function of the device count")
+    t.add_argument("--devices", type=int, default=4, help="devices in the ring (default 4)")
+    t.add_argument("--list", action="store_true", help="list the shipped schedules")
+
     args = parser.parse_args(argv)
-    from . import learner_cli, watch
+    from . import learner_cli, timeline, watch
 
     handlers = {"roofline": _roofline, "bench": _bench, "progress": learner_cli.progress,
-                "hint": learner_cli.hint, "reset": learner_cli.reset, "watch": watch.main}
+                "hint": learner_cli.hint, "reset": learner_cli.reset, "watch": watch.main,
+                "timeline": timeline.command}
     try:
         return handlers[args.command](args)
     except (ValueError, rec.CorruptRecords, learner_cli.CommandError) as error:
