@@ -40,7 +40,10 @@ VERDICTS = ("pass", "fail", "pending", "reference", "not-runnable")
 #               neither passes nor fails a criterion itself
 # not-runnable: the implementation cannot run on this hardware (a TPU Pallas kernel on a
 #               GPU); the row carries no value and is never a pass
-IMPLEMENTATIONS = ("floor", "kernel", "ceiling")
+IMPLEMENTATIONS = ("floor", "kernel", "ceiling", "compute-alone")
+# compute-alone: the compute of a distributed kernel with no communication at all (gate 04's
+#               collective matmul is judged against the matmul of the already-gathered input);
+#               like a floor or a ceiling it is a reference that judges the kernel
 ACCELERATORS = ("tpu", "gpu")
 DEFAULT_PATH = Path("bench") / "records.jsonl"
 
@@ -79,6 +82,7 @@ class Record:
     spread: float | None = None  # interquartile range, same unit as value
     ratio_to_floor: float | None = None
     ratio_to_ceiling: float | None = None
+    ratio_to_compute_alone: float | None = None
     date: str = ""
     jax: str = ""
     jaxlib: str = ""
