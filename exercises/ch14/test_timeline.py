@@ -1,0 +1,120 @@
+"""Graded tests for ch14.timeline: simulate(programs), then the pair_exchange kernel it diagnoses."""
+
+import jax
+import jax.numpy as jnp
+import pytest
+from hypothesis import example, given
+from hypothesis import strategies as st
+from jax import lax
+
+from pytest_tpucourse import checks, references, structure, timeline, tpu_checks
+from pytest_tpucourse import strategies as tst
+from pytest_tpucourse.timeline import DmaStart, DmaWait, Signal, Wait
+
+pytestmark = pytest.mark.kernel_timeout(30)
+
+
+def _schedule_text(programs) -> str:
+    return "\n".join(f"    device {d}: " + ", ".join(timeline.label(op) for op in ops)
+                     for d, ops in enumerate(programs))
+
+
+def check_simulation(impl, programs, what):
+    """The learner's simulate() against the course's, field by field (the course's is withheld
+    while the learner's runs)."""
+    expected = timeline.run(programs)
+    fn = impl.timeline.simulate
+    with timeline.withheld():
+        got = fn(programs)
+    where = f"{fn.display} on {what}:\n{_schedule_text(programs)}\n  "
+    assert isinstance(got, timeline.Timeline), (
+        f"{where}returned {type(got).__name__}; expected a pytest_tpucourse.timeline.Timeline")
+    for device, (mine, right) in enumerate(zip(got.rounds, expected.rounds)):
+        assert tuple(mine) == right, (f"{where}device {device} ran its operations in rounds {tuple(mine)}; "
+                                      f"expected {right}")
+    assert len(got.rounds) == len(expected.rounds), (
+        f"{where}rounds has {len(got.rounds)} entries; expected one per device ({len(expected.rounds)})")
+    assert got.deadlock == expected.deadlock, f"{where}deadlock is {got.deadlock}; expected {expected.deadlock}"
+    assert tuple(got.leftover) == expected.leftover, (
+        f"{where}leftover is {got.leftover}; expected {expected.leftover}")
+
+
+@pytest.mark.parametrize("name", sorted(timeline.SCHEDULES))
+@pytest.mark.parametrize("devices", [2, 4])
+def test_simulate_the_shipped_schedules(impl, name, devices):
+    """Ring permute, all-gather, collective matmul; the deadlocks of the pair exchange, of a
+    wait for two signals, of a wait on the next step's semaphore; a copy never waited for."""
+    check_simulation(impl, timeline.SCHEDULES[name](devices), f"the shipped schedule {name!r}, {devices} devices")
+
+
+# Each rule of the README's semantics, alone.
+RULES = {
+    "a signal is seen from the next round on": [[Signal("a"), Wait("a")]],
+    "a wait takes what it waits for": [[Signal("a", 1), Signal("a", 1)], [Wait("a"), Wait("a"), Wait("a")]],
+    "a wait for two needs two": [[Signal("a", 1, inc=2)], [Wait("a", 2), Wait("a")]],
+    "a blocked device retries every round": [[Signal("x"), Signal("x"), Signal("a", 1)], [Wait("a")]],
+    "a copy lands on both ends": [[DmaStart(1, "send", "recv"), DmaWait("send")], [DmaWait("recv")]],
+    "a copy to oneself": [[DmaStart(0, "s", "r"), DmaWait("r"), DmaWait("s")]],
+    "the lowest blocked device is the deadlock": [[Signal("a", 2)], [Wait("b")], [Wait("a"), Wait("a")]],
+    "leftovers after a finished run": [[Signal("a", 1, inc=3), Wait("b")], [Wait("a"), Signal("b", 0)]],
+    "an empty program": [[], [Signal("a", 0)]],
+}
+
+
+@pytest.mark.parametrize("rule", sorted(RULES))
+def test_simulate_follows_each_rule(impl, rule):
+    check_simulation(impl, RULES[rule], rule)
+
+
+@st.composite
+def schedules(draw):
+    """2-4 devices, up to 6 operations each, two semaphore names: finished runs and deadlocks."""
+    n = draw(st.integers(2, 4))
+    sems, devices = st.sampled_from(("a", "b")), st.integers(0, n - 1)
+    op = st.one_of(st.builds(Signal, sems, st.one_of(st.none(), devices), st.integers(1, 2)),
+                   st.builds(Wait, sems, st.integers(1, 2)),
+                   st.builds(DmaStart, devices, sems, sems),
+                   st.builds(DmaWait, sems))
+    return [draw(st.lists(op, max_size=6)) for _ in range(n)]
+
+
+@given(programs=schedules())
+@example(programs=[[Signal("a", 1), Wait("b")], [Wait("a"), Signal("b", 0), DmaStart(0, "a", "b")]])
+def test_simulate_random_schedules(impl, programs):
+    check_simulation(impl, programs, "a drawn schedule")
+
+
+def test_simulate_rejects_a_device_outside_the_schedule(impl):
+    programs = [[Signal("a", 5)], [Wait("a")]]
+    checks.assert_rejects(impl.timeline.simulate, (programs,), error=ValueError, mentions=("5",),
+                          repro="simulate([[Signal('a', 5)], [Wait('a')]]): device 5 of 2")
+
+
+def _oracle(x, *, mesh, axis_name):
+    n = mesh.shape[axis_name]
+    shards = x.reshape(n, x.shape[0] // n, *x.shape[1:])
+    return shards[jnp.array([i ^ 1 for i in range(n)])].reshape(x.shape)  # shard i from device i ^ 1
+
+
+def _floor(x, *, mesh, axis_name):
+    pairs = [(i, i ^ 1) for i in range(mesh.shape[axis_name])]
+    return jax.shard_map(lambda shard: lax.ppermute(shard, axis_name, pairs), mesh=mesh,
+                         in_specs=jax.P(axis_name), out_specs=jax.P(axis_name))(x)
+
+
+PAIR_EXCHANGE = references.Reference("pair exchange (lax.ppermute)", _oracle, _floor)
+
+
+def test_pair_exchange_predicted_then_fixed(impl, mesh):
+    """Predict, then fix: your simulate() must find the shipped exchange's deadlock; then your
+    pair_exchange() must equal ppermute with pairs (0, 1), (2, 3), ..., in both DMA execution
+    modes, move its data by remote DMA and have no race."""
+    check_simulation(impl, timeline.exchange_deadlock(4), "the shipped pair exchange, 4 devices")
+    kwargs = dict(mesh=mesh(8), axis_name="x")
+    x = tst.random_array((64, 128), "float32", 0)
+    fn = impl.timeline.pair_exchange
+    tpu_checks.assert_correct_in_each_dma_mode(fn, lambda: checks.assert_matches_reference(
+        fn, (x,), kwargs=kwargs, reference=PAIR_EXCHANGE.bind(**kwargs),
+        repro="pair_exchange(x(64, 128) float32, mesh of 8 devices), seed 0"))
+    structure.assert_communicates_by_remote_dma(fn, x, **kwargs)
+    tpu_checks.assert_no_races(fn, x, cores=1, why=tpu_checks.RACE_BETWEEN_DEVICES, **kwargs)
