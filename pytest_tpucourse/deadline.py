@@ -104,7 +104,9 @@ def call(function, *args, key=None, **kwargs):
         return function(*args, **kwargs)
     if key is not None and key in _hung:
         earlier = _hung[key]
-        raise DeadlineExceeded(earlier.seconds, earlier.still_running, repeated=True)
+        error = DeadlineExceeded(earlier.seconds, earlier.still_running, repeated=True)
+        error.waits, error.deadlock, error.set_by = earlier.waits, earlier.deadlock, earlier.set_by
+        raise error
     settings = _thread_local_settings()
     outcome: dict = {}
 

@@ -1,26 +1,13 @@
 """Graded tests for ch14.all_gather: all_gather(x, *, mesh, axis_name)."""
 
-import jax
 import pytest
 from hypothesis import example, given
-from jax import lax
 
-from pytest_tpucourse import checks, references, structure, tpu_checks
+from pytest_tpucourse import checks, collectives, structure, tpu_checks
 from pytest_tpucourse import strategies as tst
 
 pytestmark = pytest.mark.kernel_timeout(30)
 
-
-def _oracle(x, *, mesh, axis_name):
-    return x  # every device ends with all of x
-
-
-def _floor(x, *, mesh, axis_name):
-    return jax.shard_map(lambda shard: lax.all_gather(shard, axis_name, tiled=True), mesh=mesh,
-                         in_specs=jax.P(axis_name), out_specs=jax.P(), check_vma=False)(x)
-
-
-ALL_GATHER = references.Reference("ring all-gather (lax.all_gather)", _oracle, _floor)
 
 # (devices, global shape, dtype): the output is replicated, and every device's copy is
 # graded. Each device's copy stays under 64 KiB (README, "How your kernels run here").
@@ -37,7 +24,7 @@ def check_all_gather(impl, mesh, case, seed):
     x = tst.random_array(shape, dtype, seed, scale=100.0 if dtype == "int32" else 1.0)
     fn = impl.all_gather.all_gather
     tpu_checks.assert_correct_in_each_dma_mode(fn, lambda: checks.assert_matches_reference(
-        fn, (x,), kwargs=kwargs, reference=ALL_GATHER.bind(**kwargs),
+        fn, (x,), kwargs=kwargs, reference=collectives.ALL_GATHER.bind(**kwargs),
         repro=f"all_gather(x{shape} {dtype}, mesh of {devices} devices), seed {seed}"))
 
 

@@ -1,31 +1,13 @@
 """Graded tests for ch14.collective_matmul: all_gather_matmul(x, w, *, mesh, axis_name)."""
 
-import jax
-import jax.numpy as jnp
 import pytest
 from hypothesis import example, given
-from jax import lax
 
-from pytest_tpucourse import checks, references, structure, tpu_checks
+from pytest_tpucourse import checks, collectives, structure, tpu_checks
 from pytest_tpucourse import strategies as tst
 
 pytestmark = pytest.mark.kernel_timeout(30)
 
-
-def _oracle(x, w, *, mesh, axis_name):
-    return references.matmul_oracle(x, w)
-
-
-def _floor(x, w, *, mesh, axis_name):
-    """Gather first, multiply after (f32 accumulator, one rounding): XLA's collective matmul."""
-    def per_device(x_shard, w_shard):
-        gathered = lax.all_gather(x_shard, axis_name, tiled=True)
-        return references.matmul_floor(gathered, w_shard)
-    return jax.shard_map(per_device, mesh=mesh, in_specs=(jax.P(axis_name), jax.P(None, axis_name)),
-                         out_specs=jax.P(None, axis_name), check_vma=False)(x, w)
-
-
-ALL_GATHER_MATMUL = references.Reference("all-gather matmul", _oracle, _floor)
 
 # (devices, M, K, N, dtype): chunks of 16, 8 and 16 rows; an odd ring (3), where the
 # two buffers do not alternate evenly around it; K differs from each device's N / n.
@@ -44,7 +26,7 @@ def check_matmul(impl, mesh, case, seed):
     w = tst.random_array((k, n), dtype, seed + 1)
     fn = impl.collective_matmul.all_gather_matmul
     tpu_checks.assert_correct_in_each_dma_mode(fn, lambda: checks.assert_matches_reference(
-        fn, (x, w), kwargs=kwargs, reference=ALL_GATHER_MATMUL.bind(**kwargs),
+        fn, (x, w), kwargs=kwargs, reference=collectives.ALL_GATHER_MATMUL.bind(**kwargs),
         repro=f"all_gather_matmul(x({m}, {k}), w({k}, {n}) {dtype}, mesh of {devices} devices), "
               f"seed {seed}"))
 

@@ -1,32 +1,15 @@
 """Graded tests for ch14.permute: ring_permute(x, *, mesh, axis_name, shift)."""
 
-import jax
-import jax.numpy as jnp
 import pytest
 from hypothesis import example, given
-from jax import lax
 
-from pytest_tpucourse import checks, references, structure, tpu_checks
+from pytest_tpucourse import checks, collectives, structure, tpu_checks
 from pytest_tpucourse import strategies as tst
 
 # A kernel that deadlocks is stopped as soon as every device is blocked for good; this is
 # the deadline for any other hang.
 pytestmark = pytest.mark.kernel_timeout(30)
 
-
-def _oracle(x, *, mesh, axis_name, shift):
-    rows = x.shape[0] // mesh.shape[axis_name]
-    return jnp.roll(x, shift * rows, axis=0)  # shard i lands where shard i + shift was
-
-
-def _floor(x, *, mesh, axis_name, shift):
-    n = mesh.shape[axis_name]
-    pairs = [(i, (i + shift) % n) for i in range(n)]
-    return jax.shard_map(lambda shard: lax.ppermute(shard, axis_name, pairs), mesh=mesh,
-                         in_specs=jax.P(axis_name), out_specs=jax.P(axis_name))(x)
-
-
-PERMUTE = references.Reference("ring permute (lax.ppermute)", _oracle, _floor)
 
 # (devices, shift, global shape, dtype). Shifts forward, backward and past the ring's end;
 # shards of 4-32 KiB (with 8 simulated devices, XLA's CPU runtime hangs on kernel arrays
@@ -44,7 +27,7 @@ def check_permute(impl, mesh, case, seed):
     x = tst.random_array(shape, dtype, seed, scale=100.0 if dtype == "int32" else 1.0)
     fn = impl.permute.ring_permute
     tpu_checks.assert_correct_in_each_dma_mode(fn, lambda: checks.assert_matches_reference(
-        fn, (x,), kwargs=kwargs, reference=PERMUTE.bind(**kwargs),
+        fn, (x,), kwargs=kwargs, reference=collectives.PERMUTE.bind(**kwargs),
         repro=f"ring_permute(x{shape} {dtype}, mesh of {devices} devices, shift={shift}), seed {seed}"))
 
 

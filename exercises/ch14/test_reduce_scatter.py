@@ -1,32 +1,13 @@
 """Graded tests for ch14.reduce_scatter: reduce_scatter(x, *, mesh, axis_name)."""
 
-import jax
-import jax.numpy as jnp
 import pytest
 from hypothesis import example, given
-from jax import lax
 
-from pytest_tpucourse import checks, references, structure, tpu_checks
+from pytest_tpucourse import checks, collectives, structure, tpu_checks
 from pytest_tpucourse import strategies as tst
 
 pytestmark = pytest.mark.kernel_timeout(30)
 
-
-def _oracle(x, *, mesh, axis_name):
-    n = mesh.shape[axis_name]
-    shards = x.reshape(n, n, x.shape[0] // (n * n), *x.shape[1:])  # (device, chunk, rows, ...)
-    return shards.sum(axis=0).reshape(x.shape[0] // n, *x.shape[1:])
-
-
-def _floor(x, *, mesh, axis_name):
-    # XLA's reduce-scatter, summed in float32 and rounded once: the course's precision contract.
-    def per_device(shard):
-        return lax.psum_scatter(shard.astype(jnp.float32), axis_name, scatter_dimension=0,
-                                tiled=True).astype(x.dtype)
-    return jax.shard_map(per_device, mesh=mesh, in_specs=jax.P(axis_name), out_specs=jax.P(axis_name))(x)
-
-
-REDUCE_SCATTER = references.Reference("ring reduce-scatter (lax.psum_scatter)", _oracle, _floor)
 
 # (devices, global shape, dtype): device i holds n chunks of rows; 8 rows per chunk in
 # float32 and 16 in bfloat16 (a whole (8,128) / (16,128) tile). Eight devices add eight
@@ -44,7 +25,7 @@ def check_reduce_scatter(impl, mesh, case, seed, *, kind="normal"):
     x = tst.random_array(shape, dtype, seed, kind=kind)
     fn = impl.reduce_scatter.reduce_scatter
     tpu_checks.assert_correct_in_each_dma_mode(fn, lambda: checks.assert_matches_reference(
-        fn, (x,), kwargs=kwargs, reference=REDUCE_SCATTER.bind(**kwargs),
+        fn, (x,), kwargs=kwargs, reference=collectives.REDUCE_SCATTER.bind(**kwargs),
         repro=f"reduce_scatter(x{shape} {dtype} ({kind}), mesh of {devices} devices), seed {seed}"))
 
 

@@ -1,13 +1,10 @@
 """Graded tests for ch14.timeline: simulate(programs), then the pair_exchange kernel it diagnoses."""
 
-import jax
-import jax.numpy as jnp
 import pytest
 from hypothesis import example, given
 from hypothesis import strategies as st
-from jax import lax
 
-from pytest_tpucourse import checks, references, structure, timeline, tpu_checks
+from pytest_tpucourse import checks, collectives, structure, timeline, tpu_checks
 from pytest_tpucourse import strategies as tst
 from pytest_tpucourse.timeline import DmaStart, DmaWait, Signal, Wait
 
@@ -90,20 +87,6 @@ def test_simulate_rejects_a_device_outside_the_schedule(impl):
                           repro="simulate([[Signal('a', 5)], [Wait('a')]]): device 5 of 2")
 
 
-def _oracle(x, *, mesh, axis_name):
-    n = mesh.shape[axis_name]
-    shards = x.reshape(n, x.shape[0] // n, *x.shape[1:])
-    return shards[jnp.array([i ^ 1 for i in range(n)])].reshape(x.shape)  # shard i from device i ^ 1
-
-
-def _floor(x, *, mesh, axis_name):
-    pairs = [(i, i ^ 1) for i in range(mesh.shape[axis_name])]
-    return jax.shard_map(lambda shard: lax.ppermute(shard, axis_name, pairs), mesh=mesh,
-                         in_specs=jax.P(axis_name), out_specs=jax.P(axis_name))(x)
-
-
-PAIR_EXCHANGE = references.Reference("pair exchange (lax.ppermute)", _oracle, _floor)
-
 
 def test_pair_exchange_predicted_then_fixed(impl, mesh):
     """Predict, then fix: your simulate() must find the shipped exchange's deadlock; then your
@@ -114,7 +97,7 @@ def test_pair_exchange_predicted_then_fixed(impl, mesh):
     x = tst.random_array((64, 128), "float32", 0)
     fn = impl.timeline.pair_exchange
     tpu_checks.assert_correct_in_each_dma_mode(fn, lambda: checks.assert_matches_reference(
-        fn, (x,), kwargs=kwargs, reference=PAIR_EXCHANGE.bind(**kwargs),
+        fn, (x,), kwargs=kwargs, reference=collectives.PAIR_EXCHANGE.bind(**kwargs),
         repro="pair_exchange(x(64, 128) float32, mesh of 8 devices), seed 0"))
     structure.assert_communicates_by_remote_dma(fn, x, **kwargs)
     tpu_checks.assert_no_races(fn, x, cores=1, why=tpu_checks.RACE_BETWEEN_DEVICES, **kwargs)
