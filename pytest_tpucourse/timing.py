@@ -159,19 +159,21 @@ class GateRun:
         rec.append(self.records_path, row)
         return row
 
-    def predict(self, criterion: str, op: str, shapes, dtype: str, cost: Cost | None = None) -> rec.Record | None:
+    def predict(self, criterion: str, op: str, shapes, dtype: str, cost: Cost | None = None,
+                implementation: str = "floor") -> rec.Record | None:
         """Write the roofline floor for this chip, unless the same prediction already holds the slot.
 
-        cost None: the test's roofline marker gives it.
+        cost None: the test's roofline marker gives it. implementation: the slot the prediction
+        holds until a measurement replaces it ("compute-alone" for gate 04).
         """
         self.gate.criterion(criterion)
         cost = self._cost(cost)
         floor = predict(self.chip.per_device(), cost).floor_seconds
-        slot = (self.gate.number, criterion, op, tuple(map(tuple, shapes)), dtype, self.chip.name, "floor")
+        slot = (self.gate.number, criterion, op, tuple(map(tuple, shapes)), dtype, self.chip.name, implementation)
         if any(r.slot == slot and r.method == "roofline-predicted" and r.value == floor
                for r in rec.read(self.records_path)):
             return None  # the same prediction is on file (a measurement may hold the slot since)
-        return self._record(criterion=criterion, implementation="floor", op=op, shapes=shapes,
+        return self._record(criterion=criterion, implementation=implementation, op=op, shapes=shapes,
                             dtype=dtype, method="roofline-predicted", statistic="floor", value=floor,
                             unit="s", verdict="pending", interpret=False,
                             notes=f"{predict(self.chip.per_device(), cost).bound}-bound")
@@ -342,7 +344,7 @@ class GateRun:
             raise ValueError(f"gate {self.gate.number:02d} criterion {c.id} is not judged against a "
                              f"compute-alone time")
         cost = self._cost(cost)
-        self.predict(criterion, op, shapes, dtype, cost)
+        self.predict(criterion, op, shapes, dtype, cost, implementation="compute-alone")
         if not self.on_accelerator:
             pytest.skip(f"awaiting hardware: {op} {dtype} roofline floor of one chip's compute predicted "
                         f"for {self.chip.name}; the kernel and its compute alone are timed only on chips")
