@@ -134,6 +134,14 @@ def _assert_same_non_finite(name, got, ref, suffix) -> None:
                           f"{ref[first]:g}.{suffix}")
 
 
+def assert_equal(actual, expected, *, fn, what: str, repro: str = "") -> None:
+    """Fail with a WrongResult unless `actual == expected`: for exact, non-array results
+    (counts, tables, a simulated schedule), where no tolerance applies."""
+    if not actual == expected:
+        raise WrongResult(f"{fn.display}: {what} is {actual!r}; expected {expected!r}."
+                          + (f"\n  reproduce: {repro}" if repro else ""))
+
+
 def assert_matches_reference(fn, args, *, reference, kwargs=None, names=None,
                              tol: float | None = None, require_kernel: bool = True,
                              repro: str = "") -> None:

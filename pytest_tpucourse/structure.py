@@ -168,8 +168,8 @@ def assert_communicates_by_remote_dma(fn, *args, **kwargs) -> None:
                 f"{fn.display} starts a remote DMA before any barrier handshake: first signal the "
                 f"barrier semaphore (pltpu.get_barrier_semaphore()) of the device that will write into "
                 f"you, then wait on yours. On a TPU a copy into a device that has not entered the "
-                f"kernel lands in buffers still owned by its previous program (TPU interpret mode "
-                f"cannot show this: it starts every device together).")
+                f"kernel lands in buffers still owned by its previous program; TPU interpret mode "
+                f"shows it, when it does, as a KeyError naming a buffer not allocated yet.")
 
 
 def _signals_another_device(eqn) -> bool:

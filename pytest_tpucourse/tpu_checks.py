@@ -105,19 +105,20 @@ def _summarise(error: BaseException) -> str:
                      for i, line in enumerate(text))
 
 
-# The two DMA execution modes of TPU interpret mode, and what each one hides.
+# The two DMA execution modes of TPU interpret mode. Each hides bugs the other shows: a
+# semaphore shared by two copies lets an on_wait wait return before its own copy landed,
+# while eager copies hide it; a receive buffer reused before it was read is overwritten by
+# an eager copy, while on_wait copies land too late to hide anything (README of chapter 14).
 DMA_EXECUTION_MODES = {
-    "on_wait": "a copy runs only when something waits on its semaphore, as late as possible: "
-               "a semaphore shared by two copies lets a wait return before its own copy landed",
-    "eager": "a copy runs the moment it starts: a receive buffer reused before its data was "
-             "read is overwritten",
+    "on_wait": "which runs a copy only when something waits on its semaphore",
+    "eager": "which runs a copy the moment it starts",
 }
 
 
 def assert_correct_in_each_dma_mode(fn, check) -> None:
     """Run `check()`, the value checks of fn, once per DMA execution mode of TPU interpret mode.
 
-    No one mode shows every DMA bug (DMA_EXECUTION_MODES says what each hides), so a
+    No one mode shows every DMA bug (DMA_EXECUTION_MODES says which hides what), so a
     kernel that issues DMAs is checked in all of them, and a semaphore that a kernel
     leaves non-zero at its end fails the check too. The session's other interpret
     settings are kept; off a TPU the generic interpreter (--interpret fast), which
@@ -133,15 +134,15 @@ def assert_correct_in_each_dma_mode(fn, check) -> None:
         check()
         return
     base = setting if isinstance(setting, pltpu.InterpretParams) else pltpu.InterpretParams(random_seed=0)
-    for mode, hides in DMA_EXECUTION_MODES.items():
+    for mode, runs in DMA_EXECUTION_MODES.items():
         printed = io.StringIO()
         try:
             with pltpu.force_tpu_interpret_mode(dataclasses.replace(base, dma_execution_mode=mode)), \
                     contextlib.redirect_stdout(printed):
                 check()
-        except WrongResult as failure:  # a wrong value: say which mode showed it, and what it hides
+        except WrongResult as failure:  # a wrong value: say which mode showed it
             raise WrongResult(f"{failure.message}\n  (under TPU interpret mode with "
-                              f"dma_execution_mode={mode!r}: {hides})") from None
+                              f"dma_execution_mode={mode!r}, {runs})") from None
         left = interpret_internals.semaphores_left_nonzero(printed.getvalue())
         if left:
             raise WrongResult(

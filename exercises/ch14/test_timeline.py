@@ -23,17 +23,17 @@ def check_simulation(impl, programs, what):
     fn = impl.timeline.simulate
     with timeline.withheld():
         got = fn(programs)
-    where = f"{fn.display} on {what}:\n{_schedule_text(programs)}\n  "
-    assert isinstance(got, timeline.Timeline), (
-        f"{where}returned {type(got).__name__}; expected a pytest_tpucourse.timeline.Timeline")
-    for device, (mine, right) in enumerate(zip(got.rounds, expected.rounds)):
-        assert tuple(mine) == right, (f"{where}device {device} ran its operations in rounds {tuple(mine)}; "
-                                      f"expected {right}")
-    assert len(got.rounds) == len(expected.rounds), (
-        f"{where}rounds has {len(got.rounds)} entries; expected one per device ({len(expected.rounds)})")
-    assert got.deadlock == expected.deadlock, f"{where}deadlock is {got.deadlock}; expected {expected.deadlock}"
-    assert tuple(got.leftover) == expected.leftover, (
-        f"{where}leftover is {got.leftover}; expected {expected.leftover}")
+    repro = f"simulate() on {what}:\n{_schedule_text(programs)}"
+    checks.assert_equal(type(got).__name__, "Timeline", fn=fn, what="the type of what it returned "
+                        "(a pytest_tpucourse.timeline.Timeline)", repro=repro)
+    checks.assert_equal(len(got.rounds), len(expected.rounds), fn=fn, what="the number of devices in rounds",
+                        repro=repro)
+    for device, right in enumerate(expected.rounds):
+        checks.assert_equal(tuple(got.rounds[device]), right, fn=fn,
+                            what=f"the rounds in which device {device} ran its operations", repro=repro)
+    checks.assert_equal(got.deadlock, expected.deadlock, fn=fn, what="the deadlock", repro=repro)
+    checks.assert_equal(tuple(got.leftover), expected.leftover, fn=fn,
+                        what="what is left on the semaphores", repro=repro)
 
 
 @pytest.mark.parametrize("name", sorted(timeline.SCHEDULES))
