@@ -7,8 +7,8 @@ Every row says what its number is (`method`):
 
 The honesty rule is enforced where a row is made: `Record` refuses `measured` from a
 CPU or from interpret mode, refuses a prediction with a verdict, and refuses a time
-from an off-chip run. A measured floor or ceiling timed next to a kernel is a
-`reference` (it judges the kernel's row, never a criterion); an implementation that
+from an off-chip run. A measured floor, ceiling or compute-alone timed next to a
+kernel is a `reference` (it judges the kernel's row, never a criterion); an implementation that
 cannot run on the hardware is `not-runnable`, with no value, never a pass. The
 schema is docs/records-schema.json; docs/gates.md explains it.
 

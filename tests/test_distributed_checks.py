@@ -39,7 +39,7 @@ def test_a_failure_in_one_dma_mode_says_which_and_what_that_mode_hides():
         if interpret_internals.interpret_setting().dma_execution_mode == "eager":
             raise WrongResult("kernel() in test: output is wrong")
 
-    with pytest.raises(WrongResult, match="dma_execution_mode='eager': a copy runs the moment it starts"):
+    with pytest.raises(WrongResult, match="dma_execution_mode='eager', which runs a copy the moment it starts"):
         tpu_checks.assert_correct_in_each_dma_mode(graded(None), check)
 
 
