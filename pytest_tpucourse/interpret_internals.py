@@ -29,14 +29,15 @@ from dataclasses import dataclass
 JAX_VERSION = "0.10.2"
 _INTERPRETER_FILE = "interpret_pallas_call.py"
 _WAITS = {"semaphore_wait", "dma_wait"}
-_BARRIERS = {"_barrier", "_clean_up_shared_memory"}
 POLL_SECONDS = 0.25
 # A deadlock must look the same for this long before the call is stopped: a thread that
 # is about to be signalled leaves its wait within the interpreter's 0.1 s poll.
 STABLE_SECONDS = 1.0
 
 FINISHED = "end-of-kernel barrier"
+ENTERING = "entry barrier"  # waiting for every device to enter a kernel that has no barrier semaphore
 BUSY = "running"  # inside another interpreter step (a load, a store, an allocation)
+_BARRIERS = {"_barrier": ENTERING, "_clean_up_shared_memory": FINISHED}  # interpreter callback -> kind
 
 
 @dataclass(frozen=True)
@@ -44,7 +45,7 @@ class BlockedWait:
     """One simulated device's thread, blocked in the interpreter."""
 
     device: int
-    kind: str  # "barrier semaphore", "DMA semaphore", "semaphore", FINISHED, or BUSY
+    kind: str  # "barrier semaphore", "DMA semaphore", "semaphore", FINISHED, ENTERING or BUSY
     wants: int | None = None  # the count the wait needs (bytes, for a DMA semaphore)
     holds: int | None = None  # what the semaphore holds now
     where: str = ""  # the kernel's line, where the interpreter knows it (DMA waits)
@@ -53,13 +54,15 @@ class BlockedWait:
     @property
     def hopeless(self) -> bool:
         """Nothing this device can do alone will ever satisfy the wait."""
-        return self.kind == FINISHED or (
+        return self.kind in (FINISHED, ENTERING) or (
             self.holds is not None and self.wants is not None and self.holds < self.wants
             and self.queued == 0)
 
     def describe(self) -> str:
         if self.kind == FINISHED:
             return "finished its kernel and waits for the other devices"
+        if self.kind == ENTERING:
+            return "waits for the other devices to enter the kernel"
         if self.kind == BUSY:
             return f"not waiting: busy in the interpreter's {self.where}"
         unit = " bytes" if self.kind == "DMA semaphore" else ""
@@ -98,7 +101,7 @@ def is_deadlock(waits: list[BlockedWait]) -> bool:
         return False
     if cores != 1 or len(waits) != devices or {w.device for w in waits} != set(range(devices)):
         return False  # several cores per device share a device id: do not guess
-    return all(w.hopeless for w in waits) and any(w.kind != FINISHED for w in waits)
+    return all(w.hopeless for w in waits) and any(w.kind not in (FINISHED, ENTERING, BUSY) for w in waits)
 
 
 def join_watching(thread, seconds: float) -> list[BlockedWait] | None:
@@ -149,7 +152,7 @@ def _wait_in(frame, memory) -> BlockedWait | None:
                 return _semaphore_wait(frame.f_locals, memory, dma=code.co_name == "dma_wait")
             if code.co_name in _BARRIERS:  # they drop their device_id: read their wrapper's arguments
                 caller = frame.f_back.f_locals.get("args", ()) if frame.f_back is not None else ()
-                return BlockedWait(int(caller[1]), FINISHED) if len(caller) > 1 else None
+                return BlockedWait(int(caller[1]), _BARRIERS[code.co_name]) if len(caller) > 1 else None
             if "device_id" in frame.f_locals:
                 return BlockedWait(int(frame.f_locals["device_id"]), BUSY, where=code.co_name)
         frame = frame.f_back

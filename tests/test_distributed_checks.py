@@ -124,3 +124,16 @@ def test_computing_only_after_the_wait_hides_nothing():
     fn = _ring(functools.partial(_send, compute_while_in_flight=False))
     with pytest.raises(WrongResult, match="never computes while a copy is in flight"):
         structure.assert_compute_overlaps_communication(fn, X)
+
+
+def test_waits_are_grouped_by_what_the_devices_wait_for():
+    wait = interpret_internals.BlockedWait
+    waits = [wait(0, "barrier semaphore", 1, 0), wait(1, "barrier semaphore", 1, 0), wait(2, interpret_internals.FINISHED),
+             wait(3, "barrier semaphore", 1, 0), wait(4, "DMA semaphore", 4096, 0, "permute.py:31", queued=1)]
+    assert interpret_internals.summary_lines(waits) == [
+        "devices 0, 1, 3: waits on a barrier semaphore for 1 (it holds 0)",
+        "device 2: finished its kernel and waits for the other devices",
+        "device 4: waits on a DMA semaphore for 4096 bytes (it holds 0) at permute.py:31",
+    ]
+    # a queued copy will run when its semaphore is waited on: that wait is not hopeless
+    assert [w.hopeless for w in waits] == [True, True, True, True, False]
