@@ -61,6 +61,13 @@ def assert_close(actual, expected, *, fn, dtype, tol: float | None = None, floor
         raise WrongResult(f"{name} has dtype {np.dtype(actual.dtype).name}, expected {want.name}.{suffix}")
     if expected.size == 0:
         return
+    per_device = _shards_by_device(actual)
+    if per_device:
+        for device, index, data in per_device:
+            assert_close(data, expected[index], fn=fn, dtype=dtype, tol=tol,
+                         floor=None if floor is None else np.asarray(floor)[index], kind=kind,
+                         what=f"{what} on device {device}", repro=repro)
+        return
     if not _is_float_dtype(want):
         _assert_exact(name, np.asarray(actual), expected.astype(want), suffix)
         return
@@ -85,6 +92,19 @@ def assert_close(actual, expected, *, fn, dtype, tol: float | None = None, floor
             f"{name} is wrong: relative error {error:.2e} > bound {bound:.2e} ({rule}).\n"
             f"  worst element {list(worst)}: got {got[worst]:.6g}, expected {ref[worst]:.6g}{suffix}"
         )
+
+
+def _shards_by_device(actual):
+    """(device id, index, data) of each device's buffer of an array spread over several devices.
+
+    A multi-device result is judged buffer by buffer: a replicated output (an all-gather's)
+    has one full copy per device, and a wrong copy on one device is invisible in the single
+    copy that np.asarray reads. None for an array held by one device.
+    """
+    shards = getattr(actual, "addressable_shards", None)
+    if not shards or len(shards) < 2:
+        return None
+    return [(s.device.id, s.index, s.data) for s in sorted(shards, key=lambda s: s.device.id)]
 
 
 def _assert_exact(name, got, ref, suffix) -> None:
@@ -112,6 +132,14 @@ def _assert_same_non_finite(name, got, ref, suffix) -> None:
         first = tuple(int(i) for i in np.argwhere(missing)[0])
         raise WrongResult(f"{name} is {got[first]:g} at {list(first)} where the reference is "
                           f"{ref[first]:g}.{suffix}")
+
+
+def assert_equal(actual, expected, *, fn, what: str, repro: str = "") -> None:
+    """Fail with a WrongResult unless `actual == expected`: for exact, non-array results
+    (counts, tables, a simulated schedule), where no tolerance applies."""
+    if not actual == expected:
+        raise WrongResult(f"{fn.display}: {what} is {actual!r}; expected {expected!r}."
+                          + (f"\n  reproduce: {repro}" if repro else ""))
 
 
 def assert_matches_reference(fn, args, *, reference, kwargs=None, names=None,

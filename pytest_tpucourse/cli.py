@@ -5,6 +5,7 @@
     tpucourse mesh --chip v5e --topology 4x4 --op all-gather --bytes 1GiB   # a collective, hop by hop
     tpucourse bench                                        # bench/records.jsonl -> bench/README.md
     tpucourse blockspec --shape 1000x384 --block 128x128 --dtype bfloat16   # the BlockSpec sandbox
+    tpucourse timeline exchange-deadlock --devices 4       # a schedule's semaphore timeline
     tpucourse progress | hint ch11.matmul | reset ch11.matmul | watch ch11   # the learner's loop
     tpucourse xray model.py:loss --shapes 8x128 128x10:bfloat16 [--html xray.html]   # the IR x-ray
     tpucourse compile exercises/ch11/matmul.py:matmul --chip v5e --shape 1024x1024,1024x1024 \
@@ -73,17 +74,24 @@ def main(argv=None) -> int:
                    "highlights its counterparts")
     x.add_argument("--color", choices=("auto", "always", "never"), default="auto")
 
+    t = commands.add_parser("timeline", help="a distributed kernel's schedule, round by round, and where "
+                            "it deadlocks")
+    t.add_argument("schedule", nargs="?", help="a shipped schedule (--list) or FILE.py:NAME, NAME a list of "
+                   "programs or a function of the device count")
+    t.add_argument("--devices", type=int, default=4, help="devices in the ring (default 4)")
+    t.add_argument("--list", action="store_true", help="list the shipped schedules")
+
     from . import compile_command
 
     compile_command.add_parser(commands)
 
     args = parser.parse_args(argv)
-    from . import blockspecs, learner_cli, watch, xray_render
+    from . import blockspecs, learner_cli, timeline, watch, xray_render
 
     handlers = {"roofline": _roofline, "bench": _bench, "mesh": ici.mesh_command,
                 "blockspec": blockspecs.main, "progress": learner_cli.progress, "hint": learner_cli.hint,
                 "reset": learner_cli.reset, "watch": watch.main, "xray": xray_render.main,
-                "compile": compile_command.run}
+                "compile": compile_command.run, "timeline": timeline.command}
     try:
         return handlers[args.command](args)
     except (ValueError, rec.CorruptRecords, learner_cli.CommandError) as error:

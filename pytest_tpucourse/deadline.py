@@ -13,6 +13,12 @@ while the test's thread waits at most the deadline. When it expires:
   3. the test fails with one DeadlineExceeded naming the function, and the
      interpreter state is reset so the next kernel runs.
 
+While it waits, the test's thread watches the simulated devices
+(interpret_internals.join_watching): when every device is blocked on a semaphore
+that nothing can signal any more, the call is a deadlock and is stopped at once,
+without waiting out the deadline. Either way the error carries the waits each
+device was blocked in, for the report.
+
 One case survives all three: a loop compiled by XLA that touches no Ref
 (`lax.while_loop` on scalars inside a kernel). Nothing can interrupt it inside
 the process; the worker thread is left behind (a daemon thread: the run still
@@ -28,10 +34,13 @@ import contextlib
 import ctypes
 import threading
 
+from . import interpret_internals
+
 DEFAULT_SECONDS = 60.0
 GRACE_SECONDS = 5.0  # how long the aborted call gets to unwind
 
 _seconds: float | None = DEFAULT_SECONDS
+_set_by = "--kernel-timeout"  # what set the deadline in force, for the report
 # Calls (by key) that already passed their deadline: hypothesis replays a failing example,
 # and waiting out the same hang twice would only double the wait.
 _hung: dict = {}
@@ -45,6 +54,9 @@ class DeadlineExceeded(Exception):
         self.seconds = seconds
         self.still_running = still_running
         self.repeated = repeated
+        self.waits: list = []  # interpret_internals.BlockedWait of each blocked device
+        self.deadlock = False  # every device was blocked for good: stopped before the deadline
+        self.set_by = _set_by
         super().__init__(f"did not finish within {seconds:g} s")
 
 
@@ -66,6 +78,21 @@ def current() -> float | None:
     return _seconds
 
 
+@contextlib.contextmanager
+def at_most(seconds: float, set_by: str):
+    """Within the block, calls get at most `seconds` (a test's own, shorter deadline)."""
+    global _seconds, _set_by
+    if seconds <= 0:
+        raise ValueError(f"a deadline must be positive, got {seconds}")
+    previous = (_seconds, _set_by)
+    if _seconds is None or seconds < _seconds:
+        _seconds, _set_by = seconds, set_by
+    try:
+        yield
+    finally:
+        _seconds, _set_by = previous
+
+
 def call(function, *args, key=None, **kwargs):
     """function(*args, **kwargs) within the deadline, or DeadlineExceeded.
 
@@ -77,7 +104,9 @@ def call(function, *args, key=None, **kwargs):
         return function(*args, **kwargs)
     if key is not None and key in _hung:
         earlier = _hung[key]
-        raise DeadlineExceeded(earlier.seconds, earlier.still_running, repeated=True)
+        error = DeadlineExceeded(earlier.seconds, earlier.still_running, repeated=True)
+        error.waits, error.deadlock, error.set_by = earlier.waits, earlier.deadlock, earlier.set_by
+        raise error
     settings = _thread_local_settings()
     outcome: dict = {}
 
@@ -90,8 +119,9 @@ def call(function, *args, key=None, **kwargs):
 
     worker = threading.Thread(target=work, name="tpucourse-graded-call", daemon=True)
     worker.start()
-    worker.join(seconds)
+    deadlock = interpret_internals.join_watching(worker, seconds)
     if worker.is_alive():
+        waits = deadlock if deadlock is not None else interpret_internals.snapshot()
         _abort_interpreter()
         worker.join(1.0)
         if worker.is_alive():
@@ -100,6 +130,7 @@ def call(function, *args, key=None, **kwargs):
         still_running = worker.is_alive()
         _reset_interpreter()
         error = DeadlineExceeded(seconds, still_running)
+        error.waits, error.deadlock = waits, deadlock is not None
         if key is not None:
             _hung[key] = error
         raise error

@@ -49,7 +49,8 @@ class Criterion:
     id: str
     text: str  # the course's words
     kind: str  # "correctness", "speed" or "public"
-    ratio_of: str | None = None  # speed: what a time is divided by: "roofline", "floor", "ceiling"
+    ratio_of: str | None = None  # speed: what a time is divided by: "roofline", "floor", "ceiling",
+    #                                "compute-alone" (gate 04: the kernel's own compute, no communication)
     ratio_range: tuple[float, float] | None = None  # speed: the passing ratios, inclusive
 
     def judge(self, ratio: float) -> str:
@@ -115,7 +116,7 @@ GATES: tuple[Gate, ...] = (
         _CORRECT,
         Criterion("communication-hidden", "Communication hidden behind compute: the collective "
                   "matmul within striking distance of its compute alone", "speed",
-                  ratio_of="floor", ratio_range=(0.0, STRIKING_DISTANCE)),
+                  ratio_of="compute-alone", ratio_range=(0.0, STRIKING_DISTANCE)),
     )),
     Gate(5, "ch15", "Capstone: shipped upstream", (
         _CORRECT,

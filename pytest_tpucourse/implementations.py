@@ -24,7 +24,7 @@ import types
 from dataclasses import dataclass
 from pathlib import Path
 
-from . import backend, deadline, vmem
+from . import backend, deadline, interpret_internals, vmem
 from .course import Course, Exercise
 from .outcomes import LearnerCodeError, Todo
 
@@ -370,11 +370,20 @@ def _exact_call_key(function, args, kwargs):
 
 
 def _deadline_message(display: str, error: deadline.DeadlineExceeded) -> str:
-    lines = [
-        f"{display} did not finish within {error.seconds:g} s (--kernel-timeout): a wait that "
-        f"nothing signals (a DMA or semaphore wait without its start or signal), or a loop "
-        f"(pl.loop, lax.while_loop) that never ends.",
-    ]
+    if error.deadlock:
+        lines = [f"{display} deadlocked: every simulated device waits on a semaphore that no device "
+                 f"will signal any more (TPU interpret mode; stopped without waiting out its "
+                 f"{error.seconds:g} s deadline)."]
+    else:
+        lines = [
+            f"{display} did not finish within {error.seconds:g} s ({error.set_by}): a wait that "
+            f"nothing signals (a DMA or semaphore wait without its start or signal), or a loop "
+            f"(pl.loop, lax.while_loop) that never ends.",
+        ]
+    waits = interpret_internals.summary_lines(error.waits)
+    if waits:
+        lines.append("  What the simulated devices were doing:")
+        lines.extend(f"    {line}" for line in waits)
     if error.repeated:
         lines.append("  It hung earlier in this run with exactly these arguments: not run again.")
     elif error.still_running:

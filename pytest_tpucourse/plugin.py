@@ -99,6 +99,10 @@ def pytest_configure(config: pytest.Config) -> None:
         "markers",
         "roofline(chip=None, flops=None, bytes=None): attach a roofline prediction to a benchmark test",
     )
+    config.addinivalue_line(
+        "markers",
+        "kernel_timeout(seconds): a shorter deadline for this test's graded calls than --kernel-timeout",
+    )
     try:
         registry = chips.ChipRegistry(
             chip for found in config.hook.pytest_tpucourse_register_chips() for chip in found or ()
@@ -245,13 +249,15 @@ def _marker_cost(item: pytest.Item) -> roofline.Cost | None:
     return roofline.marker_cost(mark) if mark is not None else None
 
 
-@pytest.fixture
+@pytest.fixture(scope="session")
 def mesh(request: pytest.FixtureRequest):
     """A factory of 1-D device meshes: mesh(4) spans the first 4 devices, axis "x".
 
     Off an accelerator the devices are the simulated CPU devices (--cpu-devices); on a
     TPU, the real chips. A test asking for more devices than the run has is skipped,
     saying how many it needs. Axes are Auto, so shard_map places its inputs itself.
+    The factory holds no state, so it is session-scoped: hypothesis' @given tests may
+    use it (a function-scoped fixture fails their health check).
     """
     def factory(n: int, axis: str = "x"):
         import jax
@@ -318,6 +324,8 @@ def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item
     for item in items:
         for mark in item.iter_markers("gate"):
             _validate_gate_mark(item, mark)
+        for mark in item.iter_markers("kernel_timeout"):
+            _validate_kernel_timeout_mark(item, mark)
         for mark in item.iter_markers("roofline"):
             try:
                 if mark.kwargs.get("chip") is not None:
@@ -406,6 +414,24 @@ class ProgressRecorder:
         )
 
 
+def _validate_kernel_timeout_mark(item: pytest.Item, mark: pytest.Mark) -> None:
+    args = list(mark.args) + list(mark.kwargs.values())
+    if len(args) != 1 or not isinstance(args[0], (int, float)) or isinstance(args[0], bool) or args[0] <= 0:
+        raise pytest.UsageError(f"{item.nodeid}: @pytest.mark.kernel_timeout takes one positive number of "
+                                f"seconds, got kernel_timeout({', '.join(map(repr, args))})")
+
+
+@pytest.hookimpl(wrapper=True)
+def pytest_runtest_call(item: pytest.Item):
+    """A test marked kernel_timeout(s) gives its graded calls at most s seconds (deadlock tests)."""
+    mark = item.get_closest_marker("kernel_timeout")
+    if mark is None:
+        return (yield)
+    seconds = (list(mark.args) + list(mark.kwargs.values()))[0]
+    with deadline.at_most(float(seconds), "this test's kernel_timeout marker"):
+        return (yield)
+
+
 def _validate_gate_mark(item: pytest.Item, mark: pytest.Mark) -> None:
     args = list(mark.args) + list(mark.kwargs.values())
     if len(args) != 1 or not isinstance(args[0], int) or isinstance(args[0], bool) or args[0] not in GATE_RANGE:
@@ -444,7 +470,7 @@ def _useful_notes(notes: list[str]) -> list[str]:
     """Hypothesis' falsifying example (the reproducer), without fixture noise."""
     kept = []
     for note in notes:
-        lines = [line for line in str(note).splitlines() if "impl=" not in line]
+        lines = [line for line in str(note).splitlines() if "impl=" not in line and "mesh=factory" not in line]
         if lines:
             kept.append("\n".join(lines))
     return kept

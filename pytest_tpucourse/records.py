@@ -7,8 +7,8 @@ Every row says what its number is (`method`):
 
 The honesty rule is enforced where a row is made: `Record` refuses `measured` from a
 CPU or from interpret mode, refuses a prediction with a verdict, and refuses a time
-from an off-chip run. A measured floor or ceiling timed next to a kernel is a
-`reference` (it judges the kernel's row, never a criterion); an implementation that
+from an off-chip run. A measured floor, ceiling or compute-alone timed next to a
+kernel is a `reference` (it judges the kernel's row, never a criterion); an implementation that
 cannot run on the hardware is `not-runnable`, with no value, never a pass. The
 schema is docs/records-schema.json; docs/gates.md explains it.
 
@@ -40,7 +40,10 @@ VERDICTS = ("pass", "fail", "pending", "reference", "not-runnable")
 #               neither passes nor fails a criterion itself
 # not-runnable: the implementation cannot run on this hardware (a TPU Pallas kernel on a
 #               GPU); the row carries no value and is never a pass
-IMPLEMENTATIONS = ("floor", "kernel", "ceiling")
+IMPLEMENTATIONS = ("floor", "kernel", "ceiling", "compute-alone")
+# compute-alone: the compute of a distributed kernel with no communication at all (gate 04's
+#               collective matmul is judged against the matmul of the already-gathered input);
+#               like a floor or a ceiling it is a reference that judges the kernel
 ACCELERATORS = ("tpu", "gpu")
 DEFAULT_PATH = Path("bench") / "records.jsonl"
 
@@ -79,6 +82,7 @@ class Record:
     spread: float | None = None  # interquartile range, same unit as value
     ratio_to_floor: float | None = None
     ratio_to_ceiling: float | None = None
+    ratio_to_compute_alone: float | None = None
     date: str = ""
     jax: str = ""
     jaxlib: str = ""

@@ -107,3 +107,92 @@ def sub_jaxprs(eqn):
                 yield sub.jaxpr
             elif isinstance(sub, jex_core.Jaxpr):
                 yield sub
+
+
+# ---------------------------------------------------------------- distributed kernels
+#
+# Values cannot tell a kernel that moves data by remote DMA from one that lets XLA's
+# collectives do it, nor a kernel that hides its copies behind compute from one that
+# waits first and computes after; the kernel bodies can.
+
+COLLECTIVE_PRIMITIVES = frozenset({
+    "psum", "psum2", "psum_invariant", "pmax", "pmin", "pbroadcast", "ppermute", "pshuffle",
+    "all_gather", "all_gather_invariant", "reduce_scatter", "all_to_all", "ragged_all_to_all",
+})
+
+
+def kernel_eqns(pallas_eqn):
+    """Every equation of a pallas_call's kernel body, in program order, sub-jaxprs included
+    (a loop body once, each branch of a cond in turn)."""
+    def walk(jaxpr):
+        for eqn in jaxpr.eqns:
+            yield eqn
+            for sub in sub_jaxprs(eqn):
+                yield from walk(sub)
+    yield from walk(pallas_eqn.params["jaxpr"])
+
+
+def is_remote_dma_start(eqn) -> bool:
+    """A dma_start with a destination device: a copy to another chip."""
+    import jax
+
+    if eqn.primitive.name != "dma_start":
+        return False
+    operands = jax.tree.unflatten(eqn.params["tree"], eqn.invars)
+    return operands[-1] is not None  # the device id comes last; None for a local copy
+
+
+def assert_communicates_by_remote_dma(fn, *args, **kwargs) -> None:
+    """Anti-cheat for distributed kernels: the devices exchange data only through remote DMAs
+    that the kernels start, after a barrier handshake; no XLA collective runs outside them."""
+    closed = fn.jaxpr(*args, **kwargs)
+    collectives = sorted(set(primitives_outside_kernels(closed)) & COLLECTIVE_PRIMITIVES)
+    if collectives:
+        raise WrongResult(
+            f"{fn.display} lets XLA move the data ({', '.join(collectives)} outside the kernels): the "
+            f"exercise is to move it yourself, with remote DMAs started inside the Pallas kernel.")
+    kernels = pallas_call_eqns(closed)
+    bodies = [list(kernel_eqns(eqn)) for eqn in kernels]
+    remote = [body for body in bodies if any(is_remote_dma_start(e) for e in body)]
+    if not remote:
+        raise WrongResult(
+            f"{fn.display} starts no remote DMA in its {len(kernels)} pallas_call(s): the devices must "
+            f"exchange data with pltpu.make_async_remote_copy(..., device_id=...).start().")
+    for body in remote:
+        first_copy = next(i for i, e in enumerate(body) if is_remote_dma_start(e))
+        before = [e.primitive.name for e in body[:first_copy]]
+        signals_out = any(e.primitive.name == "semaphore_signal" and _signals_another_device(e)
+                          for e in body[:first_copy])
+        if "get_barrier_semaphore" not in before or not signals_out or "semaphore_wait" not in before:
+            raise WrongResult(
+                f"{fn.display} starts a remote DMA before any barrier handshake: first signal the "
+                f"barrier semaphore (pltpu.get_barrier_semaphore()) of the device that will write into "
+                f"you, then wait on yours. On a TPU a copy into a device that has not entered the "
+                f"kernel lands in buffers still owned by its previous program; TPU interpret mode "
+                f"shows it, when it does, as a KeyError naming a buffer not allocated yet.")
+
+
+def _signals_another_device(eqn) -> bool:
+    import jax
+
+    operands = jax.tree.unflatten(eqn.params["args_tree"], eqn.invars)
+    return len(operands) > 3 and operands[3] is not None  # (sem, transforms, inc, device_id, core)
+
+
+def assert_compute_overlaps_communication(fn, *args, compute=("dot_general",), **kwargs) -> None:
+    """Communication hidden behind compute: in some kernel, a `compute` op runs between the start
+    of a remote DMA and the next DMA wait (in program order)."""
+    closed = fn.jaxpr(*args, **kwargs)
+    for eqn in pallas_call_eqns(closed):
+        in_flight = False
+        for e in kernel_eqns(eqn):
+            if is_remote_dma_start(e):
+                in_flight = True
+            elif e.primitive.name == "dma_wait":
+                in_flight = False
+            elif in_flight and e.primitive.name in compute:
+                return
+    raise WrongResult(
+        f"{fn.display} never computes while a copy is in flight: every {' / '.join(compute)} comes "
+        f"after the wait of the copy started before it. Start the next chunk's copy, compute on the "
+        f"chunk in hand, then wait: that is what hides the communication.")

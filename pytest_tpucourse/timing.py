@@ -8,8 +8,12 @@ repeat) and writes a measured row with the median and interquartile range. On a
 CPU nothing is timed: it writes the roofline prediction for the chip and the test
 is skipped as awaiting hardware.
 
-Two ways to measure:
+Three ways to measure:
   measure_floor  gate 0: XLA's op against its roofline floor.
+  measure_against_compute_alone
+                 gate 4: a distributed kernel on several chips against its own compute
+                 with no communication; fewer chips than it needs is recorded as
+                 "needs N chips", not runnable, never a pass.
   measure_trio   a kernel between the XLA floor and the public ceiling
                  (jax.experimental.pallas.ops.tpu), all three timed in the same run,
                  one row each; the kernel row is judged by the gate's speed criteria
@@ -155,19 +159,21 @@ class GateRun:
         rec.append(self.records_path, row)
         return row
 
-    def predict(self, criterion: str, op: str, shapes, dtype: str, cost: Cost | None = None) -> rec.Record | None:
+    def predict(self, criterion: str, op: str, shapes, dtype: str, cost: Cost | None = None,
+                implementation: str = "floor") -> rec.Record | None:
         """Write the roofline floor for this chip, unless the same prediction already holds the slot.
 
-        cost None: the test's roofline marker gives it.
+        cost None: the test's roofline marker gives it. implementation: the slot the prediction
+        holds until a measurement replaces it ("compute-alone" for gate 04).
         """
         self.gate.criterion(criterion)
         cost = self._cost(cost)
         floor = predict(self.chip.per_device(), cost).floor_seconds
-        slot = (self.gate.number, criterion, op, tuple(map(tuple, shapes)), dtype, self.chip.name, "floor")
+        slot = (self.gate.number, criterion, op, tuple(map(tuple, shapes)), dtype, self.chip.name, implementation)
         if any(r.slot == slot and r.method == "roofline-predicted" and r.value == floor
                for r in rec.read(self.records_path)):
             return None  # the same prediction is on file (a measurement may hold the slot since)
-        return self._record(criterion=criterion, implementation="floor", op=op, shapes=shapes,
+        return self._record(criterion=criterion, implementation=implementation, op=op, shapes=shapes,
                             dtype=dtype, method="roofline-predicted", statistic="floor", value=floor,
                             unit="s", verdict="pending", interpret=False,
                             notes=f"{predict(self.chip.per_device(), cost).bound}-bound")
@@ -306,6 +312,72 @@ class GateRun:
             pytest.skip(f"kernel not runnable on {self.provenance.device_kind} ({self.chip.name}): "
                         f"recorded as not runnable; measured: {timed}")
         return stats
+
+    def needs_devices(self, criterion: str, op: str, shapes, dtype: str, count: int) -> None:
+        """On an accelerator with fewer than `count` devices: a not-runnable row ("needs N chips")
+        and a skip, never a pass. Off an accelerator nothing: simulated devices stand in."""
+        import jax
+
+        self.gate.criterion(criterion)
+        have = jax.device_count()
+        if not self.on_accelerator or have >= count:
+            return
+        why = f"needs {count} chips; this run has {have} {self.provenance.device_kind}"
+        self._record(criterion=criterion, implementation="kernel", op=op, shapes=shapes, dtype=dtype,
+                     method="measured", statistic="median", value=None, unit="s", verdict="not-runnable",
+                     interpret=False, notes=f"not runnable here: {why}")
+        pytest.skip(f"{op} on {self.chip.name}: {why}; recorded as not runnable")
+
+    def measure_against_compute_alone(self, criterion: str, op: str, shapes, dtype: str, cost: Cost | None,
+                                      *, kernel, compute_alone, kernel_inputs, compute_alone_inputs,
+                                      devices: int) -> dict:
+        """Gate 04: time a distributed kernel on `devices` chips and its compute alone; judge the ratio.
+
+        compute_alone: the same work per chip with no communication at all (for the collective
+        matmul, the learner's own kernel on a one-device ring, given the gathered input). Both are
+        timed in this run, on this chip; the kernel row carries ratio_to_compute_alone and the
+        verdict, the compute-alone row is a reference. On a CPU the roofline floor of the per-chip
+        compute is predicted and the test is skipped as awaiting hardware; with fewer than
+        `devices` chips a not-runnable row is written ("needs N chips").
+        """
+        c = self.gate.criterion(criterion)
+        if c.kind != "speed" or c.ratio_of != "compute-alone":
+            raise ValueError(f"gate {self.gate.number:02d} criterion {c.id} is not judged against a "
+                             f"compute-alone time")
+        cost = self._cost(cost)
+        self.predict(criterion, op, shapes, dtype, cost, implementation="compute-alone")
+        if not self.on_accelerator:
+            pytest.skip(f"awaiting hardware: {op} {dtype} roofline floor of one chip's compute predicted "
+                        f"for {self.chip.name}; the kernel and its compute alone are timed only on chips")
+        self.needs_devices(criterion, op, shapes, dtype, devices)
+        if self.platform != "tpu":
+            self._record(criterion=criterion, implementation="kernel", op=op, shapes=shapes, dtype=dtype,
+                         method="measured", statistic="median", value=None, unit="s", verdict="not-runnable",
+                         interpret=False, notes=f"not runnable here: a TPU Pallas kernel cannot run on "
+                                                f"{self.provenance.device_kind}")
+            pytest.skip(f"a TPU Pallas kernel cannot run on {self.provenance.device_kind}: recorded as "
+                        f"not runnable")
+        if not kernel_inputs or not compute_alone_inputs:
+            raise ValueError(f"{self.test_id}: measure_against_compute_alone needs input sets for both")
+        alone = self._timer_factory("compute-alone").measure(compute_alone, compute_alone_inputs)
+        mine = self._timer_factory(None).measure(kernel, kernel_inputs)
+        ratio = mine.median / alone.median
+        verdict = c.judge(ratio)
+        common = dict(criterion=criterion, op=op, shapes=shapes, dtype=dtype, method="measured",
+                      statistic="median", unit="s", interpret=False)
+        self._record(implementation="compute-alone", value=alone.median, spread=alone.iqr,
+                     verdict="reference", notes=f"one chip, no communication; {alone.rounds} rounds over "
+                                                f"{len(compute_alone_inputs)} input sets", **common)
+        self._record(implementation="kernel", value=mine.median, spread=mine.iqr,
+                     ratio_to_compute_alone=ratio, verdict=verdict,
+                     notes=f"{devices} chips; {mine.rounds} rounds over {len(kernel_inputs)} input sets",
+                     **common)
+        if verdict == gates.FAIL:
+            low, high = c.ratio_range
+            pytest.fail(f"{op} {dtype} {shapes} on {devices} {self.chip.name} chips: {mine.median * 1e6:.1f} us "
+                        f"is {ratio:.2f}x its compute alone ({alone.median * 1e6:.1f} us), outside "
+                        f"[{low}, {high}]", pytrace=False)
+        return {"kernel": mine, "compute-alone": alone}
 
 
 def _libtpu_version() -> str | None:

@@ -11,6 +11,10 @@
   TensorCores, so the steps of a "parallel" grid axis really run on different
   cores; two cores writing one block (a reduction axis marked "parallel") or
   an unsynchronised DMA is reported.
+- Every DMA execution mode: a kernel that issues DMAs is checked once per mode of
+  TPU interpret mode (`dma_execution_mode`), since each mode hides some DMA bugs
+  the other shows, and a semaphore left non-zero when a kernel ends (a copy or a
+  signal nobody waited for) fails the check.
 """
 
 from __future__ import annotations
@@ -19,6 +23,7 @@ import contextlib
 import io
 import re
 
+from . import interpret_internals
 from .outcomes import WrongResult
 
 _DROP = re.compile(r"^(See details at|Please file an issue|For simplicity, JAX has removed)")
@@ -80,8 +85,19 @@ def assert_compiles_for(fn, *args, chip: str = "v5e", **kwargs) -> None:
         raise WrongResult(f"{fn.display} would not compile for a {chip} TPU: {error}") from None
 
 
-def assert_no_races(fn, *args, cores: int = 2, **kwargs) -> None:
-    """Run fn under TPU interpret mode with race detection on `cores` simulated cores."""
+RACE_BETWEEN_CORES = ("two cores touch one buffer without ordering. A reduction grid axis marked "
+                      "\"parallel\" does this.")
+RACE_BETWEEN_DEVICES = ("a device or a DMA touches a buffer that another is still using, with no "
+                        "semaphore wait ordering them: a semaphore shared by two copies, or a buffer "
+                        "reused before the copy out of it or into it was waited for.")
+
+
+def assert_no_races(fn, *args, cores: int = 2, why: str = RACE_BETWEEN_CORES, **kwargs) -> None:
+    """Run fn under TPU interpret mode with race detection on `cores` simulated cores.
+
+    why: what such a race usually is, for the report (RACE_BETWEEN_DEVICES for
+    kernels that copy between devices, run with cores=1).
+    """
     import jax
     from jax.experimental.pallas import tpu as pltpu
     from jax._src.pallas.mosaic.interpret import interpret_pallas_call as tpu_interpreter
@@ -94,9 +110,9 @@ def assert_no_races(fn, *args, cores: int = 2, **kwargs) -> None:
     if (races is not None and races.races_found) or "RACE DETECTED" in printed.getvalue():
         report = [line for line in printed.getvalue().splitlines() if line.strip()][:MAX_LINES]
         raise WrongResult(
-            f"{fn.display} has a data race under TPU interpret mode with {cores} TensorCores "
-            f"(detect_races=True): two cores touch one buffer without ordering. A reduction "
-            f"grid axis marked \"parallel\" does this.\n  " + "\n  ".join(report))
+            f"{fn.display} has a data race under TPU interpret mode with {cores} TensorCore"
+            f"{'s' if cores != 1 else ''} per device (detect_races=True): {why}\n  "
+            + "\n  ".join(report))
 
 
 def _summarise(error: BaseException) -> str:
@@ -115,16 +131,19 @@ def _summarise(error: BaseException) -> str:
 # run a kernel under each setting with `interpret_setting`, and chapters that use
 # remote DMAs and semaphores reuse the same settings.
 
+# What each DMA execution mode hides: under on_wait a read before the wait sees NaN; under
+# eager the values come out right and only the semaphore still counting at kernel exit
+# (printed by the interpreter) gives a never-waited copy away.
+DMA_EXECUTION_MODES = {
+    "on_wait": "which runs a copy only when something waits on its semaphore",
+    "eager": "which runs a copy the moment it starts",
+}
 SETTINGS = {
-    # a copy runs when something waits on its semaphore: a read before the wait sees NaN
-    "on_wait": dict(dma_execution_mode="on_wait"),
-    # a copy runs when it starts; a semaphore still counting at kernel exit is printed
-    "eager": dict(dma_execution_mode="eager"),
+    **{mode: dict(dma_execution_mode=mode) for mode in DMA_EXECUTION_MODES},
     # two simulated TensorCores and the happens-before race detector
     "races": dict(detect_races=True, num_cores_or_threads=2),
 }
 DMA_SETTINGS = tuple(SETTINGS)
-_SEMAPHORE_LEFT = re.compile(r"Semaphore \S+ has non-zero count.*at kernel exit.*")
 
 
 @contextlib.contextmanager
@@ -158,12 +177,12 @@ def _unclean_exit(fn, name: str, params, text: str) -> WrongResult | None:
     """A DMA semaphore left counting or a race the interpreter reported, as fn's mistake."""
     from jax._src.pallas.mosaic.interpret import interpret_pallas_call as tpu_interpreter
 
-    left = _SEMAPHORE_LEFT.search(text)
+    left = interpret_internals.semaphores_left_nonzero(text)
     if left:
         return WrongResult(
             f"{fn.display} left a DMA semaphore counting at kernel exit (TPU interpret mode, "
             f"{name}): a copy was started and never waited for. Every .start() needs its "
-            f".wait() before the kernel ends, and before its buffer is read.\n  {left.group(0)}")
+            f".wait() before the kernel ends, and before its buffer is read.\n  {left}")
     races = tpu_interpreter.races if params.detect_races else None
     if (races is not None and races.races_found) or "RACE DETECTED" in text:
         report = [line for line in text.splitlines() if line.strip()][:MAX_LINES]
@@ -267,3 +286,43 @@ def _dma_events(jaxpr) -> list[str]:
             for sub in structure.sub_jaxprs(eqn):
                 events.extend(_dma_events(sub))
     return events
+
+
+# The two DMA execution modes of TPU interpret mode. Each hides bugs the other shows: a
+# semaphore shared by two copies lets an on_wait wait return before its own copy landed,
+# while eager copies hide it; a receive buffer reused before it was read is overwritten by
+# an eager copy, while on_wait copies land too late to hide anything (README of chapter 14).
+def assert_correct_in_each_dma_mode(fn, check) -> None:
+    """Run `check()`, the value checks of fn, once per DMA execution mode of TPU interpret mode.
+
+    No one mode shows every DMA bug (DMA_EXECUTION_MODES says which hides what), so a
+    kernel that issues DMAs is checked in all of them, and a semaphore that a kernel
+    leaves non-zero at its end fails the check too. The session's other interpret
+    settings are kept; off a TPU the generic interpreter (--interpret fast), which
+    cannot run remote DMAs, is replaced by TPU interpret mode. Natively on a TPU the
+    check runs once.
+    """
+    import dataclasses
+
+    from jax.experimental.pallas import tpu as pltpu
+
+    setting = interpret_internals.interpret_setting()
+    if setting is None:
+        check()
+        return
+    base = setting if isinstance(setting, pltpu.InterpretParams) else pltpu.InterpretParams(random_seed=0)
+    for mode, runs in DMA_EXECUTION_MODES.items():
+        printed = io.StringIO()
+        try:
+            with pltpu.force_tpu_interpret_mode(dataclasses.replace(base, dma_execution_mode=mode)), \
+                    contextlib.redirect_stdout(printed):
+                check()
+        except WrongResult as failure:  # a wrong value: say which mode showed it
+            raise WrongResult(f"{failure.message}\n  (under TPU interpret mode with "
+                              f"dma_execution_mode={mode!r}, {runs})") from None
+        left = interpret_internals.semaphores_left_nonzero(printed.getvalue())
+        if left:
+            raise WrongResult(
+                f"{fn.display} ends its kernel with semaphores that are not back at zero (TPU interpret "
+                f"mode, dma_execution_mode={mode!r}): {left}. Every signal needs its wait and every "
+                f"copy its .wait(); a TPU reports this as an error when the kernel ends.")

@@ -1,0 +1,76 @@
+"""Graded tests for ch14.collective_matmul: all_gather_matmul(x, w, *, mesh, axis_name)."""
+
+import pytest
+from hypothesis import example, given
+
+from pytest_tpucourse import checks, collectives, structure, tpu_checks
+from pytest_tpucourse import strategies as tst
+
+pytestmark = pytest.mark.kernel_timeout(30)
+
+
+# (devices, M, K, N, dtype): chunks of 16, 8 and 16 rows; an odd ring (3), where the
+# two buffers do not alternate evenly around it; K differs from each device's N / n.
+# Every per-device array stays under 64 KiB (README, "How your kernels run here").
+CASES = (
+    (8, 128, 128, 1024, "bfloat16"),
+    (4, 32, 256, 512, "float32"),
+    (3, 48, 128, 384, "float32"),
+)
+
+
+def check_matmul(impl, mesh, case, seed):
+    devices, m, k, n, dtype = case
+    kwargs = dict(mesh=mesh(devices), axis_name="x")
+    x = tst.random_array((m, k), dtype, seed)
+    w = tst.random_array((k, n), dtype, seed + 1)
+    fn = impl.collective_matmul.all_gather_matmul
+    tpu_checks.assert_correct_in_each_dma_mode(fn, lambda: checks.assert_matches_reference(
+        fn, (x, w), kwargs=kwargs, reference=collectives.ALL_GATHER_MATMUL.bind(**kwargs),
+        repro=f"all_gather_matmul(x({m}, {k}), w({k}, {n}) {dtype}, mesh of {devices} devices), "
+              f"seed {seed}"))
+
+
+@given(case=tst.few(*CASES), seed=tst.seeds())
+@example(case=CASES[0], seed=0)
+def test_all_gather_matmul_equals_gather_then_matmul(impl, mesh, case, seed):
+    """Every device's column block of x @ w, in both DMA execution modes, against float64."""
+    check_matmul(impl, mesh, case, seed)
+
+
+def test_all_gather_matmul_on_two_devices(impl, mesh):
+    """One send: the second chunk arrives while the first is multiplied; no credit is needed."""
+    check_matmul(impl, mesh, (2, 32, 128, 256, "float32"), 1)
+
+
+def test_all_gather_matmul_rejects_columns_that_do_not_split(impl, mesh):
+    x = tst.random_array((32, 128), "float32", 0)
+    w = tst.random_array((128, 102), "float32", 1)
+    checks.assert_rejects(impl.collective_matmul.all_gather_matmul, (x, w), kwargs=dict(mesh=mesh(4)),
+                          error=ValueError, mentions=("102",),
+                          repro="all_gather_matmul(x(32, 128), w(128, 102), mesh of 4 devices)")
+
+
+def test_all_gather_matmul_moves_data_by_remote_dma(impl, mesh):
+    """Anti-cheat: remote DMAs after a barrier handshake, no lax.all_gather."""
+    x, w = tst.random_array((32, 256), "float32", 0), tst.random_array((256, 512), "float32", 1)
+    structure.assert_communicates_by_remote_dma(impl.collective_matmul.all_gather_matmul, x, w, mesh=mesh(4))
+
+
+def test_all_gather_matmul_computes_while_the_next_chunk_is_in_flight(impl, mesh):
+    """The point of the kernel: a matmul between a copy's start and its wait."""
+    x, w = tst.random_array((32, 256), "float32", 0), tst.random_array((256, 512), "float32", 1)
+    structure.assert_compute_overlaps_communication(impl.collective_matmul.all_gather_matmul, x, w,
+                                                    mesh=mesh(4))
+
+
+def test_all_gather_matmul_has_no_race(impl, mesh):
+    x, w = tst.random_array((128, 128), "bfloat16", 2), tst.random_array((128, 1024), "bfloat16", 3)
+    tpu_checks.assert_no_races(impl.collective_matmul.all_gather_matmul, x, w, cores=1,
+                               why=tpu_checks.RACE_BETWEEN_DEVICES, mesh=mesh(8))
+
+
+@pytest.mark.parametrize("dtype", ["float32", "bfloat16"])
+def test_all_gather_matmul_lowers_for_tpu(impl, mesh, dtype):
+    x, w = tst.random_array((64, 256), dtype, 0), tst.random_array((256, 512), dtype, 1)
+    tpu_checks.assert_lowers_for_tpu(impl.collective_matmul.all_gather_matmul, x, w, mesh=mesh(4))

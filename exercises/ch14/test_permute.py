@@ -1,0 +1,62 @@
+"""Graded tests for ch14.permute: ring_permute(x, *, mesh, axis_name, shift)."""
+
+import pytest
+from hypothesis import example, given
+
+from pytest_tpucourse import checks, collectives, structure, tpu_checks
+from pytest_tpucourse import strategies as tst
+
+# A kernel that deadlocks is stopped as soon as every device is blocked for good; this is
+# the deadline for any other hang.
+pytestmark = pytest.mark.kernel_timeout(30)
+
+
+# (devices, shift, global shape, dtype). Shifts forward, backward and past the ring's end;
+# shards of 4-32 KiB (with 8 simulated devices, XLA's CPU runtime hangs on kernel arrays
+# of 128 KiB and more: README, "How your kernels run here").
+CASES = (
+    (8, 1, (64, 128), "float32"),
+    (4, -1, (64, 256), "bfloat16"),
+    (3, 5, (48, 128), "int32"),
+)
+
+
+def check_permute(impl, mesh, case, seed):
+    devices, shift, shape, dtype = case
+    kwargs = dict(mesh=mesh(devices), axis_name="x", shift=shift)
+    x = tst.random_array(shape, dtype, seed, scale=100.0 if dtype == "int32" else 1.0)
+    fn = impl.permute.ring_permute
+    tpu_checks.assert_correct_in_each_dma_mode(fn, lambda: checks.assert_matches_reference(
+        fn, (x,), kwargs=kwargs, reference=collectives.PERMUTE.bind(**kwargs),
+        repro=f"ring_permute(x{shape} {dtype}, mesh of {devices} devices, shift={shift}), seed {seed}"))
+
+
+@given(case=tst.few(*CASES), seed=tst.seeds())
+@example(case=CASES[0], seed=0)
+def test_ring_permute_equals_ppermute(impl, mesh, case, seed):
+    """Every device's shard, in both DMA execution modes, against the float64 oracle."""
+    check_permute(impl, mesh, case, seed)
+
+
+def test_two_devices_send_each_other_their_shard(impl, mesh):
+    """The smallest ring: left and right neighbour are the same device."""
+    check_permute(impl, mesh, (2, 1, (16, 128), "float32"), 1)
+
+
+def test_ring_permute_moves_data_by_remote_dma(impl, mesh):
+    """Anti-cheat: a remote DMA after a barrier handshake, no lax.ppermute."""
+    x = tst.random_array((32, 128), "float32", 0)
+    structure.assert_communicates_by_remote_dma(impl.permute.ring_permute, x, mesh=mesh(4), shift=1)
+
+
+def test_ring_permute_has_no_race(impl, mesh):
+    x = tst.random_array((64, 128), "float32", 2)
+    tpu_checks.assert_no_races(impl.permute.ring_permute, x, cores=1, why=tpu_checks.RACE_BETWEEN_DEVICES,
+                               mesh=mesh(8), shift=1)
+
+
+@pytest.mark.parametrize("dtype", ["float32", "bfloat16"])
+def test_ring_permute_lowers_for_tpu(impl, mesh, dtype):
+    """The Mosaic lowering of the kernel for a 4-chip ring (no execution)."""
+    x = tst.random_array((64, 256), dtype, 0)
+    tpu_checks.assert_lowers_for_tpu(impl.permute.ring_permute, x, mesh=mesh(4), shift=1)

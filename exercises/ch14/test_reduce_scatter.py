@@ -1,0 +1,68 @@
+"""Graded tests for ch14.reduce_scatter: reduce_scatter(x, *, mesh, axis_name)."""
+
+import pytest
+from hypothesis import example, given
+
+from pytest_tpucourse import checks, collectives, structure, tpu_checks
+from pytest_tpucourse import strategies as tst
+
+pytestmark = pytest.mark.kernel_timeout(30)
+
+
+# (devices, global shape, dtype): device i holds n chunks of rows; 8 rows per chunk in
+# float32 and 16 in bfloat16 (a whole (8,128) / (16,128) tile). Eight devices add eight
+# terms: bfloat16 partial sums would round seven times.
+CASES = (
+    (8, (8 * 8 * 8, 128), "float32"),
+    (4, (4 * 4 * 16, 256), "bfloat16"),
+    (3, (3 * 3 * 8, 128), "float32"),
+)
+
+
+def check_reduce_scatter(impl, mesh, case, seed, *, kind="normal"):
+    devices, shape, dtype = case
+    kwargs = dict(mesh=mesh(devices), axis_name="x")
+    x = tst.random_array(shape, dtype, seed, kind=kind)
+    fn = impl.reduce_scatter.reduce_scatter
+    tpu_checks.assert_correct_in_each_dma_mode(fn, lambda: checks.assert_matches_reference(
+        fn, (x,), kwargs=kwargs, reference=collectives.REDUCE_SCATTER.bind(**kwargs),
+        repro=f"reduce_scatter(x{shape} {dtype} ({kind}), mesh of {devices} devices), seed {seed}"))
+
+
+@given(case=tst.few(*CASES), seed=tst.seeds())
+@example(case=CASES[0], seed=0)
+@example(case=CASES[1], seed=1)
+def test_reduce_scatter_equals_psum_scatter(impl, mesh, case, seed):
+    """Every device's chunk of the sum, in both DMA execution modes, against float64 sums."""
+    check_reduce_scatter(impl, mesh, case, seed)
+
+
+def test_reduce_scatter_of_large_values_in_bfloat16(impl, mesh):
+    """Eight bfloat16 terms of magnitude 1e4: partial sums rounded at every hop drift."""
+    check_reduce_scatter(impl, mesh, (8, (8 * 8 * 16, 128), "bfloat16"), 3, kind="large")
+
+
+def test_reduce_scatter_rejects_rows_that_do_not_split_into_chunks(impl, mesh):
+    """96 rows over 8 devices: 12 per device, which is not 8 chunks."""
+    x = tst.random_array((96, 128), "float32", 0)
+    checks.assert_rejects(impl.reduce_scatter.reduce_scatter, (x,), kwargs=dict(mesh=mesh(8)),
+                          error=ValueError, mentions=("96",),
+                          repro="reduce_scatter(x(96, 128) float32, mesh of 8 devices)")
+
+
+def test_reduce_scatter_moves_data_by_remote_dma(impl, mesh):
+    """Anti-cheat: remote DMAs after a barrier handshake, no lax.psum_scatter or psum."""
+    x = tst.random_array((4 * 4 * 8, 128), "float32", 0)
+    structure.assert_communicates_by_remote_dma(impl.reduce_scatter.reduce_scatter, x, mesh=mesh(4))
+
+
+def test_reduce_scatter_has_no_race(impl, mesh):
+    x = tst.random_array((8 * 8 * 8, 128), "float32", 2)
+    tpu_checks.assert_no_races(impl.reduce_scatter.reduce_scatter, x, cores=1,
+                               why=tpu_checks.RACE_BETWEEN_DEVICES, mesh=mesh(8))
+
+
+@pytest.mark.parametrize("dtype", ["float32", "bfloat16"])
+def test_reduce_scatter_lowers_for_tpu(impl, mesh, dtype):
+    x = tst.random_array((4 * 4 * 16, 256), dtype, 0)
+    tpu_checks.assert_lowers_for_tpu(impl.reduce_scatter.reduce_scatter, x, mesh=mesh(4))

@@ -1,0 +1,103 @@
+"""Graded tests for ch14.timeline: simulate(programs), then the pair_exchange kernel it diagnoses."""
+
+import pytest
+from hypothesis import example, given
+from hypothesis import strategies as st
+
+from pytest_tpucourse import checks, collectives, structure, timeline, tpu_checks
+from pytest_tpucourse import strategies as tst
+from pytest_tpucourse.timeline import DmaStart, DmaWait, Signal, Wait
+
+pytestmark = pytest.mark.kernel_timeout(30)
+
+
+def _schedule_text(programs) -> str:
+    return "\n".join(f"    device {d}: " + ", ".join(timeline.label(op) for op in ops)
+                     for d, ops in enumerate(programs))
+
+
+def check_simulation(impl, programs, what):
+    """The learner's simulate() against the course's, field by field (the course's is withheld
+    while the learner's runs)."""
+    expected = timeline.run(programs)
+    fn = impl.timeline.simulate
+    with timeline.withheld():
+        got = fn(programs)
+    repro = f"simulate() on {what}:\n{_schedule_text(programs)}"
+    checks.assert_equal(type(got).__name__, "Timeline", fn=fn, what="the type of what it returned "
+                        "(a pytest_tpucourse.timeline.Timeline)", repro=repro)
+    checks.assert_equal(len(got.rounds), len(expected.rounds), fn=fn, what="the number of devices in rounds",
+                        repro=repro)
+    for device, right in enumerate(expected.rounds):
+        checks.assert_equal(tuple(got.rounds[device]), right, fn=fn,
+                            what=f"the rounds in which device {device} ran its operations", repro=repro)
+    checks.assert_equal(got.deadlock, expected.deadlock, fn=fn, what="the deadlock", repro=repro)
+    checks.assert_equal(tuple(got.leftover), expected.leftover, fn=fn,
+                        what="what is left on the semaphores", repro=repro)
+
+
+@pytest.mark.parametrize("name", sorted(timeline.SCHEDULES))
+@pytest.mark.parametrize("devices", [2, 4])
+def test_simulate_the_shipped_schedules(impl, name, devices):
+    """Ring permute, all-gather, collective matmul; the deadlocks of the pair exchange, of a
+    wait for two signals, of a wait on the next step's semaphore; a copy never waited for."""
+    check_simulation(impl, timeline.SCHEDULES[name](devices), f"the shipped schedule {name!r}, {devices} devices")
+
+
+# Each rule of the README's semantics, alone.
+RULES = {
+    "a signal is seen from the next round on": [[Signal("a"), Wait("a")]],
+    "a wait takes what it waits for": [[Signal("a", 1), Signal("a", 1)], [Wait("a"), Wait("a"), Wait("a")]],
+    "a wait for two needs two": [[Signal("a", 1, inc=2)], [Wait("a", 2), Wait("a")]],
+    "a blocked device retries every round": [[Signal("x"), Signal("x"), Signal("a", 1)], [Wait("a")]],
+    "a copy lands on both ends": [[DmaStart(1, "send", "recv"), DmaWait("send")], [DmaWait("recv")]],
+    "a copy to oneself": [[DmaStart(0, "s", "r"), DmaWait("r"), DmaWait("s")]],
+    "the lowest blocked device is the deadlock": [[Signal("a", 2)], [Wait("b")], [Wait("a"), Wait("a")]],
+    "leftovers after a finished run": [[Signal("a", 1, inc=3), Wait("b")], [Wait("a"), Signal("b", 0)]],
+    "an empty program": [[], [Signal("a", 0)]],
+}
+
+
+@pytest.mark.parametrize("rule", sorted(RULES))
+def test_simulate_follows_each_rule(impl, rule):
+    check_simulation(impl, RULES[rule], rule)
+
+
+@st.composite
+def schedules(draw):
+    """2-4 devices, up to 6 operations each, two semaphore names: finished runs and deadlocks."""
+    n = draw(st.integers(2, 4))
+    sems, devices = st.sampled_from(("a", "b")), st.integers(0, n - 1)
+    op = st.one_of(st.builds(Signal, sems, st.one_of(st.none(), devices), st.integers(1, 2)),
+                   st.builds(Wait, sems, st.integers(1, 2)),
+                   st.builds(DmaStart, devices, sems, sems),
+                   st.builds(DmaWait, sems))
+    return [draw(st.lists(op, max_size=6)) for _ in range(n)]
+
+
+@given(programs=schedules())
+@example(programs=[[Signal("a", 1), Wait("b")], [Wait("a"), Signal("b", 0), DmaStart(0, "a", "b")]])
+def test_simulate_random_schedules(impl, programs):
+    check_simulation(impl, programs, "a drawn schedule")
+
+
+def test_simulate_rejects_a_device_outside_the_schedule(impl):
+    programs = [[Signal("a", 5)], [Wait("a")]]
+    checks.assert_rejects(impl.timeline.simulate, (programs,), error=ValueError, mentions=("5",),
+                          repro="simulate([[Signal('a', 5)], [Wait('a')]]): device 5 of 2")
+
+
+
+def test_pair_exchange_predicted_then_fixed(impl, mesh):
+    """Predict, then fix: your simulate() must find the shipped exchange's deadlock; then your
+    pair_exchange() must equal ppermute with pairs (0, 1), (2, 3), ..., in both DMA execution
+    modes, move its data by remote DMA and have no race."""
+    check_simulation(impl, timeline.exchange_deadlock(4), "the shipped pair exchange, 4 devices")
+    kwargs = dict(mesh=mesh(8), axis_name="x")
+    x = tst.random_array((64, 128), "float32", 0)
+    fn = impl.timeline.pair_exchange
+    tpu_checks.assert_correct_in_each_dma_mode(fn, lambda: checks.assert_matches_reference(
+        fn, (x,), kwargs=kwargs, reference=collectives.PAIR_EXCHANGE.bind(**kwargs),
+        repro="pair_exchange(x(64, 128) float32, mesh of 8 devices), seed 0"))
+    structure.assert_communicates_by_remote_dma(fn, x, **kwargs)
+    tpu_checks.assert_no_races(fn, x, cores=1, why=tpu_checks.RACE_BETWEEN_DEVICES, **kwargs)
