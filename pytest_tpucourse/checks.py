@@ -20,7 +20,7 @@ import functools
 import numpy as np
 
 from . import structure, tolerance
-from .implementations import GradedFunction, compiled
+from .grading.calls import GradedFunction, compiled
 from .outcomes import GradingOutcome, WrongResult
 
 
@@ -146,7 +146,7 @@ def assert_rejects(fn, args, *, kwargs=None, error: type[Exception] = ValueError
     """
     import jax
 
-    from . import deadline
+    from .grading import deadline
 
     kwargs = kwargs or {}
     function = fn.resolve()

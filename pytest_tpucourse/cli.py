@@ -13,14 +13,14 @@ import sys
 from pathlib import Path
 
 from . import chips, roofline
-from . import records as rec
+from .gates import records as rec
 
 
 def main(argv=None) -> int:
     parser = argparse.ArgumentParser(prog="tpucourse", description=__doc__.splitlines()[0])
-    commands = parser.add_subparsers(dest="command", required=True)
+    subcommands = parser.add_subparsers(dest="command", required=True)
 
-    r = commands.add_parser("roofline", help="floor, bound, intensity and ridge of an op on a chip")
+    r = subcommands.add_parser("roofline", help="floor, bound, intensity and ridge of an op on a chip")
     r.add_argument("--chip", default=chips.DEFAULT_PREDICTION_CHIP, help=", ".join(chips.KNOWN_CHIPS))
     r.add_argument("--op", choices=sorted(roofline.OPS), help="matmul (MxKxN) or add (MxN)")
     r.add_argument("--shape", help="e.g. 4096x4096x4096")
@@ -28,32 +28,32 @@ def main(argv=None) -> int:
     r.add_argument("--plot", metavar="PNG", help="draw the chip's roofline with the op and the records' points")
     r.add_argument("--records", default=str(rec.DEFAULT_PATH), help="records whose points the plot shows")
 
-    b = commands.add_parser("bench", help="regenerate bench/README.md from the gate records")
+    b = subcommands.add_parser("bench", help="regenerate bench/README.md from the gate records")
     b.add_argument("--records", default=str(rec.DEFAULT_PATH))
     b.add_argument("--output", default=None, help="default: README.md next to the records")
 
-    p = commands.add_parser("progress", help="every chapter, gate and exercise, and what to do next")
-    h = commands.add_parser("hint", help="the next hint of an exercise, one at a time")
+    p = subcommands.add_parser("progress", help="every chapter, gate and exercise, and what to do next")
+    h = subcommands.add_parser("hint", help="the next hint of an exercise, one at a time")
     h.add_argument("exercise", nargs="?", help="ch11.matmul, or ch11 for its next unfinished exercise "
                    "(default: the course's next exercise)")
     h.add_argument("--all", action="store_true", help="print every hint of the exercise")
-    s = commands.add_parser("reset", help="put an exercise's stub back as shipped (your file is backed up)")
+    s = subcommands.add_parser("reset", help="put an exercise's stub back as shipped (your file is backed up)")
     s.add_argument("exercise", help="chNN.module, e.g. ch11.matmul")
     s.add_argument("--yes", action="store_true", help="overwrite without asking")
-    w = commands.add_parser("watch", help="re-run a chapter's graded tests whenever a file under exercises/ changes")
+    w = subcommands.add_parser("watch", help="re-run a chapter's graded tests whenever a file under exercises/ changes")
     w.add_argument("chapter", nargs="?", help="chNN (default: the chapter of your next exercise)")
     w.add_argument("--max-runs", type=int, default=None, help="stop after this many runs")
     w.add_argument("--pytest-args", default="", metavar="ARGS",
                    help="extra pytest arguments, e.g. --pytest-args='--interpret fast'")
 
     args = parser.parse_args(argv)
-    from . import learner_cli, watch
+    from .learner import commands, watch
 
-    handlers = {"roofline": _roofline, "bench": _bench, "progress": learner_cli.progress,
-                "hint": learner_cli.hint, "reset": learner_cli.reset, "watch": watch.main}
+    handlers = {"roofline": _roofline, "bench": _bench, "progress": commands.progress,
+                "hint": commands.hint, "reset": commands.reset, "watch": watch.main}
     try:
         return handlers[args.command](args)
-    except (ValueError, rec.CorruptRecords, learner_cli.CommandError) as error:
+    except (ValueError, rec.CorruptRecords, commands.CommandError) as error:
         print(f"tpucourse {args.command}: {error}", file=sys.stderr)
         return 2
 
@@ -85,7 +85,7 @@ def _roofline(args) -> int:
 
 
 def _bench(args) -> int:
-    from . import report
+    from .gates import report
 
     path = Path(args.records)
     output = Path(args.output) if args.output else path.parent / "README.md"

@@ -12,12 +12,15 @@ from pathlib import Path
 
 import pytest
 
-from . import backend, chips, deadline, gates, profiles, report, roofline, timing, vmem
-from . import records as rec
+from . import chips, profiles, roofline
 from .course import Course, CourseDataError, find_course_root, load_course
-from .implementations import GradedTree, Implementation, graded_tree
+from .gates import criteria, report
+from .gates import records as rec
+from .gates import run as timing
+from .grading import backend, deadline, vmem
+from .grading.calls import GradedTree, Implementation, graded_tree
+from .learner.progress import RunProgress
 from .outcomes import GradingOutcome, Todo
-from .progress import RunProgress
 from .state_recorder import StateRecorder
 
 GATE_RANGE = range(0, 6)
@@ -230,7 +233,7 @@ def gate_run(request: pytest.FixtureRequest, tpucourse_timer) -> timing.GateRun:
     number = (list(mark.args) + list(mark.kwargs.values()))[0]
     session = request.config.stash[SESSION]
     chapter = session.course.chapter_of_path(request.path)
-    return context.run_for(gate=number, chapter=chapter.id if chapter else gates.gate(number).chapter,
+    return context.run_for(gate=number, chapter=chapter.id if chapter else criteria.gate(number).chapter,
                            test_id=request.node.nodeid,
                            timer_factory=tpucourse_timer,
                            marker_cost=_marker_cost(request.node),
@@ -475,7 +478,7 @@ def pytest_terminal_summary(terminalreporter, exitstatus, config: pytest.Config)
     terminalreporter.write_sep("=", "tpucourse")
     try:
         all_records = rec.read(context.records_path) if context is not None else []
-        passed = gates.gates_passed(all_records)
+        passed = criteria.gates_passed(all_records)
     except rec.CorruptRecords as error:
         terminalreporter.write_line(f"gate records unreadable: {error}", red=True)
         all_records, passed = [], None

@@ -11,8 +11,8 @@ from __future__ import annotations
 
 import pytest
 
-from . import state
-from .progress import RunProgress
+from .learner import state
+from .learner.progress import RunProgress
 
 
 class StateRecorder:

@@ -259,7 +259,7 @@ def test_python_control_flow_on_values_still_grades_eagerly():
 
 
 def test_numpy_and_python_arguments_keep_their_eager_meaning():
-    from pytest_tpucourse.implementations import GradedFunction
+    from pytest_tpucourse.grading.calls import GradedFunction
 
     big = GradedFunction(lambda m, k, n: 2 * m * k * n, "flops() in test")
     assert big(4096, 4096, 4096) == 2 * 4096 ** 3  # traced, int32 would overflow

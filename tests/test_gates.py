@@ -9,7 +9,8 @@ import json
 
 import pytest
 
-from pytest_tpucourse import gates, records as rec
+from pytest_tpucourse.gates import criteria as gates
+from pytest_tpucourse.gates import records as rec
 from pytest_tpucourse.course import load_course
 
 from .conftest import REPO
@@ -29,7 +30,7 @@ GATE_TEST = """
 
 FAKE_TPU = """
     import pytest
-    from pytest_tpucourse.timing import Stats
+    from pytest_tpucourse.gates.run import Stats
 
     def pytest_tpucourse_device(config):
         return ("tpu", "TPU v5 lite")

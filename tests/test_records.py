@@ -8,8 +8,8 @@ import time
 
 import pytest
 
-from pytest_tpucourse import records as rec
-from pytest_tpucourse.records import CorruptRecords, HonestyError, Record
+from pytest_tpucourse.gates import records as rec
+from pytest_tpucourse.gates.records import CorruptRecords, HonestyError, Record
 
 from .conftest import REPO
 

@@ -150,7 +150,7 @@ def test_the_callers_jax_context_reaches_the_graded_call():
     from jax._src import config as jax_config
     from jax.experimental.pallas import tpu as pltpu
 
-    from pytest_tpucourse import deadline
+    from pytest_tpucourse.grading import deadline
 
     def probe():
         return jax_config.pallas_tpu_interpret_mode_context_manager.value, jax_config.enable_x64.value

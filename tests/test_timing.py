@@ -12,8 +12,10 @@ import textwrap
 
 import pytest
 
-from pytest_tpucourse import chips, gates, roofline, timing
-from pytest_tpucourse import records as rec
+from pytest_tpucourse import chips, roofline
+from pytest_tpucourse.gates import criteria as gates
+from pytest_tpucourse.gates import run as timing
+from pytest_tpucourse.gates import records as rec
 
 COST = roofline.elementwise_cost((256, 256), "bfloat16")
 FLOOR = 3 * 256 * 256 * 2 / 8.2e11  # v5e roofline floor of that add

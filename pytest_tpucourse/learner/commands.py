@@ -12,9 +12,10 @@ import subprocess
 import sys
 from pathlib import Path
 
-from . import gates, state
-from . import records as rec
-from .course import Course, CourseDataError, Exercise, find_course_root, load_course
+from . import state
+from ..gates import criteria
+from ..gates import records as rec
+from ..course import Course, CourseDataError, Exercise, find_course_root, load_course
 
 
 class CommandError(Exception):
@@ -63,15 +64,15 @@ _MARK = {"done": "done", "failed": "FAIL", "todo": "TODO", "partial": "part",
 def gate_label(all_records, number: int) -> str:
     """passed on hardware / failed / off-chip verified / awaiting hardware, from records only."""
     chips_seen = sorted({r.chip for r in all_records})
-    per_chip = {chip: gates.gate_statuses(all_records, chip)[number] for chip in chips_seen}
-    passed = [chip for chip, statuses in per_chip.items() if all(s == gates.PASS for s in statuses.values())]
+    per_chip = {chip: criteria.gate_statuses(all_records, chip)[number] for chip in chips_seen}
+    passed = [chip for chip, statuses in per_chip.items() if all(s == criteria.PASS for s in statuses.values())]
     if passed:
         return f"passed on hardware ({', '.join(passed)})"
     failed = sorted({f"{chip}: {c}" for chip, statuses in per_chip.items()
-                     for c, s in statuses.items() if s == gates.FAIL})
+                     for c, s in statuses.items() if s == criteria.FAIL})
     if failed:
         return f"failed ({'; '.join(failed)})"
-    if any(s == gates.PASS_OFF_CHIP for statuses in per_chip.values() for s in statuses.values()):
+    if any(s == criteria.PASS_OFF_CHIP for statuses in per_chip.values() for s in statuses.values()):
         return "off-chip verified, awaiting hardware"
     return "awaiting hardware"
 
@@ -107,7 +108,7 @@ def progress_lines(course: Course, data: dict, all_records) -> list[str]:
             lines.append(line)
     lines.append("")
     lines.append(f"your progress: {complete}/{course.chapters_total} chapters")
-    lines.append(f"gates: {gates.gates_passed(all_records)}/{course.gates_total} gates passed (measured on hardware)")
+    lines.append(f"gates: {criteria.gates_passed(all_records)}/{course.gates_total} gates passed (measured on hardware)")
     upcoming = next_exercise(course, data)
     if upcoming is None:
         lines.append("next: every shipped exercise is done")

@@ -12,7 +12,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from pathlib import PurePosixPath
 
-from .course import Course, Exercise
+from ..course import Course, Exercise
 
 
 @dataclass

@@ -13,7 +13,7 @@ import shlex
 import subprocess
 import sys
 
-from . import learner_cli, state
+from . import commands, state
 
 
 def _python_changes(change, path: str) -> bool:
@@ -22,7 +22,7 @@ def _python_changes(change, path: str) -> bool:
 
 def summary_after_run(course, chapter_id: str) -> list[str]:
     data = state.read(course.root)
-    exercise = learner_cli.next_exercise(course, data, chapter_id)
+    exercise = commands.next_exercise(course, data, chapter_id)
     if exercise is None:
         return [f"watch: every exercise of {chapter_id} is done; `tpucourse progress` shows what is next"]
     entry = data["exercises"].get(exercise.key, {})
@@ -52,21 +52,21 @@ def run_once(course, chapter_id: str, extra: list[str]) -> int:
 def main(args) -> int:
     import watchfiles
 
-    course = learner_cli.course_here()
+    course = commands.course_here()
     chapter_id = args.chapter
     if chapter_id is None:
         try:
             data = state.read(course.root)
         except state.CorruptState as error:
-            raise learner_cli.CommandError(str(error)) from None
-        upcoming = learner_cli.next_exercise(course, data)
+            raise commands.CommandError(str(error)) from None
+        upcoming = commands.next_exercise(course, data)
         if upcoming is None:
-            raise learner_cli.CommandError("every shipped exercise is done: name a chapter, e.g. tpucourse watch ch11")
+            raise commands.CommandError("every shipped exercise is done: name a chapter, e.g. tpucourse watch ch11")
         chapter_id = upcoming.chapter
     if course.chapter(chapter_id) is None or not (course.root / "exercises" / chapter_id).is_dir():
-        raise learner_cli.CommandError(f"no graded chapter {chapter_id!r} under exercises/")
+        raise commands.CommandError(f"no graded chapter {chapter_id!r} under exercises/")
     if args.max_runs is not None and args.max_runs < 1:
-        raise learner_cli.CommandError("--max-runs must be at least 1")
+        raise commands.CommandError("--max-runs must be at least 1")
 
     runs = 0
     code = run_once(course, chapter_id, shlex.split(args.pytest_args))

@@ -28,9 +28,10 @@ from pathlib import Path
 
 import pytest
 
-from . import chips, gates
+from .. import chips
+from . import criteria as gate_criteria
 from . import records as rec
-from .roofline import Cost, predict
+from ..roofline import Cost, predict
 
 ROUNDS = 30
 
@@ -119,7 +120,7 @@ class GateRun:
     def __init__(self, *, gate: int, chapter: str, test_id: str, chip: chips.Chip,
                  on_accelerator: bool, provenance: Provenance, records_path: Path, timer_factory,
                  marker_cost: Cost | None = None, interpreted: bool = True, graded: str = ""):
-        self.gate = gates.gate(gate)
+        self.gate = gate_criteria.gate(gate)
         self.chapter = chapter
         self.test_id = test_id
         self.chip = chip
@@ -180,7 +181,7 @@ class GateRun:
         recorded before it is re-raised, so it stays on file. Code not written yet (TODO)
         verifies nothing and writes no row.
         """
-        from .outcomes import GradingOutcome, Todo
+        from ..outcomes import GradingOutcome, Todo
 
         c = self.gate.criterion(criterion)
         if c.kind != "correctness":
@@ -220,7 +221,7 @@ class GateRun:
                      method="measured", statistic="median", value=stats.median, unit="s",
                      spread=stats.iqr, ratio_to_floor=ratio, verdict=verdict, interpret=False,
                      notes=f"{stats.rounds} rounds over {len(input_sets)} input sets")
-        if verdict == gates.FAIL:
+        if verdict == gate_criteria.FAIL:
             low, high = c.ratio_range
             pytest.fail(f"{op} {dtype} {shapes} on {self.chip.name}: measured {stats.median * 1e6:.1f} us "
                         f"is {ratio:.2f}x its roofline floor {floor * 1e6:.1f} us, outside "
@@ -289,7 +290,7 @@ class GateRun:
                     if c.ratio_of == "ceiling" and to_ceiling is None:
                         continue  # the ceiling's not-runnable row speaks for this criterion
                     verdict = c.judge(to_floor if c.ratio_of == "floor" else to_ceiling)
-                    if verdict == gates.FAIL:
+                    if verdict == gate_criteria.FAIL:
                         failures.append(f"{c.id}: kernel {s_.median * 1e6:.1f} us is "
                                         f"{to_floor if c.ratio_of == 'floor' else to_ceiling:.2f}x the "
                                         f"{c.ratio_of}, outside [{c.ratio_range[0]}, {c.ratio_range[1]:.3g}]")

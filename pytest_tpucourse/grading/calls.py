@@ -25,8 +25,8 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from . import backend, deadline, vmem
-from .course import Course, Exercise
-from .outcomes import LearnerCodeError, Todo
+from ..course import Course, Exercise
+from ..outcomes import LearnerCodeError, Todo
 
 MAX_MESSAGE_LINES = 6
 

@@ -31,7 +31,7 @@ import uuid
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from . import chips
+from .. import chips
 
 SCHEMA_VERSION = 1
 METHODS = ("roofline-predicted", "off-chip-verified", "measured")

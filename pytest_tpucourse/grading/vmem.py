@@ -13,7 +13,7 @@ from __future__ import annotations
 
 import warnings
 
-from . import structure
+from .. import structure
 
 DEFAULT_CHIP = "v5e"
 
