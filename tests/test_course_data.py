@@ -7,7 +7,7 @@ import pytest
 from pytest_tpucourse.course import load_course
 from pytest_tpucourse.mutants import load_mutants
 
-from .conftest import REPO
+from .support import REPO
 
 COURSE = load_course(REPO)
 EXERCISES = [e for c in COURSE.chapters for e in c.exercises]

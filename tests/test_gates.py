@@ -13,7 +13,7 @@ from pytest_tpucourse.gates import criteria as gates
 from pytest_tpucourse.gates import records as rec
 from pytest_tpucourse.course import load_course
 
-from .conftest import REPO
+from .support import REPO
 from .test_records import make_record
 
 GATE_TEST = """
