@@ -20,7 +20,8 @@ import functools
 import numpy as np
 
 from . import structure, tolerance
-from .grading.calls import GradedFunction, compiled
+from .grading.calls import GradedFunction
+from .grading.compiled import compiled
 from .outcomes import GradingOutcome, WrongResult
 
 

@@ -17,8 +17,9 @@ from .course import Course, CourseDataError, find_course_root, load_course
 from .gates import criteria, report
 from .gates import records as rec
 from .gates import run as timing
+from .gates import timer
 from .grading import backend, deadline, vmem
-from .grading.calls import GradedTree, Implementation, graded_tree
+from .grading.tree import GradedTree, Implementation, graded_tree
 from .learner.progress import RunProgress
 from .outcomes import GradingOutcome, Todo
 from .state_recorder import StateRecorder
@@ -218,8 +219,8 @@ def tpucourse_timer(request: pytest.FixtureRequest):
     """
     def factory(label=None):
         bench = (request.getfixturevalue("benchmark") if label is None
-                 else timing.labelled_benchmark(request, label))
-        return timing.BenchmarkTimer(bench)
+                 else timer.labelled_benchmark(request, label))
+        return timer.BenchmarkTimer(bench)
     return factory
 
 

@@ -30,7 +30,7 @@ GATE_TEST = """
 
 FAKE_TPU = """
     import pytest
-    from pytest_tpucourse.gates.run import Stats
+    from pytest_tpucourse.gates.timer import Stats
 
     def pytest_tpucourse_device(config):
         return ("tpu", "TPU v5 lite")

@@ -14,7 +14,9 @@ import pytest
 
 from pytest_tpucourse import chips, roofline
 from pytest_tpucourse.gates import criteria as gates
-from pytest_tpucourse.gates import run as timing
+from pytest_tpucourse.gates.run import GateRun
+from pytest_tpucourse.gates.timer import ROUNDS, Stats
+from pytest_tpucourse.gates.provenance import Provenance
 from pytest_tpucourse.gates import records as rec
 
 COST = roofline.elementwise_cost((256, 256), "bfloat16")
@@ -30,14 +32,14 @@ class FakeTimer:
     def __call__(self, label=None):
         self.labels.append(label)
         median = self.seconds[label or "kernel"]
-        return type("T", (), {"measure": lambda _, fn, sets: timing.Stats(median, median / 100, 30)})()
+        return type("T", (), {"measure": lambda _, fn, sets: Stats(median, median / 100, 30)})()
 
 
 def _run(tmp_path, gate=3, platform="tpu", device_kind="TPU v5 lite", chip="v5e", timer=None, marker_cost=None):
-    return timing.GateRun(
+    return GateRun(
         gate=gate, chapter=gates.gate(gate).chapter, test_id="t::trio", chip=chips.get_chip(chip),
         on_accelerator=platform in rec.ACCELERATORS,
-        provenance=timing.Provenance(platform, device_kind, "0.10.2", "0.10.2", None, None, "host"),
+        provenance=Provenance(platform, device_kind, "0.10.2", "0.10.2", None, None, "host"),
         records_path=tmp_path / "r.jsonl", timer_factory=timer, marker_cost=marker_cost,
     )
 
@@ -219,7 +221,7 @@ def test_the_real_benchmark_fixture_writes_measured_rows(fake_course):
     assert by_name["test_trio"]["stats"]["median"] == pytest.approx(trio["kernel"].value)
     assert by_name["test_trio"]["stats"]["iqr"] == pytest.approx(trio["kernel"].spread)
     assert by_name["test_trio[floor]"]["stats"]["median"] == pytest.approx(trio["floor"].value)
-    assert by_name["test_add"]["stats"]["rounds"] == timing.ROUNDS
+    assert by_name["test_add"]["stats"]["rounds"] == ROUNDS
     assert result.ret in (pytest.ExitCode.OK, pytest.ExitCode.TESTS_FAILED)
 
 
