@@ -23,8 +23,8 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from . import structure
-from .outcomes import WrongResult
+from . import jax_internals, structure
+from .outcomes import CheckerError, WrongResult
 
 
 @dataclass(frozen=True)
@@ -48,45 +48,28 @@ def fetch_log(closed_jaxpr) -> list[OperandFetches]:
 
     log = []
     for k, eqn in enumerate(structure.pallas_call_eqns(closed_jaxpr)):
-        mapping = eqn.params["grid_mapping"]
-        if mapping.num_index_operands or mapping.num_dynamic_grid_bounds:
-            from .checks import CheckerError
-
+        grid, inputs, reads_operands = jax_internals.grid_and_inputs(eqn)
+        if reads_operands:
             raise CheckerError("the fetch log cannot follow index maps that read scalar-prefetch "
                                "operands or a dynamic grid")
-        grid = tuple(int(g) for g in mapping.grid)
         steps = np.indices(grid).reshape(len(grid), -1) if grid else np.zeros((0, 1), int)
-        for position, block in enumerate(mapping.block_mappings[:mapping.num_inputs]):
-            index_map = block.index_map_jaxpr
+        for position, block in enumerate(inputs):
+            index_map = block.index_map
             evaluate = jax.vmap(lambda *g, m=index_map: jax.core.eval_jaxpr(m.jaxpr, m.consts, *g))
             columns = evaluate(*[np.asarray(axis, np.int32) for axis in steps]) if grid else []
             indices = np.stack([np.broadcast_to(np.asarray(c), steps.shape[1:]) for c in columns],
                                axis=1) if len(columns) else np.zeros((steps.shape[1], 0), int)
             changed = np.any(indices[1:] != indices[:-1], axis=1)
             blocks = frozenset(tuple(int(i) for i in row) for row in indices)
-            sizes, per_element = zip(*(_block_size(b) for b in block.block_shape))
+            sizes, per_element = zip(*(jax_internals.block_dim(b) for b in block.block_shape))
             log.append(OperandFetches(
-                kernel=k, operand=position, shape=tuple(block.array_aval.shape),
-                block_shape=tuple(block.block_shape), grid=grid,
+                kernel=k, operand=position, shape=block.array_shape,
+                block_shape=block.block_shape, grid=grid,
                 copies=1 + int(changed.sum()), blocks=blocks, block_sizes=tuple(sizes),
                 starts=frozenset(tuple(i if element else i * size
                                        for i, size, element in zip(b, sizes, per_element))
                                  for b in blocks)))
     return log
-
-
-def _block_size(dim) -> tuple[int, bool]:
-    """(elements per block along one axis, whether the index map returns element offsets)."""
-    if dim is None:
-        return 1, False
-    if isinstance(dim, int):
-        return dim, False
-    name = type(dim).__name__
-    if name == "Squeezed":
-        return 1, False
-    if name == "Blocked":
-        return int(dim.block_size), False
-    return int(getattr(dim, "block_size", 1)), True  # Element, BoundedSlice: offsets
 
 
 def assert_causal_attention_skips_fetches(fn, args, *, kwargs=None, repro: str = "") -> None:
@@ -134,7 +117,7 @@ def unconditional_matmuls(closed_jaxpr) -> int:
     """How many dot_generals the kernels of a program run outside any cond (every step)."""
     count = 0
     for eqn in structure.pallas_call_eqns(closed_jaxpr):
-        count += _unconditional_dots(eqn.params["jaxpr"])
+        count += _unconditional_dots(jax_internals.kernel_jaxpr(eqn))
     return count
 
 

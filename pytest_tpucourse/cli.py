@@ -21,7 +21,7 @@ def main(argv=None) -> int:
     subcommands = parser.add_subparsers(dest="command", required=True)
 
     r = subcommands.add_parser("roofline", help="floor, bound, intensity and ridge of an op on a chip")
-    r.add_argument("--chip", default=chips.DEFAULT_PREDICTION_CHIP, help=", ".join(chips.KNOWN_CHIPS))
+    r.add_argument("--chip", default=chips.DEFAULT_CHIP, help=", ".join(chips.KNOWN_CHIPS))
     r.add_argument("--op", choices=sorted(roofline.OPS), help="matmul (MxKxN) or add (MxN)")
     r.add_argument("--shape", help="e.g. 4096x4096x4096")
     r.add_argument("--dtype", default="bfloat16")
@@ -32,7 +32,7 @@ def main(argv=None) -> int:
     b.add_argument("--records", default=str(rec.DEFAULT_PATH))
     b.add_argument("--output", default=None, help="default: README.md next to the records")
 
-    p = subcommands.add_parser("progress", help="every chapter, gate and exercise, and what to do next")
+    subcommands.add_parser("progress", help="every chapter, gate and exercise, and what to do next")
     h = subcommands.add_parser("hint", help="the next hint of an exercise, one at a time")
     h.add_argument("exercise", nargs="?", help="ch11.matmul, or ch11 for its next unfinished exercise "
                    "(default: the course's next exercise)")

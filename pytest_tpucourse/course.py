@@ -14,6 +14,15 @@ from pathlib import Path
 
 COURSE_FILE = "course.toml"
 CHAPTER_ID = re.compile(r"^ch\d\d$")
+# The two trees a checkout ships, relative to its root; a graded tree is laid out like either.
+EXERCISES = "exercises"  # the learner's stubs and the graded tests
+SOLUTIONS = "solutions"
+
+
+def module_in_tree(tree, chapter_id: str, module: str) -> str:
+    """`<tree>/chNN/<module>.py`: where a chapter's module lives in a tree laid out like solutions/
+    (tree: exercises, solutions, or the root of any such tree)."""
+    return f"{tree}/{chapter_id}/{module}.py"
 
 
 class CourseDataError(Exception):
@@ -40,6 +49,21 @@ class Exercise:
     @property
     def test_file(self) -> str:
         return f"test_{self.name}.py"
+
+    @property
+    def module_path(self) -> str:
+        """The stub the learner edits, relative to the course root: exercises/ch11/matmul.py."""
+        return module_in_tree(EXERCISES, self.chapter, self.name)
+
+    @property
+    def test_path(self) -> str:
+        """Its graded tests: exercises/ch11/test_matmul.py."""
+        return f"{EXERCISES}/{self.chapter}/{self.test_file}"
+
+    @property
+    def solution_path(self) -> str:
+        """The shipped solution: solutions/ch11/matmul.py."""
+        return module_in_tree(SOLUTIONS, self.chapter, self.name)
 
 
 @dataclass(frozen=True)
@@ -87,7 +111,7 @@ class Course:
     def chapter_of_path(self, path: Path) -> Chapter | None:
         """The chapter a file under exercises/chNN/ belongs to, if any."""
         try:
-            relative = Path(path).resolve().relative_to(self.root / "exercises")
+            relative = Path(path).resolve().relative_to(self.root / EXERCISES)
         except ValueError:
             return None
         return self.chapter(relative.parts[0]) if relative.parts else None

@@ -16,6 +16,8 @@ import contextlib
 import io
 import re
 
+from . import jax_internals
+from .chips import JAX_CHIP_VERSIONS
 from .outcomes import WrongResult
 
 _DROP = re.compile(r"^(See details at|Please file an issue|For simplicity, JAX has removed)")
@@ -23,7 +25,12 @@ MAX_LINES = 6
 
 
 def assert_lowers_for_tpu(fn, *args, **kwargs) -> None:
-    """Fail if the TPU (Mosaic) lowering rejects fn(*args, **kwargs)."""
+    """Fail if the TPU (Mosaic) lowering rejects fn(*args, **kwargs).
+
+    Some lowering rules depend on the chip generation (integer `//` and `sign`, for one)
+    and ask the local device, which on a CPU is no TPU: they lower for the run's chip
+    (`--chip`, v5e by default) instead.
+    """
     import jax
     from jax.experimental.pallas import tpu as pltpu
 
@@ -31,7 +38,8 @@ def assert_lowers_for_tpu(fn, *args, **kwargs) -> None:
     function = fn.resolve()
     shapes = jax.tree.map(lambda a: jax.ShapeDtypeStruct(a.shape, a.dtype), args)
     # Interpret mode would replace the Mosaic lowering: switch it off for the trace.
-    with pltpu.force_tpu_interpret_mode(None), _lowering_target(LOWERING_CHIP):
+    chip_version = JAX_CHIP_VERSIONS[fn.context.lowering_chip]
+    with pltpu.force_tpu_interpret_mode(None), jax_internals.tpu_info_for_this_device(chip_version):
         try:
             jax.jit(lambda *a: function(*a, **kwargs)).trace(*shapes).lower(
                 lowering_platforms=("tpu",))
@@ -41,40 +49,16 @@ def assert_lowers_for_tpu(fn, *args, **kwargs) -> None:
                 + _summarise(error)) from None
 
 
-# Some lowering rules depend on the chip generation (integer `//` and `sign`, for one)
-# and ask the local device, which on a CPU is no TPU: they lower for this chip instead.
-LOWERING_CHIP = "v5e"
-
-
-@contextlib.contextmanager
-def _lowering_target(chip_version: str):
-    import jax
-    from jax._src.pallas.mosaic import tpu_info
-    from jax.experimental.pallas import tpu as pltpu
-
-    kind = jax.devices()[0].device_kind
-    if kind in tpu_info.registry or tpu_info.chip_version_from_device_kind(kind) is not None:
-        yield  # a real TPU, or a device JAX already knows
-        return
-    tpu_info.registry[kind] = lambda: pltpu.get_tpu_info_for_chip(pltpu.ChipVersion(chip_version), 1)
-    try:
-        yield
-    finally:
-        tpu_info.registry.pop(kind, None)
-
-
 def assert_no_races(fn, *args, cores: int = 2, **kwargs) -> None:
     """Run fn under TPU interpret mode with race detection on `cores` simulated cores."""
     import jax
     from jax.experimental.pallas import tpu as pltpu
-    from jax._src.pallas.mosaic.interpret import interpret_pallas_call as tpu_interpreter
 
     params = pltpu.InterpretParams(detect_races=True, num_cores_or_threads=cores, random_seed=0)
     printed = io.StringIO()
     with pltpu.force_tpu_interpret_mode(params), contextlib.redirect_stdout(printed):
         jax.block_until_ready(fn(*args, **kwargs))
-    races = tpu_interpreter.races
-    if (races is not None and races.races_found) or "RACE DETECTED" in printed.getvalue():
+    if jax_internals.races_found() or "RACE DETECTED" in printed.getvalue():
         report = [line for line in printed.getvalue().splitlines() if line.strip()][:MAX_LINES]
         raise WrongResult(
             f"{fn.display} has a data race under TPU interpret mode with {cores} TensorCores "

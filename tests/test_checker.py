@@ -308,7 +308,7 @@ def test_fetch_log_counts_a_copy_wherever_the_block_index_changes():
 
 def test_tpu_lowering_of_rules_that_ask_the_chip_generation():
     """Integer // lowers through `sign`, whose rule asks the local TPU's generation: on a CPU
-    the check lowers for tpu_checks.LOWERING_CHIP instead of failing on the device kind."""
+    the check lowers for the run's chip (v5e by default) instead of failing on the device kind."""
     def halved_rows(x):
         spec = pl.BlockSpec((8, 128), lambda i: ((i * 2) // 2, 0))
         return pl.pallas_call(_copy_kernel, out_shape=jax.ShapeDtypeStruct(x.shape, x.dtype),

@@ -258,6 +258,6 @@ def gate_context(registry: chips.ChipRegistry, requested: str | None, platform: 
             raise
         name = None
     if name is None and platform == "cpu":
-        name = chips.DEFAULT_PREDICTION_CHIP
+        name = chips.DEFAULT_CHIP
     return GateContext(registry=registry, chip=registry.get(name) if name else None, platform=platform,
                        device_kind=device_kind, records_path=records_path, root=root)

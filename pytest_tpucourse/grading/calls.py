@@ -14,9 +14,12 @@ from typing import TYPE_CHECKING
 
 from ..course import Exercise
 from ..outcomes import LearnerCodeError, Todo
-from . import backend, deadline, vmem
-from .compiled import compiled, compiled_or_eager, exact_call_key
+from . import backend
+from .compiled import call_key, compiled_or_eager
+from .context import GradingContext, active
+from .deadline import DeadlineExceeded
 from .messages import deadline_message, describe_exception, raised_in, relative
+from .vmem import ScratchTooLarge
 
 if TYPE_CHECKING:
     from .tree import LearnerModule
@@ -29,19 +32,25 @@ class GradedFunction:
     dispatched kernel is charged to the function, not to the checker, and turns
     an exception into a short LearnerCodeError. Graded tests meet it as a
     LearnerFunction; the project's own tests wrap JAX's shipped kernels in it to
-    grade them as if a learner had written them.
+    grade them as if a learner had written them. `context` (the run's deadline, VMEM
+    budget and caches) defaults to the run in progress.
     """
 
     def __init__(self, function, display: str, path: Path | None = None,
-                 course_root: Path | None = None):
+                 course_root: Path | None = None, context: GradingContext | None = None):
         self._function = function
         self._display = display
         self._path = path
         self._course_root = course_root
+        self._context = context
 
     @property
     def display(self) -> str:
         return self._display
+
+    @property
+    def context(self) -> GradingContext:
+        return self._context or active()
 
     def resolve(self):
         return self._function
@@ -49,16 +58,16 @@ class GradedFunction:
     def __call__(self, *args, **kwargs):
         import jax
 
-        function = self.resolve()
+        function, context = self.resolve(), self.context
 
         def run():
-            vmem.check(function, args, kwargs)
+            context.vmem.check(function, args, kwargs)
             return jax.block_until_ready(compiled_or_eager(
-                lambda: compiled(function, kwargs, "call")(*args),
+                lambda: context.programs.get(function, kwargs, "call")(*args),
                 lambda: function(*args, **kwargs), args))
 
         with self._guarded():
-            return deadline.call(run, key=exact_call_key(function, args, kwargs))
+            return context.deadline.call(run, key=call_key(function, args, kwargs, exact=True))
 
     def jaxpr(self, *args, **kwargs):
         """The closed jaxpr of a call with these arguments (kwargs are static)."""
@@ -66,27 +75,28 @@ class GradedFunction:
 
         function = self.resolve()
         with self._guarded():
-            return deadline.call(lambda: jax.make_jaxpr(lambda *a: function(*a, **kwargs))(*args))
+            return self.context.deadline.call(
+                lambda: jax.make_jaxpr(lambda *a: function(*a, **kwargs))(*args))
 
     def vjp(self, args, cotangents, **kwargs):
         """(outputs, grads of every arg) for output cotangents, through the function's own VJP."""
         import jax
 
-        function = self.resolve()
+        function, context = self.resolve(), self.context
 
         def run():
-            vmem.check(function, args, kwargs)
+            context.vmem.check(function, args, kwargs)
 
             def eager():
                 outputs, pullback = jax.vjp(lambda *a: function(*a, **kwargs), *args)
                 return outputs, pullback(cotangents)
 
             return jax.block_until_ready(compiled_or_eager(
-                lambda: compiled(function, kwargs, "vjp")(tuple(args), cotangents),
+                lambda: context.programs.get(function, kwargs, "vjp")(tuple(args), cotangents),
                 eager, args))
 
         with self._guarded():
-            return deadline.call(run)
+            return context.deadline.call(run)
 
     @contextlib.contextmanager
     def _guarded(self):
@@ -98,9 +108,9 @@ class GradedFunction:
             raise self._outcome(error) from None
 
     def _outcome(self, error: Exception) -> Exception:
-        if isinstance(error, deadline.DeadlineExceeded):
+        if isinstance(error, DeadlineExceeded):
             return LearnerCodeError(deadline_message(self.display, error))
-        if isinstance(error, vmem.ScratchTooLarge):
+        if isinstance(error, ScratchTooLarge):
             return LearnerCodeError(f"{self.display} {error}; nothing was run.")
         return LearnerCodeError(
             f"{self.display} raised:\n" + describe_exception(error, self._path, self._course_root)
@@ -127,6 +137,10 @@ class DerivedFunction(GradedFunction):
         self._make = make
         self._made: tuple | None = None  # (base function, derived function)
 
+    @property
+    def context(self) -> GradingContext:
+        return self._base.context
+
     def resolve(self):
         function = self._base.resolve()
         if self._made is None or self._made[0] is not function:
@@ -145,7 +159,7 @@ class LearnerFunction(GradedFunction):
     """
 
     def __init__(self, module: LearnerModule, name: str, exercise: Exercise | None):
-        super().__init__(None, "", module.path, module.course_root)
+        super().__init__(None, "", module.path, module.course_root, module._context)
         self.module = module
         self.name = name
         self.exercise = exercise

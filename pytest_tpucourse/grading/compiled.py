@@ -1,4 +1,5 @@
-"""Compiled graded calls: the program cache shared by graded code and the checker's oracles.
+"""Compiled calls: the program cache shared by graded code and the checker's oracles, and the
+one key every per-call cache of a run uses.
 
 Graded code is first run as one jitted program: op by op, JAX compiles every
 primitive of every distinct shape and dtype on its own, and a chapter of pure-JAX
@@ -15,7 +16,40 @@ import hashlib
 
 from . import backend
 
-_COMPILED: dict = {}
+
+
+class CompiledPrograms:
+    """One jitted program per (function, compile-time keyword arguments, call or VJP)."""
+
+    def __init__(self):
+        self._programs: dict = {}
+
+    def get(self, function, kwargs, kind: str = "call"):
+        """function(*args, **kwargs) ("call") or its VJP ("vjp") as one jitted program.
+
+        "call" returns a callable of the positional args; "vjp" one of (args, cotangents)
+        giving (outputs, grads). Keyword arguments that are arrays (masks) are traced;
+        the others (block sizes, flags, scales) are compile-time, and the program is kept
+        per (function, those values), so every call that binds the same ones shares one
+        jit cache. Shared by the graded calls and by the checker's oracles and floors.
+        """
+        import jax
+
+        static = {k: v for k, v in kwargs.items() if not is_array(v)}
+        dynamic = {k: v for k, v in kwargs.items() if is_array(v)}
+        key = call_key(function, (), static)
+        program = None if key is None else self._programs.get((key, kind))
+        if program is None:
+            if kind == "call":
+                program = jax.jit(lambda *args, **traced: function(*args, **static, **traced))
+            else:
+                def vjp(args, cotangents, **traced):
+                    outputs, pullback = jax.vjp(lambda *a: function(*a, **static, **traced), *args)
+                    return outputs, pullback(cotangents)
+                program = jax.jit(vjp)
+            if key is not None:  # a setting that cannot be keyed: compiled for this call alone
+                self._programs[(key, kind)] = program
+        return functools.partial(program, **dynamic) if dynamic else program
 
 
 def compiled_or_eager(compiled, eager, args):
@@ -35,53 +69,36 @@ def compiled_or_eager(compiled, eager, args):
         return eager()
 
 
-def compiled(function, kwargs, kind: str = "call"):
-    """function(*args, **kwargs) ("call") or its VJP ("vjp") as one jitted program.
+def call_key(function, args=(), kwargs=None, *, exact: bool = False):
+    """One hashable key for a call of `function`, or None where the call cannot be keyed.
 
-    "call" returns a callable of the positional args; "vjp" one of (args, cotangents)
-    giving (outputs, grads). Keyword arguments that are arrays (masks) are traced;
-    the others (block sizes, flags, scales) are compile-time, and the program is kept
-    per (function, those values), so every call that binds the same ones shares one
-    jit cache. Shared by the graded calls here and by the checker's oracles and floors.
+    Keyword arguments are compile-time values (block sizes, flags, and masks that a trace
+    closes over), so they are keyed by value. Positional arrays are traced, so they are
+    keyed by shape and dtype, or by value too with exact=True (the very call that hung
+    before). Other values by repr; the function by identity.
     """
     import jax
 
-    static = {k: v for k, v in kwargs.items() if not _is_array(v)}
-    dynamic = {k: v for k, v in kwargs.items() if _is_array(v)}
-    key = (function, tuple(sorted(static.items())), kind)
     try:
-        program = _COMPILED.get(key)
-    except TypeError:  # an unhashable setting: compile for this call alone
-        key, program = None, None
-    if program is None:
-        if kind == "call":
-            program = jax.jit(lambda *args, **traced: function(*args, **static, **traced))
-        else:
-            def vjp(args, cotangents, **traced):
-                outputs, pullback = jax.vjp(lambda *a: function(*a, **static, **traced), *args)
-                return outputs, pullback(cotangents)
-            program = jax.jit(vjp)
-        if key is not None:
-            _COMPILED[key] = program
-    return functools.partial(program, **dynamic) if dynamic else program
-
-
-def _is_array(value) -> bool:
-    return hasattr(value, "shape") and hasattr(value, "dtype")
-
-
-def exact_call_key(function, args, kwargs):
-    """The function and the exact argument values (array bytes hashed), or None if unhashable."""
-    import jax
-    import numpy as np
-
-    try:
-        leaves, tree = jax.tree.flatten((args, kwargs))
-        values = tuple(
-            (x.shape, str(x.dtype), hashlib.sha1(np.asarray(x).tobytes()).hexdigest())
-            if hasattr(x, "shape") else repr(x)
-            for x in leaves
-        )
-        return (id(function), tree, values)
+        arg_leaves, arg_tree = jax.tree.flatten(tuple(args))
+        kwarg_leaves, kwarg_tree = jax.tree.flatten(dict(kwargs or {}))
+        key = (function, arg_tree, tuple(_leaf_key(x, exact) for x in arg_leaves),
+               kwarg_tree, tuple(_leaf_key(x, True) for x in kwarg_leaves))
+        hash(key)
     except Exception:
         return None
+    return key
+
+
+def _leaf_key(leaf, by_value: bool):
+    if not is_array(leaf):
+        return repr(leaf)
+    if not by_value:
+        return tuple(leaf.shape), str(leaf.dtype)
+    import numpy as np
+
+    return tuple(leaf.shape), str(leaf.dtype), hashlib.sha1(np.asarray(leaf).tobytes()).hexdigest()
+
+
+def is_array(value) -> bool:
+    return hasattr(value, "shape") and hasattr(value, "dtype")

@@ -1,10 +1,12 @@
-"""A learner's exception as a short message: their deepest frame and the error's own words."""
+"""Short messages: a learner's exception (their deepest frame and the error's own words),
+a hang, and the report of a test that ended in a GradingOutcome."""
 
 from __future__ import annotations
 
 import traceback
 from pathlib import Path
 
+from ..outcomes import GradingOutcome, Todo
 from . import deadline
 
 MAX_MESSAGE_LINES = 6
@@ -77,3 +79,36 @@ def relative(path: Path, base: Path | None) -> str:
         return str(Path(path).resolve().relative_to(base.resolve()))
     except ValueError:
         return str(path)
+
+
+def outcome_report(error: BaseException) -> tuple[str, bool] | None:
+    """(the report's text, whether it is a TODO) of a test that raised a GradingOutcome, or
+    None: the outcome's message and hypothesis' falsifying example (the reproducer) are
+    the whole report, with no traceback into the plugin."""
+    outcome = _grading_outcome(error)
+    if outcome is None:
+        return None
+    notes = getattr(error, "__notes__", [])
+    return "\n".join([outcome.render(), *_useful_notes(notes)]), isinstance(outcome, Todo)
+
+
+def _grading_outcome(error: BaseException) -> GradingOutcome | None:
+    """The GradingOutcome behind an exception (hypothesis may group several)."""
+    if isinstance(error, GradingOutcome):
+        return error
+    if isinstance(error, BaseExceptionGroup):
+        for inner in error.exceptions:
+            found = _grading_outcome(inner)
+            if found is not None:
+                return found
+    return None
+
+
+def _useful_notes(notes: list[str]) -> list[str]:
+    """Hypothesis' falsifying example, without fixture noise."""
+    kept = []
+    for note in notes:
+        lines = [line for line in str(note).splitlines() if "impl=" not in line]
+        if lines:
+            kept.append("\n".join(lines))
+    return kept

@@ -17,9 +17,10 @@ import types
 from dataclasses import dataclass
 from pathlib import Path
 
-from ..course import Course
+from ..course import EXERCISES, SOLUTIONS, Course, module_in_tree
 from ..outcomes import LearnerCodeError
 from .calls import LearnerFunction
+from .context import GradingContext
 from .messages import describe_exception, relative
 
 
@@ -27,19 +28,27 @@ from .messages import describe_exception, relative
 class GradedTree:
     """A directory holding chNN/ folders of implementations."""
 
-    kind: str  # "exercises" (the learner's work), "solutions", or "impl-root"
+    kind: str  # EXERCISES (the learner's work), SOLUTIONS, or "impl-root"
     root: Path
 
     def describe(self, course_root: Path) -> str:
         shown = relative(self.root, course_root)
         return {
-            "exercises": f"{shown}/ (your work)",
-            "solutions": f"{shown}/ (the shipped reference solutions)",
+            EXERCISES: f"{shown}/ (your work)",
+            SOLUTIONS: f"{shown}/ (the shipped reference solutions)",
             "impl-root": f"{shown}/ (--impl-root)",
         }[self.kind]
 
+    @property
+    def is_learners(self) -> bool:
+        """The learner's own exercises/: the only tree whose runs count as their progress."""
+        return self.kind == EXERCISES
+
     def chapter_dir(self, chapter_id: str) -> Path:
         return self.root / chapter_id
+
+    def module_path(self, chapter_id: str, module: str) -> Path:
+        return Path(module_in_tree(self.root, chapter_id, module))
 
     @property
     def package_name(self) -> str:
@@ -51,17 +60,22 @@ def graded_tree(course_root: Path, solutions: bool, impl_root: str | None) -> Gr
     if impl_root is not None:
         return GradedTree("impl-root", Path(impl_root).resolve())
     if solutions:
-        return GradedTree("solutions", course_root / "solutions")
-    return GradedTree("exercises", course_root / "exercises")
+        return GradedTree(SOLUTIONS, course_root / SOLUTIONS)
+    return GradedTree(EXERCISES, course_root / EXERCISES)
 
 
 class Implementation:
-    """The modules of one chapter in the graded tree: `impl.matmul.matmul(x, y)`."""
+    """The modules of one chapter in the graded tree: `impl.matmul.matmul(x, y)`.
 
-    def __init__(self, tree: GradedTree, course: Course, chapter_id: str):
+    Its functions are graded in `context` (the run's deadline, VMEM budget and caches).
+    """
+
+    def __init__(self, tree: GradedTree, course: Course, chapter_id: str,
+                 context: GradingContext | None = None):
         self._tree = tree
         self._course = course
         self._chapter_id = chapter_id
+        self._context = context
 
     @property
     def chapter_dir(self) -> Path:
@@ -70,22 +84,26 @@ class Implementation:
     def __getattr__(self, module_name: str) -> LearnerModule:
         if module_name.startswith("_"):
             raise AttributeError(module_name)
-        return LearnerModule(self._tree, self._course, self._chapter_id, module_name)
+        return LearnerModule(self._tree, self._course, self._chapter_id, module_name, self._context)
 
     def __repr__(self) -> str:
         return f"<implementation of {self._chapter_id} from {self.chapter_dir}>"
 
 
 class LearnerModule:
-    def __init__(self, tree: GradedTree, course: Course, chapter_id: str, name: str):
+    """One module of the graded tree, imported on first use: `impl.matmul`."""
+
+    def __init__(self, tree: GradedTree, course: Course, chapter_id: str, name: str,
+                 context: GradingContext | None = None):
         self._tree = tree
         self._course = course
         self._chapter_id = chapter_id
         self._name = name
+        self._context = context  # attributes are the module's functions: only _names here
 
     @property
     def path(self) -> Path:
-        return self._tree.chapter_dir(self._chapter_id) / f"{self._name}.py"
+        return self._tree.module_path(self._chapter_id, self._name)
 
     @property
     def course_root(self) -> Path:

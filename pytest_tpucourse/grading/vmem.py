@@ -13,12 +13,8 @@ from __future__ import annotations
 
 import warnings
 
-from .. import structure
-
-DEFAULT_CHIP = "v5e"
-
-_budget: tuple[str, int] | None = None  # (chip name, VMEM bytes per TensorCore)
-_checked: set = set()
+from .. import jax_internals, structure
+from .compiled import call_key
 
 
 class ScratchTooLarge(Exception):
@@ -29,62 +25,42 @@ class ScratchTooLarge(Exception):
             f"(scratch_shapes=[pltpu.VMEM(...)] must fit in VMEM, with room left for the blocks)")
 
 
-def configure(chip: str | None, vmem_bytes: int | None) -> None:
-    """The chip whose VMEM bounds scratch; None turns the check off."""
-    global _budget
-    _budget = (chip, int(vmem_bytes)) if chip and vmem_bytes else None
-    _checked.clear()
+class VmemBudget:
+    """The VMEM one TensorCore of `chip` has; capacity None turns the check off."""
 
+    def __init__(self, chip: str | None = None, capacity: int | None = None):
+        self.chip = chip
+        self.capacity = int(capacity) if chip and capacity else None
+        self._checked: set = set()  # calls (by call_key) already seen to fit
 
-def check(function, args, kwargs) -> None:
-    """Raise ScratchTooLarge if a pallas_call in function(*args, **kwargs) over-asks."""
-    if _budget is None:
-        return
-    import jax
+    def check(self, function, args, kwargs) -> None:
+        """Raise ScratchTooLarge if a pallas_call in function(*args, **kwargs) over-asks."""
+        if self.capacity is None:
+            return
+        import jax
 
-    key = call_signature(function, args, kwargs)
-    if key is not None and key in _checked:
-        return
-    try:
-        with warnings.catch_warnings():  # the real call shows its own warnings
-            warnings.simplefilter("ignore")
-            closed = jax.make_jaxpr(lambda *a: function(*a, **kwargs))(*args)
-    except Exception:
-        return  # the real call reports it, charged to the code under grading
-    requested = max((scratch_bytes(eqn) for eqn in structure.pallas_call_eqns(closed)), default=0)
-    chip, capacity = _budget
-    if requested > capacity:
-        raise ScratchTooLarge(requested, chip, capacity)
-    if key is not None:
-        _checked.add(key)
+        key = call_key(function, args, kwargs)
+        if key is not None and key in self._checked:
+            return
+        try:
+            with warnings.catch_warnings():  # the real call shows its own warnings
+                warnings.simplefilter("ignore")
+                closed = jax.make_jaxpr(lambda *a: function(*a, **kwargs))(*args)
+        except Exception:
+            return  # the real call reports it, charged to the code under grading
+        requested = max((scratch_bytes(eqn) for eqn in structure.pallas_call_eqns(closed)), default=0)
+        if requested > self.capacity:
+            raise ScratchTooLarge(requested, self.chip, self.capacity)
+        if key is not None:
+            self._checked.add(key)
 
 
 def scratch_bytes(eqn) -> int:
     """Bytes of VMEM scratch one pallas_call equation asks for."""
     import numpy as np
 
-    count = eqn.params["grid_mapping"].num_scratch_operands
-    kernel = eqn.params["jaxpr"]
-    total = 0
-    for var in kernel.invars[len(kernel.invars) - count:] if count else ():
-        aval = var.aval
-        if str(getattr(aval, "memory_space", "")).lower() != "vmem":
-            continue
-        inner = getattr(aval, "inner_aval", aval)
-        total += int(np.prod(inner.shape, dtype=object)) * np.dtype(inner.dtype).itemsize
-    return total
-
-
-def call_signature(function, args, kwargs):
-    """A hashable key for (function, argument shapes and dtypes, other arguments), or None."""
-    import jax
-
-    try:
-        leaves, tree = jax.tree.flatten(args)
-        avals = tuple((x.shape, str(x.dtype)) if hasattr(x, "shape") else repr(x) for x in leaves)
-        return (id(function), tree, avals, repr(sorted(kwargs.items())))
-    except Exception:
-        return None
+    return sum(int(np.prod(shape, dtype=object)) * np.dtype(dtype).itemsize
+               for shape, dtype, space in jax_internals.scratch_avals(eqn) if space == "vmem")
 
 
 def _size(n: int) -> str:
