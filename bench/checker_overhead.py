@@ -25,8 +25,9 @@ import jax
 import numpy as np
 from jax.experimental.pallas import tpu as pltpu
 
-from pytest_tpucourse import backend, checks, references
-from pytest_tpucourse.implementations import GradedFunction
+from pytest_tpucourse import checks, references
+from pytest_tpucourse.grading import backend
+from pytest_tpucourse.grading.calls import GradedFunction
 from pytest_tpucourse import strategies as tst
 
 REPO = Path(__file__).resolve().parents[1]

@@ -124,13 +124,14 @@ def deadlock_report():
     import jax.numpy as jnp
     from jax.experimental.pallas import tpu as pltpu
 
-    from pytest_tpucourse import checks, deadline
+    from pytest_tpucourse import checks
+    from pytest_tpucourse.grading.deadline import Deadline
     from pytest_tpucourse.mutants import build_tree, load_mutants
 
     mutant = next(m for m in load_mutants(REPO / "tests" / "mutants" / "ch14.toml")
                   if m.name == "exchange_waits_before_signalling")
     pltpu.set_tpu_interpret_mode(pltpu.InterpretParams(random_seed=0))
-    deadline.configure(60)
+    deadline = Deadline(60)
     x = jnp.ones((64, 128), jnp.float32)
     with tempfile.TemporaryDirectory() as workdir:
         shipped = _module(build_tree(mutant, REPO / "solutions", Path(workdir)), "timeline")

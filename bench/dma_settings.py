@@ -37,17 +37,17 @@ def load(source: str, name: str):
 def outcome(module, x, setting: str) -> str:
     import jax
     from jax.experimental.pallas import tpu as pltpu
-    from jax._src.pallas.mosaic.interpret import interpret_pallas_call as interpreter
-
-    from pytest_tpucourse import backend, deadline, tpu_checks
+    from pytest_tpucourse import jax_internals, tpu_checks
+    from pytest_tpucourse.grading import backend
+    from pytest_tpucourse.grading.deadline import Deadline, DeadlineExceeded
 
     params = pltpu.InterpretParams(random_seed=0, **tpu_checks.SETTINGS[setting])
     printed = io.StringIO()
     try:
         with pltpu.force_tpu_interpret_mode(params), contextlib.redirect_stdout(printed), \
                 backend.quiet_callback_errors():
-            out = deadline.call(lambda: jax.block_until_ready(module.column_sums(x, block_rows=8)))
-    except deadline.DeadlineExceeded:
+            out = Deadline(5.0).call(lambda: jax.block_until_ready(module.column_sums(x, block_rows=8)))
+    except DeadlineExceeded:
         return "hangs (deadline)"
     finally:
         pltpu.reset_tpu_interpret_mode_state()
@@ -61,8 +61,7 @@ def outcome(module, x, setting: str) -> str:
         notes.append("right values")
     if "non-zero count" in printed.getvalue():
         notes.append("semaphore left counting")
-    races = interpreter.races
-    if "RACE DETECTED" in printed.getvalue() or (params.detect_races and races and races.races_found):
+    if "RACE DETECTED" in printed.getvalue() or (params.detect_races and jax_internals.races_found()):
         notes.append("RACE DETECTED")
     return ", ".join(notes)
 
@@ -71,10 +70,9 @@ def main() -> None:
     import jax
     import jax.numpy as jnp
 
-    from pytest_tpucourse import deadline, tpu_checks
+    from pytest_tpucourse import tpu_checks
     from pytest_tpucourse.mutants import load_mutants
 
-    deadline.configure(5.0)
     solution = (REPO / "solutions/ch06/double_buffering.py").read_text()
     mutants = {m.name: m for m in load_mutants(REPO / "tests/mutants/ch06.toml")}
     x = jnp.asarray(np.random.default_rng(0).standard_normal((64, 256)), jnp.float32)

@@ -22,7 +22,8 @@ import jax.numpy as jnp
 import numpy as np
 from jax.experimental.pallas import tpu as pltpu
 
-from pytest_tpucourse import backend, public_kernels, references, tolerance
+from pytest_tpucourse import public_kernels, references, tolerance
+from pytest_tpucourse.grading import backend
 from pytest_tpucourse import strategies as tst
 from pytest_tpucourse.mutants import build_tree, load_mutants
 

@@ -23,8 +23,8 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from . import structure
-from .outcomes import WrongResult
+from . import jax_internals, structure
+from .outcomes import CheckerError, WrongResult
 
 
 @dataclass(frozen=True)
@@ -45,15 +45,15 @@ class OperandFetches:
 def fetch_log(closed_jaxpr) -> list[OperandFetches]:
     """Every input operand of every pallas_call in a traced program, with its copies."""
     log = []
-    for k, mapping, grid in _static_grids(closed_jaxpr, "the fetch log"):
-        for position, block in enumerate(mapping.block_mappings[:mapping.num_inputs]):
-            indices = block_indices(block, grid)
+    for k, kernel in _static_grids(closed_jaxpr, "the fetch log"):
+        for position, block in enumerate(kernel.inputs):
+            indices = block_indices(block, kernel.grid)
             changed = np.any(indices[1:] != indices[:-1], axis=1)
             blocks = frozenset(tuple(int(i) for i in row) for row in indices)
-            sizes, per_element = zip(*(_block_size(b) for b in block.block_shape))
+            sizes, per_element = zip(*(jax_internals.block_dim(b) for b in block.block_shape))
             log.append(OperandFetches(
-                kernel=k, operand=position, shape=tuple(block.array_aval.shape),
-                block_shape=tuple(block.block_shape), grid=grid,
+                kernel=k, operand=position, shape=block.array_shape,
+                block_shape=block.block_shape, grid=kernel.grid,
                 copies=1 + int(changed.sum()), blocks=blocks, block_sizes=tuple(sizes),
                 starts=frozenset(tuple(i if element else i * size
                                        for i, size, element in zip(b, sizes, per_element))
@@ -61,8 +61,8 @@ def fetch_log(closed_jaxpr) -> list[OperandFetches]:
     return log
 
 
-def block_indices(block, grid: tuple[int, ...]) -> np.ndarray:
-    """The block index one BlockMapping's index map gives at every grid step, in the grid's
+def block_indices(block: jax_internals.OperandBlocks, grid: tuple[int, ...]) -> np.ndarray:
+    """The block index one operand's index map gives at every grid step, in the grid's
     order (last axis fastest): an array (steps, array dims). Scalar-prefetch operands and
     dynamic grids are the caller's to refuse."""
     points = list(np.ndindex(*grid)) if grid else [()]
@@ -70,29 +70,14 @@ def block_indices(block, grid: tuple[int, ...]) -> np.ndarray:
 
 
 def _static_grids(closed_jaxpr, what: str):
-    """(position, grid mapping, grid) of each pallas_call whose index maps read only the grid."""
+    """(position, jax_internals.KernelGrid) of each pallas_call, whose index maps must read only
+    the grid."""
     for k, eqn in enumerate(structure.pallas_call_eqns(closed_jaxpr)):
-        mapping = eqn.params["grid_mapping"]
-        if mapping.num_index_operands or mapping.num_dynamic_grid_bounds:
-            from .checks import CheckerError
-
+        kernel = jax_internals.kernel_grid(eqn)
+        if not kernel.static:
             raise CheckerError(f"{what} cannot follow index maps that read scalar-prefetch "
                                f"operands or a dynamic grid")
-        yield k, mapping, tuple(int(g) for g in mapping.grid)
-
-
-def _block_size(dim) -> tuple[int, bool]:
-    """(elements per block along one axis, whether the index map returns element offsets)."""
-    if dim is None:
-        return 1, False
-    if isinstance(dim, int):
-        return dim, False
-    name = type(dim).__name__
-    if name == "Squeezed":
-        return 1, False
-    if name == "Blocked":
-        return int(dim.block_size), False
-    return int(getattr(dim, "block_size", 1)), True  # Element, BoundedSlice: offsets
+        yield k, kernel
 
 
 def assert_causal_attention_skips_fetches(fn, args, *, kwargs=None, repro: str = "") -> None:
@@ -140,7 +125,7 @@ def unconditional_matmuls(closed_jaxpr) -> int:
     """How many dot_generals the kernels of a program run outside any cond (every step)."""
     count = 0
     for eqn in structure.pallas_call_eqns(closed_jaxpr):
-        count += _unconditional_dots(eqn.params["jaxpr"])
+        count += _unconditional_dots(jax_internals.kernel_jaxpr(eqn))
     return count
 
 
@@ -198,33 +183,33 @@ def pipeline_schedule(closed_jaxpr, order=None) -> list[OperandSchedule]:
     None: the TPU's order, a loop nest with the last axis fastest.
     """
     schedules = []
-    for k, mapping, grid in _static_grids(closed_jaxpr, "the pipeline schedule"):
+    for k, kernel in _static_grids(closed_jaxpr, "the pipeline schedule"):
         points = ([tuple(int(i) for i in p) for p in order] if order is not None else
-                  [tuple(int(i) for i in p) for p in np.ndindex(*grid)])
-        for position, block in enumerate(mapping.block_mappings[:mapping.num_inputs + mapping.num_outputs]):
-            is_input = position < mapping.num_inputs
+                  [tuple(int(i) for i in p) for p in np.ndindex(*kernel.grid)])
+        for block in kernel.inputs + kernel.outputs:
+            is_input = block.is_input
             indices = _block_indices(block, points)
             last = len(points) - 1
             moved = [s for s in range(len(points))
                      if (s == 0 or indices[s] != indices[s - 1] if is_input else
                          s == last or indices[s] != indices[s + 1])]
-            sizes = [_block_size(b) for b in block.block_shape]
-            shape, itemsize = tuple(block.array_aval.shape), np.dtype(block.array_aval.dtype).itemsize
+            sizes = [jax_internals.block_dim(b) for b in block.block_shape]
+            shape, itemsize = block.array_shape, np.dtype(block.dtype).itemsize
             written = [indices[s] for s in moved]
             schedules.append(OperandSchedule(
                 kernel=k, kind="input" if is_input else "output",
-                operand=position if is_input else position - mapping.num_inputs,
+                operand=block.position,
                 transfers=tuple((points[s], indices[s]) for s in moved),
                 nbytes=sum(_in_bounds(indices[s], sizes, shape) for s in moved) * itemsize,
                 revisited=() if is_input else tuple(sorted({b for b in written if written.count(b) > 1}))))
     return schedules
 
 
-def _block_indices(block, points) -> list[tuple[int, ...]]:
-    """One block mapping's index map, evaluated at each grid point."""
+def _block_indices(block: jax_internals.OperandBlocks, points) -> list[tuple[int, ...]]:
+    """One operand's index map, evaluated at each grid point."""
     import jax
 
-    index_map = block.index_map_jaxpr
+    index_map = block.index_map
     if not points or not points[0]:  # no grid: one step, block (0, ...)
         return [tuple(int(np.asarray(c)) for c in jax.core.eval_jaxpr(index_map.jaxpr, index_map.consts))
                 for _ in points]
@@ -236,7 +221,7 @@ def _block_indices(block, points) -> list[tuple[int, ...]]:
 
 def _in_bounds(index, sizes, shape) -> int:
     """Elements of the block at `index` that lie inside an array of `shape`; sizes holds
-    _block_size's (elements per block, index is an element offset) for each axis."""
+    jax_internals.block_dim's (elements per block, index is an element offset) for each axis."""
     count = 1
     for i, (size, per_element), dim in zip(index, sizes, shape):
         start = i if per_element else i * size

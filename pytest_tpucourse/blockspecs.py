@@ -33,9 +33,8 @@ def lowering_error(array_shape: tuple[int, ...], block_shape: tuple, dtype: str)
     import jax
     import jax.numpy as jnp
     from jax.experimental import pallas as pl
-    from jax.experimental.pallas import tpu as pltpu
 
-    from .tpu_checks import LOWERING_CHIP, _lowering_target
+    from .mosaic import lowering_for
 
     array_shape, block_shape = tuple(array_shape), tuple(block_shape)
     rank = len(array_shape)
@@ -50,7 +49,7 @@ def lowering_error(array_shape: tuple[int, ...], block_shape: tuple, dtype: str)
                               out_specs=spec)(x)
 
     array = jax.ShapeDtypeStruct(array_shape, jnp.dtype(dtype))
-    with pltpu.force_tpu_interpret_mode(None), _lowering_target(LOWERING_CHIP):
+    with lowering_for(None):
         try:
             jax.jit(copy).trace(array).lower(lowering_platforms=("tpu",))
         except Exception as error:  # the lowering's verdict, whatever its type

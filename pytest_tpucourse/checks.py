@@ -20,12 +20,10 @@ import functools
 import numpy as np
 
 from . import structure, tolerance
-from .implementations import GradedFunction, compiled
-from .outcomes import GradingOutcome, WrongResult
-
-
-class CheckerError(GradingOutcome):
-    """The graded test itself is wrong (its oracle or floor raised, bad arguments)."""
+from .grading.calls import GradedFunction
+from .grading.compiled import CompiledPrograms
+from .grading.deadline import DeadlineExceeded
+from .outcomes import CheckerError, GradingOutcome, WrongResult
 
 
 def graded(function, name: str) -> GradedFunction:
@@ -159,8 +157,9 @@ def assert_matches_reference(fn, args, *, reference, kwargs=None, names=None,
     if require_kernel:
         structure.assert_uses_pallas(fn, *args, **kwargs)
     got = fn(*args, **kwargs)
-    floor_out = _run_test_code("floor", _compiled(reference.floor), args, {})
-    expected = _run_oracle(reference.oracle, args, {})
+    programs = fn.context.programs
+    floor_out = _run_test_code("floor", _compiled(programs, reference.floor), args, {})
+    expected = _run_oracle(programs, reference.oracle, args, {})
     _compare_trees(fn, got, expected, floor_out, names=names, tol=tol, kind="forward",
                    what="output", repro=repro)
 
@@ -174,15 +173,13 @@ def assert_rejects(fn, args, *, kwargs=None, error: type[Exception] = ValueError
     """
     import jax
 
-    from . import deadline
-
     kwargs = kwargs or {}
     function = fn.resolve()
     suffix = f"\n  reproduce: {repro}" if repro else ""
     expected = f"a {error.__name__} naming {', '.join(map(repr, mentions))}" if mentions \
         else f"a {error.__name__}"
     try:
-        deadline.call(lambda: jax.block_until_ready(function(*args, **kwargs)))
+        fn.context.deadline.call(lambda: jax.block_until_ready(function(*args, **kwargs)))
     except error as raised:
         missing = [m for m in mentions if str(m) not in str(raised)]
         if missing:
@@ -193,7 +190,7 @@ def assert_rejects(fn, args, *, kwargs=None, error: type[Exception] = ValueError
     except GradingOutcome:
         raise
     except Exception as raised:
-        if isinstance(raised, (NotImplementedError, deadline.DeadlineExceeded)):
+        if isinstance(raised, (NotImplementedError, DeadlineExceeded)):
             raise fn._outcome(raised) from None  # the stub (TODO) or a hang
         raise WrongResult(f"{fn.display} raised {type(raised).__name__}: "
                           f"{str(raised).splitlines()[0] if str(raised) else ''}\n  expected "
@@ -222,15 +219,16 @@ def assert_grads_match(fn, args, *, reference, argnames, kwargs=None, seed: int 
     kwargs = kwargs or {}
     if len(argnames) != len(args):
         raise CheckerError(f"argnames {argnames} must name each of the {len(args)} inputs (or None)")
-    floor_out = _run_test_code("floor", _compiled(reference.floor), args, {})
+    programs = fn.context.programs
+    floor_out = _run_test_code("floor", _compiled(programs, reference.floor), args, {})
     cotangents = _random_like(floor_out, seed)
     _, got = fn.vjp(tuple(args), cotangents, **kwargs)
 
     def floor_grads():
-        return _pullback(reference.floor)(tuple(args), cotangents)
+        return _pullback(programs, reference.floor)(tuple(args), cotangents)
 
     def oracle_grads():
-        return _pullback(reference.oracle)(_as_float64(tuple(args)), _as_float64(cotangents))
+        return _pullback(programs, reference.oracle)(_as_float64(tuple(args)), _as_float64(cotangents))
 
     floor_g = _run_test_code("floor's VJP", floor_grads, (), {})
     with jax.enable_x64(True):
@@ -247,22 +245,22 @@ def assert_grads_match(fn, args, *, reference, argnames, kwargs=None, seed: int 
         _assert_vjp_consistent_with_forward(fn, args, kwargs, repro)
 
 
-def _pullback(function):
+def _pullback(programs: CompiledPrograms, function):
     """The VJP of an oracle or floor as one compiled program: op-by-op it would compile
     every primitive of the forward and the backward separately, for every dtype."""
-    program = _compiled(function, "vjp")
+    program = _compiled(programs, function, "vjp")
     return lambda args, cotangents: program(args, cotangents)[1]
 
 
-def _compiled(function, kind: str = "call"):
+def _compiled(programs: CompiledPrograms, function, kind: str = "call"):
     """An oracle's or floor's forward ("call") or VJP ("vjp") as one jitted program.
 
     A Reference.bind partial is compiled as its function with its keyword arguments, so
-    every test that binds the same ones shares one program (implementations.compiled).
+    every test that binds the same ones shares one program (grading/compiled.py).
     """
     if isinstance(function, functools.partial) and not function.args:
-        return compiled(function.func, function.keywords, kind)
-    return compiled(function, {}, kind)
+        return programs.get(function.func, function.keywords, kind)
+    return programs.get(function, {}, kind)
 
 
 # check_grads compares the VJP's projection on a random direction with a central
@@ -339,11 +337,11 @@ def _run_test_code(what: str, function, args, kwargs):
                            f"(a bug in the test, not in the code under grading)") from None
 
 
-def _run_oracle(oracle, args, kwargs):
+def _run_oracle(programs: CompiledPrograms, oracle, args, kwargs):
     import jax
 
     with jax.enable_x64(True):
-        out = _run_test_code("oracle", _compiled(oracle), _as_float64(args), kwargs)
+        out = _run_test_code("oracle", _compiled(programs, oracle), _as_float64(args), kwargs)
         return jax.tree.map(lambda x: np.asarray(x, dtype=np.float64), out)
 
 

@@ -24,7 +24,12 @@ from dataclasses import dataclass, field, replace
 TPU_CHIPS = ("v2", "v3", "v4", "v5e", "v5p", "v6e", "v7x")
 GPU_CHIPS = ("a100", "h100", "h200")
 KNOWN_CHIPS = TPU_CHIPS + GPU_CHIPS
-DEFAULT_PREDICTION_CHIP = "v5e"
+# The chip a run is for when nothing names one and no accelerator is detected: gate
+# predictions, roofline markers, the VMEM budget and the TPU lowering check all use it.
+DEFAULT_CHIP = "v5e"
+# Our TPU names as JAX's pltpu.ChipVersion spells them.
+JAX_CHIP_VERSIONS = {"v2": "v2", "v3": "v3", "v4": "v4", "v5e": "v5e", "v5p": "v5p", "v6e": "v6e",
+                     "v7x": "7x"}
 
 JAX_TPU_INFO = "jax pltpu.get_tpu_info_for_chip (per TensorCore, x cores)"
 SCALING_BOOK = "How to Scale Your Model (jax-ml/scaling-book), part 2, TPU table"
@@ -83,11 +88,11 @@ class Chip:
         )
 
 
-def _tpu(name: str, version: str, cores: int, cores_per_device: int, *, ici_links, ici_link_bandwidth,
+def _tpu(name: str, cores: int, cores_per_device: int, *, ici_links, ici_link_bandwidth,
          topology: str, ici_source: str) -> Chip:
     from jax.experimental.pallas import tpu as pltpu
 
-    core = pltpu.get_tpu_info_for_chip(pltpu.ChipVersion(version), 1)
+    core = pltpu.get_tpu_info_for_chip(pltpu.ChipVersion(JAX_CHIP_VERSIONS[name]), 1)
     return Chip(
         name=name, kind="tpu",
         peak_flops=core.bf16_ops_per_second * cores,
@@ -106,32 +111,32 @@ def _tpu(name: str, version: str, cores: int, cores_per_device: int, *, ici_link
 def _builtin_tpus() -> list[Chip]:
     return [
         # v2: 2 cores, each its own device. Per-link ICI bandwidth not in the scaling book.
-        _tpu("v2", "v2", 2, 1, ici_links=4, ici_link_bandwidth=None, topology="2D torus",
+        _tpu("v2", 2, 1, ici_links=4, ici_link_bandwidth=None, topology="2D torus",
              ici_source="Google Cloud TPU docs, system architecture (2D torus); per-link rate unpublished"),
         # v3: 2 cores, each its own device. HBM: JAX 2 x 4.125e11 = 8.25e11 B/s; the
         # scaling book says 9.0e11 (conflict; JAX's figure is used).
-        _tpu("v3", "v3", 2, 1, ici_links=4, ici_link_bandwidth=1e11, topology="2D torus",
+        _tpu("v3", 2, 1, ici_links=4, ici_link_bandwidth=1e11, topology="2D torus",
              ici_source=SCALING_BOOK + ": v3 1e11 B/s one-way per link"),
         # v4: megacore, both cores one device. HBM 2 x 6.15e11 = 1.23e12 (scaling book 1.2e12).
-        _tpu("v4", "v4", 2, 2, ici_links=6, ici_link_bandwidth=4.5e10, topology="3D torus",
+        _tpu("v4", 2, 2, ici_links=6, ici_link_bandwidth=4.5e10, topology="3D torus",
              ici_source=SCALING_BOOK + ": v4p 4.5e10 B/s one-way per link, 3D torus"),
         # v5e: one core. HBM 8.20e11 B/s (JAX); Cloud docs say 819 GB/s, the scaling book
         # 8.1e11. JAX's figure reproduces the course's floors (add 4096^2 bf16: 122.8 us;
         # 819 GB/s gives 122.9 us).
-        _tpu("v5e", "v5e", 1, 1, ici_links=4, ici_link_bandwidth=4.5e10, topology="2D torus",
+        _tpu("v5e", 1, 1, ici_links=4, ici_link_bandwidth=4.5e10, topology="2D torus",
              ici_source=SCALING_BOOK + ": v5e 4.5e10 B/s one-way per link, 2D torus"),
         # v5p: megacore. bf16 2 x 2.295e14 = 4.59e14 (agrees with the scaling book). HBM:
         # JAX 2 x 1.23e12 = 2.46e12 B/s; the scaling book says 2.8e12 and Cloud docs
         # 2765 GB/s (conflict; JAX's figure is used).
-        _tpu("v5p", "v5p", 2, 2, ici_links=6, ici_link_bandwidth=9e10, topology="3D torus",
+        _tpu("v5p", 2, 2, ici_links=6, ici_link_bandwidth=9e10, topology="3D torus",
              ici_source=SCALING_BOOK + ": v5p 9e10 B/s one-way per link, 3D torus"),
         # v6e: one core. bf16 9.2e14, HBM 1.64e12 (scaling book 1.6e12).
-        _tpu("v6e", "v6e", 1, 1, ici_links=4, ici_link_bandwidth=9e10, topology="2D torus",
+        _tpu("v6e", 1, 1, ici_links=4, ici_link_bandwidth=9e10, topology="2D torus",
              ici_source=SCALING_BOOK + ": v6e 9e10 B/s one-way per link, 2D torus"),
         # v7x (Ironwood): 2 cores, each its own JAX device (JAX refuses 2 cores per device).
         # Per chip 2 x 1.155e15 = 2.31e15 bf16, 7.4e12 B/s. ICI: the scaling book's
         # interconnect table lists TPU7x at 9.0e10 B/s one-way per link (1.8e11 bidi).
-        _tpu("v7x", "7x", 2, 1, ici_links=None, ici_link_bandwidth=9e10, topology="3D torus",
+        _tpu("v7x", 2, 1, ici_links=None, ici_link_bandwidth=9e10, topology="3D torus",
              ici_source=SCALING_BOOK_ICI + ": TPU7x 9.0e10 B/s one-way per link; 3D torus per "
              "Google Cloud TPU7x docs"),
     ]

@@ -19,27 +19,27 @@ import sys
 from pathlib import Path
 
 from . import chips, ici, roofline
-from . import records as rec
+from .gates import records as rec
 
 
 def main(argv=None) -> int:
     parser = argparse.ArgumentParser(prog="tpucourse", description=__doc__.splitlines()[0])
-    commands = parser.add_subparsers(dest="command", required=True)
+    subcommands = parser.add_subparsers(dest="command", required=True)
 
-    r = commands.add_parser("roofline", help="floor, bound, intensity and ridge of an op on a chip")
-    r.add_argument("--chip", default=chips.DEFAULT_PREDICTION_CHIP, help=", ".join(chips.KNOWN_CHIPS))
+    r = subcommands.add_parser("roofline", help="floor, bound, intensity and ridge of an op on a chip")
+    r.add_argument("--chip", default=chips.DEFAULT_CHIP, help=", ".join(chips.KNOWN_CHIPS))
     r.add_argument("--op", choices=sorted(roofline.OPS), help="matmul (MxKxN) or add (MxN)")
     r.add_argument("--shape", help="e.g. 4096x4096x4096")
     r.add_argument("--dtype", default="bfloat16")
     r.add_argument("--plot", metavar="PNG", help="draw the chip's roofline with the op and the records' points")
     r.add_argument("--records", default=str(rec.DEFAULT_PATH), help="records whose points the plot shows")
 
-    b = commands.add_parser("bench", help="regenerate bench/README.md from the gate records")
+    b = subcommands.add_parser("bench", help="regenerate bench/README.md from the gate records")
     b.add_argument("--records", default=str(rec.DEFAULT_PATH))
     b.add_argument("--output", default=None, help="default: README.md next to the records")
 
-    m = commands.add_parser("mesh", help="a collective over a TPU slice, hop by hop, and its predicted time")
-    m.add_argument("--chip", default=chips.DEFAULT_PREDICTION_CHIP, help=", ".join(chips.TPU_CHIPS))
+    m = subcommands.add_parser("mesh", help="a collective over a TPU slice, hop by hop, and its predicted time")
+    m.add_argument("--chip", default=chips.DEFAULT_CHIP, help=", ".join(chips.TPU_CHIPS))
     m.add_argument("--topology", required=True, help="chips per mesh axis, e.g. 4x4 or 4x4x4")
     m.add_argument("--op", required=True, choices=ici.OPS)
     m.add_argument("--bytes", required=True, help="the whole array, e.g. 1GiB, 512MB, 34e6")
@@ -47,26 +47,26 @@ def main(argv=None) -> int:
                    help="whether each axis wraps around (auto: the chip's cited rule)")
     m.add_argument("--one-way", action="store_true", help="use each link in one direction only")
 
-    k = commands.add_parser("blockspec", help="is a block legal for the TPU; its grid, ragged edges and VMEM")
+    k = subcommands.add_parser("blockspec", help="is a block legal for the TPU; its grid, ragged edges and VMEM")
     k.add_argument("--shape", required=True, help="the array, e.g. 1000x384")
     k.add_argument("--block", required=True, help="the block, e.g. 128x128 (None or _ squeezes a dimension)")
     k.add_argument("--dtype", default="float32")
 
-    p = commands.add_parser("progress", help="every chapter, gate and exercise, and what to do next")
-    h = commands.add_parser("hint", help="the next hint of an exercise, one at a time")
+    subcommands.add_parser("progress", help="every chapter, gate and exercise, and what to do next")
+    h = subcommands.add_parser("hint", help="the next hint of an exercise, one at a time")
     h.add_argument("exercise", nargs="?", help="ch11.matmul, or ch11 for its next unfinished exercise "
                    "(default: the course's next exercise)")
     h.add_argument("--all", action="store_true", help="print every hint of the exercise")
-    s = commands.add_parser("reset", help="put an exercise's stub back as shipped (your file is backed up)")
+    s = subcommands.add_parser("reset", help="put an exercise's stub back as shipped (your file is backed up)")
     s.add_argument("exercise", help="chNN.module, e.g. ch11.matmul")
     s.add_argument("--yes", action="store_true", help="overwrite without asking")
-    w = commands.add_parser("watch", help="re-run a chapter's graded tests whenever a file under exercises/ changes")
+    w = subcommands.add_parser("watch", help="re-run a chapter's graded tests whenever a file under exercises/ changes")
     w.add_argument("chapter", nargs="?", help="chNN (default: the chapter of your next exercise)")
     w.add_argument("--max-runs", type=int, default=None, help="stop after this many runs")
     w.add_argument("--pytest-args", default="", metavar="ARGS",
                    help="extra pytest arguments, e.g. --pytest-args='--interpret fast'")
 
-    x = commands.add_parser("xray", help="one function at three layers (jaxpr, StableHLO, optimized HLO), "
+    x = subcommands.add_parser("xray", help="one function at three layers (jaxpr, StableHLO, optimized HLO), "
                             "linked op to op")
     x.add_argument("target", metavar="module.py:function")
     x.add_argument("--shapes", nargs="*", metavar="SHAPE", help="one per argument: 8x16, 8x16:bfloat16, scalar")
@@ -74,7 +74,7 @@ def main(argv=None) -> int:
                    "highlights its counterparts")
     x.add_argument("--color", choices=("auto", "always", "never"), default="auto")
 
-    t = commands.add_parser("timeline", help="a distributed kernel's schedule, round by round, and where "
+    t = subcommands.add_parser("timeline", help="a distributed kernel's schedule, round by round, and where "
                             "it deadlocks")
     t.add_argument("schedule", nargs="?", help="a shipped schedule (--list) or FILE.py:NAME, NAME a list of "
                    "programs or a function of the device count")
@@ -83,18 +83,19 @@ def main(argv=None) -> int:
 
     from . import compile_command
 
-    compile_command.add_parser(commands)
+    compile_command.add_parser(subcommands)
 
     args = parser.parse_args(argv)
-    from . import blockspecs, learner_cli, timeline, watch, xray_render
+    from . import blockspecs, timeline, xray_render
+    from .learner import commands, watch
 
     handlers = {"roofline": _roofline, "bench": _bench, "mesh": ici.mesh_command,
-                "blockspec": blockspecs.main, "progress": learner_cli.progress, "hint": learner_cli.hint,
-                "reset": learner_cli.reset, "watch": watch.main, "xray": xray_render.main,
+                "blockspec": blockspecs.main, "progress": commands.progress, "hint": commands.hint,
+                "reset": commands.reset, "watch": watch.main, "xray": xray_render.main,
                 "compile": compile_command.run, "timeline": timeline.command}
     try:
         return handlers[args.command](args)
-    except (ValueError, rec.CorruptRecords, learner_cli.CommandError) as error:
+    except (ValueError, rec.CorruptRecords, commands.CommandError) as error:
         print(f"tpucourse {args.command}: {error}", file=sys.stderr)
         return 2
 
@@ -126,7 +127,7 @@ def _roofline(args) -> int:
 
 
 def _bench(args) -> int:
-    from . import report
+    from .gates import report
 
     path = Path(args.records)
     output = Path(args.output) if args.output else path.parent / "README.md"

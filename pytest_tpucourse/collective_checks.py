@@ -17,7 +17,6 @@ import math
 import re
 from dataclasses import dataclass
 
-from .implementations import compiled
 from .outcomes import WrongResult
 
 COLLECTIVES = ("collective-permute", "all-reduce", "all-gather", "reduce-scatter", "all-to-all")
@@ -54,13 +53,13 @@ def collectives_in(hlo_text: str) -> list[Collective]:
 def compiled_hlo(fn, *args, **kwargs) -> str:
     """Optimised HLO of a graded function, compiled for this run's devices; failures are the function's.
 
-    It is the program a graded call with the same arguments runs (implementations.compiled),
+    It is the program a graded call with the same arguments runs (the run's compiled programs),
     so a test that already called fn with them pays no second compile.
     """
     fn.jaxpr(*args, **kwargs)  # a stub or a tracing error is reported as such, first
     function = fn.resolve()
     with fn._guarded():
-        return compiled(function, kwargs, "call").lower(*args).compile().as_text()
+        return fn.context.programs.get(function, kwargs, "call").lower(*args).compile().as_text()
 
 
 def assert_ring_collectives(fn, *args, max_elements: int | None = None, repro: str = "",

@@ -108,7 +108,7 @@ def load_function(target: str):
     if not path.is_file():
         raise ValueError(f"{path_text} is not a file")
     if re.fullmatch(r"ch\d\d", path.parent.name):
-        from .implementations import GradedTree, _chapter_package
+        from .grading.tree import GradedTree, _chapter_package
 
         package = _chapter_package(GradedTree("impl-root", path.parent.parent), path.parent.name)
         module = importlib.import_module(f"{package}.{path.stem}")

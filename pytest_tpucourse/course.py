@@ -14,6 +14,15 @@ from pathlib import Path
 
 COURSE_FILE = "course.toml"
 CHAPTER_ID = re.compile(r"^ch\d\d$")
+# The two trees a checkout ships, relative to its root; a graded tree is laid out like either.
+EXERCISES = "exercises"  # the learner's stubs and the graded tests
+SOLUTIONS = "solutions"
+
+
+def module_in_tree(tree, chapter_id: str, module: str) -> str:
+    """`<tree>/chNN/<module>.py`: where a chapter's module lives in a tree laid out like solutions/
+    (tree: exercises, solutions, or the root of any such tree)."""
+    return f"{tree}/{chapter_id}/{module}.py"
 
 
 class CourseDataError(Exception):
@@ -27,6 +36,9 @@ class Exercise:
     function: str
     summary: str
     hints: tuple[str, ...]
+    # Functions the stub ships written, for the learner to read or to fix (a kernel that
+    # deadlocks on purpose, say); every other public function of a stub is a TODO.
+    given: tuple[str, ...] = ()
 
     @property
     def key(self) -> str:
@@ -40,6 +52,21 @@ class Exercise:
     @property
     def test_file(self) -> str:
         return f"test_{self.name}.py"
+
+    @property
+    def module_path(self) -> str:
+        """The stub the learner edits, relative to the course root: exercises/ch11/matmul.py."""
+        return module_in_tree(EXERCISES, self.chapter, self.name)
+
+    @property
+    def test_path(self) -> str:
+        """Its graded tests: exercises/ch11/test_matmul.py."""
+        return f"{EXERCISES}/{self.chapter}/{self.test_file}"
+
+    @property
+    def solution_path(self) -> str:
+        """The shipped solution: solutions/ch11/matmul.py."""
+        return module_in_tree(SOLUTIONS, self.chapter, self.name)
 
 
 @dataclass(frozen=True)
@@ -87,7 +114,7 @@ class Course:
     def chapter_of_path(self, path: Path) -> Chapter | None:
         """The chapter a file under exercises/chNN/ belongs to, if any."""
         try:
-            relative = Path(path).resolve().relative_to(self.root / "exercises")
+            relative = Path(path).resolve().relative_to(self.root / EXERCISES)
         except ValueError:
             return None
         return self.chapter(relative.parts[0]) if relative.parts else None
@@ -142,6 +169,7 @@ def _chapter(path: Path, raw: dict) -> Chapter:
                 function=ex["function"],
                 summary=ex.get("summary", ""),
                 hints=tuple(ex["hints"]),
+                given=tuple(ex.get("given", ())),
             )
         )
     return Chapter(

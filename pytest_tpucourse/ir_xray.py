@@ -5,7 +5,7 @@ table (what JAX hands to a compiler), and the optimized HLO (what XLA made of it
 names the source location its ops came from; the link between layers is the location
 plus the op's name:
 
-  jaxpr        eqn.source_info                 -> innermost user frame (jax_sources)
+  jaxpr        eqn.source_info                 -> innermost user frame (jax_internals)
   StableHLO    %3 = stablehlo.add ... loc(#l9)  -> #l9 = loc("jit(f)/add"(#l7)) -> ... "f.py":7:8 to :13
   opt. HLO     metadata={op_name="jit(f)/add" stack_frame_id=6} -> StackFrames -> FileLocations
 
@@ -23,7 +23,7 @@ import functools
 import re
 from dataclasses import dataclass, field
 
-from . import hlo_text, jax_sources
+from . import hlo_text, jax_internals
 from .hlo_text import SourceLocation
 
 # Equations that only call another jaxpr: the x-ray shows their bodies instead.
@@ -50,7 +50,7 @@ def three_layers(fn, *args) -> Layers:
     import jaxlib
 
     closed = jax.make_jaxpr(fn)(*args)
-    with jax_sources.current_locations():
+    with jax_internals.current_locations():
         lowered = jax.jit(functools.wraps(fn)(lambda *a: fn(*a))).lower(*args)
         stablehlo = lowered.as_text(debug_info=True)
         hlo = lowered.compile().as_text()
@@ -93,7 +93,7 @@ def _walk(jaxpr, found, names, caller: SourceLocation | None) -> None:
 
     for eqn in jaxpr.eqns:
         name = eqn.primitive.name
-        location = jax_sources.equation_location(eqn) or caller
+        location = jax_internals.equation_location(eqn) or caller
         if name in CALL_PRIMITIVES:
             for param in eqn.params.values():
                 if isinstance(param, jex_core.ClosedJaxpr):

@@ -10,8 +10,8 @@ recipe of `jax._src.tpu_custom_call`), giving the module as it enters the Mosaic
 compiler: before layout inference, so it has ops and memref types, no vector
 layouts (those exist only inside the compiler: `tpu_compile`).
 
-Read against jax/jaxlib 0.10.2 (private touch points: `jax._src.lib.tpu` to
-register the dialect, `jax._src.interpreters.mlir.make_ir_context`).
+Its private JAX touch points (JAX's MLIR context, the Mosaic dialect's registration)
+live in jax_internals.
 """
 
 from __future__ import annotations
@@ -50,13 +50,18 @@ def lower_for_tpu(fn, *args, chip: str | None = None, **kwargs):
 @contextlib.contextmanager
 def lowering_for(chip: str | None):
     """Interpret mode off, and Pallas' chip-dependent lowering rules aimed at `chip` (a course
-    chip name; None: tpu_checks.LOWERING_CHIP), for a trace that lowers for a TPU."""
+    chip name; None: chips.DEFAULT_CHIP), for a trace that lowers for a TPU.
+
+    Some lowering rules depend on the chip generation (integer `//` and `sign`, for one) and
+    ask the local device, which on a CPU is no TPU: they lower for this chip instead.
+    """
     from jax.experimental.pallas import tpu as pltpu
 
-    from .tpu_checks import LOWERING_CHIP, _lowering_target
+    from . import jax_internals
+    from .chips import DEFAULT_CHIP, JAX_CHIP_VERSIONS
 
-    version = {"v7x": "7x"}.get(chip or LOWERING_CHIP, chip or LOWERING_CHIP)  # pltpu.ChipVersion's name
-    with pltpu.force_tpu_interpret_mode(None), _lowering_target(version):
+    with pltpu.force_tpu_interpret_mode(None), \
+            jax_internals.tpu_info_for_this_device(JAX_CHIP_VERSIONS[chip or DEFAULT_CHIP]):
         yield
 
 
@@ -72,10 +77,11 @@ def decode(lowered) -> list[MosaicKernel]:
 
 def decode_text(stablehlo: str) -> list[MosaicKernel]:
     """The Mosaic kernels inside a program's StableHLO text (`jax.export.Exported.mlir_module()`)."""
-    from jax._src.interpreters import mlir as jax_mlir
     from jaxlib.mlir import ir
 
-    with jax_mlir.make_ir_context():
+    from . import jax_internals
+
+    with jax_internals.mlir_context():
         return _decode_module(ir.Module.parse(stablehlo))
 
 
@@ -94,13 +100,12 @@ def _decode_module(module) -> list[MosaicKernel]:
 def decode_body(bytecode: bytes, name: str | None = None) -> MosaicKernel:
     """A tpu_custom_call body (Mosaic MLIR bytecode) as a MosaicKernel; name: its kernel function's
     name unless given."""
-    from jax._src.interpreters import mlir as jax_mlir
-    from jax._src.lib import tpu
     from jaxlib.mlir import ir
     from jaxlib.mlir.passmanager import PassManager
 
-    context = jax_mlir.make_ir_context()
-    tpu.register_dialect(context)
+    from . import jax_internals
+
+    context = jax_internals.mlir_context(with_tpu_dialect=True)
     with context, ir.Location.unknown():
         context.allow_unregistered_dialects = True
         module = ir.Module.parse(bytecode)
@@ -152,7 +157,7 @@ def course_solution(near, name: str):
     """A function of the course's shipped solutions, `name` = "ch11.matmul.matmul": reading material
     for a chapter that studies another chapter's kernels. `near`: any path inside the course."""
     from .course import find_course_root, load_course
-    from .implementations import GradedTree, Implementation
+    from .grading.tree import GradedTree, Implementation
 
     root = find_course_root(Path(near).resolve())
     if root is None:

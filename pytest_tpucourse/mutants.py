@@ -14,6 +14,8 @@ import tomllib
 from dataclasses import dataclass
 from pathlib import Path
 
+from .course import module_in_tree
+
 
 class MutantError(Exception):
     """A mutant no longer applies to the solution it mutates."""
@@ -65,6 +67,6 @@ def build_tree(mutant: Mutant, solutions_root: Path, destination: Path) -> Path:
     source_dir = Path(solutions_root) / mutant.chapter
     target_dir = Path(destination) / mutant.chapter
     shutil.copytree(source_dir, target_dir, ignore=shutil.ignore_patterns("__pycache__"))
-    module_path = target_dir / f"{mutant.module}.py"
+    module_path = Path(module_in_tree(destination, mutant.chapter, mutant.module))
     module_path.write_text(mutant.apply(module_path.read_text(encoding="utf-8")), encoding="utf-8")
     return Path(destination)

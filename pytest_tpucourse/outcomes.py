@@ -12,8 +12,6 @@ from __future__ import annotations
 class GradingOutcome(Exception):
     """Base class: the message is the whole report."""
 
-    status = "failed"
-
     def __init__(self, message: str):
         super().__init__(message)
         self.message = message
@@ -25,8 +23,6 @@ class GradingOutcome(Exception):
 class Todo(GradingOutcome):
     """The learner has not written this function yet (the stub still raises)."""
 
-    status = "todo"
-
 
 class LearnerCodeError(GradingOutcome):
     """The learner's code raised, could not be imported, or is missing."""
@@ -34,3 +30,7 @@ class LearnerCodeError(GradingOutcome):
 
 class WrongResult(GradingOutcome, AssertionError):
     """The learner's code ran but its result is wrong (shape, dtype, NaN, values)."""
+
+
+class CheckerError(GradingOutcome):
+    """The graded test itself is wrong (its oracle or floor raised, bad arguments)."""

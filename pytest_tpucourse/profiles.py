@@ -4,6 +4,7 @@ Every new array shape recompiles a kernel (0.1-0.7 s under interpret mode), so
 the example budgets are small and the strategies draw from few shapes; corner
 cases that matter are explicit `@example`s or parametrizations and run on every
 profile. No deadline: interpret-mode timings say nothing about the kernel.
+The session registers them (`register()`) when a run inside the course starts.
 """
 
 from __future__ import annotations
@@ -28,13 +29,16 @@ _COMMON = dict(
 # for one failing test). The first failing example is reported as found.
 _NO_SHRINK = (Phase.explicit, Phase.reuse, Phase.generate)
 
-settings.register_profile("dev", max_examples=3, phases=_NO_SHRINK, **_COMMON)
-settings.register_profile(
-    "ci", max_examples=6, derandomize=True, database=None, phases=_NO_SHRINK, **_COMMON
-)
-settings.register_profile(
-    "thorough", max_examples=60, phases=(*_NO_SHRINK, Phase.shrink), **_COMMON
-)
+
+def register() -> None:
+    """Register dev, ci and thorough with hypothesis."""
+    settings.register_profile("dev", max_examples=3, phases=_NO_SHRINK, **_COMMON)
+    settings.register_profile(
+        "ci", max_examples=6, derandomize=True, database=None, phases=_NO_SHRINK, **_COMMON
+    )
+    settings.register_profile(
+        "thorough", max_examples=60, phases=(*_NO_SHRINK, Phase.shrink), **_COMMON
+    )
 
 
 def default_profile() -> str:

@@ -13,6 +13,8 @@ import functools
 
 import jax
 
+from . import jax_internals
+
 
 def _flash_block_sizes(block_q: int, block_kv: int):
     from jax.experimental.pallas.ops.tpu import flash_attention as fa
@@ -33,12 +35,10 @@ def _shared_kv_heads(q, k, v):
 
 
 def flash_attention(q, k, v, *, causal: bool = False, scale: float | None = None,
-                    block: int | None = None, block_q: int = 128, block_kv: int = 128):
+                    block_q: int = 128, block_kv: int = 128):
     """JAX's flash attention, forward and backward (its own custom_vjp)."""
     from jax.experimental.pallas.ops.tpu import flash_attention as fa
 
-    if block is not None:
-        block_q = block_kv = block
     scale = q.shape[-1] ** -0.5 if scale is None else scale
     k, v = _shared_kv_heads(q, k, v)
     block_q, block_kv = min(block_q, q.shape[2]), min(block_kv, k.shape[2])
@@ -51,16 +51,13 @@ def flash_forward(q, k, v, *, causal: bool = False, scale: float | None = None,
     """(out, lse) from JAX's flash forward kernel, in chapter 13's signature.
 
     The kernel saves the rows' normaliser l and max m when asked for residuals;
-    lse = m + log(l). Reached through the module's private
-    `_flash_attention_impl`, the only entry point that returns them.
+    lse = m + log(l) (jax_internals: only a private entry point returns them).
     """
-    from jax.experimental.pallas.ops.tpu import flash_attention as fa
-
     scale = q.shape[-1] ** -0.5 if scale is None else scale
     k, v = _shared_kv_heads(q, k, v)
     block_q, block_kv = min(block_q, q.shape[2]), min(block_kv, k.shape[2])
-    out, l, m = fa._flash_attention_impl(q, k, v, None, None, True, causal, scale, 1, block_q,
-                                         block_kv, block_kv, False)
+    out, l, m = jax_internals.flash_attention_with_residuals(q, k, v, causal=causal, scale=scale,
+                                                            block_q=block_q, block_kv=block_kv)
     if l.ndim == q.ndim:  # lane-replicated (B, H, Sq, 128)
         l, m = l[..., 0], m[..., 0]
     return out, m + jax.numpy.log(l)

@@ -186,8 +186,6 @@ def _rmsnorm(x, gamma, *, eps=1e-6):
 
 SAFE_SOFTMAX = Reference("safe_softmax", safe_softmax, _in_f32(safe_softmax))
 RMSNORM = Reference("rmsnorm", _rmsnorm, _in_f32(_rmsnorm))
-# The same op with a mask passed (q, k, v, mask): a separate name for the tests that pass one.
-MASKED_ATTENTION = Reference("masked_attention", attention_oracle, attention_floor)
 
 
 def _sum_leading_axis(x):

@@ -10,15 +10,14 @@ the result written once: the best any schedule can do.
 FLOPs and bytes come from analytic counts (`matmul_cost`, `elementwise_cost`),
 from a marker's arguments, or from `pl.estimate_cost` of the floor implementation.
 Not from the CPU's compiled cost analysis: the CPU upcasts bf16, which inflates
-the bytes.
+the bytes. NumPy is imported where it is used: the plugin reads roofline markers at
+load time without it.
 """
 
 from __future__ import annotations
 
 import math
 from dataclasses import dataclass
-
-import numpy as np
 
 from .chips import Chip
 
@@ -29,6 +28,8 @@ class Cost:
     bytes: float
 
     def __post_init__(self):
+        import numpy as np
+
         for what in ("flops", "bytes"):
             value = getattr(self, what)
             if not (isinstance(value, (int, float, np.integer, np.floating)) and value >= 0
@@ -84,6 +85,8 @@ def predict(chip: Chip, cost: Cost) -> Prediction:
 
 
 def itemsize(dtype) -> int:
+    import numpy as np
+
     return np.dtype(_numpy_dtype(dtype)).itemsize
 
 
@@ -185,6 +188,8 @@ def marker_cost(mark) -> Cost | None:
 
 
 def _positive(**dims) -> None:
+    import numpy as np
+
     for name, value in dims.items():
         if not isinstance(value, (int, np.integer)) or isinstance(value, bool) or value < 1:
             raise ValueError(f"{name} must be a positive integer, got {value!r}")

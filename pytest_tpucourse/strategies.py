@@ -133,27 +133,6 @@ class AttentionConfig:
                 f"{'causal' if self.causal else 'non-causal'}, {self.dtype}")
 
 
-@st.composite
-def attention_configs(draw, *, dtypes=("bfloat16", "float32"), causal=(False, True),
-                      head_dims=(64, 128, 256), lengths=(128, 256, 512), gqa: bool = True,
-                      equal_lengths: bool = False):
-    """Attention problems: batch, heads, kv heads (GQA groups), lengths, head_dim, causal."""
-    heads = draw(st.sampled_from((1, 2, 4)))
-    kv_heads = draw(st.sampled_from([h for h in (1, 2, 4) if heads % h == 0] if gqa else [heads]))
-    q_len = draw(st.sampled_from(lengths))
-    kv_len = q_len if equal_lengths else draw(st.sampled_from(lengths))
-    return AttentionConfig(
-        batch=draw(st.sampled_from((1, 2))),
-        heads=heads,
-        kv_heads=kv_heads,
-        q_len=q_len,
-        kv_len=kv_len,
-        head_dim=draw(st.sampled_from(head_dims)),
-        causal=draw(st.sampled_from(causal)),
-        dtype=draw(st.sampled_from(dtypes)),
-    )
-
-
 def _jnp_dtype(dtype):
     import jax.numpy as jnp
 

@@ -6,6 +6,7 @@ fused kernel from a kernel followed by XLA ops; the jaxpr can.
 
 from __future__ import annotations
 
+from .grading.compiled import call_key
 from .outcomes import WrongResult
 
 # Primitives that move or relabel data without computing on it: a wrapper around
@@ -37,21 +38,19 @@ def defines_custom_vjp(closed_jaxpr) -> bool:
     return any(eqn.primitive.name in CUSTOM_VJP_PRIMITIVES for eqn in _all_eqns(closed_jaxpr.jaxpr))
 
 
-# Functions already seen to run a kernel, by (function, argument shapes, kwargs):
-# a hypothesis test calls one function on a few shapes many times, and the trace
-# costs about as much as one interpret-mode call of a small kernel.
-_USES_PALLAS: set = set()
-
-
 def assert_uses_pallas(fn, *args, **kwargs) -> None:
-    """Anti-cheat: fail unless fn(*args, **kwargs) runs at least one pallas_call."""
-    key = _call_key(fn, args, kwargs)
-    if key is not None and key in _USES_PALLAS:
+    """Anti-cheat: fail unless fn(*args, **kwargs) runs at least one pallas_call.
+
+    A call seen to run one is remembered for the run (fn.context.kernel_calls).
+    """
+    seen = fn.context.kernel_calls
+    key = call_key(fn.resolve(), args, kwargs)
+    if key is not None and key in seen:
         return
     closed = fn.jaxpr(*args, **kwargs)
     if count_pallas_calls(closed) > 0:
         if key is not None:
-            _USES_PALLAS.add(key)
+            seen.add(key)
         return
     ops = sorted(set(primitives_outside_kernels(closed)) - {"pjit", "jit"})
     raise WrongResult(
@@ -59,19 +58,6 @@ def assert_uses_pallas(fn, *args, **kwargs) -> None:
         f"{', '.join(ops[:8]) or 'no ops'} instead of a Pallas kernel. The exercise is to "
         f"write the kernel; calling the reference or plain jnp does not count."
     )
-
-
-def _call_key(fn, args, kwargs):
-    import jax
-
-    shapes = tuple((tuple(getattr(a, "shape", ())), str(getattr(a, "dtype", type(a).__name__)))
-                   for a in jax.tree.leaves(args))
-    key = (fn.resolve(), shapes, tuple(sorted(kwargs.items())))
-    try:
-        hash(key)
-    except TypeError:  # unhashable keyword arguments: no caching
-        return None
-    return key
 
 
 def assert_one_kernel(fn, *args, **kwargs) -> None:

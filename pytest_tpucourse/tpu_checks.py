@@ -23,7 +23,8 @@ import contextlib
 import io
 import re
 
-from . import interpret_internals
+from . import jax_internals
+from .mosaic import lowering_for
 from .outcomes import WrongResult
 
 _DROP = re.compile(r"^(See details at|Please file an issue|For simplicity, JAX has removed)")
@@ -31,15 +32,19 @@ MAX_LINES = 6
 
 
 def assert_lowers_for_tpu(fn, *args, **kwargs) -> None:
-    """Fail if the TPU (Mosaic) lowering rejects fn(*args, **kwargs)."""
+    """Fail if the TPU (Mosaic) lowering rejects fn(*args, **kwargs).
+
+    Some lowering rules depend on the chip generation (integer `//` and `sign`, for one)
+    and ask the local device, which on a CPU is no TPU: they lower for the run's chip
+    (`--chip`, v5e by default) instead.
+    """
     import jax
-    from jax.experimental.pallas import tpu as pltpu
 
     fn.jaxpr(*args, **kwargs)  # a stub or a tracing error is reported as such, first
     function = fn.resolve()
     shapes = jax.tree.map(lambda a: jax.ShapeDtypeStruct(a.shape, a.dtype), args)
     # Interpret mode would replace the Mosaic lowering: switch it off for the trace.
-    with pltpu.force_tpu_interpret_mode(None), _lowering_target(LOWERING_CHIP):
+    with lowering_for(fn.context.lowering_chip):
         try:
             jax.jit(lambda *a: function(*a, **kwargs)).trace(*shapes).lower(
                 lowering_platforms=("tpu",))
@@ -49,38 +54,16 @@ def assert_lowers_for_tpu(fn, *args, **kwargs) -> None:
                 + _summarise(error)) from None
 
 
-# Some lowering rules depend on the chip generation (integer `//` and `sign`, for one)
-# and ask the local device, which on a CPU is no TPU: they lower for this chip instead.
-LOWERING_CHIP = "v5e"
-
-
-@contextlib.contextmanager
-def _lowering_target(chip_version: str):
-    import jax
-    from jax._src.pallas.mosaic import tpu_info
-    from jax.experimental.pallas import tpu as pltpu
-
-    kind = jax.devices()[0].device_kind
-    if kind in tpu_info.registry or tpu_info.chip_version_from_device_kind(kind) is not None:
-        yield  # a real TPU, or a device JAX already knows
-        return
-    tpu_info.registry[kind] = lambda: pltpu.get_tpu_info_for_chip(pltpu.ChipVersion(chip_version), 1)
-    try:
-        yield
-    finally:
-        tpu_info.registry.pop(kind, None)
-
-
 def assert_compiles_for(fn, *args, chip: str = "v5e", **kwargs) -> None:
     """Fail if the real TPU compiler rejects fn(*args, **kwargs) for `chip` (libtpu, ahead of
     time: tiling, scoped VMEM and everything else Mosaic and LLO check); skipped without libtpu."""
-    from . import deadline, tpu_compile
+    from . import tpu_compile
 
     fn.jaxpr(*args, **kwargs)  # a stub or a tracing error is reported as such, first
     tpu_compile.skip_unless_available()
     try:
         tpu_compile.compile_for(fn.resolve(), *args, chip=chip,
-                                timeout=deadline.current() or tpu_compile.DEFAULT_TIMEOUT_SECONDS, **kwargs)
+                                timeout=fn.context.deadline.seconds or tpu_compile.DEFAULT_TIMEOUT_SECONDS, **kwargs)
     except tpu_compile.TpuCompileError as error:
         raise WrongResult(f"{fn.display} would not compile for a {chip} TPU: {error}") from None
 
@@ -100,14 +83,12 @@ def assert_no_races(fn, *args, cores: int = 2, why: str = RACE_BETWEEN_CORES, **
     """
     import jax
     from jax.experimental.pallas import tpu as pltpu
-    from jax._src.pallas.mosaic.interpret import interpret_pallas_call as tpu_interpreter
 
     params = pltpu.InterpretParams(detect_races=True, num_cores_or_threads=cores, random_seed=0)
     printed = io.StringIO()
     with pltpu.force_tpu_interpret_mode(params), contextlib.redirect_stdout(printed):
         jax.block_until_ready(fn(*args, **kwargs))
-    races = tpu_interpreter.races
-    if (races is not None and races.races_found) or "RACE DETECTED" in printed.getvalue():
+    if jax_internals.races_found() or "RACE DETECTED" in printed.getvalue():
         report = [line for line in printed.getvalue().splitlines() if line.strip()][:MAX_LINES]
         raise WrongResult(
             f"{fn.display} has a data race under TPU interpret mode with {cores} TensorCore"
@@ -175,16 +156,13 @@ def interpret_setting(name: str, fn=None):
 
 def _unclean_exit(fn, name: str, params, text: str) -> WrongResult | None:
     """A DMA semaphore left counting or a race the interpreter reported, as fn's mistake."""
-    from jax._src.pallas.mosaic.interpret import interpret_pallas_call as tpu_interpreter
-
-    left = interpret_internals.semaphores_left_nonzero(text)
+    left = jax_internals.semaphores_left_nonzero(text)
     if left:
         return WrongResult(
             f"{fn.display} left a DMA semaphore counting at kernel exit (TPU interpret mode, "
             f"{name}): a copy was started and never waited for. Every .start() needs its "
             f".wait() before the kernel ends, and before its buffer is read.\n  {left}")
-    races = tpu_interpreter.races if params.detect_races else None
-    if (races is not None and races.races_found) or "RACE DETECTED" in text:
+    if (params.detect_races and jax_internals.races_found()) or "RACE DETECTED" in text:
         report = [line for line in text.splitlines() if line.strip()][:MAX_LINES]
         return WrongResult(
             f"{fn.display} has a data race under TPU interpret mode ({name}): a buffer is read "
@@ -222,13 +200,13 @@ def assert_out_of_bounds_raises(fn, *args, what: str = "an index", **kwargs) -> 
     import jax
     from jax.experimental.pallas import tpu as pltpu
 
-    from . import backend, deadline
+    from .grading import backend
 
     function = fn.resolve()  # called once, as written: a failing compiled call would run twice
     with pltpu.force_tpu_interpret_mode(pltpu.InterpretParams(random_seed=0)):
         try:
             with backend.quiet_callback_errors():
-                deadline.call(lambda: jax.block_until_ready(function(*args, **kwargs)))
+                fn.context.deadline.call(lambda: jax.block_until_ready(function(*args, **kwargs)))
         except Exception as error:
             backend.reset_after_failure()
             if "Out-of-bounds" in str(error):
@@ -306,7 +284,7 @@ def assert_correct_in_each_dma_mode(fn, check) -> None:
 
     from jax.experimental.pallas import tpu as pltpu
 
-    setting = interpret_internals.interpret_setting()
+    setting = jax_internals.interpret_mode_in_effect()
     if setting is None:
         check()
         return
@@ -320,7 +298,7 @@ def assert_correct_in_each_dma_mode(fn, check) -> None:
         except WrongResult as failure:  # a wrong value: say which mode showed it
             raise WrongResult(f"{failure.message}\n  (under TPU interpret mode with "
                               f"dma_execution_mode={mode!r}, {runs})") from None
-        left = interpret_internals.semaphores_left_nonzero(printed.getvalue())
+        left = jax_internals.semaphores_left_nonzero(printed.getvalue())
         if left:
             raise WrongResult(
                 f"{fn.display} ends its kernel with semaphores that are not back at zero (TPU interpret "

@@ -29,7 +29,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from . import block_skipping, structure
+from . import block_skipping, jax_internals, structure
 
 LANES = 128
 SUBLANES = 8
@@ -78,41 +78,28 @@ def kernel_buffers(closed_jaxpr) -> list[list[Buffer]]:
 
 
 def _buffers(eqn) -> list[Buffer]:
-    mapping = eqn.params["grid_mapping"]
-    grid = tuple(int(g) for g in mapping.grid)
-    # Index maps that read scalar-prefetch operands cannot be evaluated here: assume the
-    # block changes (two buffers), which can only over-count.
-    evaluable = not (mapping.num_index_operands or mapping.num_dynamic_grid_bounds)
+    kernel = jax_internals.kernel_grid(eqn)
     buffers = []
-    for position, block in enumerate(mapping.block_mappings):
-        aval = block.block_aval
-        if _space(aval) not in VMEM_SPACES:
+    for block in kernel.inputs + kernel.outputs:
+        if block.memory_space not in VMEM_SPACES:
             continue
-        name = (f"input {position}" if position < mapping.num_inputs
-                else f"output {position - mapping.num_inputs}")
-        buffers.append(Buffer(name, tuple(aval.shape), _name(aval.dtype),
-                              _count(block, grid, evaluable)))
-    kernel = eqn.params["jaxpr"]
-    count = mapping.num_scratch_operands
-    for i, var in enumerate(kernel.invars[len(kernel.invars) - count:] if count else ()):
-        if _space(var.aval) == "vmem":
-            inner = getattr(var.aval, "inner_aval", var.aval)
-            buffers.append(Buffer(f"scratch {i}", tuple(inner.shape), _name(inner.dtype), 1))
+        buffers.append(Buffer(block.name, block.block_value_shape, _name(block.dtype),
+                              _count(block, kernel)))
+    for i, (shape, dtype, space) in enumerate(jax_internals.scratch_avals(eqn)):
+        if space == "vmem":
+            buffers.append(Buffer(f"scratch {i}", shape, _name(dtype), 1))
     return buffers
 
 
-def _count(block, grid, evaluable: bool) -> int:
-    mode = block.pipeline_mode
-    if mode is not None and getattr(mode, "buffer_count", None):
-        return int(mode.buffer_count)
-    if not evaluable:
+def _count(block: jax_internals.OperandBlocks, kernel: jax_internals.KernelGrid) -> int:
+    if block.buffer_count:
+        return block.buffer_count
+    if not kernel.static:
+        # Index maps that read scalar-prefetch operands cannot be evaluated here: assume the
+        # block changes (two buffers), which can only over-count.
         return 2
-    indices = block_skipping.block_indices(block, grid)
+    indices = block_skipping.block_indices(block, kernel.grid)
     return 1 if len(indices) <= 1 or not np.any(indices[1:] != indices[:-1]) else 2
-
-
-def _space(aval) -> str:
-    return str(getattr(aval, "memory_space", "default")).lower()
 
 
 def _name(dtype) -> str:

@@ -12,7 +12,7 @@ from jax.experimental.pallas import tpu as pltpu
 from pytest_tpucourse import block_skipping, blockspecs, checks, cli, tpu_checks
 from pytest_tpucourse.outcomes import LearnerCodeError, WrongResult
 
-from .conftest import REPO
+from .support import REPO
 
 
 def graded(function):
@@ -62,7 +62,7 @@ def test_the_sandbox_names_a_bad_argument(capsys, argv, message):
 
 
 def _ch11_matmul():
-    from pytest_tpucourse.implementations import GradedTree, Implementation
+    from pytest_tpucourse.grading.tree import GradedTree, Implementation
     from pytest_tpucourse.course import load_course
 
     tree = GradedTree("solutions", REPO / "solutions")

@@ -259,7 +259,7 @@ def test_python_control_flow_on_values_still_grades_eagerly():
 
 
 def test_numpy_and_python_arguments_keep_their_eager_meaning():
-    from pytest_tpucourse.implementations import GradedFunction
+    from pytest_tpucourse.grading.calls import GradedFunction
 
     big = GradedFunction(lambda m, k, n: 2 * m * k * n, "flops() in test")
     assert big(4096, 4096, 4096) == 2 * 4096 ** 3  # traced, int32 would overflow
@@ -308,7 +308,7 @@ def test_fetch_log_counts_a_copy_wherever_the_block_index_changes():
 
 def test_tpu_lowering_of_rules_that_ask_the_chip_generation():
     """Integer // lowers through `sign`, whose rule asks the local TPU's generation: on a CPU
-    the check lowers for tpu_checks.LOWERING_CHIP instead of failing on the device kind."""
+    the check lowers for the run's chip (v5e by default) instead of failing on the device kind."""
     def halved_rows(x):
         spec = pl.BlockSpec((8, 128), lambda i: ((i * 2) // 2, 0))
         return pl.pallas_call(_copy_kernel, out_shape=jax.ShapeDtypeStruct(x.shape, x.dtype),

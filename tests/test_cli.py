@@ -2,7 +2,8 @@
 
 import pytest
 
-from pytest_tpucourse import cli, records as rec
+from pytest_tpucourse import cli
+from pytest_tpucourse.gates import records as rec
 
 from .test_records import MEASURED, make_record
 

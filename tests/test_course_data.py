@@ -4,10 +4,10 @@ import ast
 
 import pytest
 
-from pytest_tpucourse.course import load_course
+from pytest_tpucourse.course import SOLUTIONS, load_course, module_in_tree
 from pytest_tpucourse.mutants import load_mutants
 
-from .conftest import REPO
+from .support import REPO
 
 COURSE = load_course(REPO)
 EXERCISES = [e for c in COURSE.chapters for e in c.exercises]
@@ -39,26 +39,34 @@ def test_every_graded_test_file_belongs_to_an_exercise_or_the_gate(chapter):
         assert chapter.exercise_for_test_file(path.name), f"{path} grades no exercise of course.toml"
 
 
-def _function(path, name):
+def _public_functions(path):
+    """{name: ast.FunctionDef} of a module's top-level functions not starting with _."""
     tree = ast.parse(path.read_text(encoding="utf-8"))
-    found = [n for n in tree.body if isinstance(n, ast.FunctionDef) and n.name == name]
-    assert found, f"{path} has no top-level function {name}()"
-    return found[0]
+    return {n.name: n for n in tree.body if isinstance(n, ast.FunctionDef) and not n.name.startswith("_")}
 
 
 @pytest.mark.parametrize("exercise", EXERCISES, ids=lambda e: e.key)
 def test_stub_solution_and_tests_exist_with_one_signature(exercise):
-    stub_path = REPO / "exercises" / exercise.chapter / exercise.module_file
-    solution_path = REPO / "solutions" / exercise.chapter / exercise.module_file
-    assert (REPO / "exercises" / exercise.chapter / exercise.test_file).is_file()
-    stub = _function(stub_path, exercise.function)
-    solution = _function(solution_path, exercise.function)
-    assert ast.dump(stub.args) == ast.dump(solution.args), "stub and solution signatures differ"
-    assert ast.get_docstring(stub), f"the stub {exercise.key} needs a docstring saying what to write"
-    last = stub.body[-1]
-    assert isinstance(last, ast.Raise) and "NotImplementedError" in ast.dump(last), (
-        f"the stub {exercise.key} must end by raising NotImplementedError"
-    )
+    """Every public function of the stub is a TODO with a docstring and the solution's signature
+    (those course.toml lists as `given` ship written, to be read or fixed); the solution may add
+    helpers (its kernels) that the stub leaves to the learner."""
+    stub_path, solution_path = REPO / exercise.module_path, REPO / exercise.solution_path
+    assert (REPO / exercise.test_path).is_file()
+    stubs, solutions = _public_functions(stub_path), _public_functions(solution_path)
+    assert exercise.function in stubs, f"{stub_path} has no top-level function {exercise.function}()"
+    for name, stub in stubs.items():
+        assert name in solutions, f"{stub_path} defines {name}(), which {solution_path} does not"
+        assert ast.dump(stub.args) == ast.dump(solutions[name].args), (
+            f"{name}(): stub and solution signatures differ")
+        assert ast.get_docstring(stub), f"the stub {exercise.key}.{name} needs a docstring: what to write"
+        if name in exercise.given:
+            continue
+        last = stub.body[-1]
+        assert isinstance(last, ast.Raise) and "NotImplementedError" in ast.dump(last), (
+            f"the stub {exercise.key}.{name} must end by raising NotImplementedError"
+        )
+    assert set(exercise.given) <= set(stubs), f"{exercise.key}: given {exercise.given} not all in the stub"
+    assert exercise.function not in exercise.given, f"{exercise.key}: its graded function cannot be given"
     assert exercise.hints, f"{exercise.key} has no hints"
 
 
@@ -66,7 +74,7 @@ def test_stub_solution_and_tests_exist_with_one_signature(exercise):
 def test_every_mutant_applies_to_its_solution(path):
     chapter = COURSE.chapter(path.stem)
     for mutant in load_mutants(path) + load_mutants(path, "equivalents"):
-        solution = REPO / "solutions" / mutant.chapter / f"{mutant.module}.py"
+        solution = REPO / module_in_tree(SOLUTIONS, mutant.chapter, mutant.module)
         assert mutant.apply(solution.read_text(encoding="utf-8")) != solution.read_text(encoding="utf-8")
         for test_file in mutant.caught_by:
             assert chapter.exercise_for_test_file(test_file), f"{mutant.name}: {test_file} grades nothing"

@@ -10,7 +10,7 @@ from jax import lax
 from jax.experimental import pallas as pl
 from jax.experimental.pallas import tpu as pltpu
 
-from pytest_tpucourse import checks, interpret_internals, structure, tpu_checks
+from pytest_tpucourse import checks, jax_internals, structure, tpu_checks
 from pytest_tpucourse.outcomes import WrongResult
 
 
@@ -36,7 +36,7 @@ def test_every_devices_copy_of_a_replicated_result_is_graded():
 
 def test_a_failure_in_one_dma_mode_says_which_and_what_that_mode_hides():
     def check():  # wrong only when copies run as soon as they start
-        if interpret_internals.interpret_setting().dma_execution_mode == "eager":
+        if jax_internals.interpret_mode_in_effect().dma_execution_mode == "eager":
             raise WrongResult("kernel() in test: output is wrong")
 
     with pytest.raises(WrongResult, match="dma_execution_mode='eager', which runs a copy the moment it starts"):
@@ -47,7 +47,7 @@ def test_the_generic_interpreter_is_replaced_by_tpu_interpret_mode_for_dma_check
     seen = []
     with pltpu.force_tpu_interpret_mode(True):
         tpu_checks.assert_correct_in_each_dma_mode(
-            graded(None), lambda: seen.append(interpret_internals.interpret_setting()))
+            graded(None), lambda: seen.append(jax_internals.interpret_mode_in_effect()))
     assert [p.dma_execution_mode for p in seen] == ["on_wait", "eager"]
 
 
@@ -58,9 +58,9 @@ def test_semaphores_left_non_zero_are_condensed_by_device():
         "Semaphore 2001 has non-zero count for 0 (global core 0) at kernel exit: 4096",
         "Semaphore 0 has non-zero count for 2 (global core 2) at kernel exit: 1",
     ])
-    assert interpret_internals.semaphores_left_nonzero(printed) == (
+    assert jax_internals.semaphores_left_nonzero(printed) == (
         "scratch semaphore 1 = 4096 on devices 0-1; the barrier semaphore = 1 on devices 2-3")
-    assert interpret_internals.semaphores_left_nonzero("nothing of the kind") == ""
+    assert jax_internals.semaphores_left_nonzero("nothing of the kind") == ""
 
 
 def _ring_mesh():
@@ -127,10 +127,10 @@ def test_computing_only_after_the_wait_hides_nothing():
 
 
 def test_waits_are_grouped_by_what_the_devices_wait_for():
-    wait = interpret_internals.BlockedWait
-    waits = [wait(0, "barrier semaphore", 1, 0), wait(1, "barrier semaphore", 1, 0), wait(2, interpret_internals.FINISHED),
+    wait = jax_internals.BlockedWait
+    waits = [wait(0, "barrier semaphore", 1, 0), wait(1, "barrier semaphore", 1, 0), wait(2, jax_internals.FINISHED),
              wait(3, "barrier semaphore", 1, 0), wait(4, "DMA semaphore", 4096, 0, "permute.py:31", queued=1)]
-    assert interpret_internals.summary_lines(waits) == [
+    assert jax_internals.summary_lines(waits) == [
         "devices 0, 1, 3: waits on a barrier semaphore for 1 (it holds 0)",
         "device 2: finished its kernel and waits for the other devices",
         "device 4: waits on a DMA semaphore for 4096 bytes (it holds 0) at permute.py:31",

@@ -6,8 +6,9 @@ they prove which rows are written and how they are judged, never a number.
 
 import pytest
 
-from pytest_tpucourse import chips, gates, roofline
-from pytest_tpucourse import records as rec
+from pytest_tpucourse import chips, roofline
+from pytest_tpucourse.gates import records as rec
+from pytest_tpucourse.gates import report
 
 from .test_timing import FakeTimer, _run
 
@@ -30,7 +31,7 @@ def test_the_kernel_is_judged_by_its_time_over_its_compute_alone(tmp_path):
     mine = {r.implementation: r for r in rows}
     assert mine["compute-alone"].verdict == "reference" and mine["compute-alone"].ratio_to_floor is None
     assert mine["kernel"].verdict == "pass" and mine["kernel"].ratio_to_compute_alone == pytest.approx(1.1)
-    assert gates.gate_statuses(rec.read(tmp_path / "r.jsonl"), "v5e")[4]["communication-hidden"] == "pass"
+    assert report.gate_statuses(rec.read(tmp_path / "r.jsonl"), "v5e")[4]["communication-hidden"] == "pass"
 
 
 def test_communication_not_hidden_fails_and_the_row_stays(tmp_path):
@@ -39,7 +40,7 @@ def test_communication_not_hidden_fails_and_the_row_stays(tmp_path):
         _measure(run)
     rows = rec.read(tmp_path / "r.jsonl")
     assert [r.implementation for r in rec.failures(rows)] == ["kernel"]
-    assert gates.gate_statuses(rows, "v5e")[4]["communication-hidden"] == "fail"
+    assert report.gate_statuses(rows, "v5e")[4]["communication-hidden"] == "fail"
 
 
 def test_one_chip_records_that_it_needs_four_never_a_pass(tmp_path, monkeypatch):
@@ -56,8 +57,8 @@ def test_one_chip_records_that_it_needs_four_never_a_pass(tmp_path, monkeypatch)
     kernel = [r for r in rows if r.method == "measured"]
     assert [(r.implementation, r.verdict, r.value) for r in kernel] == [("kernel", "not-runnable", None)]
     assert "needs 4 chips" in kernel[0].notes
-    assert gates.gate_statuses(rows, "v5e")[4]["communication-hidden"] == "not runnable here"
-    assert gates.gates_passed(rows) == 0
+    assert report.gate_statuses(rows, "v5e")[4]["communication-hidden"] == "not runnable here"
+    assert report.gates_passed(rows) == 0
 
 
 def test_on_a_cpu_only_one_chips_compute_is_predicted(tmp_path):

@@ -9,10 +9,12 @@ import json
 
 import pytest
 
-from pytest_tpucourse import gates, records as rec
+from pytest_tpucourse.gates import criteria as gates
+from pytest_tpucourse.gates import report
+from pytest_tpucourse.gates import records as rec
 from pytest_tpucourse.course import load_course
 
-from .conftest import REPO
+from .support import REPO
 from .test_records import make_record
 
 GATE_TEST = """
@@ -29,7 +31,7 @@ GATE_TEST = """
 
 FAKE_TPU = """
     import pytest
-    from pytest_tpucourse.timing import Stats
+    from pytest_tpucourse.gates.timer import Stats
 
     def pytest_tpucourse_device(config):
         return ("tpu", "TPU v5 lite")
@@ -101,14 +103,14 @@ def test_a_gate_passes_only_on_measured_rows():
     off_chip = [_row(), _row(criterion="matmul-near-xla", op="matmul", implementation="floor",
                              method="roofline-predicted", statistic="floor", value=1e-3, unit="s",
                              verdict="pending")]
-    assert gates.gates_passed(off_chip) == 0
+    assert report.gates_passed(off_chip) == 0
     on_chip = dict(method="measured", platform="tpu", device_kind="TPU v5 lite", interpret=False)
     rows = [_row(**on_chip)] + [
         _row(criterion=c, statistic="median", value=1e-3, unit="s", **on_chip)
         for c in ("matmul-near-xla", "fused-beats-unfused")
     ]
-    assert gates.gates_passed(rows) == 1
-    assert gates.gates_passed(rows + [_row(verdict="fail", **{**on_chip, "date": "2099-01-01T00:00:00+00:00"})]) == 0
+    assert report.gates_passed(rows) == 1
+    assert report.gates_passed(rows + [_row(verdict="fail", **{**on_chip, "date": "2099-01-01T00:00:00+00:00"})]) == 0
 
 
 def test_gates_on_a_cpu_predict_and_await_hardware(fake_course):

@@ -10,7 +10,10 @@ import pytest
 from pytest_tpucourse.course import load_course
 from pytest_tpucourse.mutants import build_tree, load_mutants
 
-from .conftest import REPO, failed_files, run_chapter
+from .support import REPO, failed_files, run_chapter
+
+# Every test here grades a real chapter in a pytest subprocess: `-m "not chapters"` skips them.
+pytestmark = pytest.mark.chapters
 
 COURSE = load_course(REPO)
 BUILT = [c for c in COURSE.chapters if c.exercises]

@@ -7,9 +7,9 @@ import jax
 import jax.numpy as jnp
 import pytest
 
-from pytest_tpucourse import cli, hlo_text, ir_xray, jax_sources
+from pytest_tpucourse import cli, hlo_text, ir_xray, jax_internals
 
-from .conftest import REPO
+from .support import REPO
 
 DUMPS = REPO / "exercises" / "ch12" / "dumps"
 
@@ -134,7 +134,7 @@ def test_the_cache_returns_stale_locations_and_three_layers_does_not(tmp_path):
     before = getattr(jax.config, flag)
     jax.config.update(flag, False)
     try:
-        with jax_sources.persistent_cache(tmp_path / "cache"):
+        with jax_internals.persistent_cache(tmp_path / "cache"):
             assert places(jax.jit(old).lower(x).compile().as_text()) == {("old.py", 5)}
             assert places(jax.jit(new).lower(x).compile().as_text()) == {("old.py", 5)}  # stale
             assert places(ir_xray.three_layers(new, x).hlo) == {("new.py", 10)}
@@ -146,7 +146,7 @@ def test_the_cache_returns_stale_locations_and_three_layers_does_not(tmp_path):
 def test_persistent_cache_puts_the_settings_back(tmp_path):
     names = ("jax_compilation_cache_dir", "jax_enable_compilation_cache")
     before = {n: getattr(jax.config, n) for n in names}
-    with jax_sources.persistent_cache(tmp_path / "c"):
+    with jax_internals.persistent_cache(tmp_path / "c"):
         assert jax.config.jax_compilation_cache_dir == str(tmp_path / "c")
     assert {n: getattr(jax.config, n) for n in names} == before
 

@@ -5,8 +5,9 @@ import subprocess
 
 import pytest
 
-from pytest_tpucourse import cli, state
-from pytest_tpucourse import records as rec
+from pytest_tpucourse import cli
+from pytest_tpucourse.learner import state
+from pytest_tpucourse.gates import records as rec
 
 from .test_records import MEASURED, make_record
 from .test_state import GRADED_TEST

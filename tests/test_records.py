@@ -8,10 +8,10 @@ import time
 
 import pytest
 
-from pytest_tpucourse import records as rec
-from pytest_tpucourse.records import CorruptRecords, HonestyError, Record
+from pytest_tpucourse.gates import records as rec
+from pytest_tpucourse.gates.records import CorruptRecords, HonestyError, Record
 
-from .conftest import REPO
+from .support import REPO
 
 
 def make_record(**kw) -> Record:

@@ -8,7 +8,7 @@ import time
 
 import pytest
 
-from pytest_tpucourse import state
+from pytest_tpucourse.learner import state
 
 GRADED_TEST = """
     import numpy as np
@@ -28,7 +28,7 @@ GRADED_TEST = """
 
 BUMPER = """
 import sys
-from pytest_tpucourse import state
+from pytest_tpucourse.learner import state
 root, key = sys.argv[1], sys.argv[2]
 for _ in range(25):
     state.update(root, lambda d: d["hints"].__setitem__(key, d["hints"].get(key, 0) + 1))
@@ -43,7 +43,7 @@ def test_concurrent_updates_are_never_lost(tmp_path):
 
 KILLED_WRITER = """
 import sys
-from pytest_tpucourse import state
+from pytest_tpucourse.learner import state
 root = sys.argv[1]
 print("ready", flush=True)
 n = 0

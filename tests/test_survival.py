@@ -151,26 +151,22 @@ def test_a_negative_kernel_timeout_is_a_usage_error(fake_course):
 
 def test_the_callers_jax_context_reaches_the_graded_call():
     import jax
-    from jax._src import config as jax_config
     from jax.experimental.pallas import tpu as pltpu
 
-    from pytest_tpucourse import deadline
+    from pytest_tpucourse import jax_internals
+    from pytest_tpucourse.grading.deadline import Deadline
 
     def probe():
-        return jax_config.pallas_tpu_interpret_mode_context_manager.value, jax_config.enable_x64.value
+        return jax_internals.interpret_mode_in_effect(), jax.config.jax_enable_x64
 
     params = pltpu.InterpretParams(detect_races=True)
-    previous = deadline.current()
-    deadline.configure(30)
-    try:
-        with pltpu.force_tpu_interpret_mode(params), jax.enable_x64(True):
-            inside = deadline.call(probe)
-        assert inside[0] is params and inside[1] is True
-        assert deadline.call(probe) == probe()  # outside the contexts: the session's own settings
-        with pytest.raises(ZeroDivisionError):
-            deadline.call(lambda: 1 / 0)
-    finally:
-        deadline.configure(previous)
+    deadline = Deadline(30)
+    with pltpu.force_tpu_interpret_mode(params), jax.enable_x64(True):
+        inside = deadline.call(probe)
+    assert inside[0] is params and inside[1] is True
+    assert deadline.call(probe) == probe()  # outside the contexts: the session's own settings
+    with pytest.raises(ZeroDivisionError):
+        deadline.call(lambda: 1 / 0)
 
 
 HYPOTHESIS_TESTS = """

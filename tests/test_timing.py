@@ -12,8 +12,13 @@ import textwrap
 
 import pytest
 
-from pytest_tpucourse import chips, gates, roofline, timing
-from pytest_tpucourse import records as rec
+from pytest_tpucourse import chips, roofline
+from pytest_tpucourse.gates import criteria as gates
+from pytest_tpucourse.gates import report
+from pytest_tpucourse.gates.run import GateRun
+from pytest_tpucourse.gates.timer import ROUNDS, Stats
+from pytest_tpucourse.gates.provenance import Provenance
+from pytest_tpucourse.gates import records as rec
 
 COST = roofline.elementwise_cost((256, 256), "bfloat16")
 FLOOR = 3 * 256 * 256 * 2 / 8.2e11  # v5e roofline floor of that add
@@ -28,14 +33,14 @@ class FakeTimer:
     def __call__(self, label=None):
         self.labels.append(label)
         median = self.seconds[label or "kernel"]
-        return type("T", (), {"measure": lambda _, fn, sets: timing.Stats(median, median / 100, 30)})()
+        return type("T", (), {"measure": lambda _, fn, sets: Stats(median, median / 100, 30)})()
 
 
 def _run(tmp_path, gate=3, platform="tpu", device_kind="TPU v5 lite", chip="v5e", timer=None, marker_cost=None):
-    return timing.GateRun(
+    return GateRun(
         gate=gate, chapter=gates.gate(gate).chapter, test_id="t::trio", chip=chips.get_chip(chip),
         on_accelerator=platform in rec.ACCELERATORS,
-        provenance=timing.Provenance(platform, device_kind, "0.10.2", "0.10.2", None, None, "host"),
+        provenance=Provenance(platform, device_kind, "0.10.2", "0.10.2", None, None, "host"),
         records_path=tmp_path / "r.jsonl", timer_factory=timer, marker_cost=marker_cost,
     )
 
@@ -61,7 +66,7 @@ def test_a_trio_writes_one_row_per_implementation_and_judges_the_kernel(tmp_path
         assert mine["kernel"].ratio_to_ceiling == pytest.approx(7 / 6.5)
         assert mine["floor"].ratio_to_floor == 1 and mine["ceiling"].ratio_to_ceiling == 1
         assert mine["kernel"].spread == pytest.approx(7e-7)
-    statuses = gates.gate_statuses(rows, "v5e")[3]
+    statuses = report.gate_statuses(rows, "v5e")[3]
     assert statuses["beats-xla"] == statuses["near-ceiling"] == "pass"
     assert statuses["correct"] == "awaiting hardware"
     # a later CPU run predicts the same floors: nothing new is appended, the measurement stays
@@ -80,7 +85,7 @@ def test_a_slow_kernel_fails_its_criterion_and_the_row_stays(tmp_path, kernel_s,
         _trio(run)
     rows = rec.read(tmp_path / "r.jsonl")
     assert [r.criterion for r in rec.failures(rows)] == [failed.split(":")[0]]
-    assert gates.gate_statuses(rows, "v5e")[3][failed.split(":")[0]] == "fail"
+    assert report.gate_statuses(rows, "v5e")[3][failed.split(":")[0]] == "fail"
 
 
 def test_on_a_gpu_tpu_kernels_are_not_runnable_never_passed(tmp_path):
@@ -94,8 +99,8 @@ def test_on_a_gpu_tpu_kernels_are_not_runnable_never_passed(tmp_path):
     assert measured == {(c, i): v for c in ("beats-xla", "near-ceiling")
                         for i, v in (("floor", "reference"), ("kernel", "not-runnable"), ("ceiling", "not-runnable"))}
     assert all(r.value is None for r in rows if r.verdict == "not-runnable")
-    assert set(gates.gate_statuses(rows, "h200")[3].values()) == {"awaiting hardware", "not runnable here"}
-    assert gates.gates_passed(rows) == 0
+    assert set(report.gate_statuses(rows, "h200")[3].values()) == {"awaiting hardware", "not runnable here"}
+    assert report.gates_passed(rows) == 0
 
 
 def test_on_a_cpu_a_trio_only_predicts(tmp_path):
@@ -217,7 +222,7 @@ def test_the_real_benchmark_fixture_writes_measured_rows(fake_course):
     assert by_name["test_trio"]["stats"]["median"] == pytest.approx(trio["kernel"].value)
     assert by_name["test_trio"]["stats"]["iqr"] == pytest.approx(trio["kernel"].spread)
     assert by_name["test_trio[floor]"]["stats"]["median"] == pytest.approx(trio["floor"].value)
-    assert by_name["test_add"]["stats"]["rounds"] == timing.ROUNDS
+    assert by_name["test_add"]["stats"]["rounds"] == ROUNDS
     assert result.ret in (pytest.ExitCode.OK, pytest.ExitCode.TESTS_FAILED)
 
 
@@ -255,9 +260,9 @@ def test_correctness_under_interpret_mode_is_off_chip_verified(tmp_path):
     run = _run(tmp_path, gate=1, platform="cpu", device_kind="cpu")
     row = _verify(run, lambda: None)
     assert (row.method, row.verdict, row.interpret, row.unit) == ("off-chip-verified", "pass", True, "check")
-    statuses = gates.gate_statuses(rec.read(tmp_path / "r.jsonl"), "v5e")
+    statuses = report.gate_statuses(rec.read(tmp_path / "r.jsonl"), "v5e")
     assert statuses[1]["correct"] == gates.PASS_OFF_CHIP
-    assert gates.gates_passed(rec.read(tmp_path / "r.jsonl")) == 0
+    assert report.gates_passed(rec.read(tmp_path / "r.jsonl")) == 0
 
 
 def test_correctness_run_natively_on_the_chip_is_measured(tmp_path):

@@ -13,7 +13,7 @@ from pytest_tpucourse.mutants import build_tree, load_mutants
 from pytest_tpucourse import strategies as tst
 from pytest_tpucourse.outcomes import WrongResult
 
-from .conftest import REPO
+from .support import REPO
 
 ATTENTION_CASES = [
     tst.AttentionConfig(1, 2, 2, 256, 256, 128, causal, dtype)

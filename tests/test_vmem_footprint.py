@@ -10,7 +10,7 @@ from jax.experimental.pallas import tpu as pltpu
 
 from pytest_tpucourse import vmem_footprint
 
-from .conftest import REPO
+from .support import REPO
 
 MiB = 2**20
 

@@ -12,7 +12,7 @@ import pytest
 
 from pytest_tpucourse import cli
 
-from .conftest import REPO
+from .support import REPO
 
 PROGRAM = REPO / "tests" / "fixtures" / "xray_program.py"
 BROWSERS = ("chromium", "chromium-browser", "google-chrome")

@@ -58,7 +58,7 @@ def test_attention_with_mask(impl, cfg, seed):
     mask = _mask(cfg, seed)
     checks.assert_matches_reference(
         impl.attention.attention, (q, k, v, mask), kwargs=dict(causal=cfg.causal),
-        reference=references.MASKED_ATTENTION.bind(causal=cfg.causal), require_kernel=False,
+        reference=references.ATTENTION.bind(causal=cfg.causal), require_kernel=False,
         repro=f"attention(q, k, v, mask (B, 1, Sq, Skv), causal={cfg.causal}): {cfg}, seed {seed}")
 
 
@@ -78,6 +78,6 @@ def test_attention_grads_with_mask(impl):
     mask = _mask(cfg, 3)  # a keyword argument: it has no gradient
     checks.assert_grads_match(
         impl.attention.attention, (q, k, v), kwargs=dict(mask=mask, causal=True),
-        reference=references.MASKED_ATTENTION.bind(mask=mask, causal=True),
+        reference=references.ATTENTION.bind(mask=mask, causal=True),
         argnames=("dq", "dk", "dv"), seed=3,
         repro=f"jax.vjp(attention, q, k, v, mask, causal=True): {cfg}, seed 3")

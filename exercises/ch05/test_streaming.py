@@ -89,5 +89,5 @@ def test_rescale_invariant(impl, cfg, causal, block_k, seed):
                               f"{fn.display}: acc / l after step {j}")
         prefix = jnp.arange(cfg.kv_len) < end  # keys [0, end) only; same shapes at every step
         checks.assert_matches_reference(
-            ratio, (q, k, v), reference=references.MASKED_ATTENTION.bind(mask=prefix, causal=cfg.causal),
+            ratio, (q, k, v), reference=references.ATTENTION.bind(mask=prefix, causal=cfg.causal),
             require_kernel=False, names=[f"attention over keys [0, {end})"], repro=repro)

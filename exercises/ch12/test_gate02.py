@@ -15,7 +15,7 @@ from pathlib import Path
 import jax
 import pytest
 
-from pytest_tpucourse import hlo_text, ir_checks, ir_xray, jax_sources
+from pytest_tpucourse import hlo_text, ir_checks, ir_xray, jax_internals
 from pytest_tpucourse import strategies as tst
 
 COURSE_ROOT = Path(__file__).resolve().parents[2]
@@ -33,7 +33,7 @@ def _chip_layers(program, args) -> ir_xray.Layers:
     """The program's three layers from the TPU's compilation: this chip's, or the v5e dump."""
     jaxpr = jax.make_jaxpr(program)(*args)
     if jax.default_backend() == "tpu":
-        with jax_sources.current_locations():
+        with jax_internals.current_locations():
             lowered = jax.jit(program).lower(*args)
             return ir_xray.Layers(jaxpr, lowered.as_text(debug_info=True), lowered.compile().as_text(),
                                   f"XLA:TPU on {jax.devices()[0].device_kind}, compiled in this run")

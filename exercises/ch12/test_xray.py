@@ -18,7 +18,7 @@ import pytest
 from hypothesis import example, given
 from hypothesis import strategies as st
 
-from pytest_tpucourse import hlo_text, ir_checks, ir_xray, jax_sources, structure
+from pytest_tpucourse import hlo_text, ir_checks, ir_xray, jax_internals, structure
 from pytest_tpucourse import strategies as tst
 
 COURSE_ROOT = Path(__file__).resolve().parents[2]
@@ -235,7 +235,7 @@ def test_three_layers_reports_current_locations(impl, tmp_path):
     before = getattr(jax.config, FLAG)
     jax.config.update(FLAG, False)  # JAX's default: the key leaves locations out
     try:
-        with jax_sources.persistent_cache(tmp_path / "cache"):
+        with jax_internals.persistent_cache(tmp_path / "cache"):
             jax.jit(load(old)).lower(x).compile()  # the cache now holds this program, with before.py's lines
             result = _three_layers(impl, load(moved), x)
     finally:

@@ -44,6 +44,8 @@ def simulate(programs) -> Timeline:
 
 
 def exchange_kernel(x_ref, o_ref, send_sem, recv_sem, *, axis_name):
+    """The pair exchange's kernel, shipped as it is: run it, predict what happens with
+    simulate(), then fix it (the README's "the deadlock on purpose")."""
     me = lax.axis_index(axis_name)
     partner = lax.bitwise_xor(me, 1)  # 0 <-> 1, 2 <-> 3, ...
     barrier = pltpu.get_barrier_semaphore()

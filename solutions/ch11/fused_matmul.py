@@ -7,6 +7,8 @@ flush step of the k loop, and the result goes to HBM once. The bias is added
 exactly once per output block (in the flush), never once per k step.
 """
 
+import functools
+
 import jax
 import jax.numpy as jnp
 from jax.experimental import pallas as pl
@@ -47,9 +49,8 @@ def matmul_bias_act(x: jax.Array, w: jax.Array, b: jax.Array, *, activation: str
         if size % block:
             raise ValueError(f"matmul_bias_act: {dim}={size} is not a multiple of its block {block}")
 
-    def kernel(x_ref, w_ref, b_ref, o_ref, acc_ref):
-        _fused_kernel(x_ref, w_ref, b_ref, o_ref, acc_ref, activation=activation)
-
+    # The activation is a compile-time parameter of the kernel, bound as JAX's own kernels bind theirs.
+    kernel = functools.partial(_fused_kernel, activation=activation)
     return pl.pallas_call(
         kernel,
         out_shape=jax.ShapeDtypeStruct((m, n), x.dtype),

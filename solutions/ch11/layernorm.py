@@ -6,6 +6,8 @@ torch.nn.LayerNorm and flax.linen.LayerNorm do), then
 block that every grid step reads.
 """
 
+import functools
+
 import jax
 import jax.numpy as jnp
 from jax.experimental import pallas as pl
@@ -33,11 +35,8 @@ def layernorm(x: jax.Array, gamma: jax.Array, beta: jax.Array, *, eps: float = 1
     row_spec = pl.BlockSpec((br, n), lambda i: (i, 0))
     param_spec = pl.BlockSpec((1, n), lambda i: (0, 0))
 
-    def kernel(x_ref, g_ref, b_ref, o_ref):
-        layernorm_kernel(x_ref, g_ref, b_ref, o_ref, eps=eps)
-
     return pl.pallas_call(
-        kernel,
+        functools.partial(layernorm_kernel, eps=eps),
         out_shape=jax.ShapeDtypeStruct(x.shape, x.dtype),
         grid=(pl.cdiv(m, br),),
         in_specs=[row_spec, param_spec, param_spec],

@@ -1,10 +1,7 @@
-"""Timing on hardware, and the gate test's one object for writing honest rows.
+"""The gate test's one object for writing honest rows (`gate_run`), and what a run's gates share.
 
 A gate test asks for the `gate_run` fixture. On an accelerator it times the target
-with pytest-benchmark's fixture (pedantic mode: every call waits with
-block_until_ready, each input set is called once first so compilation is never
-timed, the rounds rotate through several input sets so no cache flatters a
-repeat) and writes a measured row with the median and interquartile range. On a
+(timer.py) and writes a measured row with the median and interquartile range. On a
 CPU nothing is timed: it writes the roofline prediction for the chip and the test
 is skipped as awaiting hardware.
 
@@ -23,98 +20,16 @@ Three ways to measure:
 
 from __future__ import annotations
 
-import itertools
-import os
-import socket
-import subprocess
 from dataclasses import dataclass
 from pathlib import Path
 
 import pytest
 
-from . import chips, gates
+from .. import chips
+from . import criteria as gate_criteria
 from . import records as rec
-from .roofline import Cost, predict
-
-ROUNDS = 30
-
-
-@dataclass(frozen=True)
-class Stats:
-    median: float  # seconds
-    iqr: float  # seconds
-    rounds: int
-
-
-class BenchmarkTimer:
-    """Times with pytest-benchmark's `benchmark` fixture (one target per test)."""
-
-    def __init__(self, benchmark):
-        self.benchmark = benchmark
-
-    def measure(self, fn, input_sets, rounds: int = ROUNDS) -> Stats:
-        import jax
-
-        for args in input_sets:  # compile and warm every input set outside the timing
-            jax.block_until_ready(fn(*args))
-        cycle = itertools.cycle(input_sets)
-        self.benchmark.pedantic(
-            lambda *args: jax.block_until_ready(fn(*args)),
-            setup=lambda: (next(cycle), {}), rounds=rounds, iterations=1, warmup_rounds=1,
-        )
-        stats = self.benchmark.stats
-        if stats is None:
-            raise RuntimeError("pytest-benchmark timed nothing: benchmarks are disabled "
-                               "(--benchmark-disable or --benchmark-skip); gate timings need them on")
-        return Stats(median=stats.stats.median, iqr=stats.stats.iqr, rounds=stats.stats.rounds)
-
-
-def labelled_benchmark(request, label: str):
-    """Another pytest-benchmark fixture for the same test, named `test[label]`.
-
-    pytest-benchmark's fixture times one target per test; a trio times three. Each
-    extra one is built like pytest-benchmark's own fixture and reports into the same
-    session, so the terminal table and --benchmark-json carry all three.
-    """
-    from pytest_benchmark.fixture import BenchmarkFixture
-    from pytest_benchmark.utils import NameWrapper
-
-    session = request.config._benchmarksession
-    if session.skip:
-        pytest.skip("Benchmarks are skipped (--benchmark-skip was used).")
-    node = request.node
-    marker = node.get_closest_marker("benchmark")
-    options = dict(marker.kwargs) if marker else {}
-    if "timer" in options:
-        options["timer"] = NameWrapper(options["timer"])
-    options.setdefault("group", node.name)
-    fixture = BenchmarkFixture(node, add_stats=session.benchmarks.append, logger=session.logger,
-                               warner=node.warn, disabled=session.disabled, **dict(session.options, **options))
-    fixture.name, fixture.fullname = f"{node.name}[{label}]", f"{node.nodeid}[{label}]"
-    request.addfinalizer(fixture._cleanup)
-    return fixture
-
-
-@dataclass(frozen=True)
-class Provenance:
-    """Where and with what a row was produced."""
-
-    platform: str
-    device_kind: str
-    jax: str
-    jaxlib: str
-    libtpu: str | None
-    git_commit: str | None
-    host: str
-
-
-def provenance(platform: str, device_kind: str, root: Path) -> Provenance:
-    import jax
-    import jaxlib
-
-    return Provenance(platform=platform, device_kind=device_kind, jax=jax.__version__,
-                      jaxlib=jaxlib.__version__, libtpu=_libtpu_version(),
-                      git_commit=_git_commit(root), host=socket.gethostname())
+from ..roofline import Cost, predict
+from .provenance import Provenance, provenance
 
 
 class GateRun:
@@ -123,7 +38,7 @@ class GateRun:
     def __init__(self, *, gate: int, chapter: str, test_id: str, chip: chips.Chip,
                  on_accelerator: bool, provenance: Provenance, records_path: Path, timer_factory,
                  marker_cost: Cost | None = None, interpreted: bool = True, graded: str = ""):
-        self.gate = gates.gate(gate)
+        self.gate = gate_criteria.gate(gate)
         self.chapter = chapter
         self.test_id = test_id
         self.chip = chip
@@ -186,7 +101,7 @@ class GateRun:
         recorded before it is re-raised, so it stays on file. Code not written yet (TODO)
         verifies nothing and writes no row. notes: what the check ran on, kept in the row.
         """
-        from .outcomes import GradingOutcome, Todo
+        from ..outcomes import GradingOutcome, Todo
 
         c = self.gate.criterion(criterion)
         if c.kind != "correctness":
@@ -227,7 +142,7 @@ class GateRun:
                      method="measured", statistic="median", value=stats.median, unit="s",
                      spread=stats.iqr, ratio_to_floor=ratio, verdict=verdict, interpret=False,
                      notes=f"{stats.rounds} rounds over {len(input_sets)} input sets")
-        if verdict == gates.FAIL:
+        if verdict == gate_criteria.FAIL:
             low, high = c.ratio_range
             pytest.fail(f"{op} {dtype} {shapes} on {self.chip.name}: measured {stats.median * 1e6:.1f} us "
                         f"is {ratio:.2f}x its roofline floor {floor * 1e6:.1f} us, outside "
@@ -296,7 +211,7 @@ class GateRun:
                     if c.ratio_of == "ceiling" and to_ceiling is None:
                         continue  # the ceiling's not-runnable row speaks for this criterion
                     verdict = c.judge(to_floor if c.ratio_of == "floor" else to_ceiling)
-                    if verdict == gates.FAIL:
+                    if verdict == gate_criteria.FAIL:
                         failures.append(f"{c.id}: kernel {s_.median * 1e6:.1f} us is "
                                         f"{to_floor if c.ratio_of == 'floor' else to_ceiling:.2f}x the "
                                         f"{c.ratio_of}, outside [{c.ratio_range[0]}, {c.ratio_range[1]:.3g}]")
@@ -372,32 +287,12 @@ class GateRun:
                      ratio_to_compute_alone=ratio, verdict=verdict,
                      notes=f"{devices} chips; {mine.rounds} rounds over {len(kernel_inputs)} input sets",
                      **common)
-        if verdict == gates.FAIL:
+        if verdict == gate_criteria.FAIL:
             low, high = c.ratio_range
             pytest.fail(f"{op} {dtype} {shapes} on {devices} {self.chip.name} chips: {mine.median * 1e6:.1f} us "
                         f"is {ratio:.2f}x its compute alone ({alone.median * 1e6:.1f} us), outside "
                         f"[{low}, {high}]", pytrace=False)
         return {"kernel": mine, "compute-alone": alone}
-
-
-def _libtpu_version() -> str | None:
-    from importlib import metadata
-
-    for name in ("libtpu", "libtpu-nightly"):
-        try:
-            return metadata.version(name)
-        except metadata.PackageNotFoundError:
-            continue
-    return None
-
-
-def _git_commit(root: Path) -> str | None:
-    try:
-        out = subprocess.run(["git", "rev-parse", "HEAD"], cwd=root, capture_output=True,
-                             text=True, timeout=10, env={**os.environ, "GIT_OPTIONAL_LOCKS": "0"})
-    except (OSError, subprocess.TimeoutExpired):
-        return None
-    return out.stdout.strip() or None if out.returncode == 0 else None
 
 
 @dataclass(frozen=True)
@@ -436,6 +331,6 @@ def gate_context(registry: chips.ChipRegistry, requested: str | None, platform: 
             raise
         name = None
     if name is None and platform == "cpu":
-        name = chips.DEFAULT_PREDICTION_CHIP
+        name = chips.DEFAULT_CHIP
     return GateContext(registry=registry, chip=registry.get(name) if name else None, platform=platform,
                        device_kind=device_kind, records_path=records_path, root=root)

@@ -20,7 +20,7 @@ The numbers:
     something besides the op (dispatch, transfer, a cold cache) or XLA is reaching less
     than two thirds of the bound resource, which the roofline cannot then predict.
 
-A criterion's status comes only from records (records.py):
+A criterion's status comes only from records (records.py; report.py reads a run's statuses):
   pass              every row that speaks for it was measured on the chip and passed
   pass (off-chip)   a correctness criterion verified under interpret mode; not a gate pass
   fail              some row that speaks for it failed
@@ -33,8 +33,6 @@ they never decide a criterion themselves.
 from __future__ import annotations
 
 from dataclasses import dataclass
-
-from . import records as rec
 
 DECISIVELY = 1.25
 STRIKING_DISTANCE = 1.15
@@ -127,13 +125,24 @@ GATES: tuple[Gate, ...] = (
 )
 
 
+GATE_NUMBERS = range(len(GATES))  # the one place the gate range is spelled: 0-5
+
+
+def gate_range() -> str:
+    return f"{GATE_NUMBERS[0]}-{GATE_NUMBERS[-1]}"
+
+
+def is_gate_number(number) -> bool:
+    return isinstance(number, int) and not isinstance(number, bool) and number in GATE_NUMBERS
+
+
 def gate(number: int) -> Gate:
-    if not isinstance(number, int) or not 0 <= number < len(GATES):
-        raise ValueError(f"no gate {number!r}: gates are 0-{len(GATES) - 1}")
+    if not isinstance(number, int) or number not in GATE_NUMBERS:
+        raise ValueError(f"no gate {number!r}: gates are {gate_range()}")
     return GATES[number]
 
 
-def criterion_status(criterion: Criterion, rows: list[rec.Record]) -> str:
+def criterion_status(criterion: Criterion, rows: list) -> str:
     """Status of one criterion from the rows that speak for it (records.current)."""
     rows = [r for r in rows if r.verdict != "reference"]
     if any(r.verdict == "fail" for r in rows):
@@ -148,26 +157,3 @@ def criterion_status(criterion: Criterion, rows: list[rec.Record]) -> str:
     ):
         return PASS_OFF_CHIP
     return AWAITING
-
-
-def gate_statuses(all_records, chip: str) -> dict[int, dict[str, str]]:
-    """{gate number: {criterion id: status}} for one chip, from every row ever written."""
-    current = [r for r in rec.current(all_records) if r.chip == chip]
-    table = {}
-    for g in GATES:
-        table[g.number] = {
-            c.id: criterion_status(c, [r for r in current if r.gate == g.number and r.criterion == c.id])
-            for c in g.criteria
-        }
-    return table
-
-
-def gates_passed(all_records) -> int:
-    """Gates whose every criterion passed on measured rows, on some chip."""
-    chip_names = {r.chip for r in all_records}
-    passed = set()
-    for chip in chip_names:
-        for number, statuses in gate_statuses(all_records, chip).items():
-            if all(s == PASS for s in statuses.values()):
-                passed.add(number)
-    return len(passed)

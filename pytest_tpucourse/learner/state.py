@@ -20,6 +20,9 @@ import os
 import tempfile
 from pathlib import Path
 
+from ..course import EXERCISES
+from .status import Status
+
 STATE_DIR = ".tpucourse"
 STATE_FILE = "state.json"
 LOCK_FILE = "state.lock"
@@ -129,37 +132,36 @@ def record_results(course_root: Path, results) -> dict:
     def change(data):
         for key, entry in results.items():
             status = entry.status
-            if status == "not run":
+            if status == Status.NOT_RUN:
                 continue
             previous = data["exercises"].get(key)
-            if status == "partial" and previous is not None and previous["status"] == "done":
+            if status == Status.PARTIAL and previous is not None and previous["status"] == Status.DONE:
                 continue
             exercise = entry.exercise
             message = entry.first_message.strip().splitlines()[0] if entry.first_message.strip() else ""
             data["exercises"][key] = {
                 "status": status,
-                "tree": "exercises",
+                "tree": EXERCISES,
                 "tests_passed": len(entry.passed),
                 "tests_total": len(entry.collected | entry.deselected),
                 "message": message.removeprefix("TODO: "),
-                "module_sha256": file_digest(
-                    Path(course_root) / "exercises" / exercise.chapter / exercise.module_file),
+                "module_sha256": file_digest(Path(course_root) / exercise.module_path),
                 "date": stamp,
             }
 
     return update(course_root, change)
 
 
-def exercise_status(course_root: Path, data: dict, exercise) -> str:
+def exercise_status(course_root: Path, data: dict, exercise) -> Status:
     """done / failed / todo / partial / changed (passed, edited since) / not run."""
     entry = data["exercises"].get(exercise.key)
     if entry is None:
-        return "not run"
-    if entry["status"] == "done":
-        current = file_digest(Path(course_root) / "exercises" / exercise.chapter / exercise.module_file)
+        return Status.NOT_RUN
+    if entry["status"] == Status.DONE:
+        current = file_digest(Path(course_root) / exercise.module_path)
         if current != entry.get("module_sha256"):
-            return "changed"
-    return entry["status"]
+            return Status.CHANGED
+    return Status(entry["status"])
 
 
 def hints_shown(data: dict, key: str) -> int:

@@ -13,7 +13,9 @@ import shlex
 import subprocess
 import sys
 
-from . import learner_cli, state
+from ..course import EXERCISES
+from . import commands, state
+from .status import Status
 
 
 def _python_changes(change, path: str) -> bool:
@@ -22,23 +24,19 @@ def _python_changes(change, path: str) -> bool:
 
 def summary_after_run(course, chapter_id: str) -> list[str]:
     data = state.read(course.root)
-    exercise = learner_cli.next_exercise(course, data, chapter_id)
+    exercise = commands.next_exercise(course, data, chapter_id)
     if exercise is None:
         return [f"watch: every exercise of {chapter_id} is done; `tpucourse progress` shows what is next"]
     entry = data["exercises"].get(exercise.key, {})
     status = state.exercise_status(course.root, data, exercise)
-    lines = [f"watch: {exercise.key} is {_WORDS.get(status, status)}"
-             + (f": {entry['message']}" if status in ("failed", "todo") and entry.get("message") else "")]
-    lines.append(f"  edit exercises/{exercise.chapter}/{exercise.module_file}; stuck? tpucourse hint {exercise.key}")
+    says = status in (Status.FAILED, Status.TODO) and entry.get("message")
+    lines = [f"watch: {exercise.key} is {status.words}" + (f": {entry['message']}" if says else "")]
+    lines.append(f"  edit {exercise.module_path}; stuck? tpucourse hint {exercise.key}")
     return lines
 
 
-_WORDS = {"todo": "not written yet", "failed": "failing", "not run": "not run yet",
-          "partial": "partly run", "changed": "edited since it passed"}
-
-
 def run_once(course, chapter_id: str, extra: list[str]) -> int:
-    command = [sys.executable, "-m", "pytest", f"exercises/{chapter_id}", "-x", *extra]
+    command = [sys.executable, "-m", "pytest", f"{EXERCISES}/{chapter_id}", "-x", *extra]
     print(f"watch: {' '.join(['pytest', *command[3:]])}", flush=True)
     code = subprocess.run(command, cwd=course.root).returncode
     try:
@@ -52,21 +50,21 @@ def run_once(course, chapter_id: str, extra: list[str]) -> int:
 def main(args) -> int:
     import watchfiles
 
-    course = learner_cli.course_here()
+    course = commands.course_here()
     chapter_id = args.chapter
     if chapter_id is None:
         try:
             data = state.read(course.root)
         except state.CorruptState as error:
-            raise learner_cli.CommandError(str(error)) from None
-        upcoming = learner_cli.next_exercise(course, data)
+            raise commands.CommandError(str(error)) from None
+        upcoming = commands.next_exercise(course, data)
         if upcoming is None:
-            raise learner_cli.CommandError("every shipped exercise is done: name a chapter, e.g. tpucourse watch ch11")
+            raise commands.CommandError("every shipped exercise is done: name a chapter, e.g. tpucourse watch ch11")
         chapter_id = upcoming.chapter
-    if course.chapter(chapter_id) is None or not (course.root / "exercises" / chapter_id).is_dir():
-        raise learner_cli.CommandError(f"no graded chapter {chapter_id!r} under exercises/")
+    if course.chapter(chapter_id) is None or not (course.root / EXERCISES / chapter_id).is_dir():
+        raise commands.CommandError(f"no graded chapter {chapter_id!r} under exercises/")
     if args.max_runs is not None and args.max_runs < 1:
-        raise learner_cli.CommandError("--max-runs must be at least 1")
+        raise commands.CommandError("--max-runs must be at least 1")
 
     runs = 0
     code = run_once(course, chapter_id, shlex.split(args.pytest_args))
@@ -75,7 +73,7 @@ def main(args) -> int:
         return code
     print("watch: waiting for changes under exercises/ (Ctrl-C to stop)", flush=True)
     try:
-        for _changes in watchfiles.watch(course.root / "exercises", watch_filter=_python_changes,
+        for _changes in watchfiles.watch(course.root / EXERCISES, watch_filter=_python_changes,
                                          debounce=300, raise_interrupt=False):
             code = run_once(course, chapter_id, shlex.split(args.pytest_args))
             runs += 1

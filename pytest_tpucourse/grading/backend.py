@@ -21,12 +21,9 @@ import logging
 from dataclasses import dataclass
 from pathlib import Path
 
-INTERPRET_MODES = ("auto", "tpu", "fast")
+from .. import jax_internals
 
-# The TPU interpreter reports a failing host callback through this logger, with a
-# full traceback, before the error reaches the caller; the caller's message holds
-# the same error, so the log line is noise in a learner's report.
-_CALLBACK_LOGGER = "jax._src.callback"
+INTERPRET_MODES = ("auto", "tpu", "fast")
 
 
 @dataclass(frozen=True)
@@ -132,9 +129,8 @@ def use_compilation_cache(directory: Path | None) -> Path | None:
 
 
 def restore() -> None:
-    from jax._src import config as jax_config
-
-    jax_config.pallas_tpu_interpret_mode_context_manager.set_global(None)
+    """Undo select(): kernels run as JAX runs them without this plugin."""
+    jax_internals.clear_global_interpret_mode()
 
 
 def reset_after_failure() -> None:
@@ -151,7 +147,9 @@ def reset_after_failure() -> None:
 
 @contextlib.contextmanager
 def quiet_callback_errors():
-    logger = logging.getLogger(_CALLBACK_LOGGER)
+    """Mute the TPU interpreter's log of a failing host callback (a full traceback, logged
+    before the error reaches the caller, whose message holds the same error)."""
+    logger = logging.getLogger(jax_internals.CALLBACK_LOGGER)
     previous = logger.disabled
     logger.disabled = True
     try:

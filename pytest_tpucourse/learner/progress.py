@@ -12,7 +12,8 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from pathlib import PurePosixPath
 
-from .course import Course, Exercise
+from ..course import EXERCISES, Course, Exercise
+from .status import Status
 
 
 @dataclass
@@ -33,17 +34,17 @@ class ExerciseResults:
         return bool(self.passed or self.failed or self.todo or self.skipped)
 
     @property
-    def status(self) -> str:
+    def status(self) -> Status:
         if self.todo:
-            return "todo"
+            return Status.TODO
         if self.failed:
-            return "failed"
+            return Status.FAILED
         finished = self.passed | self.skipped
         if self.passed and self.collected <= finished and not self.deselected and not self.unseen_tests:
-            return "done"
+            return Status.DONE
         if self.passed:
-            return "partial"
-        return "not run"
+            return Status.PARTIAL
+        return Status.NOT_RUN
 
 
 class RunProgress:
@@ -60,10 +61,21 @@ class RunProgress:
 
     def exercise_of(self, nodeid: str) -> Exercise | None:
         parts = PurePosixPath(nodeid.split("::", 1)[0]).parts
-        if len(parts) != 3 or parts[0] != "exercises":
+        if len(parts) != 3 or parts[0] != EXERCISES:
             return None
         chapter = self.course.chapter(parts[1])
         return chapter.exercise_for_test_file(parts[2]) if chapter else None
+
+    def sort_in_course_order(self, items: list) -> None:
+        """Graded tests (pytest items) run in the order a learner meets the exercises (course.toml)."""
+        rank = {exercise.key: index
+                for index, exercise in enumerate(e for c in self.course.chapters for e in c.exercises)}
+
+        def key(item) -> int:
+            exercise = self.exercise_of(item.nodeid)
+            return rank[exercise.key] if exercise is not None else len(rank)
+
+        items.sort(key=key)
 
     def _entry(self, nodeid: str) -> ExerciseResults | None:
         exercise = self.exercise_of(nodeid)
@@ -115,7 +127,7 @@ class RunProgress:
         next_up: ExerciseResults | None = None
         for chapter in self.chapters_seen():
             entries = [self.results.get(e.key) for e in chapter.exercises]
-            done = sum(1 for e in entries if e is not None and e.status == "done")
+            done = sum(1 for e in entries if e is not None and e.status == Status.DONE)
             if chapter.exercises and done == len(chapter.exercises):
                 complete += 1
             if only_ran:
@@ -128,7 +140,7 @@ class RunProgress:
                 if entry is None:
                     continue
                 lines.append(_exercise_line(entry))
-                if next_up is None and entry.status in ("todo", "failed"):
+                if next_up is None and entry.status in (Status.TODO, Status.FAILED):
                     next_up = entry
         who = "your progress" if learner_tree else "this tree"
         if shown or not only_ran:
@@ -142,26 +154,20 @@ class RunProgress:
             )
         if learner_tree and next_up is not None:
             ex = next_up.exercise
-            lines.append(
-                f"next: {ex.key}: edit exercises/{ex.chapter}/{ex.module_file}, then "
-                f"pytest exercises/{ex.chapter}/{ex.test_file}"
-            )
+            lines.append(f"next: {ex.key}: edit {ex.module_path}, then pytest {ex.test_path}")
         return lines
-
-
-_LABEL = {"todo": "TODO", "failed": "FAIL", "done": "done", "partial": "part", "not run": "----"}
 
 
 def _exercise_line(entry: ExerciseResults) -> str:
     ran = len(entry.passed | entry.failed | entry.todo)
     line = (
-        f"  {_LABEL[entry.status]:4}  {entry.exercise.name:<18} "
+        f"  {entry.status.mark:4}  {entry.exercise.name:<18} "
         f"{len(entry.passed)}/{len(entry.collected | entry.deselected)} tests passed"
     )
-    if entry.status == "partial":
+    if entry.status == Status.PARTIAL:
         line += f" ({ran} ran)"
-    if entry.status in ("todo", "failed") and entry.first_message:
+    if entry.status in (Status.TODO, Status.FAILED) and entry.first_message:
         line += "\n        " + entry.first_message.strip().splitlines()[0].removeprefix("TODO: ")
-    if entry.status == "todo" and entry.exercise.hints:
+    if entry.status == Status.TODO and entry.exercise.hints:
         line += f"\n        hint: {entry.exercise.hints[0]}"
     return line

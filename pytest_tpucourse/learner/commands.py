@@ -2,7 +2,7 @@
 
 Results come only from the state file the plugin writes after each pytest run of
 the learner's exercises/ tree (state.py); gate statuses only from the gate records
-(records.py, gates.py). Nothing here runs a test or infers a pass.
+(gates/records.py, gates/report.py). Nothing here runs a test or infers a pass.
 """
 
 from __future__ import annotations
@@ -12,9 +12,12 @@ import subprocess
 import sys
 from pathlib import Path
 
-from . import gates, state
-from . import records as rec
-from .course import Course, CourseDataError, Exercise, find_course_root, load_course
+from ..course import (EXERCISES, Course, CourseDataError, Exercise, find_course_root, load_course,
+                      module_in_tree)
+from ..gates import criteria, report
+from ..gates import records as rec
+from . import state
+from .status import Status
 
 
 class CommandError(Exception):
@@ -40,7 +43,7 @@ def _read_state(course: Course) -> dict:
 
 
 def _shipped(course: Course, exercise: Exercise) -> bool:
-    return (course.root / "exercises" / exercise.chapter / exercise.test_file).is_file()
+    return (course.root / exercise.test_path).is_file()
 
 
 def next_exercise(course: Course, data: dict, chapter_id: str | None = None) -> Exercise | None:
@@ -49,29 +52,25 @@ def next_exercise(course: Course, data: dict, chapter_id: str | None = None) -> 
         if chapter_id is not None and chapter.id != chapter_id:
             continue
         for exercise in chapter.exercises:
-            if _shipped(course, exercise) and state.exercise_status(course.root, data, exercise) != "done":
+            if _shipped(course, exercise) and state.exercise_status(course.root, data, exercise) != Status.DONE:
                 return exercise
     return None
 
 
 # ---------------------------------------------------------------- progress
 
-_MARK = {"done": "done", "failed": "FAIL", "todo": "TODO", "partial": "part",
-         "changed": "edit", "not run": "----"}
-
-
 def gate_label(all_records, number: int) -> str:
     """passed on hardware / failed / off-chip verified / awaiting hardware, from records only."""
     chips_seen = sorted({r.chip for r in all_records})
-    per_chip = {chip: gates.gate_statuses(all_records, chip)[number] for chip in chips_seen}
-    passed = [chip for chip, statuses in per_chip.items() if all(s == gates.PASS for s in statuses.values())]
+    per_chip = {chip: report.gate_statuses(all_records, chip)[number] for chip in chips_seen}
+    passed = [chip for chip, statuses in per_chip.items() if all(s == criteria.PASS for s in statuses.values())]
     if passed:
         return f"passed on hardware ({', '.join(passed)})"
     failed = sorted({f"{chip}: {c}" for chip, statuses in per_chip.items()
-                     for c, s in statuses.items() if s == gates.FAIL})
+                     for c, s in statuses.items() if s == criteria.FAIL})
     if failed:
         return f"failed ({'; '.join(failed)})"
-    if any(s == gates.PASS_OFF_CHIP for statuses in per_chip.values() for s in statuses.values()):
+    if any(s == criteria.PASS_OFF_CHIP for statuses in per_chip.values() for s in statuses.values()):
         return "off-chip verified, awaiting hardware"
     return "awaiting hardware"
 
@@ -87,7 +86,7 @@ def progress_lines(course: Course, data: dict, all_records) -> list[str]:
             head += "  no exercises yet"
         else:
             statuses = [state.exercise_status(course.root, data, e) for e in shipped]
-            done = statuses.count("done")
+            done = statuses.count(Status.DONE)
             head += f"  {done}/{len(shipped)} exercises"
             if done == len(shipped):
                 complete += 1
@@ -97,24 +96,24 @@ def progress_lines(course: Course, data: dict, all_records) -> list[str]:
         for exercise in shipped:
             status = state.exercise_status(course.root, data, exercise)
             entry = data["exercises"].get(exercise.key, {})
-            line = f"      {_MARK[status]}  {exercise.name}"
-            if status in ("failed", "todo") and entry.get("message"):
+            line = f"      {status.mark}  {exercise.name}"
+            if status in (Status.FAILED, Status.TODO) and entry.get("message"):
                 line += f": {entry['message']}"
-            elif status == "changed":
+            elif status == Status.CHANGED:
                 line += ": passed, then edited: run its tests again"
-            elif status == "partial":
+            elif status == Status.PARTIAL:
                 line += f": {entry.get('tests_passed')}/{entry.get('tests_total')} tests passed, the rest not run"
             lines.append(line)
     lines.append("")
     lines.append(f"your progress: {complete}/{course.chapters_total} chapters")
-    lines.append(f"gates: {gates.gates_passed(all_records)}/{course.gates_total} gates passed (measured on hardware)")
+    lines.append(f"gates: {report.gates_passed(all_records)}/{course.gates_total} gates passed (measured on hardware)")
     upcoming = next_exercise(course, data)
     if upcoming is None:
         lines.append("next: every shipped exercise is done")
     else:
         lines.append(f"next: {upcoming.key}: {upcoming.summary}")
-        lines.append(f"  edit  exercises/{upcoming.chapter}/{upcoming.module_file}")
-        lines.append(f"  run   pytest exercises/{upcoming.chapter}/{upcoming.test_file}")
+        lines.append(f"  edit  {upcoming.module_path}")
+        lines.append(f"  run   pytest {upcoming.test_path}")
         lines.append(f"  stuck? tpucourse hint {upcoming.key}")
     return lines
 
@@ -176,7 +175,7 @@ def hint(args) -> int:
 
     state.update(course.root, change)
     number = shown["n"]
-    print(f"{exercise.key}: edit exercises/{exercise.chapter}/{exercise.module_file}")
+    print(f"{exercise.key}: edit {exercise.module_path}")
     print(f"hint {number}/{total}: {hints[number - 1]}")
     if number < total:
         print(f"(run `tpucourse hint {exercise.key}` again for hint {number + 1})")
@@ -210,7 +209,7 @@ def reset(args, stdin=None) -> int:
     chapter_id, _, name = args.exercise.partition(".")
     if not name or course.chapter(chapter_id) is None:
         raise CommandError(f"give chNN.module, e.g. ch11.matmul (got {args.exercise!r})")
-    relative = f"exercises/{chapter_id}/{name}.py"
+    relative = module_in_tree(EXERCISES, chapter_id, name)
     target = course.root / relative
     stub = shipped_stub(course, relative)
     if target.exists() and target.read_bytes() == stub:

@@ -31,7 +31,8 @@ import uuid
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from . import chips
+from .. import chips
+from .criteria import GATE_NUMBERS, gate_range
 
 SCHEMA_VERSION = 1
 METHODS = ("roofline-predicted", "off-chip-verified", "measured")
@@ -110,8 +111,8 @@ class Record:
         if self.verdict == "reference" and (self.method != "measured" or self.implementation == "kernel"):
             raise ValueError(f"{self.test_id}: a reference row is a measured floor or ceiling, "
                              f"got a {self.method} {self.implementation}")
-        if not isinstance(self.gate, int) or not 0 <= self.gate <= 5:
-            raise ValueError(f"gate must be 0-5, got {self.gate!r}")
+        if not isinstance(self.gate, int) or self.gate not in GATE_NUMBERS:
+            raise ValueError(f"gate must be {gate_range()}, got {self.gate!r}")
         if self.method == "measured":
             if self.platform not in ACCELERATORS or self.interpret:
                 raise HonestyError(

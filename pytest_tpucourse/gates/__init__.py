@@ -1,0 +1,1 @@
+"""Gates: their criteria, the honest records, measuring on hardware, and the reports."""

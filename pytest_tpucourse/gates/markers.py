@@ -1,0 +1,94 @@
+"""The markers a course test may carry: @pytest.mark.gate(n), @pytest.mark.roofline(...) and
+@pytest.mark.kernel_timeout(seconds)."""
+
+from __future__ import annotations
+
+import pytest
+
+from .. import chips, roofline
+from .criteria import gate_range, is_gate_number
+
+
+def register(config: pytest.Config) -> None:
+    config.addinivalue_line(
+        "markers", f"gate(n): a gate test of stage n ({gate_range()}); runs only with --gates")
+    config.addinivalue_line(
+        "markers",
+        "roofline(chip=None, flops=None, bytes=None): attach a roofline prediction to a benchmark test")
+    config.addinivalue_line(
+        "markers",
+        "kernel_timeout(seconds): a shorter deadline for this test's graded calls than --kernel-timeout")
+
+
+def kernel_timeout(item: pytest.Item) -> float | None:
+    """The seconds of a test's @pytest.mark.kernel_timeout, or None."""
+    mark = item.get_closest_marker("kernel_timeout")
+    return None if mark is None else float((list(mark.args) + list(mark.kwargs.values()))[0])
+
+
+def gate_number(item: pytest.Item) -> int | None:
+    """The gate an item tests (its closest @pytest.mark.gate), or None."""
+    mark = item.get_closest_marker("gate")
+    return None if mark is None else (list(mark.args) + list(mark.kwargs.values()))[0]
+
+
+def roofline_cost(item: pytest.Item) -> roofline.Cost | None:
+    """The cost a test's @pytest.mark.roofline(flops=..., bytes=...) gives, if any."""
+    mark = item.get_closest_marker("roofline")
+    return roofline.marker_cost(mark) if mark is not None else None
+
+
+def roofline_prediction(item: pytest.Item, registry: chips.ChipRegistry,
+                        run_chip: str) -> roofline.Prediction | None:
+    """The prediction of a test's roofline marker: for its chip= or else the run's chip."""
+    cost = roofline_cost(item)
+    if cost is None:
+        return None
+    name = item.get_closest_marker("roofline").kwargs.get("chip") or run_chip
+    return roofline.predict(registry.get(name).per_device(), cost)
+
+
+def check(items: list[pytest.Item], registry: chips.ChipRegistry, run_chip: str) -> None:
+    """Refuse a malformed marker (a usage error naming the test); a roofline marker's
+    prediction goes into the test's user_properties (junit XML)."""
+    for item in items:
+        for mark in item.iter_markers("gate"):
+            args = list(mark.args) + list(mark.kwargs.values())
+            if len(args) != 1 or not is_gate_number(args[0]):
+                raise pytest.UsageError(
+                    f"{item.nodeid}: @pytest.mark.gate takes one integer gate number {gate_range()}, "
+                    f"got gate({', '.join(map(repr, args))})")
+        for mark in item.iter_markers("kernel_timeout"):
+            args = list(mark.args) + list(mark.kwargs.values())
+            if (len(args) != 1 or not isinstance(args[0], (int, float)) or isinstance(args[0], bool)
+                    or args[0] <= 0):
+                raise pytest.UsageError(
+                    f"{item.nodeid}: @pytest.mark.kernel_timeout takes one positive number of seconds, "
+                    f"got kernel_timeout({', '.join(map(repr, args))})")
+        for mark in item.iter_markers("roofline"):
+            try:
+                if mark.kwargs.get("chip") is not None:
+                    chips.validate_chip(mark.kwargs["chip"], registry.names)
+                prediction = roofline_prediction(item, registry, run_chip)
+            except ValueError as error:
+                raise pytest.UsageError(f"{item.nodeid}: roofline marker: {error}") from None
+            if prediction is not None:
+                item.user_properties.append(("roofline", {
+                    "chip": prediction.chip, "floor_s": prediction.floor_seconds,
+                    "bound": prediction.bound, "intensity": prediction.intensity,
+                }))
+
+
+def select_gate_tests(config: pytest.Config, items: list[pytest.Item], gates_only: bool) -> None:
+    """--gates: only the gate tests run (the rest deselected); otherwise gate tests are skipped."""
+    if gates_only:
+        selected = [i for i in items if i.get_closest_marker("gate") is not None]
+        deselected = [i for i in items if i.get_closest_marker("gate") is None]
+        if deselected:
+            config.hook.pytest_deselected(items=deselected)
+            items[:] = selected
+    else:
+        skip = pytest.mark.skip(reason="gate test: runs with --gates")
+        for item in items:
+            if item.get_closest_marker("gate") is not None:
+                item.add_marker(skip)

@@ -1,0 +1,104 @@
+"""Compiled calls: the program cache shared by graded code and the checker's oracles, and the
+one key every per-call cache of a run uses.
+
+Graded code is first run as one jitted program: op by op, JAX compiles every
+primitive of every distinct shape and dtype on its own, and a chapter of pure-JAX
+exercises spent most of its first run doing that (docs/speed.md has the times
+before and after). Code that cannot be traced (Python control flow
+on values, NumPy calls on arrays) or that fails in any way is run again eagerly,
+so the learner sees the error of their code as written, never a tracer's.
+"""
+
+from __future__ import annotations
+
+import functools
+import hashlib
+
+from . import backend
+
+
+
+class CompiledPrograms:
+    """One jitted program per (function, compile-time keyword arguments, call or VJP)."""
+
+    def __init__(self):
+        self._programs: dict = {}
+
+    def get(self, function, kwargs, kind: str = "call"):
+        """function(*args, **kwargs) ("call") or its VJP ("vjp") as one jitted program.
+
+        "call" returns a callable of the positional args; "vjp" one of (args, cotangents)
+        giving (outputs, grads). Keyword arguments that are arrays (masks) are traced;
+        the others (block sizes, flags, scales) are compile-time, and the program is kept
+        per (function, those values), so every call that binds the same ones shares one
+        jit cache. Shared by the graded calls and by the checker's oracles and floors.
+        """
+        import jax
+
+        static = {k: v for k, v in kwargs.items() if not is_array(v)}
+        dynamic = {k: v for k, v in kwargs.items() if is_array(v)}
+        key = call_key(function, (), static)
+        program = None if key is None else self._programs.get((key, kind))
+        if program is None:
+            if kind == "call":
+                program = jax.jit(lambda *args, **traced: function(*args, **static, **traced))
+            else:
+                def vjp(args, cotangents, **traced):
+                    outputs, pullback = jax.vjp(lambda *a: function(*a, **static, **traced), *args)
+                    return outputs, pullback(cotangents)
+                program = jax.jit(vjp)
+            if key is not None:  # a setting that cannot be keyed: compiled for this call alone
+                self._programs[(key, kind)] = program
+        return functools.partial(program, **dynamic) if dynamic else program
+
+
+def compiled_or_eager(compiled, eager, args):
+    """compiled() where every argument is a jax.Array, else (and after any failure) eager().
+
+    Other arguments keep their eager meaning: traced, a Python 4096 ** 3 would
+    overflow int32, and NumPy arrays would stop computing in NumPy's dtypes.
+    """
+    import jax
+
+    if not all(isinstance(leaf, jax.Array) for leaf in jax.tree.leaves(args)):
+        return eager()
+    try:
+        return compiled()
+    except Exception:
+        backend.reset_after_failure()  # a kernel that failed must not poison the rerun
+        return eager()
+
+
+def call_key(function, args=(), kwargs=None, *, exact: bool = False):
+    """One hashable key for a call of `function`, or None where the call cannot be keyed.
+
+    Keyword arguments are compile-time values (block sizes, flags, and masks that a trace
+    closes over), so they are keyed by value. Positional arrays are traced, so they are
+    keyed by shape and dtype, or by value too with exact=True (the very call that hung
+    before). Other values by repr; the function by identity.
+    """
+    import jax
+
+    try:
+        arg_leaves, arg_tree = jax.tree.flatten(tuple(args))
+        kwarg_leaves, kwarg_tree = jax.tree.flatten(dict(kwargs or {}))
+        key = (function, arg_tree, tuple(_leaf_key(x, exact) for x in arg_leaves),
+               kwarg_tree, tuple(_leaf_key(x, True) for x in kwarg_leaves))
+        hash(key)
+    except Exception:
+        return None
+    return key
+
+
+def _leaf_key(leaf, by_value: bool):
+    if not is_array(leaf):
+        return repr(leaf)
+    if not by_value:
+        return tuple(leaf.shape), str(leaf.dtype)
+    import numpy as np
+
+    return tuple(leaf.shape), str(leaf.dtype), hashlib.sha1(np.asarray(leaf).tobytes()).hexdigest()
+
+
+def is_array(value) -> bool:
+    return hasattr(value, "shape") and hasattr(value, "dtype")

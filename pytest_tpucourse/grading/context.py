@@ -1,0 +1,48 @@
+"""What every graded call of one run shares: its deadline, VMEM budget, lowering chip and caches.
+
+The session builds one GradingContext from the options and activates it for the run; the
+`impl` fixture hands it to the functions it grades, and a function wrapped elsewhere
+(`checks.graded`) finds the active one. Outside a pytest run (a benchmark script) the
+defaults hold: a 60 s deadline, no VMEM check, lowering for the default chip. Activations
+nest, so a pytest run started inside another (pytester in-process) restores the outer
+run's context when it ends.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+from ..chips import DEFAULT_CHIP
+from .compiled import CompiledPrograms
+from .deadline import Deadline
+from .vmem import VmemBudget
+
+
+@dataclass(eq=False)
+class GradingContext:
+    deadline: Deadline = field(default_factory=Deadline)
+    vmem: VmemBudget = field(default_factory=VmemBudget)
+    lowering_chip: str = DEFAULT_CHIP  # the TPU that the Mosaic lowering check targets off a TPU
+    programs: CompiledPrograms = field(default_factory=CompiledPrograms)
+    # Calls (compiled.call_key) already seen to run a pallas_call: a hypothesis test calls one
+    # function on a few shapes many times, and the trace costs about as much as one
+    # interpret-mode call of a small kernel.
+    kernel_calls: set = field(default_factory=set)
+
+
+_active: list[GradingContext] = []
+_outside_a_run = GradingContext()
+
+
+def activate(context: GradingContext) -> None:
+    _active.append(context)
+
+
+def deactivate(context: GradingContext) -> None:
+    if context in _active:
+        _active.remove(context)
+
+
+def active() -> GradingContext:
+    """The context of the innermost run in progress, or the defaults outside any."""
+    return _active[-1] if _active else _outside_a_run

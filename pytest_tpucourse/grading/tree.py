@@ -1,0 +1,150 @@
+"""Which tree is graded, and importing its modules by path.
+
+A graded test asks for the `impl` fixture and calls `impl.<module>.<function>(...)`.
+The same test file then grades the learner's `exercises/chNN/`, the shipped
+`solutions/chNN/` (`--solutions`), or any tree laid out like `solutions/`
+(`--impl-root DIR`). Modules are imported by file path under a package name
+unique to the tree, so exercises/ch11/matmul.py and solutions/ch11/matmul.py never
+collide, and a chapter's modules may import each other with `from . import x`.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import importlib
+import sys
+import types
+from dataclasses import dataclass
+from pathlib import Path
+
+from ..course import EXERCISES, SOLUTIONS, Course, module_in_tree
+from ..outcomes import LearnerCodeError
+from .calls import LearnerFunction
+from .context import GradingContext
+from .messages import describe_exception, relative
+
+
+@dataclass(frozen=True)
+class GradedTree:
+    """A directory holding chNN/ folders of implementations."""
+
+    kind: str  # EXERCISES (the learner's work), SOLUTIONS, or "impl-root"
+    root: Path
+
+    def describe(self, course_root: Path) -> str:
+        shown = relative(self.root, course_root)
+        return {
+            EXERCISES: f"{shown}/ (your work)",
+            SOLUTIONS: f"{shown}/ (the shipped reference solutions)",
+            "impl-root": f"{shown}/ (--impl-root)",
+        }[self.kind]
+
+    @property
+    def is_learners(self) -> bool:
+        """The learner's own exercises/: the only tree whose runs count as their progress."""
+        return self.kind == EXERCISES
+
+    def chapter_dir(self, chapter_id: str) -> Path:
+        return self.root / chapter_id
+
+    def module_path(self, chapter_id: str, module: str) -> Path:
+        return Path(module_in_tree(self.root, chapter_id, module))
+
+    @property
+    def package_name(self) -> str:
+        digest = hashlib.sha1(str(self.root).encode()).hexdigest()[:10]
+        return f"_tpucourse_graded_{self.kind.replace('-', '_')}_{digest}"
+
+
+def graded_tree(course_root: Path, solutions: bool, impl_root: str | None) -> GradedTree:
+    if impl_root is not None:
+        return GradedTree("impl-root", Path(impl_root).resolve())
+    if solutions:
+        return GradedTree(SOLUTIONS, course_root / SOLUTIONS)
+    return GradedTree(EXERCISES, course_root / EXERCISES)
+
+
+class Implementation:
+    """The modules of one chapter in the graded tree: `impl.matmul.matmul(x, y)`.
+
+    Its functions are graded in `context` (the run's deadline, VMEM budget and caches).
+    """
+
+    def __init__(self, tree: GradedTree, course: Course, chapter_id: str,
+                 context: GradingContext | None = None):
+        self._tree = tree
+        self._course = course
+        self._chapter_id = chapter_id
+        self._context = context
+
+    @property
+    def chapter_dir(self) -> Path:
+        return self._tree.chapter_dir(self._chapter_id)
+
+    def __getattr__(self, module_name: str) -> LearnerModule:
+        if module_name.startswith("_"):
+            raise AttributeError(module_name)
+        return LearnerModule(self._tree, self._course, self._chapter_id, module_name, self._context)
+
+    def __repr__(self) -> str:
+        return f"<implementation of {self._chapter_id} from {self.chapter_dir}>"
+
+
+class LearnerModule:
+    """One module of the graded tree, imported on first use: `impl.matmul`."""
+
+    def __init__(self, tree: GradedTree, course: Course, chapter_id: str, name: str,
+                 context: GradingContext | None = None):
+        self._tree = tree
+        self._course = course
+        self._chapter_id = chapter_id
+        self._name = name
+        self._context = context  # attributes are the module's functions: only _names here
+
+    @property
+    def path(self) -> Path:
+        return self._tree.module_path(self._chapter_id, self._name)
+
+    @property
+    def course_root(self) -> Path:
+        return self._course.root
+
+    def __getattr__(self, function_name: str) -> LearnerFunction:
+        if function_name.startswith("_"):
+            raise AttributeError(function_name)
+        exercise = self._course.exercise(f"{self._chapter_id}.{self._name}")
+        return LearnerFunction(self, function_name, exercise)
+
+    def load(self) -> types.ModuleType:
+        """Import the module by path; failures become a LearnerCodeError."""
+        if not self.path.is_file():
+            raise LearnerCodeError(
+                f"{relative(self.path, self.course_root)} does not exist: the graded tree has no module "
+                f"{self._name!r} for {self._chapter_id}."
+            )
+        package = _chapter_package(self._tree, self._chapter_id)
+        qualified = f"{package}.{self._name}"
+        try:
+            return importlib.import_module(qualified)
+        except Exception as error:  # the learner's module failed to import
+            sys.modules.pop(qualified, None)
+            raise LearnerCodeError(
+                f"importing {relative(self.path, self.course_root)} failed:\n"
+                + describe_exception(error, self.path, self.course_root)
+            ) from None
+
+
+def _chapter_package(tree: GradedTree, chapter_id: str) -> str:
+    """Register (once) a package whose __path__ is the tree's chapter folder."""
+    root_name = tree.package_name
+    if root_name not in sys.modules:
+        root = types.ModuleType(root_name)
+        root.__path__ = [str(tree.root)]
+        sys.modules[root_name] = root
+    name = f"{root_name}.{chapter_id}"
+    if name not in sys.modules:
+        package = types.ModuleType(name)
+        package.__path__ = [str(tree.chapter_dir(chapter_id))]
+        package.__package__ = name
+        sys.modules[name] = package
+    return name

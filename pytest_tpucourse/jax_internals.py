@@ -1,0 +1,529 @@
+"""Every private JAX API this package touches, in one module. Read against jax 0.10.2.
+
+Upgrading JAX means reading this file: each function below names what it reaches
+into (`jax._src`, the TPU interpreter's module state, the tpu_info registry, the
+parameters of a `pallas_call` equation, a private entry point of a shipped kernel)
+and what the rest of the package relies on it for. Everything else uses public JAX.
+JAX is imported inside the functions: importing this module loads nothing heavy.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import re
+import sys
+import time
+from dataclasses import dataclass
+from pathlib import Path
+
+READ_AGAINST = "0.10.2"
+
+# The TPU interpreter reports a failing host callback through this logger, with a
+# full traceback, before the error reaches the caller.
+CALLBACK_LOGGER = "jax._src.callback"
+
+
+# ---------------------------------------------------------------- interpret mode
+
+def clear_global_interpret_mode() -> None:
+    """Undo `pltpu.set_tpu_interpret_mode` (JAX has no public way back to "not set")."""
+    from jax._src import config as jax_config
+
+    jax_config.pallas_tpu_interpret_mode_context_manager.set_global(None)
+
+
+def interpret_mode_in_effect():
+    """The Pallas TPU interpret mode this thread sees (None, True or InterpretParams)."""
+    from jax._src import config as jax_config
+
+    return jax_config.pallas_tpu_interpret_mode_context_manager.value
+
+
+def races_found() -> bool:
+    """Whether the last run under `InterpretParams(detect_races=True)` found a race."""
+    from jax._src.pallas.mosaic.interpret import interpret_pallas_call as interpreter
+
+    races = interpreter.races
+    return races is not None and bool(races.races_found)
+
+
+def abort_tpu_interpreter() -> None:
+    """Make a hung TPU-interpret-mode kernel raise in the thread running it.
+
+    The interpreter's shared memory holds a failure flag that its semaphore waits poll
+    every 0.1 s, and two barriers; setting the flag and aborting the barriers ends the wait.
+    """
+    try:
+        from jax._src.pallas.mosaic.interpret import interpret_pallas_call as interpreter
+    except ImportError:
+        return
+    memory = getattr(interpreter, "_shared_memory", None)
+    if memory is None:
+        return
+    with memory.lock:
+        if getattr(memory, "_failure", None) is None:
+            memory._failure = TimeoutError("the graded call passed its deadline")
+    for barrier in (getattr(memory, "barrier", None), getattr(memory, "clean_up_barrier", None)):
+        if barrier is not None:
+            barrier.abort()
+    interpreter.reset_tpu_interpret_mode_state()
+
+
+def forget_abandoned_calls() -> None:
+    """After an abandoned call: reset the interpreter and drop the runtime tokens it held."""
+    from jax._src import dispatch
+    from jax.experimental.pallas import tpu as pltpu
+
+    pltpu.reset_tpu_interpret_mode_state()
+    dispatch.runtime_tokens.clear()
+
+
+# ---------------------------------------------------------------- thread-local settings
+
+# Context managers JAX keeps outside `config_states` (meshes, devices, interpret mode).
+_CONTEXT_CONFIGS = ("mesh_context_manager", "abstract_mesh_context_manager", "device_context",
+                    "compute_on_context_manager", "xla_metadata_context_manager",
+                    "pallas_tpu_interpret_mode_context_manager")
+
+
+def thread_local_settings() -> list:
+    """Every JAX setting the calling thread has set locally (interpret mode, x64, mesh, ...)."""
+    from jax._src import config as jax_config
+
+    configs = list(jax_config.config_states.values())
+    configs += [getattr(jax_config, name) for name in _CONTEXT_CONFIGS if hasattr(jax_config, name)]
+    unset = jax_config.config_ext.unset
+    return [(config, value) for config in configs if (value := config.get_local()) is not unset]
+
+
+@contextlib.contextmanager
+def thread_local_settings_applied(settings: list):
+    """Set another thread's local JAX settings (thread_local_settings()) in this one, as their
+    context managers do, and undo them on exit."""
+    previous = []
+    try:
+        for config, value in settings:
+            previous.append((config, config.swap_local(value)))
+            hook = getattr(config, "_update_thread_local_hook", None)
+            if hook:
+                hook(value)
+        yield
+    finally:
+        for config, value in reversed(previous):
+            config.set_local(value)
+
+
+# ---------------------------------------------------------------- the chip a lowering targets
+
+@contextlib.contextmanager
+def tpu_info_for_this_device(chip_version: str):
+    """Lower for `chip_version` (a pltpu.ChipVersion value) where this device is no TPU JAX knows.
+
+    Some Mosaic lowering rules (integer `//`, `sign`) ask tpu_info about the local device;
+    its registry maps a device kind to the chip's figures.
+    """
+    import jax
+    from jax._src.pallas.mosaic import tpu_info
+    from jax.experimental.pallas import tpu as pltpu
+
+    kind = jax.devices()[0].device_kind
+    if kind in tpu_info.registry or tpu_info.chip_version_from_device_kind(kind) is not None:
+        yield  # a real TPU, or a device JAX already knows
+        return
+    tpu_info.registry[kind] = lambda: pltpu.get_tpu_info_for_chip(pltpu.ChipVersion(chip_version), 1)
+    try:
+        yield
+    finally:
+        tpu_info.registry.pop(kind, None)
+
+
+# ---------------------------------------------------------------- MLIR
+
+def mlir_context(with_tpu_dialect: bool = False):
+    """JAX's own MLIR context (`jax._src.interpreters.mlir.make_ir_context`), with the Mosaic TPU
+    dialect registered (`jax._src.lib.tpu`) when asked: what decoding a kernel's body needs."""
+    from jax._src.interpreters import mlir as jax_mlir
+
+    context = jax_mlir.make_ir_context()
+    if with_tpu_dialect:
+        from jax._src.lib import tpu
+
+        tpu.register_dialect(context)
+    return context
+
+
+# ---------------------------------------------------------------- a pallas_call equation
+
+def kernel_jaxpr(eqn):
+    """The kernel body (an open jaxpr over its Refs) of a pallas_call equation."""
+    return eqn.params["jaxpr"]
+
+
+def scratch_avals(eqn) -> list:
+    """(shape, dtype, memory space name) of each scratch buffer a pallas_call equation asks for."""
+    count = eqn.params["grid_mapping"].num_scratch_operands
+    kernel = kernel_jaxpr(eqn)
+    found = []
+    for var in kernel.invars[len(kernel.invars) - count:] if count else ():
+        aval = var.aval
+        inner = getattr(aval, "inner_aval", aval)
+        found.append((tuple(inner.shape), inner.dtype, str(getattr(aval, "memory_space", "")).lower()))
+    return found
+
+
+@dataclass(frozen=True)
+class OperandBlocks:
+    """How one operand of a kernel (an input or an output) is cut into blocks."""
+
+    position: int  # among the kernel's inputs, or among its outputs
+    is_input: bool
+    index_map: object  # a closed jaxpr: grid indices -> block indices
+    block_shape: tuple  # per axis: an int, None, or a Blocked / Squeezed / Element / BoundedSlice
+    array_shape: tuple
+    dtype: object
+    block_value_shape: tuple  # the block as the kernel sees it (squeezed axes dropped)
+    memory_space: str  # lower-cased: "vmem", "any", "smem", ... or "default"
+    buffer_count: int | None  # what pl.Buffered(n) asked for, else None
+
+    @property
+    def name(self) -> str:
+        return f"{'input' if self.is_input else 'output'} {self.position}"
+
+
+@dataclass(frozen=True)
+class KernelGrid:
+    """A pallas_call equation's grid and how each operand is cut into blocks over it."""
+
+    grid: tuple[int, ...]
+    inputs: tuple[OperandBlocks, ...]
+    outputs: tuple[OperandBlocks, ...]
+    static: bool  # index maps read only grid indices: no scalar prefetch, no dynamic grid bounds
+
+
+def kernel_grid(eqn) -> KernelGrid:
+    """The grid and operand blocks of a pallas_call equation (its private `grid_mapping`)."""
+    mapping = eqn.params["grid_mapping"]
+
+    def operand(block, position: int, is_input: bool) -> OperandBlocks:
+        aval = block.block_aval
+        mode = getattr(block, "pipeline_mode", None)
+        return OperandBlocks(
+            position=position, is_input=is_input, index_map=block.index_map_jaxpr,
+            block_shape=tuple(block.block_shape), array_shape=tuple(block.array_aval.shape),
+            dtype=block.array_aval.dtype, block_value_shape=tuple(aval.shape),
+            memory_space=str(getattr(aval, "memory_space", "default")).lower(),
+            buffer_count=(int(mode.buffer_count) if mode is not None and getattr(mode, "buffer_count", None)
+                          else None))
+
+    blocks = mapping.block_mappings
+    inputs = tuple(operand(b, i, True) for i, b in enumerate(blocks[:mapping.num_inputs]))
+    outputs = tuple(operand(b, i, False) for i, b in
+                    enumerate(blocks[mapping.num_inputs:mapping.num_inputs + mapping.num_outputs]))
+    return KernelGrid(grid=tuple(int(g) for g in mapping.grid), inputs=inputs, outputs=outputs,
+                      static=not (mapping.num_index_operands or mapping.num_dynamic_grid_bounds))
+
+
+def block_dim(dim) -> tuple[int, bool]:
+    """(elements per block along one axis, whether the index map returns element offsets)."""
+    if dim is None:
+        return 1, False
+    if isinstance(dim, int):
+        return dim, False
+    name = type(dim).__name__
+    if name == "Squeezed":
+        return 1, False
+    if name == "Blocked":
+        return int(dim.block_size), False
+    return int(getattr(dim, "block_size", 1)), True  # Element, BoundedSlice: offsets
+
+
+# ---------------------------------------------------------------- shipped kernels
+
+def flash_attention_with_residuals(q, k, v, *, causal: bool, scale: float, block_q: int, block_kv: int):
+    """(out, l, m) from jax.experimental.pallas.ops.tpu.flash_attention's forward kernel.
+
+    Its private `_flash_attention_impl` is the only entry point that returns the rows'
+    normaliser l and max m (saved as residuals for the backward).
+    """
+    from jax.experimental.pallas.ops.tpu import flash_attention as fa
+
+    return fa._flash_attention_impl(q, k, v, None, None, True, causal, scale, 1, block_q,
+                                    block_kv, block_kv, False)
+
+
+# ---------------------------------------------------------------- what simulated devices wait on
+#
+# What TPU interpret mode is doing inside a graded call: its waits, its deadlocks, its mode.
+#
+# A kernel that deadlocks under TPU interpret mode blocks one thread per simulated
+# device inside the interpreter's semaphore wait, forever (the wait polls every 0.1 s
+# for a failure flag and never gives up). `snapshot()` reads those threads' frames:
+# which device waits, on which kind of semaphore (the barrier semaphore, a DMA
+# semaphore, a scratch semaphore), for how much, what the semaphore holds, and, for DMA
+# waits, the kernel line that waits. `join_watching` waits for a graded call like
+# `Thread.join`, and returns early with the waits when they form a deadlock: every
+# device blocked on a semaphore that holds too little, with no queued DMA that could
+# add to it. Nothing can then ever signal, so the call is stopped at once instead of
+# at the deadline.
+#
+# Private JAX API (jax 0.10.2, `JAX_VERSION`): the frames of
+# `jax._src.pallas.mosaic.interpret.interpret_pallas_call`'s `semaphore_wait`,
+# `dma_wait` and barrier callbacks, their local variables, the interpreter's
+# `_shared_memory` (semaphore counts and queued DMA tasks), and JAX's config holder of
+# the Pallas interpret mode. Every access is guarded: under another JAX version a
+# snapshot is empty and no deadlock is ever found (the deadline still applies).
+
+
+_INTERPRETER_FILE = "interpret_pallas_call.py"
+_WAITS = {"semaphore_wait", "dma_wait"}
+POLL_SECONDS = 0.25
+# A deadlock must look the same for this long before the call is stopped: a thread that
+# is about to be signalled leaves its wait within the interpreter's 0.1 s poll.
+STABLE_SECONDS = 1.0
+
+FINISHED = "end-of-kernel barrier"
+ENTERING = "entry barrier"  # waiting for every device to enter a kernel that has no barrier semaphore
+BUSY = "running"  # inside another interpreter step (a load, a store, an allocation)
+_BARRIERS = {"_barrier": ENTERING, "_clean_up_shared_memory": FINISHED}  # interpreter callback -> kind
+
+
+@dataclass(frozen=True)
+class BlockedWait:
+    """One simulated device's thread, blocked in the interpreter."""
+
+    device: int
+    kind: str  # "barrier semaphore", "DMA semaphore", "semaphore", FINISHED, ENTERING or BUSY
+    wants: int | None = None  # the count the wait needs (bytes, for a DMA semaphore)
+    holds: int | None = None  # what the semaphore holds now
+    where: str = ""  # the kernel's line, where the interpreter knows it (DMA waits)
+    queued: int = 0  # DMAs queued on the semaphore that a wait would run (dma_execution_mode on_wait)
+
+    @property
+    def hopeless(self) -> bool:
+        """Nothing this device can do alone will ever satisfy the wait."""
+        return self.kind in (FINISHED, ENTERING) or (
+            self.holds is not None and self.wants is not None and self.holds < self.wants
+            and self.queued == 0)
+
+    def describe(self) -> str:
+        if self.kind == FINISHED:
+            return "finished its kernel and waits for the other devices"
+        if self.kind == ENTERING:
+            return "waits for the other devices to enter the kernel"
+        if self.kind == BUSY:
+            return f"not waiting: busy in the interpreter's {self.where}"
+        unit = " bytes" if self.kind == "DMA semaphore" else ""
+        text = f"waits on a {self.kind} for {self.wants}{unit} (it holds {self.holds})"
+        return text + (f" at {self.where}" if self.where else "")
+
+
+def snapshot() -> list[BlockedWait]:
+    """Every simulated device thread blocked in a TPU-interpret-mode wait now, by device."""
+    try:
+        from jax._src.pallas.mosaic.interpret import interpret_pallas_call as interpreter
+        memory = interpreter._shared_memory
+        frames = list(sys._current_frames().values())
+    except Exception:  # another JAX version: nothing to say
+        return []
+    if memory is None:
+        return []
+    found = []
+    for frame in frames:
+        try:
+            wait = _wait_in(frame, memory)
+        except Exception:
+            wait = None
+        if wait is not None:
+            found.append(wait)
+    return sorted(found, key=lambda w: (w.device, w.kind, w.where))
+
+
+def is_deadlock(waits: list[BlockedWait]) -> bool:
+    """Every device of the running kernel blocked for good, and at least one not finished."""
+    try:
+        from jax._src.pallas.mosaic.interpret import interpret_pallas_call as interpreter
+        memory = interpreter._shared_memory
+        devices, cores = memory.num_devices, memory.num_cores_per_device
+    except Exception:
+        return False
+    if cores != 1 or len(waits) != devices or {w.device for w in waits} != set(range(devices)):
+        return False  # several cores per device share a device id: do not guess
+    return all(w.hopeless for w in waits) and any(w.kind not in (FINISHED, ENTERING, BUSY) for w in waits)
+
+
+def join_watching(thread, seconds: float) -> list[BlockedWait] | None:
+    """Join `thread` for at most `seconds`; the waits of a deadlock found on the way, else None."""
+    end = time.monotonic() + seconds
+    candidate, since = None, 0.0
+    while thread.is_alive():
+        left = end - time.monotonic()
+        if left <= 0:
+            return None
+        thread.join(min(POLL_SECONDS, left))
+        if not thread.is_alive():
+            return None
+        waits = snapshot()
+        if not is_deadlock(waits):
+            candidate = None
+        elif waits != candidate:
+            candidate, since = waits, time.monotonic()
+        elif time.monotonic() - since >= STABLE_SECONDS:
+            return waits
+    return None
+
+
+def summary_lines(waits: list[BlockedWait], limit: int = 6) -> list[str]:
+    """One line per distinct wait, devices with the same wait grouped: 'devices 0-3: waits ...'."""
+    groups: dict[str, list[int]] = {}
+    for wait in waits:
+        groups.setdefault(wait.describe(), []).append(wait.device)
+    lines = [f"{_devices(devices)}: {text}" for text, devices in
+             sorted(groups.items(), key=lambda item: min(item[1]))]
+    return lines[:limit] + ([f"... and {len(lines) - limit} more"] if len(lines) > limit else [])
+
+
+
+def _wait_in(frame, memory) -> BlockedWait | None:
+    """The interpreter wait this thread's stack is blocked in, if any."""
+    while frame is not None:
+        code = frame.f_code
+        if code.co_filename.endswith(_INTERPRETER_FILE):
+            if code.co_name in _WAITS:
+                return _semaphore_wait(frame.f_locals, memory, dma=code.co_name == "dma_wait")
+            if code.co_name in _BARRIERS:  # they drop their device_id: read their wrapper's arguments
+                caller = frame.f_back.f_locals.get("args", ()) if frame.f_back is not None else ()
+                return BlockedWait(int(caller[1]), _BARRIERS[code.co_name]) if len(caller) > 1 else None
+            if "device_id" in frame.f_locals:
+                return BlockedWait(int(frame.f_locals["device_id"]), BUSY, where=code.co_name)
+        frame = frame.f_back
+    return None
+
+
+def _semaphore_wait(variables, memory, *, dma: bool) -> BlockedWait:
+    device, sem_id = int(variables["device_id"]), int(variables["sem_id"])
+    core = memory.get_global_core_id(device, int(variables.get("local_core_id", 0)))
+    wants = int(variables["size"] if dma else variables["value"])
+    barrier = sem_id in memory.fixed_id_sem
+    semaphore = memory.fixed_id_sem.get(sem_id) if barrier else memory.sem.get(sem_id)
+    holds, queued = None, 0
+    if semaphore is not None:
+        holds, queued = int(semaphore.count_by_core[core]), len(semaphore.tasks[core])
+    kind = "barrier semaphore" if barrier else "DMA semaphore" if dma else "semaphore"
+    return BlockedWait(device, kind, wants, holds, _where(variables.get("source_info")), queued)
+
+
+def _where(source_info) -> str:
+    if source_info is None:
+        return ""
+    try:
+        from jax._src import source_info_util
+
+        return source_info_util.summarize(source_info)
+    except Exception:
+        return ""
+
+
+def _devices(devices: list[int]) -> str:
+    devices = sorted(set(devices))
+    if len(devices) == 1:
+        return f"device {devices[0]}"
+    if devices == list(range(devices[0], devices[-1] + 1)):
+        return f"devices {devices[0]}-{devices[-1]}"
+    return "devices " + ", ".join(map(str, devices))
+
+
+_LEFT_NONZERO = re.compile(r"Semaphore (\d+) has non-zero count for (\d+) \(global core \d+\) at kernel "
+                           r"exit: (-?\d+)")
+# The interpreter numbers the semaphores a kernel allocates from 2000 on; lower ids are the
+# fixed ones, the barrier semaphores of collective kernels (their collective_id).
+_FIRST_ALLOCATED_SEMAPHORE = 2000
+
+
+def semaphores_left_nonzero(printed: str) -> str:
+    """What TPU interpret mode printed about semaphores left non-zero at kernel exit, condensed:
+    'the barrier semaphore = 1 on devices 0-7', or '' when it printed nothing of the kind."""
+    found: dict[tuple[str, int], list[int]] = {}
+    for sem, device, count in _LEFT_NONZERO.findall(printed):
+        name = ("the barrier semaphore" if int(sem) < _FIRST_ALLOCATED_SEMAPHORE
+                else f"scratch semaphore {int(sem) - _FIRST_ALLOCATED_SEMAPHORE}")
+        found.setdefault((name, int(count)), []).append(int(device))
+    return "; ".join(f"{name} = {count} on {_devices(devices)}"
+                     for (name, count), devices in sorted(found.items()))
+
+
+# ---------------------------------------------------------------- source locations and the compilation cache
+#
+# JAX internals behind source locations in IR; written against jax 0.10.2.
+#
+# Every use of JAX's private modules for reading locations lives here, so a JAX upgrade
+# touches one file (tests/test_ir_xray.py exercises each piece):
+#
+# - equation_location: the innermost user frame of a jaxpr equation, through
+#   `jax._src.source_info_util.user_frame` (jax.extend only exposes a summary string,
+#   which lacks the end of the range).
+# - current_locations: the persistent compilation cache keys a program on its text with
+#   the debug information stripped (`jax._src.cache_key`), so by default a compile of
+#   moved or copied code returns the executable cached for the old code, metadata and
+#   all: stale lines, even another file's name. The public flag
+#   `jax_compilation_cache_include_metadata_in_key` puts locations into the key. (Setting
+#   `jax_enable_compilation_cache` to False mid-process does not help: once the cache
+#   has been used it only changes the key, and entries under that key go stale too.)
+# - persistent_cache: a persistent cache in a directory of one's choosing for a block,
+#   through `jax._src.compilation_cache.reset_cache`, so tests can provoke the trap.
+
+
+
+
+def equation_location(eqn):
+    """Where the user's code created this jaxpr equation (an hlo_text.SourceLocation): its
+    innermost non-JAX frame, or None."""
+    from jax._src import source_info_util
+
+    from .hlo_text import SourceLocation
+
+    frame = source_info_util.user_frame(eqn.source_info.traceback)
+    if frame is None:
+        return None
+    return SourceLocation(frame.file_name, frame.start_line, frame.start_column, frame.end_line,
+                          frame.end_column)
+
+
+@contextlib.contextmanager
+def current_locations():
+    """Compiles inside this block carry the source's current locations, cache or no cache."""
+    import jax
+
+    previous = jax.config.jax_compilation_cache_include_metadata_in_key
+    jax.config.update("jax_compilation_cache_include_metadata_in_key", True)
+    try:
+        yield
+    finally:
+        jax.config.update("jax_compilation_cache_include_metadata_in_key", previous)
+
+
+_CACHE_SETTINGS = ("jax_compilation_cache_dir", "jax_enable_compilation_cache",
+                   "jax_persistent_cache_min_compile_time_secs", "jax_persistent_cache_min_entry_size_bytes")
+
+
+@contextlib.contextmanager
+def persistent_cache(directory: Path):
+    """A persistent compilation cache in `directory` for this block; the previous one after.
+
+    JAX initialises its cache once per process, from the settings of the first compile;
+    reset_cache makes it read them again on entry and again on exit.
+    """
+    import jax
+    from jax._src import compilation_cache
+
+    saved = {name: getattr(jax.config, name) for name in _CACHE_SETTINGS}
+    compilation_cache.reset_cache()
+    jax.config.update("jax_compilation_cache_dir", str(directory))
+    jax.config.update("jax_enable_compilation_cache", True)
+    jax.config.update("jax_persistent_cache_min_compile_time_secs", 0.0)
+    jax.config.update("jax_persistent_cache_min_entry_size_bytes", 0)
+    try:
+        yield Path(directory)
+    finally:
+        compilation_cache.reset_cache()
+        for name, value in saved.items():
+            jax.config.update(name, value)

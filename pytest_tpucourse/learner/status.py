@@ -1,0 +1,33 @@
+"""Where an exercise stands, and how the summary, `tpucourse progress` and watch say it."""
+
+from __future__ import annotations
+
+from enum import StrEnum
+
+
+class Status(StrEnum):
+    """An exercise's status; its value is what the state file stores."""
+
+    DONE = "done"  # every graded test ran and passed in one run of exercises/
+    FAILED = "failed"
+    TODO = "todo"  # the stub still raises NotImplementedError
+    PARTIAL = "partial"  # some tests passed, the rest did not run
+    CHANGED = "changed"  # done, then the module was edited (the state file only)
+    NOT_RUN = "not run"
+
+    @property
+    def mark(self) -> str:
+        """Four columns wide, for the exercise lines of the summary and of `tpucourse progress`."""
+        return _MARKS[self]
+
+    @property
+    def words(self) -> str:
+        """In a sentence: "ch11.matmul is <words>"."""
+        return _WORDS[self]
+
+
+_MARKS = {Status.DONE: "done", Status.FAILED: "FAIL", Status.TODO: "TODO", Status.PARTIAL: "part",
+          Status.CHANGED: "edit", Status.NOT_RUN: "----"}
+_WORDS = {Status.DONE: "done", Status.FAILED: "failing", Status.TODO: "not written yet",
+          Status.PARTIAL: "partly run", Status.CHANGED: "edited since it passed",
+          Status.NOT_RUN: "not run yet"}

@@ -1,0 +1,316 @@
+"""One pytest run of the course, as objects built once from the config.
+
+`RunOptions.from_config` reads and checks the plugin's options, once, in every run.
+Inside a course checkout `CourseSession.from_config` builds the run: the course, the
+graded tree, the backend, the chip (resolved once: gate records, roofline markers, the
+VMEM budget and the TPU lowering check all read it), the grading context (the deadline,
+the VMEM budget and the run's caches) and the run's progress. The session is the one
+plugin object that receives the run's reports: it keeps progress (pytest-xdist workers'
+deselections included), writes the learner's state file and prints the closing summary.
+
+Importing this module loads no JAX, NumPy or hypothesis: building the session does.
+"""
+
+from __future__ import annotations
+
+import re
+from dataclasses import dataclass
+from pathlib import Path
+
+import pytest
+
+from . import chips
+from .course import Course, CourseDataError, find_course_root, load_course
+from .gates import markers, report
+from .gates.criteria import gate
+from .gates import records as rec
+from .gates.run import GateContext, GateRun, gate_context
+from .grading import backend, context
+from .grading.context import GradingContext
+from .grading.deadline import Deadline
+from .grading.tree import GradedTree, Implementation, graded_tree
+from .grading.vmem import VmemBudget
+from .learner import state
+from .learner.progress import RunProgress
+
+OPTIONS = pytest.StashKey["RunOptions"]()
+SESSION = pytest.StashKey["CourseSession"]()
+
+# The key under which an xdist worker hands its deselected test ids to the controller.
+WORKER_DESELECTED = "tpucourse_deselected"
+
+
+@dataclass(frozen=True)
+class RunOptions:
+    """The plugin's options as given, checked where a run outside a course checks them too."""
+
+    registry: chips.ChipRegistry  # the built-in chips and those plugins register
+    chip: str | None  # --chip, normalised
+    solutions: bool
+    impl_root: str | None
+    interpret: str
+    jax_cache: str
+    gates: bool
+    kernel_timeout: float
+    cpu_devices: int
+    records: str | None
+    hypothesis_profile: str | None
+
+    @classmethod
+    def from_config(cls, config: pytest.Config) -> RunOptions:
+        try:
+            registry = chips.ChipRegistry(
+                chip for found in config.hook.pytest_tpucourse_register_chips() for chip in found or ())
+        except (TypeError, ValueError) as error:
+            raise pytest.UsageError(f"pytest_tpucourse_register_chips: {error}") from None
+        chip = config.getoption("chip")
+        if chip is not None:
+            try:
+                chip = config.option.chip = chips.validate_chip(chip, registry.names)
+            except ValueError as error:
+                raise pytest.UsageError(f"--chip: {error}") from None
+        solutions, impl_root = config.getoption("solutions"), config.getoption("impl_root")
+        if solutions and impl_root:
+            raise pytest.UsageError("--solutions and --impl-root choose the graded tree: give one")
+        if impl_root is not None and not Path(impl_root).is_dir():
+            raise pytest.UsageError(f"--impl-root: {impl_root} is not a directory")
+        return cls(
+            registry=registry, chip=chip, solutions=solutions, impl_root=impl_root,
+            interpret=config.getoption("interpret"), jax_cache=config.getoption("jax_cache"),
+            gates=config.getoption("gates"), kernel_timeout=config.getoption("kernel_timeout"),
+            cpu_devices=config.getoption("cpu_devices"), records=config.getoption("records"),
+            hypothesis_profile=config.getoption("hypothesis_profile", None),
+        )
+
+    @property
+    def chip_required(self) -> bool:
+        """Gate records asked for, or a chip named: a chip this device cannot be is an error."""
+        return self.gates or self.chip is not None
+
+
+class CourseSession:
+    """The run inside a course checkout. Build it with `from_config`."""
+
+    def __init__(self, *, options: RunOptions, course: Course, tree: GradedTree,
+                 run_backend: backend.Backend, gates: GateContext, chip: chips.Chip,
+                 grading: GradingContext, hypothesis_profile: str, jax_cache: Path | None):
+        self.options = options
+        self.course = course
+        self.tree = tree
+        self.backend = run_backend
+        self.gates = gates
+        self.chip = chip  # the run's chip: the one gate records are for, else the default
+        self.grading = grading
+        self.hypothesis_profile = hypothesis_profile
+        self.jax_cache = jax_cache
+        self.progress = RunProgress(course)
+        self._deselected_here: list[str] = []
+        self._problem: str | None = None
+
+    @classmethod
+    def from_config(cls, config: pytest.Config, options: RunOptions | None = None) -> CourseSession | None:
+        """The run's session, or None outside a course checkout (no course.toml at or above
+        the rootdir). A bad option or course data is a pytest.UsageError."""
+        options = options or RunOptions.from_config(config)
+        root = find_course_root(config.rootpath)
+        if root is None:
+            if options.solutions or options.impl_root:
+                raise pytest.UsageError(
+                    f"--solutions/--impl-root need a course checkout: no course.toml at or above "
+                    f"{config.rootpath}")
+            return None
+        try:
+            course = load_course(root)
+        except CourseDataError as error:
+            raise pytest.UsageError(f"course data: {error}") from None
+        from . import tpu_compile
+
+        try:
+            with tpu_compile.quiet_libtpu_startup():  # JAX's backends start here, libtpu with them
+                backend.force_cpu_devices(options.cpu_devices)
+        except ValueError as error:
+            raise pytest.UsageError(f"--cpu-devices: {error}") from None
+        profile = _load_hypothesis_profile(options.hypothesis_profile)
+        tree = graded_tree(root, options.solutions, options.impl_root)
+        run_backend = backend.select(options.interpret)
+        jax_cache = backend.use_compilation_cache(
+            None if options.jax_cache == "none" else root / options.jax_cache)
+        platform, device_kind = (config.hook.pytest_tpucourse_device(config=config)
+                                 or (run_backend.platform, run_backend.device_kind))
+        try:
+            gates = gate_context(options.registry, options.chip, platform, device_kind,
+                                 Path(options.records or root / rec.DEFAULT_PATH), root,
+                                 strict=options.chip_required)
+        except chips.ChipMismatch as error:
+            raise pytest.UsageError(f"--chip: {error}") from None
+        try:
+            deadline = Deadline(options.kernel_timeout)
+        except ValueError as error:
+            raise pytest.UsageError(f"--kernel-timeout: {error}") from None
+        chip = gates.chip or options.registry.get(chips.DEFAULT_CHIP)
+        vmem, lowering_chip = _kernel_chip_guards(chip, options.registry)
+        grading = GradingContext(deadline=deadline, vmem=vmem, lowering_chip=lowering_chip)
+        session = cls(options=options, course=course, tree=tree, run_backend=run_backend, gates=gates,
+                      chip=chip, grading=grading, hypothesis_profile=profile, jax_cache=jax_cache)
+        context.activate(session.grading)
+        return session
+
+    def close(self) -> None:
+        """The run is over: JAX back as it was, the grading context no longer active."""
+        context.deactivate(self.grading)
+        backend.restore()
+
+    # ------------------------------------------------------------ what fixtures and hooks ask
+
+    def header_lines(self) -> list[str]:
+        b = self.backend
+        lines = [
+            f"tpucourse: grading {self.tree.describe(self.course.root)}",
+            f"tpucourse: kernels run under {b.describe_mode}",
+            f"tpucourse: backend {b.platform} ({b.device_kind}, {b.device_count} "
+            f"device{'s' if b.device_count != 1 else ''}), jax {b.jax_version}, "
+            f"jaxlib {b.jaxlib_version}, hypothesis profile {self.hypothesis_profile}, "
+            f"compilation cache {self.jax_cache or 'off'}",
+        ]
+        if self.options.gates:
+            where = (f"measured on {self.gates.device_kind}" if self.gates.on_accelerator
+                     else "predicted only: nothing is timed off-chip")
+            lines.append(f"tpucourse: gates for chip {self.gates.chip.name} ({where}); "
+                         f"records {self.gates.records_path}")
+        return lines
+
+    def implementation(self, path: Path) -> Implementation:
+        """The graded tree's modules for the chapter of the test file at `path`."""
+        chapter = self.course.chapter_of_path(path)
+        if chapter is None:
+            pytest.fail(f"{path}: impl grades files under exercises/chNN/ of a chapter in course.toml",
+                        pytrace=False)
+        return Implementation(self.tree, self.course, chapter.id, self.grading)
+
+    def gate_run(self, item: pytest.Item, path: Path, timer_factory) -> GateRun:
+        """The object a @gate test writes its records with."""
+        number = markers.gate_number(item)
+        chapter = self.course.chapter_of_path(path)
+        return self.gates.run_for(gate=number, chapter=chapter.id if chapter else gate(number).chapter,
+                                  test_id=item.nodeid, timer_factory=timer_factory,
+                                  marker_cost=markers.roofline_cost(item),
+                                  interpreted=self.backend.mode != "native",
+                                  graded=self.tree.describe(self.course.root))
+
+    def collected(self, items: list[pytest.Item]) -> None:
+        """Graded tests in course order; progress learns what this run holds."""
+        self.progress.sort_in_course_order(items)
+        self.progress.collected(item.nodeid for item in items)
+
+    # ------------------------------------------------------------ reports (a registered plugin)
+
+    def pytest_sessionstart(self, session: pytest.Session) -> None:
+        if _selection_may_drop_tests(session.config):
+            self.progress.some_tests_unseen()
+
+    def pytest_deselected(self, items) -> None:
+        ids = [item.nodeid for item in items]
+        self._deselected_here.extend(ids)
+        self.progress.deselected(ids)
+
+    # Tests deselected on an xdist worker (-k, --lf) are invisible to the controller, so each
+    # worker sends their ids back in its workeroutput and the controller counts them as
+    # deselected: an exercise with deselected tests is never done.
+
+    @pytest.hookimpl(optionalhook=True)
+    def pytest_xdist_node_collection_finished(self, node, ids) -> None:
+        self.progress.collected(ids)
+
+    @pytest.hookimpl(optionalhook=True)
+    def pytest_testnodedown(self, node, error) -> None:
+        output = getattr(node, "workeroutput", None) or {}
+        self.progress.deselected(output.get(WORKER_DESELECTED, ()))
+
+    def pytest_runtest_logreport(self, report: pytest.TestReport) -> None:
+        # pytest-xdist puts "[gw0] <platform> -- Python ..." above a worker's failure text.
+        message = re.sub(r"\A\[gw\d+\] [^\n]*\n", "", report.longreprtext) if report.failed else ""
+        self.progress.record(report, is_todo=getattr(report, "tpucourse_todo", False), message=message)
+
+    @pytest.hookimpl(trylast=True)
+    def pytest_sessionfinish(self, session: pytest.Session, exitstatus) -> None:
+        """A worker hands back its deselections; the process that saw every report (a plain
+        run, or the xdist controller) fails a --gates run on corrupt records (a silently
+        skipped row would be a lie) and saves a run of exercises/ to the state file."""
+        workeroutput = getattr(session.config, "workeroutput", None)
+        if workeroutput is not None:
+            workeroutput[WORKER_DESELECTED] = self._deselected_here
+            return
+        if self.options.gates:
+            try:
+                rec.read(self.gates.records_path)
+            except rec.CorruptRecords:
+                session.exitstatus = pytest.ExitCode.TESTS_FAILED
+        if self.tree.is_learners and self.progress.results:
+            try:
+                state.record_results(self.course.root, self.progress.results)
+            except (OSError, state.CorruptState) as error:
+                self._problem = f"progress not saved: {error}"
+
+    @pytest.hookimpl(trylast=True)
+    def pytest_terminal_summary(self, terminalreporter, exitstatus, config: pytest.Config) -> None:
+        if self._problem:
+            terminalreporter.write_line(f"tpucourse: {self._problem}", red=True)
+        show_gates = self.options.gates and self.gates.chip is not None
+        if not (self.progress.results or show_gates):
+            return
+        terminalreporter.write_sep("=", "tpucourse")
+        try:
+            all_records = rec.read(self.gates.records_path)
+            passed = report.gates_passed(all_records)
+        except rec.CorruptRecords as error:
+            terminalreporter.write_line(f"gate records unreadable: {error}", red=True)
+            all_records, passed = [], None
+        if show_gates and passed is not None:
+            for line in report.gate_table_lines(all_records, self.gates.chip.name):
+                terminalreporter.write_line(line)
+        for line in self.progress.summary_lines(self.tree.describe(self.course.root),
+                                                learner_tree=self.tree.is_learners, gates_passed=passed,
+                                                only_ran=self.options.gates):
+            terminalreporter.write_line(line)
+
+
+def run_chip(config: pytest.Config) -> str:
+    """The chip this run is for: the session's, or outside a course --chip or the default."""
+    session = config.stash.get(SESSION, None)
+    if session is not None:
+        return session.chip.name
+    return config.stash[OPTIONS].chip or chips.DEFAULT_CHIP
+
+
+def _kernel_chip_guards(chip: chips.Chip, registry: chips.ChipRegistry) -> tuple[VmemBudget, str]:
+    """The VMEM budget a kernel's scratch must fit, and the TPU the lowering check targets.
+
+    Both are the run's chip where it is a TPU (where JAX has no figures for it, the lowering
+    targets the default chip); off a TPU chip, the default chip's.
+    """
+    tpu = chip if chip.kind == "tpu" else registry.get(chips.DEFAULT_CHIP)
+    lowering = tpu.name if tpu.name in chips.JAX_CHIP_VERSIONS else chips.DEFAULT_CHIP
+    return VmemBudget(tpu.name, tpu.vmem_bytes), lowering
+
+
+def _load_hypothesis_profile(requested: str | None) -> str:
+    """Register the course's profiles and load the requested one (or the default)."""
+    from hypothesis import settings
+
+    from . import profiles
+
+    profiles.register()
+    profile = requested or profiles.default_profile()
+    settings.load_profile(profile)
+    return profile
+
+
+def _selection_may_drop_tests(config: pytest.Config) -> bool:
+    """--lf with known failures drops passed tests while collecting, without deselecting
+    them; `file.py::test` arguments collect only part of a file. Either way no exercise
+    may be claimed done."""
+    if any("::" in str(arg) for arg in config.args):
+        return True
+    lastfailed = config.pluginmanager.get_plugin("lfplugin")
+    return bool(config.getoption("lf", False) and lastfailed is not None
+                and getattr(lastfailed, "lastfailed", None))
