@@ -101,15 +101,20 @@ def compiler_line(array_shape, block_shape, dtype, lowering: str | None, chip: s
     if error is None:
         return (f"{head} compiles (libtpu {tpu_compile.libtpu_version()}, ahead of time: a kernel copying "
                 f"one block; nothing ran)")
-    code = f"{error.code} " if error.code else ""
+    return f"{head} {_refusal(error, dtype)}"
+
+
+def _refusal(error, dtype) -> str:
+    """The compiler's refusal of the one-block copy kernel, in a line: its code, then why."""
+    code = error.code or error.kind
     if error.kind == "tiling":
-        return (f"{head} {code}refuses it: the block {_dims(error.block_shape[-2:])} is neither a multiple "
-                f"of {dtype}'s tiling {_dims(error.tiling)} nor the array's full extent")
+        return (f"{code}: the block {_dims(error.block_shape[-2:])} is neither a multiple of {dtype}'s "
+                f"tiling {_dims(error.tiling)} nor the array's full extent")
     if error.kind == "vmem":
-        return (f"{head} {code}refuses it: the copy kernel needs {error.vmem_needed_bytes / 2 ** 20:.2f} "
-                f"MiB of VMEM (input and output block, one buffer each), over its scoped limit of "
+        return (f"{code}: the copy kernel needs {error.vmem_needed_bytes / 2 ** 20:.2f} MiB of VMEM (input "
+                f"and output block, one buffer each), over its scoped limit of "
                 f"{error.vmem_limit_bytes / 2 ** 20:.2f} MiB")
-    return f"{head} {code}refuses it ({error.kind}): {_first_line(error.detail)}"
+    return f"{code}: {_first_line(error.detail)}"
 
 
 def _dims(shape) -> str:
@@ -152,11 +157,9 @@ def _compiler_note(array_shape, block_shape, dtype, chip: str) -> str:
     if error is None:
         return (f" The {chip} compiler (libtpu {tpu_compile.libtpu_version()}) compiles it too: "
                 f"({rows}, {lanes}) is how {dtype} values fill a vreg, its native tile, not a legality rule.")
-    if error.kind == "tiling":
-        return (f" The {chip} compiler does refuse it ({error.code}: {dtype} arrays are laid out in "
-                f"{_dims(error.tiling)} tiles), but that is the compiler's tiling, checked after the "
-                f"lowering; check_block answers for the lowering's rule.")
-    return f" The {chip} compiler refuses it for another reason: {error.message.splitlines()[0]}"
+    tiling = (" That is the compiler's tiling, checked after the lowering; check_block answers for the "
+              "lowering's rule." if error.kind == "tiling" else "")
+    return f" The {chip} compiler refuses it, {_refusal(error, dtype)}.{tiling}"
 
 
 def explain(array_shape, block_shape, dtype, error: str) -> str:

@@ -62,11 +62,11 @@ def test_the_sandbox_prints_the_compilers_verdict_after_the_lowerings(capsys):
         return lines[2]
 
     assert sandbox("1024x1024", "8x128", "int8") == (
-        "compiler v5e: E2002 refuses it: the block (8, 128) is neither a multiple of int8's tiling "
+        "compiler v5e: E2002: the block (8, 128) is neither a multiple of int8's tiling "
         "(32, 128) nor the array's full extent")
     assert sandbox("1024x1024", "8x128", "bfloat16").startswith("compiler v5e: compiles (libtpu 0.0.42")
     assert sandbox("2048x4096", "2048x2048", "float32") == (  # 16 MiB in, 16 MiB out, one buffer each
-        "compiler v5e: E1001 refuses it: the copy kernel needs 32.00 MiB of VMEM (input and output block, "
+        "compiler v5e: E1001: the copy kernel needs 32.00 MiB of VMEM (input and output block, "
         "one buffer each), over its scoped limit of 16.00 MiB")
     assert sandbox("2048x4096", "2048x1024", "float32").startswith("compiler v5e: compiles")  # 16 MiB: at the limit
     assert sandbox("1024x1024", "8x64", "float32") == (
@@ -104,8 +104,9 @@ def test_a_rule_refusing_a_dtypes_half_tile_is_told_what_the_compiler_says():
     assert "compiles it too: (16, 128) is how bfloat16 values fill a vreg" in str(caught.value)
     with pytest.raises(WrongResult) as caught:
         blockspecs.assert_rule_matches_lowering(sixteen_rows, [((1024, 1024), (8, 128), "int8")], compiler="v5e")
-    assert ("The v5e compiler does refuse it (E2002: int8 arrays are laid out in (32, 128) tiles), but that "
-            "is the compiler's tiling, checked after the lowering") in str(caught.value)
+    assert ("The v5e compiler refuses it, E2002: the block (8, 128) is neither a multiple of int8's tiling "
+            "(32, 128) nor the array's full extent. That is the compiler's tiling, checked after the "
+            "lowering") in str(caught.value)
 
 
 @pytest.mark.parametrize("argv, message", [
