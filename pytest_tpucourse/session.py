@@ -295,14 +295,9 @@ def _kernel_chip_guards(chip: chips.Chip, registry: chips.ChipRegistry) -> tuple
 
 def _load_hypothesis_profile(requested: str | None) -> str:
     """Register the course's profiles and load the requested one (or the default)."""
-    from hypothesis import settings
-
     from . import profiles
 
-    profiles.register()
-    profile = requested or profiles.default_profile()
-    settings.load_profile(profile)
-    return profile
+    return profiles.load(requested)
 
 
 def _selection_may_drop_tests(config: pytest.Config) -> bool:
