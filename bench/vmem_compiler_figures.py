@@ -4,59 +4,31 @@
     python bench/vmem_compiler_figures.py --compile   # and the compiler's, where libtpu is installed
     python bench/vmem_compiler_figures.py --limits    # each chip's default scoped VMEM limit (libtpu)
 
-`--compile` needs `pip install "libtpu==0.0.42.*"` (what jax[tpu]==0.10.2 pins). It compiles
-each kernel ahead of time for a described TPU (`jax.experimental.topologies`), on this CPU:
-nothing runs, nothing is timed. Every case is sized above the chip's default scoped VMEM
-limit, so the compiler refuses it with E1001 and prints the bytes it needed ("Scoped
-allocation with size 28.00M and limit 16.00M"), or, above the whole VMEM, "Used 24.00M of
-16.00M vmem". `COMPILER` holds what libtpu 0.0.42.1 printed (2026-11-30); tests/
-test_vmem_footprint.py checks that pytest_tpucourse.vmem_footprint reproduces it.
+`--compile` needs the tpu-compile extra (`pip install -e ".[tpu-compile]"`, libtpu 0.0.42.*,
+what jax[tpu]==0.10.2 pins). It compiles each kernel ahead of time for a described TPU on
+this CPU with `pytest_tpucourse.tpu_compile.compile_for`: nothing runs, nothing is timed.
+Every case is sized above the chip's default scoped VMEM limit, so the compiler refuses it
+with E1001 and prints the bytes it needed ("Scoped allocation with size 28.00M and limit
+16.00M"), or, above the whole VMEM, "Used 24.00M of 16.00M vmem"; compile_for reads both
+into TpuCompileError.vmem_needed_bytes and vmem_limit_bytes. `COMPILER` holds what libtpu
+0.0.42.1 printed (2026-11-30); tests/test_vmem_footprint.py checks that
+pytest_tpucourse.vmem_footprint reproduces it.
 """
 
 from __future__ import annotations
 
 import argparse
-import os
-import re
 import sys
 
 import jax
 import jax.numpy as jnp
 from jax.experimental import pallas as pl
-from jax.experimental.pallas import tpu as pltpu
 
-from pytest_tpucourse import vmem_footprint
+from pytest_tpucourse import tpu_compile, vmem_footprint
+from pytest_tpucourse.chip_checks import matmul_schedule as matmul
 
 MiB = 2**20
-TOPOLOGIES = {"v4": "v4:2x2x1", "v5e": "v5e:2x2", "v5p": "v5p:2x2x1", "v6e": "v6e:2x2",
-              "v7x": "tpu7x:2x2x1"}
-
-
-def matmul(bm, bk, bn, vmem_limit_bytes=None):
-    """Chapter 11's matmul schedule: x, y and the output double-buffered, an f32 accumulator."""
-    def kernel(x_ref, y_ref, o_ref, acc_ref):
-        @pl.when(pl.program_id(2) == 0)
-        def _():
-            acc_ref[...] = jnp.zeros_like(acc_ref)
-
-        acc_ref[...] += jnp.dot(x_ref[...], y_ref[...], preferred_element_type=jnp.float32)
-
-        @pl.when(pl.program_id(2) == pl.num_programs(2) - 1)
-        def _():
-            o_ref[...] = acc_ref[...].astype(o_ref.dtype)
-
-    def call(x, y):
-        (m, k), n = x.shape, y.shape[1]
-        return pl.pallas_call(
-            kernel, out_shape=jax.ShapeDtypeStruct((m, n), x.dtype), grid=(m // bm, n // bn, k // bk),
-            in_specs=[pl.BlockSpec((bm, bk), lambda i, j, kk: (i, kk)),
-                      pl.BlockSpec((bk, bn), lambda i, j, kk: (kk, j))],
-            out_specs=pl.BlockSpec((bm, bn), lambda i, j, kk: (i, j)),
-            scratch_shapes=[pltpu.VMEM((bm, bn), jnp.float32)],
-            compiler_params=pltpu.CompilerParams(
-                dimension_semantics=("parallel", "parallel", "arbitrary"),
-                vmem_limit_bytes=vmem_limit_bytes))(x, y)
-    return call
+LIMIT_CHIPS = ("v4", "v5e", "v5p", "v6e", "v7x")
 
 
 def elementwise(block, *, single_buffer_x=False, constant_y=False):
@@ -142,23 +114,14 @@ def model_bytes(kernel, shapes, dtype) -> int:
 
 
 def compiler_figure(kernel, shapes, dtype, chip) -> str:
-    from jax.experimental import topologies
-
-    device = topologies.get_topology_desc(topology_name=TOPOLOGIES[chip], platform="tpu").devices[0]
-    sharding = jax.sharding.SingleDeviceSharding(device)
-    args = [jax.ShapeDtypeStruct(s, jnp.dtype(dtype), sharding=sharding) for s in shapes]
+    """What the real compiler says of the kernel for `chip`: the VMEM it needed against the limit."""
     try:
-        jax.jit(kernel).trace(*args).lower().compile()
+        tpu_compile.compile_for(kernel, *operands(shapes, dtype), chip=chip)
         return "compiles"
-    except Exception as error:  # the compiler's refusal is the measurement
-        text = str(error)
-        scoped = re.search(r"Scoped allocation with size ([\d.]+M) and limit ([\d.]+M)", text)
-        whole = re.search(r"Used ([\d.]+M) of ([\d.]+M) vmem", text)
-        if scoped:
-            return f"{scoped.group(1)} (limit {scoped.group(2)})"
-        if whole:
-            return f"{whole.group(1)} (whole VMEM {whole.group(2)})"
-        return text.splitlines()[0][:120]
+    except tpu_compile.TpuCompileError as error:  # the compiler's refusal is the measurement
+        if error.kind == "vmem":
+            return f"{error.vmem_needed_bytes / MiB:.2f}M (limit {error.vmem_limit_bytes / MiB:.2f}M, {error.code or 'no code'})"
+        return error.message.splitlines()[0][:120]
 
 
 def main(argv=None) -> int:
@@ -167,12 +130,12 @@ def main(argv=None) -> int:
     parser.add_argument("--limits", action="store_true",
                         help="print the default scoped VMEM limit the compiler applies on each chip")
     args = parser.parse_args(argv)
-    if args.compile or args.limits:
-        os.environ.setdefault("ALLOW_MULTIPLE_LIBTPU_LOAD", "1")  # compiling only: no chip to lock
+    if (args.compile or args.limits) and not tpu_compile.available():
+        sys.exit(tpu_compile.INSTALL_LINE)
     if args.limits:
         # 48 MiB of blocks: above every default limit, and above v4's whole VMEM.
         probe = elementwise((8, 262144)), [(8, 1048576)] * 2, "float32"
-        for chip in TOPOLOGIES:
+        for chip in LIMIT_CHIPS:
             print(f"{chip}: {compiler_figure(*probe, chip)}", flush=True)
         raised = matmul(1024, 1024, 1024, vmem_limit_bytes=32 * MiB), [(2048, 2048)] * 2, "float32"
         print(f"v5e, the 28 MiB matmul with vmem_limit_bytes=32 MiB: {compiler_figure(*raised, 'v5e')}")

@@ -10,7 +10,8 @@ ragged edge blocks, and the VMEM one buffer of the block takes.
 
 The lowering checks the (8, 128) rule for every dtype alike. Dtype-specific tiles
 ((16, 128) for bf16, (32, 128) for int8) and the scoped VMEM limit are the Mosaic
-compiler's business: on a TPU, or with libtpu's ahead-of-time compiler.
+compiler's business: on a TPU, or with libtpu's ahead-of-time compiler (the
+tpu-compile extra), which `compiler_verdict` asks about the same copy kernel.
 """
 
 from __future__ import annotations
@@ -32,11 +33,24 @@ def lowering_error(array_shape: tuple[int, ...], block_shape: tuple, dtype: str)
     else its error message. Block dimensions: positive ints, or None (squeezed)."""
     import jax
     import jax.numpy as jnp
-    from jax.experimental import pallas as pl
 
     from .mosaic import lowering_for
 
     array_shape, block_shape = tuple(array_shape), tuple(block_shape)
+    array = jax.ShapeDtypeStruct(array_shape, jnp.dtype(dtype))
+    with lowering_for(None):
+        try:
+            jax.jit(_one_block_copy(array_shape, block_shape)).trace(array).lower(lowering_platforms=("tpu",))
+        except Exception as error:  # the lowering's verdict, whatever its type
+            return f"{type(error).__name__}: {error}"
+    return None
+
+
+def _one_block_copy(array_shape: tuple, block_shape: tuple):
+    """A kernel that copies the first block of an array: one grid step, one buffer per operand."""
+    import jax
+    from jax.experimental import pallas as pl
+
     rank = len(array_shape)
 
     def copy_block(x_ref, o_ref):
@@ -48,19 +62,72 @@ def lowering_error(array_shape: tuple[int, ...], block_shape: tuple, dtype: str)
         return pl.pallas_call(copy_block, out_shape=out, grid=(1,), in_specs=[spec],
                               out_specs=spec)(x)
 
-    array = jax.ShapeDtypeStruct(array_shape, jnp.dtype(dtype))
-    with lowering_for(None):
-        try:
-            jax.jit(copy).trace(array).lower(lowering_platforms=("tpu",))
-        except Exception as error:  # the lowering's verdict, whatever its type
-            return f"{type(error).__name__}: {error}"
+    return copy
+
+
+COMPILER_CHIP = "v5e"
+
+
+@functools.lru_cache(maxsize=1024)
+def compiler_verdict(array_shape: tuple[int, ...], block_shape: tuple, dtype: str, chip: str = COMPILER_CHIP):
+    """None if the real TPU compiler (libtpu, ahead of time for `chip`) compiles the same one-block
+    copy kernel `lowering_error` lowers, else its TpuCompileError (kind "tiling", "vmem", ...).
+    Needs the tpu-compile extra; ask only about blocks the lowering accepts."""
+    import jax
+    import jax.numpy as jnp
+
+    from . import tpu_compile
+
+    array = jax.ShapeDtypeStruct(tuple(array_shape), jnp.dtype(dtype))
+    try:
+        tpu_compile.compile_for(_one_block_copy(tuple(array_shape), tuple(block_shape)), array, chip=chip)
+    except tpu_compile.TpuCompileError as error:
+        return error
     return None
 
 
-def assert_rule_matches_lowering(fn, triples, *, repro: str = "") -> None:
+def compiler_line(array_shape, block_shape, dtype, lowering: str | None, chip: str = COMPILER_CHIP) -> str:
+    """The sandbox's line for the real compiler's verdict on the one-block copy kernel."""
+    from . import tpu_compile
+
+    if not tpu_compile.available():
+        return 'compiler: not checked (pip install -e ".[tpu-compile]")'
+    head = f"compiler {chip}:"
+    if lowering is not None:
+        return f"{head} not asked: the lowering rejects the block first"
+    error = compiler_verdict(tuple(array_shape), tuple(block_shape), dtype, chip)
+    if error is None:
+        return (f"{head} compiles (libtpu {tpu_compile.libtpu_version()}, ahead of time: a kernel copying "
+                f"one block; nothing ran)")
+    return f"{head} {_refusal(error, dtype)}"
+
+
+def _refusal(error, dtype) -> str:
+    """The compiler's refusal of the one-block copy kernel, in a line: its code, then why."""
+    code = error.code or error.kind
+    if error.kind == "tiling":
+        return (f"{code}: the block {_dims(error.block_shape[-2:])} is neither a multiple of {dtype}'s "
+                f"tiling {_dims(error.tiling)} nor the array's full extent")
+    if error.kind == "vmem":
+        return (f"{code}: the copy kernel needs {error.vmem_needed_bytes / 2 ** 20:.2f} MiB of VMEM (input "
+                f"and output block, one buffer each), over its scoped limit of "
+                f"{error.vmem_limit_bytes / 2 ** 20:.2f} MiB")
+    return f"{code}: {_first_line(error.detail)}"
+
+
+def _dims(shape) -> str:
+    return "(" + ", ".join(str(d) for d in shape) + ")"
+
+
+def assert_rule_matches_lowering(fn, triples, *, repro: str = "", compiler: str | None = None) -> None:
     """fn(array_shape, block_shape, dtype) -> reason | None must agree with the TPU lowering
     on every (array_shape, block_shape, dtype) triple: None exactly where it lowers, a
-    non-empty reason (a str) exactly where it does not."""
+    non-empty reason (a str) exactly where it does not.
+
+    compiler: a chip whose real compiler (the tpu-compile extra) is asked about the blocks
+    the lowering accepts and fn refuses, so that the failure says what a dtype's tile
+    really decides: whether the compiler, later, takes the block.
+    """
     suffix = f"\n  reproduce: {repro}" if repro else ""
     for array_shape, block_shape, dtype in triples:
         call = f"{fn.display.split('(')[0]}({tuple(array_shape)}, {tuple(block_shape)}, {dtype!r})"
@@ -70,12 +137,27 @@ def assert_rule_matches_lowering(fn, triples, *, repro: str = "") -> None:
             raise WrongResult(f"{fn.display}: {call} returned {said!r}; expected None (legal) "
                               f"or a non-empty str saying why the block is illegal.{suffix}")
         if error is None and said is not None:
+            note = _compiler_note(array_shape, block_shape, dtype, compiler) if compiler else ""
             raise WrongResult(f"{fn.display}: {call} says the block is illegal ({said!r}), but "
-                              f"the TPU lowering accepts it.{suffix}")
+                              f"the TPU lowering accepts it.{note}{suffix}")
         if error is not None and said is None:
             raise WrongResult(f"{fn.display}: {call} returned None (legal), but the TPU lowering "
                               f"rejects it: {explain(array_shape, block_shape, dtype, error)}"
                               f"{suffix}")
+
+
+def _compiler_note(array_shape, block_shape, dtype, chip: str) -> str:
+    """What the real compiler makes of a block the lowering accepts, for a rule that refused it."""
+    from . import tpu_compile
+
+    error = compiler_verdict(tuple(array_shape), tuple(block_shape), dtype, chip)
+    rows, lanes = native_tile(dtype)
+    if error is None:
+        return (f" The {chip} compiler (libtpu {tpu_compile.libtpu_version()}) compiles it too: "
+                f"({rows}, {lanes}) is how {dtype} values fill a vreg, its native tile, not a legality rule.")
+    tiling = (" That is the compiler's tiling, checked after the lowering; check_block answers for the "
+              "lowering's rule." if error.kind == "tiling" else "")
+    return f" The {chip} compiler refuses it, {_refusal(error, dtype)}.{tiling}"
 
 
 def explain(array_shape, block_shape, dtype, error: str) -> str:
@@ -128,6 +210,7 @@ class BlockReport:
     edges: tuple[tuple[int, int, int], ...]  # per axis: (block, elements in the last block, padding)
     buffer_bytes: int  # the block's elements times the itemsize
     tiled_bytes: int | None  # the same, rows and lanes rounded up to the dtype's native tile
+    compiler: str = ""  # the real compiler's verdict on the same copy kernel (compiler_line)
 
     def lines(self) -> list[str]:
         shape = "x".join(map(str, self.array_shape))
@@ -138,6 +221,7 @@ class BlockReport:
         cdivs = " x ".join(f"cdiv({a}, {e[0]})" for a, e in zip(self.array_shape, self.edges))
         out = [f"array   {shape} {self.dtype}, block {block}",
                f"verdict {verdict}",
+               *([self.compiler] if self.compiler else []),
                f"grid    {self.grid}: {cdivs} = {steps} step{'s' * (steps != 1)}"]
         for axis, (size, last, padding) in enumerate(self.edges):
             if padding:
@@ -160,7 +244,7 @@ class BlockReport:
             if sizes[-2] % rows and sizes[-2] != self.array_shape[-2]:
                 out.append(f"note    {self.dtype}'s native tile is ({rows}, {lanes}): {sizes[-2]} rows "
                            f"lower, but fill part of a tile; the Mosaic compiler decides whether it "
-                           f"compiles (v5e: bf16 (8, 128) compiles, int8 (8, 128) in a dot does not)")
+                           f"compiles (v5e: bf16 (8, 128) compiles, int8 (8, 128) does not)")
         return out
 
 
@@ -184,8 +268,9 @@ def sandbox(array_shape, block_shape, dtype) -> BlockReport:
         rows, lanes = native_tile(dtype)
         tiled = (math.prod(sizes[:-2]) * _round_up(sizes[-2], rows) * _round_up(sizes[-1], lanes)
                  * itemsize)
-    return BlockReport(array_shape, block_shape, dtype, lowering_error(array_shape, block_shape, dtype),
-                       grid, edges, buffer_bytes, tiled)
+    lowering = lowering_error(array_shape, block_shape, dtype)
+    return BlockReport(array_shape, block_shape, dtype, lowering, grid, edges, buffer_bytes, tiled,
+                       compiler_line(array_shape, block_shape, dtype, lowering))
 
 
 def _round_up(n: int, multiple: int) -> int:
@@ -210,6 +295,12 @@ def main(args) -> int:
     shape = parse_block(args.shape)
     if None in shape:
         raise ValueError(f"an array shape takes sizes only, got {args.shape!r}")
+    from . import tpu_compile
+
+    with tpu_compile.quiet_libtpu_startup():  # JAX's backends start, and libtpu with them
+        import jax
+
+        jax.devices()
     report = sandbox(shape, parse_block(args.block), args.dtype)
     print("\n".join(report.lines()))
     return 0

@@ -7,7 +7,7 @@
     tpucourse blockspec --shape 1000x384 --block 128x128 --dtype bfloat16   # the BlockSpec sandbox
     tpucourse timeline exchange-deadlock --devices 4       # a schedule's semaphore timeline
     tpucourse progress | hint ch11.matmul | reset ch11.matmul | watch ch11   # the learner's loop
-    tpucourse xray model.py:loss --shapes 8x128 128x10:bfloat16 [--html xray.html]   # the IR x-ray
+    tpucourse xray model.py:loss --shapes 8x128 128x10:bfloat16 [--html xray.html] [--chip v5e]   # the IR x-ray
     tpucourse compile exercises/ch11/matmul.py:matmul --chip v5e --shape 1024x1024,1024x1024 \
         --dtype bfloat16 --kw bm=256       # the real TPU compiler's verdict (the tpu-compile extra)
 """
@@ -73,6 +73,8 @@ def main(argv=None) -> int:
     x.add_argument("--html", metavar="FILE", help="write a self-contained page where hovering an op "
                    "highlights its counterparts")
     x.add_argument("--color", choices=("auto", "always", "never"), default="auto")
+    x.add_argument("--chip", help="take the optimized HLO from the real TPU compiler for this chip (v5e, v6e, "
+                   "...: the tpu-compile extra) instead of this machine's XLA")
 
     t = subcommands.add_parser("timeline", help="a distributed kernel's schedule, round by round, and where "
                             "it deadlocks")

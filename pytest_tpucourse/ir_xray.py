@@ -59,6 +59,18 @@ def three_layers(fn, *args) -> Layers:
                                           f"compiled in this process")
 
 
+def tpu_layers(fn, *args, chip: str = "v5e") -> Layers:
+    """The three layers with the TPU's optimized HLO: fn compiled ahead of time for `chip` by the
+    real TPU compiler (tpu_compile, the tpu-compile extra), on any host; nothing runs."""
+    import jax
+
+    from . import tpu_compile
+
+    closed = jax.make_jaxpr(fn)(*args)
+    compiled = tpu_compile.compile_for(fn, *args, chip=chip)
+    return Layers(closed, tpu_stablehlo(fn, *args), compiled.optimized_hlo, compiled.compiler)
+
+
 def tpu_stablehlo(fn, *args) -> str:
     """StableHLO of fn lowered for a TPU on any host: a pallas_call becomes a tpu_custom_call."""
     import jax

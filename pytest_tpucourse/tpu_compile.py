@@ -80,6 +80,22 @@ def available() -> bool:
     return _available
 
 
+def libtpu_version() -> str:
+    """The installed libtpu's version ("0.0.42.1"), or "?" without the extra."""
+    from importlib import metadata
+
+    try:
+        return metadata.version("libtpu")
+    except metadata.PackageNotFoundError:
+        return "?"
+
+
+def _jax_version() -> str:
+    import jax
+
+    return jax.__version__
+
+
 def skip_unless_available() -> None:
     """pytest.skip with one clear line when libtpu is not installed."""
     if not available():
@@ -233,6 +249,15 @@ class CompiledForTpu:
     compile_seconds: float
     kernels: tuple = ()  # KernelOnTpu per pallas_call, with dumps=True only
     dump_dir: Path | None = None  # this compile's dump files (removed when the process exits)
+    device_kind: str = ""  # as the described devices name themselves: "TPU v5 lite"
+    devices: int = 1  # the devices of the topology the program was compiled over
+
+    @property
+    def compiler(self) -> str:
+        """Who made optimized_hlo, for every place that shows it."""
+        return (f"XLA:TPU of libtpu {libtpu_version()} with jax {_jax_version()}, ahead of time for "
+                f"{self.devices} {self.device_kind or self.chip} device{'s' * (self.devices != 1)} of "
+                f"topology {self.topology} on a host without a TPU: nothing ran")
 
     def kernel(self, name: str | None = None) -> KernelOnTpu:
         """The kernel called `name` (the only one if None)."""
@@ -351,7 +376,10 @@ def compile_for(fn, *args, chip: str = DEFAULT_CHIP, dumps: bool = False,
                 timeout: float | None = DEFAULT_TIMEOUT_SECONDS, **kwargs) -> CompiledForTpu:
     """Compile fn(*args, **kwargs) for `chip` with the real TPU compiler; nothing runs.
 
-    args are arrays or ShapeDtypeStructs; kwargs are static. The program is traced
+    args are arrays or ShapeDtypeStructs; kwargs are static. A program over several
+    devices takes args sharded over a mesh of this host's devices (NamedSharding); it
+    is compiled over as many devices of the chip's topology, the same shardings
+    applied. The program is traced
     and lowered here (interpret mode off) and compiled in a child process whose
     libtpu started with the dump flags: a compiler crash or a compile that outlives
     `timeout` seconds ends that process, not this one. dumps=True keeps each
@@ -367,8 +395,8 @@ def compile_for(fn, *args, chip: str = DEFAULT_CHIP, dumps: bool = False,
     if not available():
         raise TpuCompilerMissing()
     topology = _topology_name(chip)
-    shapes = jax.tree.map(lambda a: jax.ShapeDtypeStruct(a.shape, a.dtype), args)
-    jitted = jax.jit(lambda *a: fn(*a, **kwargs))
+    shapes = jax.tree.map(lambda a: jax.ShapeDtypeStruct(a.shape, a.dtype, sharding=_mesh_sharding(a)), args)
+    jitted = jax.jit(_named(lambda *a: fn(*a, **kwargs), getattr(fn, "__name__", "program")))
     with mosaic.lowering_for(chip):
         jitted.trace(*shapes)  # the function's own errors (a stub, a bad shape) propagate as they are
         try:
@@ -377,7 +405,8 @@ def compile_for(fn, *args, chip: str = DEFAULT_CHIP, dumps: bool = False,
             raise translate(f"{type(error).__name__}: {error}", chip=chip, kernels=[],
                             stage="lowering") from None
     names = [kernel.name for kernel in mosaic.decode_text(exported.mlir_module())]
-    reply, dump_dir = _child_compiler().compile(bytes(exported.serialize()), topology, timeout)
+    reply, dump_dir = _child_compiler().compile(bytes(exported.serialize()), topology, timeout,
+                                                mesh=_mesh_axes(shapes))
     try:
         if reply.get("timeout"):
             raise TpuCompileError(reply["error"], kind="timeout", code=None, kernel=None, chip=chip,
@@ -389,7 +418,25 @@ def compile_for(fn, *args, chip: str = DEFAULT_CHIP, dumps: bool = False,
         if not dumps:
             shutil.rmtree(dump_dir, ignore_errors=True)
     return CompiledForTpu(chip, topology, reply["hlo"], reply["seconds"], kernels=kernels,
-                          dump_dir=dump_dir if dumps else None)
+                          dump_dir=dump_dir if dumps else None, device_kind=reply.get("device_kind", ""),
+                          devices=reply.get("devices", 1))
+
+
+def _mesh_sharding(array):
+    """An argument's sharding when it spans several devices (kept for the export), else None."""
+    sharding = getattr(array, "sharding", None)
+    return sharding if sharding is not None and len(sharding.device_set) > 1 else None
+
+
+def _mesh_axes(shapes) -> tuple | None:
+    """(axis names, axis sizes) of the mesh the arguments are sharded over, None on one device."""
+    import jax
+
+    for shape in jax.tree.leaves(shapes):
+        mesh = getattr(shape.sharding, "mesh", None)
+        if mesh is not None:
+            return tuple(mesh.axis_names), tuple(mesh.devices.shape)
+    return None
 
 
 def _topology_name(chip: str) -> str:
@@ -444,13 +491,14 @@ class _ChildCompiler:
     def alive(self) -> bool:
         return self.process.poll() is None
 
-    def compile(self, program: bytes, topology: str, timeout: float | None) -> tuple[dict, Path]:
-        """(the child's reply, the directory holding this compile's dumps)."""
+    def compile(self, program: bytes, topology: str, timeout: float | None,
+                mesh: tuple | None = None) -> tuple[dict, Path]:
+        """(the child's reply, the directory holding this compile's dumps); mesh: (axis names, sizes)."""
         with self.lock:
             self.count += 1
             path = self.root / f"program-{self.count}.bin"
             path.write_bytes(program)
-            reply = self._ask({"program": str(path), "topology": topology}, timeout)
+            reply = self._ask({"program": str(path), "topology": topology, "mesh": mesh}, timeout)
             path.unlink()
             return reply, self._collect(self.root / f"compile-{self.count}")
 
@@ -624,18 +672,48 @@ def _serve() -> int:
             if request["topology"] not in devices:
                 with quiet_libtpu_startup():
                     devices[request["topology"]] = topologies.get_topology_desc(
-                        topology_name=request["topology"], platform="tpu").devices[0]
-            sharding = jax.sharding.SingleDeviceSharding(devices[request["topology"]])
+                        topology_name=request["topology"], platform="tpu").devices
             program = export.deserialize(bytearray(Path(request["program"]).read_bytes()))
-            placed = [jax.ShapeDtypeStruct(a.shape, a.dtype, sharding=sharding) for a in program.in_avals]
+            used = devices[request["topology"]][:program.nr_devices]
+            if len(used) < program.nr_devices:
+                raise ValueError(f"the program runs on {program.nr_devices} devices; topology "
+                                 f"{request['topology']} has {len(used)}")
+            call = _named(program.call, program.fun_name)
+            if program.nr_devices == 1:
+                sharding = jax.sharding.SingleDeviceSharding(used[0])
+                placed = [jax.ShapeDtypeStruct(a.shape, a.dtype, sharding=sharding) for a in program.in_avals]
+                jitted = jax.jit(call)
+            else:  # the exported shardings, over a mesh of the topology's devices shaped as the caller's
+                import numpy as np
+
+                if not request.get("mesh"):
+                    raise ValueError(f"the program runs on {program.nr_devices} devices: give its arguments "
+                                     f"NamedShardings over a mesh of {program.nr_devices} devices")
+                axis_names, axis_sizes = request["mesh"]
+                mesh = jax.sharding.Mesh(np.array(used).reshape(axis_sizes), tuple(axis_names))
+                shardings = program.in_shardings_jax(mesh)
+                placed = [jax.ShapeDtypeStruct(a.shape, a.dtype, sharding=s)
+                          for a, s in zip(program.in_avals, shardings)]
+                outputs = jax.tree.unflatten(program.out_tree, program.out_shardings_jax(mesh))
+                jitted = jax.jit(call, in_shardings=shardings, out_shardings=outputs)
             start = time.perf_counter()
-            compiled = jax.jit(program.call).trace(*placed).lower().compile()
-            reply = {"ok": True, "hlo": compiled.as_text(), "seconds": time.perf_counter() - start}
+            compiled = jitted.trace(*placed).lower().compile()
+            reply = {"ok": True, "hlo": compiled.as_text(), "seconds": time.perf_counter() - start,
+                     "device_kind": used[0].device_kind, "devices": len(used)}
         except Exception as error:
             reply = {"ok": False, "error": str(error)}
         sys.stdout.write(json.dumps(reply) + "\n")
         sys.stdout.flush()
     return 0
+
+
+def _named(function, name: str):
+    """function under another name: the optimized HLO names its module and instructions after it."""
+    def call(*args):
+        return function(*args)
+
+    call.__name__ = call.__qualname__ = name
+    return call
 
 
 if __name__ == "__main__":

@@ -2,9 +2,11 @@
 
 `tpucourse xray module.py:function --shapes 8x16 16x32:bfloat16` traces, lowers and
 compiles the function on this machine (ir_xray.three_layers), links the layers
-(ir_xray.link) and prints them side by side, one block per source line. `--html FILE`
-writes the same as a self-contained page: hovering any op highlights, in all three
-columns, every op linked to it.
+(ir_xray.link) and prints them side by side, one block per source line. `--chip v5e`
+takes the third layer from the real TPU compiler instead (ir_xray.tpu_layers, the
+tpu-compile extra): the TPU-optimized HLO, a Pallas kernel as its tpu_custom_call.
+`--html FILE` writes the same as a self-contained page: hovering any op highlights, in
+all three columns, every op linked to it. Both say which compiler made the HLO.
 """
 
 from __future__ import annotations
@@ -74,8 +76,9 @@ def parse_shapes(specs: list[str]):
     return structs
 
 
-def picture(function, args, title: str) -> Picture:
-    layers = ir_xray.three_layers(function, *args)
+def picture(function, args, title: str, chip: str | None = None) -> Picture:
+    """The x-ray of function(*args): compiled here, or for `chip` by the real TPU compiler."""
+    layers = ir_xray.tpu_layers(function, *args, chip=chip) if chip else ir_xray.three_layers(function, *args)
     module = hlo_text.parse(layers.hlo)
     ops = ir_xray.stablehlo_ops(layers.stablehlo)
     return Picture(title, layers.compiler, ir_xray.link(layers, ops, module), ops, module.entry.instructions, module)
@@ -220,14 +223,25 @@ def page(pic: Picture) -> str:
 
 def main(args) -> int:
     """The `tpucourse xray` command."""
+    chip = getattr(args, "chip", None)
+    if chip:
+        from . import tpu_compile
+
+        if not tpu_compile.available():
+            raise ValueError(f"--chip {tpu_compile.INSTALL_LINE}")
+        with tpu_compile.quiet_libtpu_startup():  # JAX's backends start, and libtpu with them
+            import jax
+
+            jax.devices()
     function = load_function(args.target)
     shapes = parse_shapes(args.shapes or [])
     title = f"{args.target}({', '.join(f'{s.dtype}{list(s.shape)}' for s in shapes)})"
     try:
-        pic = picture(function, shapes, re.sub(r"\s+", " ", title))
+        pic = picture(function, shapes, re.sub(r"\s+", " ", title), chip=chip)
     except Exception as error:  # the program's own error, or one XLA raises compiling it
         first = str(error).strip().splitlines()[0] if str(error).strip() else ""
-        raise ValueError(f"{args.target} did not trace, lower and compile here: {type(error).__name__}: "
+        where = f"for a {chip} with the real TPU compiler" if chip else "here"
+        raise ValueError(f"{args.target} did not trace, lower and compile {where}: {type(error).__name__}: "
                          f"{first}") from None
     if args.html:
         Path(args.html).write_text(page(pic), encoding="utf-8")

@@ -9,10 +9,12 @@ import pytest
 from jax.experimental import pallas as pl
 from jax.experimental.pallas import tpu as pltpu
 
-from pytest_tpucourse import block_skipping, blockspecs, checks, cli, tpu_checks
+from pytest_tpucourse import block_skipping, blockspecs, checks, cli, tpu_checks, tpu_compile
 from pytest_tpucourse.outcomes import LearnerCodeError, WrongResult
 
 from .support import REPO
+
+needs_libtpu = pytest.mark.skipif(not tpu_compile.available(), reason=tpu_compile.INSTALL_LINE)
 
 
 def graded(function):
@@ -49,6 +51,62 @@ def test_the_sandbox_prints_verdict_grid_padding_and_vmem(capsys):
         assert line in out
     assert cli.main(["blockspec", "--shape", "1024x1024", "--block", "8x64"]) == 0
     assert "verdict illegal: dimension -1 of the block is 64: neither a multiple of 128" in capsys.readouterr().out
+
+
+@needs_libtpu
+def test_the_sandbox_prints_the_compilers_verdict_after_the_lowerings(capsys):
+    def sandbox(shape, block, dtype):
+        assert cli.main(["blockspec", "--shape", shape, "--block", block, "--dtype", dtype]) == 0
+        lines = capsys.readouterr().out.splitlines()
+        assert lines[1].startswith("verdict "), lines
+        return lines[2]
+
+    assert sandbox("1024x1024", "8x128", "int8") == (
+        "compiler v5e: E2002: the block (8, 128) is neither a multiple of int8's tiling "
+        "(32, 128) nor the array's full extent")
+    assert sandbox("1024x1024", "8x128", "bfloat16").startswith("compiler v5e: compiles (libtpu 0.0.42")
+    assert sandbox("2048x4096", "2048x2048", "float32") == (  # 16 MiB in, 16 MiB out, one buffer each
+        "compiler v5e: E1001: the copy kernel needs 32.00 MiB of VMEM (input and output block, "
+        "one buffer each), over its scoped limit of 16.00 MiB")
+    assert sandbox("2048x4096", "2048x1024", "float32").startswith("compiler v5e: compiles")  # 16 MiB: at the limit
+    assert sandbox("1024x1024", "8x64", "float32") == (
+        "compiler v5e: not asked: the lowering rejects the block first")
+
+
+def test_without_the_compiler_the_sandbox_says_it_did_not_ask(capsys, monkeypatch):
+    monkeypatch.setattr(tpu_compile, "_available", False)
+    assert cli.main(["blockspec", "--shape", "1024x1024", "--block", "8x128", "--dtype", "int8"]) == 0
+    lines = capsys.readouterr().out.splitlines()
+    assert lines[2] == 'compiler: not checked (pip install -e ".[tpu-compile]")'
+
+
+@needs_libtpu
+def test_the_compiler_facts_chapter_6_states():
+    """README, "The legality rule" and "The schedule the pipeline runs" (libtpu 0.0.42.1, v5e)."""
+    int8 = blockspecs.compiler_verdict((1024, 1024), (8, 128), "int8")
+    assert (int8.kind, int8.code, int8.tiling, int8.block_shape[-2:]) == ("tiling", "E2002", (32, 128), (8, 128))
+    assert blockspecs.compiler_verdict((1024, 1024), (8, 128), "bfloat16") is None
+    assert blockspecs.compiler_verdict((1024, 1024), (32, 128), "int8") is None
+    x = jax.ShapeDtypeStruct((2048, 2048), jnp.float32)
+    with pytest.raises(tpu_compile.TpuCompileError) as caught:  # chapter 11's matmul, 1024 blocks
+        tpu_compile.compile_for(_ch11_matmul().resolve(), x, x, chip="v5e", bm=1024, bk=1024, bn=1024)
+    assert (caught.value.code, caught.value.vmem_needed_bytes, caught.value.vmem_limit_bytes) == (
+        "E1001", 28 * 2 ** 20, 16 * 2 ** 20)  # 3 blocks x 2 buffers x 4 MiB + a 4 MiB f32 accumulator
+
+
+@needs_libtpu
+def test_a_rule_refusing_a_dtypes_half_tile_is_told_what_the_compiler_says():
+    sixteen_rows = graded(lambda shape, block, dtype: None if block[-2] % (32 // jnp.dtype(dtype).itemsize) == 0
+                          else "rows are not a whole native tile")
+    with pytest.raises(WrongResult) as caught:
+        blockspecs.assert_rule_matches_lowering(sixteen_rows, [((1024, 1024), (8, 128), "bfloat16")], compiler="v5e")
+    assert "the TPU lowering accepts it. The v5e compiler (libtpu 0.0.42" in str(caught.value)
+    assert "compiles it too: (16, 128) is how bfloat16 values fill a vreg" in str(caught.value)
+    with pytest.raises(WrongResult) as caught:
+        blockspecs.assert_rule_matches_lowering(sixteen_rows, [((1024, 1024), (8, 128), "int8")], compiler="v5e")
+    assert ("The v5e compiler refuses it, E2002: the block (8, 128) is neither a multiple of int8's tiling "
+            "(32, 128) nor the array's full extent. That is the compiler's tiling, checked after the "
+            "lowering") in str(caught.value)
 
 
 @pytest.mark.parametrize("argv, message", [

@@ -7,11 +7,12 @@ import jax
 import jax.numpy as jnp
 import pytest
 
-from pytest_tpucourse import cli, hlo_text, ir_xray, jax_internals
+from pytest_tpucourse import cli, hlo_text, ir_xray, jax_internals, tpu_compile
 
 from .support import REPO
 
 DUMPS = REPO / "exercises" / "ch12" / "dumps"
+needs_libtpu = pytest.mark.skipif(not tpu_compile.available(), reason=tpu_compile.INSTALL_LINE)
 
 MODULE = """\
 HloModule jit_f, is_scheduled=true
@@ -173,8 +174,8 @@ def test_link_rows_of_a_small_program():
 def test_shipped_dumps_say_who_compiled_them_and_point_at_this_checkout(path):
     dump = hlo_text.read_dump(path, REPO)
     assert re.match(r"XLA:TPU optimized HLO of programs\.\w+\(.*\), compiled ahead of time for TPU v5 lite "
-                    r"\(topology v5e:2x2, 4 chips\) by libtpu [\d.]+ with jax [\d.]+ on a CPU host, \d{4}-\d\d-\d\d",
-                    dump.header), dump.header
+                    r"\(topology v5e:2x2, (4 chips|\d of its chips)\) by libtpu [\d.]+ with jax [\d.]+ on a CPU host, "
+                    r"\d{4}-\d\d-\d\d", dump.header), dump.header
     module = hlo_text.parse(dump.text)
     assert str(REPO / "exercises/ch12/dumps/programs.py") in module.file_names.values()
     assert all(name.startswith(f"{REPO}/") for name in module.file_names.values()), module.file_names
@@ -192,6 +193,57 @@ def test_the_mlp_block_dump_matches_the_current_program():
                             ir_xray.tpu_stablehlo(programs.mlp_block, *args), dump.text, dump.header)
     unmapped = [(r["primitive"], r["line"]) for r in ir_xray.xray(layers) if not r["hlo"] or not r["stablehlo"]]
     assert not unmapped
+
+
+def _dump_programs():
+    spec = importlib.util.spec_from_file_location("programs", DUMPS / "programs.py")
+    programs = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(programs)
+    return programs
+
+
+@needs_libtpu
+def test_tpu_layers_take_the_optimized_hlo_from_the_tpu_compiler():
+    """programs.mlp_block compiled for a v5e in this run: every equation mapped, the pallas_call one
+    tpu_custom_call, and the same kernels, fusions and custom calls as the shipped dump (names aside:
+    the dump kept the arguments' names, jax.export does not)."""
+    programs = _dump_programs()
+    args = [jax.ShapeDtypeStruct(shape, jnp.dtype(dtype)) for shape, dtype in programs.ARGS["mlp_block"]]
+    layers = ir_xray.tpu_layers(programs.mlp_block, *args, chip="v5e")
+    assert layers.compiler.startswith(f"XLA:TPU of libtpu {tpu_compile.libtpu_version()} with jax ")
+    assert "TPU v5 lite device of topology v5e:2x2" in layers.compiler and "nothing ran" in layers.compiler
+    rows = ir_xray.xray(layers)
+    assert all(row["hlo"] and row["stablehlo"] for row in rows), rows
+    module = hlo_text.parse(layers.hlo)
+    kernels = [name for row in rows if row["primitive"] == "pallas_call" for name in row["hlo"]]
+    assert [module.entry.instruction(name).attribute("custom_call_target") for name in kernels] == ['"tpu_custom_call"']
+    shipped = hlo_text.summary(hlo_text.parse(hlo_text.read_dump(DUMPS / "v5e_mlp_block.hlo.txt", REPO).text))
+    now = hlo_text.summary(module)
+
+    def without_names(summary):
+        return ([opcode for _, opcode in summary["kernels"]], [kind[1:] for kind in summary["fusions"]],
+                [target for _, target in summary["custom_calls"]], summary["largest"][1], summary["collectives"])
+
+    assert without_names(now) == without_names(shipped)
+
+
+@needs_libtpu
+def test_xray_command_with_a_chip_reads_the_tpu_compilers_hlo(capsys, monkeypatch):
+    monkeypatch.chdir(REPO)
+    argv = ["xray", "exercises/ch12/dumps/programs.py:mlp_block", "--shapes", "256x512:bfloat16",
+            "512x256:bfloat16", "1x256", "--color", "never", "--chip", "v5e"]
+    assert cli.main(argv) == 0
+    out = capsys.readouterr().out
+    assert "optimized HLO: XLA:TPU of libtpu 0.0.42" in out and "topology v5e:2x2" in out
+    assert re.search(r"programs\.py:31  return pl\.pallas_call\(\n\S+ = pallas_call .*custom-call \"tpu_custom", out), out
+    assert cli.main(argv[:-1] + ["v9"]) == 2
+    assert "did not trace, lower and compile for a v9 with the real TPU compiler" in capsys.readouterr().err
+
+
+def test_xray_command_with_a_chip_without_the_compiler_says_how_to_install(capsys, monkeypatch):
+    monkeypatch.setattr(tpu_compile, "_available", False)
+    assert cli.main(["xray", "tests/fixtures/xray_program.py:layer", "--shapes", "8x64", "--chip", "v5e"]) == 2
+    assert tpu_compile.INSTALL_LINE in capsys.readouterr().err
 
 
 def test_xray_command_prints_three_columns_by_source_line(capsys):

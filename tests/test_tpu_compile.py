@@ -195,3 +195,25 @@ def test_the_startup_filter_drops_only_libtpu_lines(monkeypatch, capfd):
                     b"a line somebody else wrote\n")
     err = capfd.readouterr().err
     assert "a line somebody else wrote" in err and "TPU_WORKER_HOSTNAMES" not in err
+
+
+@needs_libtpu
+def test_a_program_sharded_over_a_mesh_compiles_over_as_many_devices_of_the_topology(mesh):
+    """A psum over 4 simulated CPU devices, compiled for 4 devices of a v5e slice: the all-reduce
+    the TPU compiler made of it is in the optimized HLO, which is named after the function."""
+    from jax.sharding import NamedSharding
+    from jax.sharding import PartitionSpec as P
+
+    four = mesh(4)
+
+    def column_sums(x):
+        return jax.shard_map(lambda part: jax.lax.psum(part.sum(axis=0), "x"), mesh=four,
+                             in_specs=P("x"), out_specs=P())(x)
+
+    x = jax.ShapeDtypeStruct((512, 256), jnp.float32, sharding=NamedSharding(four, P("x")))
+    compiled = tpu_compile.compile_for(column_sums, x, chip="v5e")
+    assert compiled.devices == 4 and compiled.device_kind == "TPU v5 lite"
+    assert compiled.optimized_hlo.startswith("HloModule jit_column_sums")
+    assert " all-reduce(" in compiled.optimized_hlo or " all-reduce-start(" in compiled.optimized_hlo
+    assert f"libtpu {tpu_compile.libtpu_version()}" in compiled.compiler
+    assert "4 TPU v5 lite devices of topology v5e:2x2" in compiled.compiler and "nothing ran" in compiled.compiler

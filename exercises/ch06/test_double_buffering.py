@@ -49,3 +49,10 @@ def test_column_sums_refuses_rows_the_blocks_do_not_divide(impl):
 def test_column_sums_lowers_for_tpu(impl, dtype):
     x = tst.random_array((256, 512), dtype, 0)
     tpu_checks.assert_lowers_for_tpu(impl.double_buffering.column_sums, x, block_rows=16)
+
+
+@pytest.mark.parametrize("dtype", ["float32", "bfloat16"])
+def test_column_sums_compiles_for_v5e(impl, dtype):
+    """The real compiler (libtpu, ahead of time for a v5e) at the lowering test's call."""
+    x = tst.random_array((256, 512), dtype, 0)
+    tpu_checks.assert_compiles_for(impl.double_buffering.column_sums, x, chip="v5e", block_rows=16)

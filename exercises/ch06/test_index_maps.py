@@ -66,6 +66,13 @@ def test_transpose_lowers_for_tpu(impl, dtype):
     tpu_checks.assert_lowers_for_tpu(impl.index_maps.transpose, x)
 
 
+@pytest.mark.parametrize("dtype", ["float32", "bfloat16"])
+def test_transpose_compiles_for_v5e(impl, dtype):
+    """The real compiler (libtpu, ahead of time for a v5e) at the lowering test's call."""
+    x = tst.random_array((512, 384), dtype, 0)
+    tpu_checks.assert_compiles_for(impl.index_maps.transpose, x, chip="v5e")
+
+
 def _check_gather(impl, case, seed):
     rows, width, count, dtype = case
     table = tst.random_array((rows, width), dtype, seed)
@@ -99,3 +106,10 @@ def test_gather_rows_has_no_race_on_two_cores(impl):
 def test_gather_rows_lowers_for_tpu(impl, dtype):
     table = tst.random_array((1000, 256), dtype, 0)
     tpu_checks.assert_lowers_for_tpu(impl.index_maps.gather_rows, table, _indices(1000, 64, 0))
+
+
+@pytest.mark.parametrize("dtype", ["float32", "bfloat16"])
+def test_gather_rows_compiles_for_v5e(impl, dtype):
+    """The real compiler (libtpu, ahead of time for a v5e) at the lowering test's call."""
+    table = tst.random_array((1000, 256), dtype, 0)
+    tpu_checks.assert_compiles_for(impl.index_maps.gather_rows, table, _indices(1000, 64, 0), chip="v5e")

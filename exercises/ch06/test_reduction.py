@@ -46,3 +46,10 @@ def test_sum_leading_axis_has_no_race_on_two_cores(impl):
 def test_sum_leading_axis_lowers_for_tpu(impl, dtype):
     x = tst.random_array((20, 256, 256), dtype, 0)  # ragged L: the mask lowers too
     tpu_checks.assert_lowers_for_tpu(impl.reduction.sum_leading_axis, x)
+
+
+@pytest.mark.parametrize("dtype", ["float32", "bfloat16"])
+def test_sum_leading_axis_compiles_for_v5e(impl, dtype):
+    """The real compiler (libtpu, ahead of time for a v5e) at the lowering test's call."""
+    x = tst.random_array((20, 256, 256), dtype, 0)
+    tpu_checks.assert_compiles_for(impl.reduction.sum_leading_axis, x, chip="v5e")

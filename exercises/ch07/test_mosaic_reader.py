@@ -66,7 +66,7 @@ def check(impl, fn, args, what, kwargs=None):
 @pytest.fixture(scope="module")
 def course_kernels(request):
     return {name: mosaic.course_solution(request.path, name)
-            for name in ("ch11.matmul.matmul", "ch13.forward.flash_forward")}
+            for name in ("ch11.matmul.matmul", "ch13.forward.flash_forward", "ch06.index_maps.gather_rows")}
 
 
 def test_reads_the_ch11_matmul(impl, course_kernels):
@@ -79,6 +79,13 @@ def test_reads_the_ch13_flash_forward(impl, course_kernels):
     q = jax.ShapeDtypeStruct((1, 2, 512, 128), jnp.bfloat16)
     check(impl, course_kernels["ch13.forward.flash_forward"], (q, q, q), "ch13's causal flash forward",
           dict(causal=True))
+
+
+def test_reads_the_ch06_gather(impl, course_kernels):
+    """Scalar prefetch: the indices come first in the signature (SMEM), and the table's window is a
+    squeezed (None, 1, D) block read at a data-dependent row."""
+    table, idx = jax.ShapeDtypeStruct((1000, 256), jnp.bfloat16), jax.ShapeDtypeStruct((64,), jnp.int32)
+    check(impl, course_kernels["ch06.index_maps.gather_rows"], (table, idx), "ch06's gather_rows, scalar prefetch")
 
 
 def test_reads_jax_paged_attention(impl):

@@ -7,7 +7,8 @@ dimension) is tried; the pick must be one of them, fit the limit (VMEM by the co
 model, pytest_tpucourse.vmem_footprint) and be within 5% of the least roofline time of
 those that fit. Shapes include dimensions below the MXU width and below the bf16 tile
 (a skinny m of 8); limits run from a chip's whole VMEM down to tight ones where a
-footprint mistake picks blocks that do not fit.
+footprint mistake picks blocks that do not fit. With the tpu-compile extra, the pick is also
+compiled for each chip under the limit it was picked for.
 """
 
 import itertools
@@ -17,7 +18,7 @@ import pytest
 from hypothesis import example, given
 from hypothesis import strategies as st
 
-from pytest_tpucourse import checks, chips, vmem_footprint
+from pytest_tpucourse import checks, chip_checks, chips, tpu_compile, vmem_footprint
 from pytest_tpucourse.outcomes import WrongResult
 
 MiB = 2**20
@@ -112,3 +113,30 @@ def test_refuses_when_nothing_fits(impl):
                     mxu_width=128, vmem_limit_bytes=64 * 1024),
         error=ValueError, mentions=("vmem_limit_bytes",),
         repro="pick_blocks(512, 512, 512, ..., vmem_limit_bytes=65536): the smallest blocks need 256 KiB")
+
+
+# One shape per chip, compiled (libtpu 0.0.42.1) with vmem_limit_bytes set to the limit the
+# blocks were picked for. The compiler takes a kernel that needs exactly its limit (measured on
+# all five chips) and refuses one that needs 1 KiB more. Each limit is the footprint of blocks
+# that fit, set where a count without the second buffer or without the accumulator picks blocks
+# one size larger ((128, 128, 256) for (128, 128, 128); (256, 256, 512) for (256, 256, 256)).
+COMPILED = [
+    ("v5e", 1024, 1024, 1024, footprint(128, 256, 128, "bfloat16")),
+    ("v5p", 1024, 1024, 1024, footprint(128, 256, 128, "bfloat16")),
+    ("v4", 1024, 1024, 1024, footprint(128, 256, 128, "bfloat16")),
+    ("v6e", 1024, 1024, 1024, footprint(256, 512, 256, "bfloat16")),
+    ("v7x", 1024, 1024, 1024, footprint(256, 512, 256, "bfloat16")),
+]
+
+
+@pytest.mark.parametrize("name, m, k, n, limit", COMPILED, ids=[c[0] for c in COMPILED])
+def test_picked_blocks_compile_under_the_limit(impl, name, m, k, n, limit):
+    chip = chips.get_chip(name)
+    fn = impl.blocks.pick_blocks
+    picked = fn(m, k, n, dtype="bfloat16", peak_flops=chip.peak_flops, hbm_bandwidth=chip.hbm_bandwidth,
+                mxu_width=chip.mxu_width, vmem_limit_bytes=limit)
+    tpu_compile.skip_unless_available()
+    chip_checks.assert_blocks_compile(
+        fn, tuple(int(b) for b in picked), m, k, n, dtype="bfloat16", chip=name, vmem_limit_bytes=limit,
+        repro=f"pick_blocks({m}, {k}, {n}, dtype='bfloat16', ..., mxu_width={chip.mxu_width}, "
+              f"vmem_limit_bytes={limit})  # {name}")

@@ -1,7 +1,8 @@
 """Graded tests for ch08.vmem: vmem_footprint(blocks, scratch).
 
 Judged exactly against the course's own VMEM model (pytest_tpucourse.vmem_footprint),
-which reproduces the sizes the Mosaic compiler reports (bench/vmem_compiler_figures.py).
+which reproduces the sizes the Mosaic compiler reports (bench/vmem_compiler_figures.py),
+and, with the tpu-compile extra, against the compiler itself on traced kernels.
 Blocks are drawn where padding mistakes hide: rows below 8 (bf16 and int8 pack 2 and 4
 rows per sublane), rows that are not multiples of 8, lanes that are not multiples of
 128, unequal blocks (bm != bk != bn), single and double buffers, and leading dimensions.
@@ -15,7 +16,7 @@ from hypothesis import strategies as st
 from jax.experimental import pallas as pl
 from jax.experimental.pallas import tpu as pltpu
 
-from pytest_tpucourse import checks, vmem_footprint
+from pytest_tpucourse import checks, chip_checks, tpu_compile, vmem_footprint
 
 MiB = 2**20
 ROWS = (1, 2, 3, 5, 8, 12, 16, 24, 40, 128, 256)
@@ -67,10 +68,11 @@ def test_footprint_of_drawn_blocks(impl, kernel):
     _check(impl, blocks, scratch, expected, "these blocks")
 
 
-def _batched_matmul(bb, bm, bk, bn, *, weights_once=False):
+def _batched_matmul(bb, bm, bk, bn, *, weights_once=False, vmem_limit_bytes=None):
     """(B, M, K) @ (K, N) over grid (B/bb, M/bm, N/bn, K/bk); a squeezed batch axis when bb is None.
 
     weights_once: the whole weight matrix as one block, fetched once (pl.Buffered(1)).
+    vmem_limit_bytes: the scoped VMEM limit handed to the compiler.
     """
     def kernel(x_ref, w_ref, o_ref, acc_ref):
         acc_ref[...] += jnp.einsum("...mk,kn->...mn", x_ref[...], w_ref[...],
@@ -88,17 +90,19 @@ def _batched_matmul(bb, bm, bk, bn, *, weights_once=False):
             grid=(batch // bbk, m // bm, n // bnk, k // bkk),
             in_specs=[pl.BlockSpec((bb, bm, bkk), lambda b, i, j, kk: (b, i, kk)), w_spec],
             out_specs=pl.BlockSpec(out_block, lambda b, i, j, kk: (b, i, j)),
-            scratch_shapes=[pltpu.VMEM(tuple(d for d in out_block if d is not None), jnp.float32)])(x, w)
+            scratch_shapes=[pltpu.VMEM(tuple(d for d in out_block if d is not None), jnp.float32)],
+            compiler_params=pltpu.CompilerParams(vmem_limit_bytes=vmem_limit_bytes))(x, w)
     return call
 
 
-def _bias_add(block_rows):
+def _bias_add(block_rows, vmem_limit_bytes=None):
     def call(x, b):
         spec = pl.BlockSpec((None, block_rows, x.shape[-1]), lambda h, i: (h, i, 0))
         return pl.pallas_call(
             lambda x_ref, b_ref, o_ref: o_ref.__setitem__(..., x_ref[...] + b_ref[...]),
             out_shape=jax.ShapeDtypeStruct(x.shape, x.dtype), grid=(x.shape[0], x.shape[1] // block_rows),
-            in_specs=[spec, pl.BlockSpec((1, x.shape[-1]), lambda h, i: (0, 0))], out_specs=spec)(x, b)
+            in_specs=[spec, pl.BlockSpec((1, x.shape[-1]), lambda h, i: (0, 0))], out_specs=spec,
+            compiler_params=pltpu.CompilerParams(vmem_limit_bytes=vmem_limit_bytes))(x, b)
     return call
 
 
@@ -136,3 +140,36 @@ def test_footprint_of_real_kernels(impl):
         expected = vmem_footprint.footprint_bytes(buffers)
         blocks, scratch = _as_exercise(buffers)
         _check(impl, blocks, scratch, expected, what)
+
+
+
+# Compiled for a v5e with a scoped limit above each kernel's scratch and below its footprint, so
+# that the compiler refuses it (E1001) and names the bytes it needs (libtpu 0.0.42.1): 917,504,
+# 327,680, and for the bias add 137,216: 100,352 of blocks plus the compiler's own 36,864-byte
+# internal scratch, which its 1-row bf16 bias block brings. The bias is 512 wide here: the
+# compiler allocates whole KiB, and a 640-wide bf16 row (2,560 bytes) takes 3,072. The int8
+# kernel is left out: XLA copies its small operands whole into VMEM before the kernel runs,
+# and the kernel has no windows for them.
+COMPILED = [
+    (KERNELS[0][0], lambda limit: _batched_matmul(None, 384, 256, 128, vmem_limit_bytes=limit), KERNELS[0][2],
+     512 * 1024),
+    (KERNELS[1][0], lambda limit: _batched_matmul(2, 8, 128, 256, vmem_limit_bytes=limit), KERNELS[1][2], 64 * 1024),
+    ("a bias add over heads, a (1, 512) bf16 bias fetched once", lambda limit: _bias_add(24, vmem_limit_bytes=limit),
+     [((3, 48, 512), "bfloat16"), ((1, 512), "bfloat16")], 64 * 1024),
+]
+
+
+def test_footprint_the_compiler_counts(impl):
+    """The judge is the Mosaic compiler: each kernel compiled for a v5e, refused with E1001."""
+    answers = []
+    for what, build, operands, limit in COMPILED:
+        args = [jax.ShapeDtypeStruct(shape, jnp.dtype(dtype)) for shape, dtype in operands]
+        (buffers,) = vmem_footprint.kernel_buffers(jax.make_jaxpr(build(None))(*args))
+        blocks, scratch = _as_exercise(buffers)
+        answers.append((impl.vmem.vmem_footprint(blocks, scratch), blocks, scratch))
+    tpu_compile.skip_unless_available()
+    for (what, build, operands, limit), (got, blocks, scratch) in zip(COMPILED, answers):
+        args = [jax.ShapeDtypeStruct(shape, jnp.dtype(dtype)) for shape, dtype in operands]
+        chip_checks.assert_footprint_matches_compiler(
+            impl.vmem.vmem_footprint, got, build(limit), args, what=what,
+            repro=f"vmem_footprint({blocks!r}, {scratch!r})")

@@ -60,3 +60,13 @@ def test_ring_permute_lowers_for_tpu(impl, mesh, dtype):
     """The Mosaic lowering of the kernel for a 4-chip ring (no execution)."""
     x = tst.random_array((64, 256), dtype, 0)
     tpu_checks.assert_lowers_for_tpu(impl.permute.ring_permute, x, mesh=mesh(4), shift=1)
+
+
+def test_ring_permute_compiles_for_a_four_chip_v5e(impl, mesh):
+    """The real TPU compiler (the tpu-compile extra) for a v5e 2x2 slice: what a chip would
+    run, sharded as here. A deadlock would still compile: it is a run-time property."""
+    import jax
+
+    m = mesh(4)
+    x = jax.device_put(tst.random_array((64, 256), "bfloat16", 0), jax.NamedSharding(m, jax.P("x")))
+    tpu_checks.assert_compiles_for(impl.permute.ring_permute, x, chip="v5e", mesh=m, shift=1)
