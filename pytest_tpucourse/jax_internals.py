@@ -39,6 +39,14 @@ def interpret_mode_in_effect():
     return jax_config.pallas_tpu_interpret_mode_context_manager.value
 
 
+def jit_cache_context():
+    """The JAX settings a jitted program's trace depends on (interpret mode, x64, meshes...), as
+    the hashable value jit's own cache keys on."""
+    from jax._src import config as jax_config
+
+    return jax_config.trace_context()
+
+
 def races_found() -> bool:
     """Whether the last run under `InterpretParams(detect_races=True)` found a race."""
     from jax._src.pallas.mosaic.interpret import interpret_pallas_call as interpreter

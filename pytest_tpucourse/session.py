@@ -119,6 +119,7 @@ class CourseSession:
                     f"--solutions/--impl-root need a course checkout: no course.toml at or above "
                     f"{config.rootpath}")
             return None
+        _leave_libraries_unrewritten(config)
         try:
             course = load_course(root)
         except CourseDataError as error:
@@ -295,14 +296,26 @@ def _kernel_chip_guards(chip: chips.Chip, registry: chips.ChipRegistry) -> tuple
 
 def _load_hypothesis_profile(requested: str | None) -> str:
     """Register the course's profiles and load the requested one (or the default)."""
-    from hypothesis import settings
-
     from . import profiles
 
-    profiles.register()
-    profile = requested or profiles.default_profile()
-    settings.load_profile(profile)
-    return profile
+    return profiles.load(requested)
+
+
+# Packages pytest marks for assert rewriting because they ship a pytest plugin; their asserts
+# are not the graded tests' (those, and conftests, are still rewritten). Rewriting parses and
+# recompiles every module at import, and where bytecode is not written (PYTHONDONTWRITEBYTECODE)
+# it does so in every run: about 0.7 s of a run's start (docs/speed.md).
+_NOT_REWRITTEN = ("hypothesis", "_hypothesis_globals", "_hypothesis_ftz_detector", "pytest_tpucourse")
+
+
+def _leave_libraries_unrewritten(config: pytest.Config) -> None:
+    """Import hypothesis and the course's toolkit as plain modules (pytest's private rewrite hook:
+    a pytest without it rewrites them, as before)."""
+    hook = getattr(config.pluginmanager, "rewrite_hook", None)
+    marked = getattr(hook, "_must_rewrite", None)
+    if isinstance(marked, set):
+        marked.difference_update(_NOT_REWRITTEN)
+        getattr(hook, "_marked_for_rewrite_cache", {}).clear()
 
 
 def _selection_may_drop_tests(config: pytest.Config) -> bool:

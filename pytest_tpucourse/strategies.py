@@ -17,6 +17,8 @@ from dataclasses import dataclass
 import numpy as np
 from hypothesis import strategies as st
 
+from . import profiles
+
 # The TPU's minimal tile (sublanes, lanes) by element width: a block's last two
 # dimensions must be multiples of it or equal the array's full dimensions.
 TILE = {"float32": (8, 128), "bfloat16": (16, 128), "float16": (16, 128)}
@@ -33,12 +35,22 @@ def seeds() -> st.SearchStrategy[int]:
 
 
 def dtypes(*names: str) -> st.SearchStrategy[str]:
-    return st.sampled_from(names or DTYPES)
+    """One of the dtypes (a kernel compiles once per dtype); in dev, as `few`."""
+    return few(*(names or DTYPES))
 
 
 def few(*cases):
-    """Draw from an explicit short list (each distinct shape costs a compile)."""
-    return st.sampled_from(cases)
+    """Draw from an explicit short list (each distinct shape costs a compile).
+
+    In the dev profile, a test with explicit examples draws only the cases they use, with
+    new seeds (profiles.py); the other profiles draw from every case.
+    """
+    return _few(cases)
+
+
+@st.composite
+def _few(draw, cases):
+    return draw(st.sampled_from(profiles.options_to_draw(cases)))
 
 
 def tile(dtype) -> tuple[int, int]:

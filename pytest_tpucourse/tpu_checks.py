@@ -73,27 +73,33 @@ RACE_BETWEEN_CORES = ("two cores touch one buffer without ordering. A reduction 
 RACE_BETWEEN_DEVICES = ("a device or a DMA touches a buffer that another is still using, with no "
                         "semaphore wait ordering them: a semaphore shared by two copies, or a buffer "
                         "reused before the copy out of it or into it was waited for.")
+RACE_WITH_A_COPY = ("a buffer is read or written while a DMA into it may still be running, or two "
+                    "cores touch one block. Wait for a copy before reading its buffer, and start the "
+                    "next copy into the other slot.")
 
 
 def assert_no_races(fn, *args, cores: int = 2, why: str = RACE_BETWEEN_CORES, **kwargs) -> None:
     """Run fn under TPU interpret mode with race detection on `cores` simulated cores.
 
     why: what such a race usually is, for the report (RACE_BETWEEN_DEVICES for
-    kernels that copy between devices, run with cores=1).
+    kernels that copy between devices, run with cores=1). A test that also checks fn's
+    values on these inputs does both in one call instead: `with checking_races(fn): ...`.
     """
     import jax
-    from jax.experimental.pallas import tpu as pltpu
 
-    params = pltpu.InterpretParams(detect_races=True, num_cores_or_threads=cores, random_seed=0)
-    printed = io.StringIO()
-    with pltpu.force_tpu_interpret_mode(params), contextlib.redirect_stdout(printed):
+    with checking_races(fn, cores=cores, why=why):
         jax.block_until_ready(fn(*args, **kwargs))
-    if jax_internals.races_found() or "RACE DETECTED" in printed.getvalue():
-        report = [line for line in printed.getvalue().splitlines() if line.strip()][:MAX_LINES]
-        raise WrongResult(
-            f"{fn.display} has a data race under TPU interpret mode with {cores} TensorCore"
-            f"{'s' if cores != 1 else ''} per device (detect_races=True): {why}\n  "
-            + "\n  ".join(report))
+
+
+def checking_races(fn, *, cores: int = 2, why: str = RACE_BETWEEN_CORES):
+    """A context manager: the block's calls of fn run under race detection on `cores` simulated
+    cores, and fn fails on a race found there, as assert_no_races would.
+
+    For a value check whose inputs are the race check's: values and races come from the same
+    call, and the kernel program is compiled once, not once per check. Parallel grid axes still
+    run in the shuffled order of a plain run, split between the cores.
+    """
+    return interpret_setting("races", fn, cores=cores, why=why)
 
 
 def _summarise(error: BaseException) -> str:
@@ -108,9 +114,11 @@ def _summarise(error: BaseException) -> str:
 # TPU interpret mode simulates DMAs in two orders and can watch for races; a DMA bug
 # shows under some settings and hides under others (a copy never waited for reads NaN
 # when copies run only on their wait, and gives right values when they run at once;
-# then only the semaphore still counting at kernel exit gives it away). Graded tests
-# run a kernel under each setting with `interpret_setting`, and chapters that use
-# remote DMAs and semaphores reuse the same settings.
+# then only the semaphore still counting at kernel exit gives it away). One mechanism,
+# `interpret_setting`, runs a check under one setting and judges what the interpreter
+# printed: chapter 6's graded tests run a kernel under each setting, the race checks use
+# "races", and kernels that copy between devices are checked in every DMA mode
+# (`assert_correct_in_each_dma_mode`).
 
 # What each DMA execution mode hides: under on_wait a read before the wait sees NaN; under
 # eager the values come out right and only the semaphore still counting at kernel exit
@@ -128,47 +136,64 @@ DMA_SETTINGS = tuple(SETTINGS)
 
 
 @contextlib.contextmanager
-def interpret_setting(name: str, fn=None):
-    """Run the block under TPU interpret mode with one of SETTINGS (random_seed=0).
+def interpret_setting(name: str, fn=None, *, base=None, cores: int | None = None,
+                      why: str = RACE_WITH_A_COPY):
+    """Run the block under TPU interpret mode with one of SETTINGS.
 
-    With `fn` (the graded function the block calls), the block is also judged on what
-    the interpreter printed: a semaphore still counting at kernel exit (a copy started and
-    never waited for) or a race fails as fn's mistake. They name the cause, so they are
-    reported in place of a wrong value the block found, which is only its symptom.
+    base: the InterpretParams the setting changes (InterpretParams(random_seed=0) by default);
+    cores: the simulated cores per device, in place of the setting's.
+    With `fn` (the graded function the block calls), the block is also judged on what the
+    interpreter printed: a semaphore still counting at kernel exit (a copy started and never
+    waited for) or a race (`why` says what it usually is) fails as fn's mistake. They name
+    the cause, so they are reported in place of a wrong value the block found, which is only
+    its symptom; a wrong value with no such cause says which setting showed it.
     """
+    import dataclasses
+
     from jax.experimental.pallas import tpu as pltpu
 
-    params = pltpu.InterpretParams(random_seed=0, **SETTINGS[name])
+    params = dataclasses.replace(base or pltpu.InterpretParams(random_seed=0), **SETTINGS[name])
+    if cores is not None:
+        params = dataclasses.replace(params, num_cores_or_threads=cores)
     printed = io.StringIO()
     pltpu.reset_tpu_interpret_mode_state()  # no race found by an earlier kernel is read as this one's
     try:
         with pltpu.force_tpu_interpret_mode(params), contextlib.redirect_stdout(printed):
             yield params
-    except WrongResult:
-        cause = fn and _unclean_exit(fn, name, params, printed.getvalue())
+    except WrongResult as failure:
+        cause = fn and _unclean_exit(fn, params, printed.getvalue(), why)
         if cause:
             raise cause from None
-        raise
-    cause = fn and _unclean_exit(fn, name, params, printed.getvalue())
+        raise WrongResult(f"{failure.message}\n  (under TPU interpret mode with {_described(params)})") from None
+    cause = fn and _unclean_exit(fn, params, printed.getvalue(), why)
     if cause:
         raise cause
 
 
-def _unclean_exit(fn, name: str, params, text: str) -> WrongResult | None:
-    """A DMA semaphore left counting or a race the interpreter reported, as fn's mistake."""
+def _described(params) -> str:
+    """The setting a run used, for a report: its DMA mode, or its race detection."""
+    if params.detect_races:
+        cores = params.num_cores_or_threads
+        return f"{cores} TensorCore{'s' if cores != 1 else ''} per device (detect_races=True)"
+    mode = params.dma_execution_mode
+    return f"dma_execution_mode={mode!r}, {DMA_EXECUTION_MODES.get(mode, '')}".rstrip(", ")
+
+
+def _unclean_exit(fn, params, text: str, why: str) -> WrongResult | None:
+    """A semaphore left counting or a race the interpreter reported, as fn's mistake."""
     left = jax_internals.semaphores_left_nonzero(text)
     if left:
         return WrongResult(
-            f"{fn.display} left a DMA semaphore counting at kernel exit (TPU interpret mode, "
-            f"{name}): a copy was started and never waited for. Every .start() needs its "
-            f".wait() before the kernel ends, and before its buffer is read.\n  {left}")
+            f"{fn.display} ends its kernel with semaphores that are not back at zero (TPU interpret "
+            f"mode, {_described(params)}): {left}. A copy started and never waited for left a DMA "
+            f"semaphore counting at kernel exit, a signal without its wait a regular one: every "
+            f".start() needs its .wait() before the kernel ends (and before its buffer is read), "
+            f"every signal its wait. A TPU reports this as an error when the kernel ends.")
     if (params.detect_races and jax_internals.races_found()) or "RACE DETECTED" in text:
         report = [line for line in text.splitlines() if line.strip()][:MAX_LINES]
         return WrongResult(
-            f"{fn.display} has a data race under TPU interpret mode ({name}): a buffer is read "
-            f"or written while a DMA into it may still be running, or two cores touch one "
-            f"block. Wait for a copy before reading its buffer, and start the next copy into "
-            f"the other slot.\n  " + "\n  ".join(report))
+            f"{fn.display} has a data race under TPU interpret mode with {_described(params)}: "
+            f"{why}\n  " + "\n  ".join(report))
     return None
 
 
@@ -274,33 +299,19 @@ def assert_correct_in_each_dma_mode(fn, check) -> None:
     """Run `check()`, the value checks of fn, once per DMA execution mode of TPU interpret mode.
 
     No one mode shows every DMA bug (DMA_EXECUTION_MODES says which hides what), so a
-    kernel that issues DMAs is checked in all of them, and a semaphore that a kernel
-    leaves non-zero at its end fails the check too. The session's other interpret
-    settings are kept; off a TPU the generic interpreter (--interpret fast), which
-    cannot run remote DMAs, is replaced by TPU interpret mode. Natively on a TPU the
-    check runs once.
+    kernel that issues DMAs is checked in all of them (`interpret_setting`), and a semaphore
+    that a kernel leaves non-zero at its end fails the check too. The session's other
+    interpret settings are kept; off a TPU the generic interpreter (--interpret fast), which
+    cannot run remote DMAs, is replaced by TPU interpret mode. Natively on a TPU the check
+    runs once.
     """
-    import dataclasses
-
     from jax.experimental.pallas import tpu as pltpu
 
     setting = jax_internals.interpret_mode_in_effect()
     if setting is None:
         check()
         return
-    base = setting if isinstance(setting, pltpu.InterpretParams) else pltpu.InterpretParams(random_seed=0)
-    for mode, runs in DMA_EXECUTION_MODES.items():
-        printed = io.StringIO()
-        try:
-            with pltpu.force_tpu_interpret_mode(dataclasses.replace(base, dma_execution_mode=mode)), \
-                    contextlib.redirect_stdout(printed):
-                check()
-        except WrongResult as failure:  # a wrong value: say which mode showed it
-            raise WrongResult(f"{failure.message}\n  (under TPU interpret mode with "
-                              f"dma_execution_mode={mode!r}, {runs})") from None
-        left = jax_internals.semaphores_left_nonzero(printed.getvalue())
-        if left:
-            raise WrongResult(
-                f"{fn.display} ends its kernel with semaphores that are not back at zero (TPU interpret "
-                f"mode, dma_execution_mode={mode!r}): {left}. Every signal needs its wait and every "
-                f"copy its .wait(); a TPU reports this as an error when the kernel ends.")
+    base = setting if isinstance(setting, pltpu.InterpretParams) else None
+    for mode in DMA_EXECUTION_MODES:
+        with interpret_setting(mode, fn, base=base, why=RACE_BETWEEN_DEVICES):
+            check()

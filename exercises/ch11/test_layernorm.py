@@ -22,15 +22,18 @@ def _inputs(shape, dtype, seed):
     return x, gamma, beta
 
 
-@given(case=tst.few(*CASES), dtype=tst.dtypes(), seed=tst.seeds())
-@example(case=CASES[0], dtype="float32", seed=0)
-@example(case=CASES[1], dtype="bfloat16", seed=0)
-def test_layernorm_matches_reference(impl, case, dtype, seed):
+def _check(impl, case, dtype, seed):
     shape, block_rows = case
     checks.assert_matches_reference(
         impl.layernorm.layernorm, _inputs(shape, dtype, seed),
         kwargs=dict(eps=EPS, block_rows=block_rows), reference=references.LAYERNORM.bind(eps=EPS),
         repro=f"layernorm(x{shape}, gamma, beta, eps={EPS}, block_rows={block_rows}) {dtype}, seed {seed}")
+
+
+@given(case=tst.few(*CASES), dtype=tst.dtypes(), seed=tst.seeds())
+@example(case=CASES[1], dtype="bfloat16", seed=0)  # CASES[0] f32 at seed 0: the race test
+def test_layernorm_matches_reference(impl, case, dtype, seed):
+    _check(impl, case, dtype, seed)
 
 
 def test_layernorm_is_one_kernel(impl):
@@ -50,5 +53,6 @@ def test_layernorm_compiles_for_tpu(impl, dtype):
 
 
 def test_layernorm_has_no_race_on_two_cores(impl):
-    tpu_checks.assert_no_races(impl.layernorm.layernorm, *_inputs((64, 256), "float32", 0),
-                               eps=EPS, block_rows=16)
+    """Two simulated TensorCores split the row blocks; the same call's values are checked too."""
+    with tpu_checks.checking_races(impl.layernorm.layernorm):
+        _check(impl, CASES[0], "float32", 0)

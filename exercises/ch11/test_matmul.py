@@ -26,8 +26,7 @@ def _check(impl, case, dtype, seed):
 
 
 @given(case=tst.few(*CASES), seed=tst.seeds())
-@example(case=CASES[0], seed=0)
-@example(case=CASES[2], seed=0)
+@example(case=CASES[2], seed=0)  # CASES[0] at seed 0: the race test checks its values
 def test_matmul_f32(impl, case, seed):
     _check(impl, case, "float32", seed)
 
@@ -39,10 +38,10 @@ def test_matmul_bf16_accumulates_in_f32(impl, case, seed):
 
 
 def test_matmul_has_no_race_on_two_cores(impl):
-    """Two simulated TensorCores split the parallel axes: the k axis must not be one of them."""
-    x = tst.random_array((128, 1024), "float32", 0)
-    y = tst.random_array((1024, 128), "float32", 1)
-    tpu_checks.assert_no_races(impl.matmul.matmul, x, y, bm=128, bk=128, bn=128)
+    """Two simulated TensorCores split the parallel axes: the k axis must not be one of them.
+    The same call's values are checked too (8 k steps, f32)."""
+    with tpu_checks.checking_races(impl.matmul.matmul):
+        _check(impl, CASES[0], "float32", 0)
 
 
 def test_matmul_is_one_kernel(impl):

@@ -45,8 +45,7 @@ def check_forward(impl, cfg, seed, *, scale=None, blocks=BLOCKS, q_scale=1.0, wh
 
 @given(cfg=configs(), scale=tst.few(None, 0.3), seed=tst.seeds())
 @example(cfg=SQUARE, scale=None, seed=0)
-@example(cfg=dataclasses.replace(WIDE, causal=False), scale=0.3, seed=0)
-@example(cfg=TALL, scale=None, seed=1)
+@example(cfg=TALL, scale=None, seed=1)  # and WIDE, non-causal, scale 0.3: the race test
 def test_forward_matches_reference(impl, cfg, scale, seed):
     """out and lse, causal or not, f32 and bf16 (f32 accumulation), head_dim 64/128/256."""
     check_forward(impl, cfg, seed, scale=scale)
@@ -85,10 +84,10 @@ def test_forward_rejects_lengths_the_blocks_do_not_divide(impl, q_len, kv_len):
 
 
 def test_forward_has_no_race_on_two_cores(impl):
-    """Two simulated TensorCores split the parallel axes: the kv axis must not be one of them."""
-    cfg = dataclasses.replace(WIDE, kv_len=512, head_dim=64, causal=False)
-    q, k, v = cfg.arrays(4)
-    tpu_checks.assert_no_races(impl.forward.flash_forward, q, k, v, **BLOCKS)
+    """Two simulated TensorCores split the parallel axes: the kv axis must not be one of them.
+    The same call's out and lse are checked too."""
+    with tpu_checks.checking_races(impl.forward.flash_forward):
+        check_forward(impl, dataclasses.replace(WIDE, causal=False), 0, scale=0.3)
 
 
 @pytest.mark.parametrize("dtype", ["float32", "bfloat16"])
