@@ -57,14 +57,16 @@ def lowering_error(array_shape: tuple[int, ...], block_shape: tuple, dtype: str)
     return None
 
 
-def assert_rule_matches_lowering(fn, triples, *, repro: str = "") -> None:
+def assert_rule_matches_lowering(fn, triples, *, note: str = "") -> None:
     """fn(array_shape, block_shape, dtype) -> reason | None must agree with the TPU lowering
     on every (array_shape, block_shape, dtype) triple: None exactly where it lowers, a
     non-empty reason (a str) exactly where it does not."""
-    suffix = f"\n  reproduce: {repro}" if repro else ""
+    from .reproduction import reproduction
+
     for array_shape, block_shape, dtype in triples:
         call = f"{fn.display.split('(')[0]}({tuple(array_shape)}, {tuple(block_shape)}, {dtype!r})"
         said = fn(tuple(array_shape), tuple(block_shape), dtype)
+        suffix = reproduction(fn, note=note)
         error = lowering_error(tuple(array_shape), tuple(block_shape), dtype)
         if said is not None and not (isinstance(said, str) and said.strip()):
             raise WrongResult(f"{fn.display}: {call} returned {said!r}; expected None (legal) "

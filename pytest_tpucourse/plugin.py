@@ -81,6 +81,7 @@ def pytest_configure(config: pytest.Config) -> None:
         config.pluginmanager.register(session, "tpucourse-session")
 
 
+@pytest.hookimpl(trylast=True)  # the run's last word: close() may end the process (session.py)
 def pytest_unconfigure(config: pytest.Config) -> None:
     session = config.stash.get(SESSION, None)
     if session is not None:
@@ -197,9 +198,12 @@ def pytest_runtest_makereport(item: pytest.Item, call: pytest.CallInfo):
     report = yield
     found = outcome_report(call.excinfo.value) if call.excinfo else None
     if found is not None:
-        report.longrepr, report.tpucourse_todo = found
-    if report.failed and call.when == "call" and SESSION in item.config.stash:
-        backend.reset_after_failure()  # a failing kernel's simulated TPU state must not leak
+        report.longrepr, report.tpucourse_todo, report.tpucourse_headline = found
+    session = item.config.stash.get(SESSION, None)
+    if report.failed and session is not None:
+        session.reported(item, report, outcome=found is not None)
+        if call.when == "call":
+            backend.reset_after_failure()  # a failing kernel's simulated TPU state must not leak
     return report
 
 

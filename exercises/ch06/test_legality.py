@@ -52,8 +52,7 @@ def block_triples(draw):
 
 
 def test_check_block_agrees_on_the_corner_cases(impl):
-    blockspecs.assert_rule_matches_lowering(impl.legality.check_block, CORNERS,
-                                            repro="the CORNERS of exercises/ch06/test_legality.py")
+    blockspecs.assert_rule_matches_lowering(impl.legality.check_block, CORNERS)
 
 
 @given(batch=st.lists(block_triples(), min_size=25, max_size=25))

@@ -27,8 +27,7 @@ def _check(impl, blocks, scratch, expected, what):
     fn = impl.vmem.vmem_footprint
     got = fn(blocks, scratch)
     checks.assert_close(np.asarray(got), np.int64(expected), fn=fn, dtype="int64",
-                        what=f"VMEM bytes of {what}",
-                        repro=f"vmem_footprint({blocks!r}, {scratch!r})")
+                        what=f"VMEM bytes of {what}")
 
 
 def _as_exercise(buffers):

@@ -9,16 +9,18 @@ and the file to edit.
 from __future__ import annotations
 
 import contextlib
+import functools
 from pathlib import Path
 from typing import TYPE_CHECKING
 
 from ..course import Exercise
 from ..outcomes import LearnerCodeError, Todo
 from . import backend
-from .compiled import call_key, compiled_or_eager
+from ..reproduction import remember, reproduction
+from .compiled import compiled_or_eager
 from .context import GradingContext, active
 from .deadline import DeadlineExceeded
-from .messages import deadline_message, describe_exception, raised_in, relative
+from .messages import deadline_message, describe_exception, exception_headline, raised_in, relative
 from .vmem import ScratchTooLarge
 
 if TYPE_CHECKING:
@@ -56,24 +58,23 @@ class GradedFunction:
         return self._function
 
     def __call__(self, *args, **kwargs):
-        import jax
-
         function, context = self.resolve(), self.context
+        remember(self, "call", args, kwargs)
 
-        def run():
+        def eager():
             context.vmem.check(function, args, kwargs)
-            return jax.block_until_ready(compiled_or_eager(
-                lambda: context.programs.get(function, kwargs, "call")(*args),
-                lambda: function(*args, **kwargs), args))
+            return function(*args, **kwargs)
 
         with self._guarded():
-            return context.deadline.call(run, key=call_key(function, args, kwargs, exact=True))
+            return self._run(lambda: context.programs.get(function, kwargs, "call"), args, eager,
+                             check=lambda: context.vmem.check(function, args, kwargs), function=function)
 
     def jaxpr(self, *args, **kwargs):
         """The closed jaxpr of a call with these arguments (kwargs are static)."""
         import jax
 
         function = self.resolve()
+        remember(self, "call", args, kwargs)
         with self._guarded():
             return self.context.deadline.call(
                 lambda: jax.make_jaxpr(lambda *a: function(*a, **kwargs))(*args))
@@ -83,20 +84,68 @@ class GradedFunction:
         import jax
 
         function, context = self.resolve(), self.context
+        remember(self, "vjp", args, kwargs)
 
-        def run():
+        def eager():
             context.vmem.check(function, args, kwargs)
-
-            def eager():
-                outputs, pullback = jax.vjp(lambda *a: function(*a, **kwargs), *args)
-                return outputs, pullback(cotangents)
-
-            return jax.block_until_ready(compiled_or_eager(
-                lambda: context.programs.get(function, kwargs, "vjp")(tuple(args), cotangents),
-                eager, args))
+            outputs, pullback = jax.vjp(lambda *a: function(*a, **kwargs), *args)
+            return outputs, pullback(cotangents)
 
         with self._guarded():
-            return context.deadline.call(run)
+            return self._run(lambda: context.programs.get(function, kwargs, "vjp"), (tuple(args), cotangents),
+                             eager, check=lambda: context.vmem.check(function, args, kwargs), function=function)
+
+    def _run(self, program, call_args, eager, *, check, function):
+        """The call within the deadline: its program compiled first, outside the deadline.
+
+        Tracing runs the learner's Python (a loop in it must meet the deadline, and so must
+        the VMEM check, which traces too); lowering and compiling are JAX's and XLA's work,
+        slow under load or for a big program, and are never counted as the call's time.
+        Arguments that are not all jax.Arrays, and a program that fails to trace or compile,
+        run eagerly, where the learner's error shows as their code raised it.
+        """
+        import jax
+
+        deadline, key = self.context.deadline, self._hang_key(function)
+        compiled = self._compiled_ahead(program, call_args, check, key)
+        if compiled is None:
+            return deadline.call(lambda: jax.block_until_ready(eager()), key=key)
+        return deadline.call(lambda: jax.block_until_ready(compiled_or_eager(compiled, eager, call_args)),
+                             key=key)
+
+    def _compiled_ahead(self, program, call_args, check, key):
+        """A thunk running the compiled program, or None where the call must run eagerly."""
+        import jax
+
+        if not all(isinstance(leaf, jax.Array) for leaf in jax.tree.leaves(call_args)):
+            return None
+        jitted = program()
+        bound = jitted.keywords if isinstance(jitted, functools.partial) else {}
+        jitted = jitted.func if isinstance(jitted, functools.partial) else jitted
+
+        def trace():
+            check()
+            return jitted.trace(*call_args, **bound)
+
+        try:
+            traced = self.context.deadline.call(trace, key=key)
+        except (DeadlineExceeded, ScratchTooLarge):
+            raise
+        except Exception:
+            return None
+        try:
+            executable = traced.lower().compile()
+        except Exception:
+            return None
+        return lambda: executable(*call_args, **bound)
+
+    def _hang_key(self, function):
+        """What a hang is remembered by: the graded function (its later calls fail at once)."""
+        try:
+            hash(function)
+        except TypeError:
+            return None
+        return function
 
     @contextlib.contextmanager
     def _guarded(self):
@@ -108,13 +157,14 @@ class GradedFunction:
             raise self._outcome(error) from None
 
     def _outcome(self, error: Exception) -> Exception:
+        again = reproduction(self)
         if isinstance(error, DeadlineExceeded):
-            return LearnerCodeError(deadline_message(self.display, error))
+            return LearnerCodeError(deadline_message(self.display, error) + again)
         if isinstance(error, ScratchTooLarge):
-            return LearnerCodeError(f"{self.display} {error}; nothing was run.")
+            return LearnerCodeError(f"{self.display} {error}; nothing was run." + again)
         return LearnerCodeError(
-            f"{self.display} raised:\n" + describe_exception(error, self._path, self._course_root)
-        )
+            f"{self.display} raised:\n" + describe_exception(error, self._path, self._course_root) + again,
+            headline=exception_headline(self.display, error, self._path, self._course_root))
 
     def derived(self, make, display: str) -> "GradedFunction":
         """A function built from this one (its gradient, say), graded as this one's code.
@@ -149,6 +199,9 @@ class DerivedFunction(GradedFunction):
 
     def _outcome(self, error: Exception) -> Exception:
         return self._base._outcome(error)
+
+    def _hang_key(self, function):
+        return self._base._hang_key(self._base.resolve())
 
 
 class LearnerFunction(GradedFunction):

@@ -12,6 +12,8 @@ from __future__ import annotations
 
 import hashlib
 import importlib
+import importlib.util
+import re
 import sys
 import types
 from dataclasses import dataclass
@@ -21,7 +23,7 @@ from ..course import EXERCISES, SOLUTIONS, Course, module_in_tree
 from ..outcomes import LearnerCodeError
 from .calls import LearnerFunction
 from .context import GradingContext
-from .messages import describe_exception, relative
+from .messages import describe_exception, exception_headline, relative
 
 
 @dataclass(frozen=True)
@@ -130,8 +132,24 @@ class LearnerModule:
             sys.modules.pop(qualified, None)
             raise LearnerCodeError(
                 f"importing {relative(self.path, self.course_root)} failed:\n"
-                + describe_exception(error, self.path, self.course_root)
+                + describe_exception(error, self.path, self.course_root),
+                headline=exception_headline(f"importing {relative(self.path, self.course_root)}", error,
+                                            self.path, self.course_root).replace(" raised ", " failed: ", 1),
             ) from None
+
+
+def import_file(path: Path) -> types.ModuleType:
+    """The module at `path`, outside a graded run (`tpucourse compile`, a reproduction at the
+    prompt): a file in a tree's chNN/ folder is imported as its chapter's package, as the
+    graded tests import it, so `from . import other` works; any other file on its own."""
+    path = Path(path).resolve()
+    if re.fullmatch(r"ch\d\d", path.parent.name):
+        package = _chapter_package(GradedTree("impl-root", path.parent.parent), path.parent.name)
+        return importlib.import_module(f"{package}.{path.stem}")
+    spec = importlib.util.spec_from_file_location(f"_tpucourse_file_{path.stem}", path)
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module
 
 
 def _chapter_package(tree: GradedTree, chapter_id: str) -> str:
