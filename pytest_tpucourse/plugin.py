@@ -183,9 +183,12 @@ def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item
 
 @pytest.hookimpl(wrapper=True)
 def pytest_runtest_call(item: pytest.Item):
-    """A test marked kernel_timeout(s) gives its graded calls at most s seconds (deadlock tests)."""
+    """A graded property test draws the examples of its graded file (session.seed_examples); a
+    test marked kernel_timeout(s) gives its graded calls at most s seconds (deadlock tests)."""
     seconds = markers.kernel_timeout(item)
     session = item.config.stash.get(SESSION, None)
+    if session is not None:
+        session.seed_examples(item)
     if seconds is None or session is None:
         return (yield)
     with session.grading.deadline.at_most(seconds, "this test's kernel_timeout marker"):

@@ -13,6 +13,7 @@ Importing this module loads no JAX, NumPy or hypothesis: building the session do
 
 from __future__ import annotations
 
+import hashlib
 import os
 import re
 import sys
@@ -213,6 +214,24 @@ class CourseSession:
                                   marker_cost=markers.roofline_cost(item),
                                   interpreted=self.backend.mode != "native",
                                   graded=self.tree.describe(self.course.root))
+
+    def seed_examples(self, item: pytest.Item) -> None:
+        """A graded property test draws the same examples, run after run, until the graded
+        module of its exercise changes: a fix is judged on the cases that failed before it
+        (hypothesis' example database replays those first), and a new version of the file
+        gets new cases. The seed is the test's id and the module's contents; --hypothesis-seed
+        given on the command line wins."""
+        test = getattr(item, "obj", None)
+        test = getattr(test, "__func__", test)
+        exercise = self.progress.exercise_of(item.nodeid)
+        if (exercise is None or not getattr(test, "is_hypothesis_test", False)
+                or item.config.getoption("hypothesis_seed", None) is not None):
+            return
+        from hypothesis import seed
+
+        module = self.tree.module_path(exercise.chapter, exercise.name)
+        digest = hashlib.sha256(item.nodeid.encode() + (state.file_digest(module) or "").encode()).hexdigest()
+        seed(int(digest[:16], 16))(test)
 
     def collected(self, items: list[pytest.Item]) -> None:
         """Graded tests in course order; progress learns what this run holds."""

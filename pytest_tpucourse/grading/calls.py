@@ -13,7 +13,7 @@ import functools
 from pathlib import Path
 from typing import TYPE_CHECKING
 
-from ..course import Exercise
+from ..course import SOLUTIONS, Exercise
 from ..outcomes import LearnerCodeError, Todo
 from . import backend
 from ..reproduction import remember, reproduction
@@ -233,7 +233,27 @@ class LearnerFunction(GradedFunction):
                 f"{relative(self.path, self.module.course_root)} has no function {self.name}(); "
                 f"the graded tests call {self.module._name}.{self.name}(...)."
             )
+        self._refuse_code_from_elsewhere(function)
         return function
+
+    def _refuse_code_from_elsewhere(self, function) -> None:
+        """The graded function must be code of the graded tree, and a learner's tree must not
+        load the shipped solutions: either would be marked done for code that is not theirs."""
+        root, course_root = self.module.tree_root, self.module.course_root
+        origin = defined_in(function)
+        if origin is not None and not _inside(origin, root):
+            raise LearnerCodeError(
+                f"{self.display} is defined in {relative(origin, course_root)}, outside the graded tree "
+                f"{relative(root, course_root)}/: the graded function must be written in "
+                f"{relative(self.path, course_root)} itself.")
+        if self.module.is_learners:
+            loaded = _loaded_from(course_root / SOLUTIONS)
+            if loaded is not None:
+                raise LearnerCodeError(
+                    f"{relative(self.path, course_root)} (or a module it imports) loads "
+                    f"{relative(loaded, course_root)}: your exercises are graded on your own code. "
+                    f"`tpucourse solution {self.module.chapter_id}.{self.module._name}` shows a solution "
+                    f"once the exercise is done.")
 
     def _outcome(self, error: Exception) -> Exception:
         if isinstance(error, NotImplementedError) and raised_in(error, self.path):
@@ -251,3 +271,50 @@ class LearnerFunction(GradedFunction):
 
     def __repr__(self) -> str:
         return f"<learner function {self.display}>"
+
+
+def defined_in(function) -> Path | None:
+    """The file a function's code comes from, seen through the wrappers a learner may use
+    (jax.jit, jax.custom_vjp, functools.partial and wraps, a callable object); None if unknown."""
+    seen = set()
+    while function is not None and id(function) not in seen:
+        seen.add(id(function))
+        code = getattr(function, "__code__", None)
+        if code is not None:
+            return Path(code.co_filename)
+        inner = next((getattr(function, name) for name in ("__wrapped__", "fun", "func", "__func__")
+                      if getattr(function, name, None) is not None), None)
+        if inner is None:
+            call = getattr(type(function), "__call__", None)
+            inner = call if getattr(call, "__code__", None) is not None else None
+        function = inner
+    return None
+
+
+def _inside(path: Path, root: Path) -> bool:
+    try:
+        Path(path).resolve().relative_to(Path(root).resolve())
+    except ValueError:
+        return False
+    return True
+
+
+_loaded_seen: dict = {}  # folder -> (how many modules were loaded when last looked, what was found)
+
+
+def _loaded_from(folder: Path) -> Path | None:
+    """A module loaded from `folder` in this process, if any (looked for again only when
+    modules were imported since)."""
+    import os
+    import sys
+
+    count = len(sys.modules)
+    seen = _loaded_seen.get(folder)
+    if seen is not None and seen[0] == count:
+        return seen[1]
+    prefix = str(Path(folder).resolve()) + os.sep
+    found = next((Path(file) for module in list(sys.modules.values())
+                  if (file := getattr(module, "__file__", None)) and os.path.abspath(file).startswith(prefix)),
+                 None)
+    _loaded_seen[folder] = (count, found)
+    return found

@@ -111,6 +111,18 @@ class LearnerModule:
     def course_root(self) -> Path:
         return self._course.root
 
+    @property
+    def tree_root(self) -> Path:
+        return self._tree.root
+
+    @property
+    def chapter_id(self) -> str:
+        return self._chapter_id
+
+    @property
+    def is_learners(self) -> bool:
+        return self._tree.is_learners
+
     def __getattr__(self, function_name: str) -> LearnerFunction:
         if function_name.startswith("_"):
             raise AttributeError(function_name)

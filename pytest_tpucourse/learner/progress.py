@@ -154,8 +154,7 @@ class RunProgress:
                 if not entries:
                     continue
             shown += 1
-            lines.append(f"{chapter.label}: {done}/{total} exercises"
-                         + (" (this run and your earlier ones)" if merged else ""))
+            lines.append(f"{chapter.label}: {done}/{total} exercises")
             lines.extend(_exercise_line(entry) for entry in entries if entry is not None)
         if shown or not only_ran:
             complete = (self._chapters_complete(learner_state) if merged
