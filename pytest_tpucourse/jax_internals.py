@@ -235,6 +235,8 @@ class OperandBlocks:
     block_value_shape: tuple  # the block as the kernel sees it (squeezed axes dropped)
     memory_space: str  # lower-cased: "vmem", "any", "smem", ... or "default"
     buffer_count: int | None  # what pl.Buffered(n) asked for, else None
+    origin: str = ""  # how the lowering names it: "args[0]", "outputs", "outputs[1]"
+    index_map_at: str = ""  # where its index map was written ("<lambda> at file.py:41"): its BlockSpec
 
     @property
     def name(self) -> str:
@@ -264,7 +266,9 @@ def kernel_grid(eqn) -> KernelGrid:
             dtype=block.array_aval.dtype, block_value_shape=tuple(aval.shape),
             memory_space=str(getattr(aval, "memory_space", "default")).lower(),
             buffer_count=(int(mode.buffer_count) if mode is not None and getattr(mode, "buffer_count", None)
-                          else None))
+                          else None),
+            origin=str(getattr(block, "origin", "")),
+            index_map_at=_source_of(getattr(block.index_map_jaxpr, "jaxpr", None)))
 
     blocks = mapping.block_mappings
     inputs = tuple(operand(b, i, True) for i, b in enumerate(blocks[:mapping.num_inputs]))
@@ -272,6 +276,16 @@ def kernel_grid(eqn) -> KernelGrid:
                     enumerate(blocks[mapping.num_inputs:mapping.num_inputs + mapping.num_outputs]))
     return KernelGrid(grid=tuple(int(g) for g in mapping.grid), inputs=inputs, outputs=outputs,
                       static=not (mapping.num_index_operands or mapping.num_dynamic_grid_bounds))
+
+
+def kernel_source(eqn) -> str:
+    """Where a pallas_call equation's kernel function was written: "matmul_kernel at file.py:20"."""
+    return _source_of(kernel_jaxpr(eqn))
+
+
+def _source_of(jaxpr) -> str:
+    info = getattr(jaxpr, "debug_info", None)
+    return str(getattr(info, "func_src_info", "") or "")
 
 
 def block_dim(dim) -> tuple[int, bool]:

@@ -9,6 +9,8 @@ run, so it loads nothing heavy: no JAX, NumPy or hypothesis until a course run s
 
 from __future__ import annotations
 
+import importlib.util
+
 import pytest
 
 from . import chips
@@ -69,6 +71,9 @@ def pytest_addoption(parser: pytest.Parser) -> None:
         "--records", metavar="PATH", default=None,
         help="gate records file to append to (default: bench/records.jsonl in the course checkout)",
     )
+    if importlib.util.find_spec("xdist") is None:  # say what -n needs instead of "unrecognized arguments"
+        group.addoption("-n", "--numprocesses", dest="tpucourse_numprocesses", default=None,
+                        help="needs pytest-xdist: pip install pytest-xdist (or pip install -e '.[test]')")
 
 
 @pytest.hookimpl(tryfirst=True)  # the course's hypothesis profiles exist before hypothesis loads one

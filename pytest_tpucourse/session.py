@@ -75,6 +75,9 @@ class RunOptions:
                 chip = config.option.chip = chips.validate_chip(chip, registry.names)
             except ValueError as error:
                 raise pytest.UsageError(f"--chip: {error}") from None
+        if config.getoption("tpucourse_numprocesses", None) is not None:
+            raise pytest.UsageError("-n runs the tests in parallel with pytest-xdist, which is not installed: "
+                                    "pip install pytest-xdist (or, in the course checkout, pip install -e '.[test]')")
         solutions, impl_root = config.getoption("solutions"), config.getoption("impl_root")
         if solutions and impl_root:
             raise pytest.UsageError("--solutions and --impl-root choose the graded tree: give one")

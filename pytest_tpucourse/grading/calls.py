@@ -16,11 +16,12 @@ from typing import TYPE_CHECKING
 from ..course import SOLUTIONS, Exercise
 from ..outcomes import LearnerCodeError, Todo
 from . import backend
-from ..reproduction import remember, reproduction
+from ..reproduction import last_call, remember, reproduction
 from .compiled import compiled_or_eager
 from .context import GradingContext, active
 from .deadline import DeadlineExceeded
-from .messages import deadline_message, describe_exception, exception_headline, raised_in, relative
+from .messages import (deadline_message, describe_exception, exception_headline, out_of_bounds_detail,
+                       raised_in, relative)
 from .vmem import ScratchTooLarge
 
 if TYPE_CHECKING:
@@ -162,9 +163,25 @@ class GradedFunction:
             return LearnerCodeError(deadline_message(self.display, error) + again)
         if isinstance(error, ScratchTooLarge):
             return LearnerCodeError(f"{self.display} {error}; nothing was run." + again)
+        described = describe_exception(error, self._path, self._course_root)
+        detail = out_of_bounds_detail(described, self._program_of_last_call())
         return LearnerCodeError(
-            f"{self.display} raised:\n" + describe_exception(error, self._path, self._course_root) + again,
+            f"{self.display} raised:\n" + described + (f"\n{detail}" if detail else "") + again,
             headline=exception_headline(self.display, error, self._path, self._course_root))
+
+    def _program_of_last_call(self):
+        """The jaxpr of the latest call, for a report that needs the kernels' BlockSpecs."""
+        call = last_call(self)
+        if call is None:
+            return None
+        try:
+            import jax
+
+            function = self.resolve()
+            return self.context.deadline.call(
+                lambda: jax.make_jaxpr(lambda *a: function(*a, **call.kwargs))(*call.args))
+        except Exception:
+            return None
 
     def derived(self, make, display: str) -> "GradedFunction":
         """A function built from this one (its gradient, say), graded as this one's code.

@@ -3,6 +3,7 @@ a hang, and the report of a test that ended in a GradingOutcome."""
 
 from __future__ import annotations
 
+import re
 import traceback
 from pathlib import Path
 
@@ -156,3 +157,103 @@ def _useful_notes(notes: list[str]) -> list[str]:
         if any(line.strip() for line in lines):
             kept.append("\n".join(lines))
     return kept
+
+
+# ---------------------------------------------------------------- the TPU lowering's refusals
+
+_BLOCK_REFUSED = re.compile(r"Block spec for (?P<origin>\S+) in pallas_call (?P<kernel>\S+) at (?P<at>\S+?)[ ,]")
+_UNLOWERED = re.compile(r"Unimplemented primitive in Pallas TPU lowering(?: for \w+)?: (?P<primitive>\w+)")
+_JAX_NOISE = re.compile(r"\s*(Please file (?:a bug|an issue) at \S+|See details at \S+|Pallas encountered an "
+                        r"internal verification error\.)")
+
+
+def lowering_explanation(error: BaseException, program, course_root: Path | None) -> list[str] | None:
+    """The TPU lowering's refusal of a program in the course's words, or None where it is none
+    of the common ones: a block shape (naming the BlockSpec's line, the array and the rule), a
+    matmul accumulating in fewer than 32 bits, an operation Mosaic has no lowering for.
+
+    program: the closed jaxpr the lowering was given (to find the refused block's BlockSpec).
+    """
+    from .. import blockspecs, jax_internals, structure
+
+    text = str(error)
+    refused = _BLOCK_REFUSED.search(text)
+    if refused is not None and program is not None:
+        for eqn in structure.pallas_call_eqns(program):
+            grid = jax_internals.kernel_grid(eqn)
+            for operand in (*grid.inputs, *grid.outputs):
+                if operand.origin != refused["origin"]:
+                    continue
+                if not jax_internals.kernel_source(eqn).endswith(refused["at"]):
+                    continue
+                sizes = tuple(jax_internals.block_dim(d)[0] for d in operand.block_shape)
+                block = tuple(None if d is None or type(d).__name__ == "Squeezed" else size
+                              for d, size in zip(operand.block_shape, sizes))
+                dtype = _dtype_name(operand.dtype)
+                why = blockspecs.explain(operand.array_shape, block, dtype, text)
+                at = _where(operand.index_map_at, course_root)
+                return [f"The BlockSpec {at}cuts {operand.name} of kernel {refused['kernel']} (a "
+                        f"{tuple(operand.array_shape)} {dtype} array) into blocks of {sizes}: {why}.",
+                        "A TPU block's last two dimensions must be multiples of (8, 128), or the array's "
+                        "own dimensions."]
+    if "Expected matmul acc to be 32-bit" in text:
+        return ["A matmul inside a TPU kernel accumulates in 32 bits: ask for it with "
+                "jnp.dot(a, b, preferred_element_type=jnp.float32) (or int32), keep the running sum in a "
+                "float32 scratch, and cast only the result."]
+    unlowered = _UNLOWERED.search(text)
+    if unlowered is not None:
+        return [f"`{unlowered['primitive']}` has no Mosaic (TPU) lowering: a kernel cannot use it. Write it "
+                f"from operations that lower (elementwise math, reductions, jnp.dot, loops over blocks)."]
+    return None
+
+
+def _dtype_name(dtype) -> str:
+    import numpy as np
+
+    return np.dtype(dtype).name
+
+
+def lowering_text(error: BaseException, max_lines: int = MAX_MESSAGE_LINES) -> list[str]:
+    """The lowering's own words, without JAX's advice to file a bug."""
+    lines = [_JAX_NOISE.sub("", line) for line in str(error).splitlines()]
+    lines = [line for line in lines if line.strip()]
+    lines = lines[:max_lines] + (["..."] if len(lines) > max_lines else [])
+    return [f"{type(error).__name__}: {line}" if i == 0 else line for i, line in enumerate(lines)]
+
+
+def _where(source: str, course_root: Path | None) -> str:
+    """'<lambda> at /course/exercises/ch11/matmul.py:41' -> 'at exercises/ch11/matmul.py:41 '."""
+    _, _, location = source.rpartition(" at ")
+    if not location:
+        return ""
+    path, _, line = location.rpartition(":")
+    return f"at {relative(Path(path), course_root)}:{line} " if path else f"at {location} "
+
+
+_OUT_OF_BOUNDS = re.compile(r'Out-of-bounds block index \((?P<index>[^)]*)\) for (?P<kind>input|output) "(?P<ref>\w+)"'
+                            r'.*?has shape \((?P<padded>[^)]*)\)')
+
+
+def out_of_bounds_detail(text: str, program) -> str | None:
+    """TPU interpret mode names the padded array in an out-of-bounds error ((16, 384) for a
+    (13, 342) array in (8, 128) blocks): the line that gives the array as passed, and its blocks."""
+    from .. import jax_internals, structure
+
+    found = _OUT_OF_BOUNDS.search(text)
+    if found is None or program is None:
+        return None
+    for eqn in structure.pallas_call_eqns(program):
+        names = list(getattr(jax_internals.kernel_jaxpr(eqn).debug_info, "arg_names", None) or ())
+        if found["ref"] not in names:
+            continue
+        grid = jax_internals.kernel_grid(eqn)
+        position = names.index(found["ref"])
+        operands = (*grid.inputs, *grid.outputs)
+        if position >= len(operands):
+            return None
+        operand = operands[position]
+        block = tuple(jax_internals.block_dim(d)[0] for d in operand.block_shape)
+        return (f"  {found['ref']} is your {tuple(operand.array_shape)} array; the interpreter pads it to whole "
+                f"{block} blocks, ({found['padded']}), and block index ({found['index']}) lies past even that: "
+                f"check the index map of its BlockSpec{' ' + _where(operand.index_map_at, None).strip() if operand.index_map_at else ''}.")
+    return None
