@@ -164,7 +164,7 @@ class GradedFunction:
         if isinstance(error, ScratchTooLarge):
             return LearnerCodeError(f"{self.display} {error}; nothing was run." + again)
         described = describe_exception(error, self._path, self._course_root)
-        detail = out_of_bounds_detail(described, self._program_of_last_call())
+        detail = out_of_bounds_detail(described, self._program_of_last_call(), self._course_root)
         return LearnerCodeError(
             f"{self.display} raised:\n" + described + (f"\n{detail}" if detail else "") + again,
             headline=exception_headline(self.display, error, self._path, self._course_root))
@@ -264,7 +264,8 @@ class LearnerFunction(GradedFunction):
                 f"{relative(root, course_root)}/: the graded function must be written in "
                 f"{relative(self.path, course_root)} itself.")
         if self.module.is_learners:
-            loaded = _loaded_from(course_root / SOLUTIONS)
+            loaded = (_loaded_from(course_root / SOLUTIONS)
+                      or _module_global_from(getattr(function, "__globals__", {}), course_root / SOLUTIONS))
             if loaded is not None:
                 raise LearnerCodeError(
                     f"{relative(self.path, course_root)} (or a module it imports) loads "
@@ -317,6 +318,18 @@ def _inside(path: Path, root: Path) -> bool:
 
 
 _loaded_seen: dict = {}  # folder -> (how many modules were loaded when last looked, what was found)
+
+
+def _module_global_from(namespace: dict, folder: Path) -> Path | None:
+    """A module object in `namespace` whose file is under `folder`: one loaded by path
+    (importlib.util's spec_from_file_location) never enters sys.modules."""
+    import os
+    import types
+
+    prefix = str(Path(folder).resolve()) + os.sep
+    return next((Path(file) for value in list(namespace.values()) if isinstance(value, types.ModuleType)
+                 and (file := getattr(value, "__file__", None)) and os.path.abspath(file).startswith(prefix)),
+                None)
 
 
 def _loaded_from(folder: Path) -> Path | None:

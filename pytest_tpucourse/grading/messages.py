@@ -234,7 +234,7 @@ _OUT_OF_BOUNDS = re.compile(r'Out-of-bounds block index \((?P<index>[^)]*)\) for
                             r'.*?has shape \((?P<padded>[^)]*)\)')
 
 
-def out_of_bounds_detail(text: str, program) -> str | None:
+def out_of_bounds_detail(text: str, program, course_root: Path | None = None) -> str | None:
     """TPU interpret mode names the padded array in an out-of-bounds error ((16, 384) for a
     (13, 342) array in (8, 128) blocks): the line that gives the array as passed, and its blocks."""
     from .. import jax_internals, structure
@@ -255,5 +255,5 @@ def out_of_bounds_detail(text: str, program) -> str | None:
         block = tuple(jax_internals.block_dim(d)[0] for d in operand.block_shape)
         return (f"  {found['ref']} is your {tuple(operand.array_shape)} array; the interpreter pads it to whole "
                 f"{block} blocks, ({found['padded']}), and block index ({found['index']}) lies past even that: "
-                f"check the index map of its BlockSpec{' ' + _where(operand.index_map_at, None).strip() if operand.index_map_at else ''}.")
+                f"check the index map of its BlockSpec{' ' + _where(operand.index_map_at, course_root).strip() if operand.index_map_at else ''}.")
     return None
