@@ -80,7 +80,7 @@ def _static_grids(closed_jaxpr, what: str):
         yield k, kernel
 
 
-def assert_causal_attention_skips_fetches(fn, args, *, kwargs=None, repro: str = "") -> None:
+def assert_causal_attention_skips_fetches(fn, args, *, kwargs=None, note: str = "") -> None:
     """A top-left causal attention fn(q, k, v, ...) never copies a k or v block above the diagonal.
 
     q (B, H, Sq, D), k and v (B, Hkv, Skv, D). In every kernel that reads k or v block by
@@ -93,7 +93,7 @@ def assert_causal_attention_skips_fetches(fn, args, *, kwargs=None, repro: str =
     q, k = args[0], args[1]
     batch, heads, q_len, _ = q.shape
     kv_len = k.shape[2]
-    suffix = f"\n  reproduce: {repro}" if repro else ""
+    suffix = _reproduction(fn, args, kwargs, note)
     log = fetch_log(fn.jaxpr(*args, **kwargs))
     streamed = [f for f in log if f.shape == tuple(k.shape) and f.block_sizes[2] < kv_len]
     if not streamed:
@@ -121,6 +121,14 @@ def assert_causal_attention_skips_fetches(fn, args, *, kwargs=None, repro: str =
                 f"above the diagonal are still fetched.{suffix}")
 
 
+def _reproduction(fn, args, kwargs, note: str) -> str:
+    """fn's reproduction for a check that reads fn's program rather than calling it."""
+    from .reproduction import remember, reproduction
+
+    remember(fn, "call", args, kwargs or {})
+    return reproduction(fn, note=note)
+
+
 def unconditional_matmuls(closed_jaxpr) -> int:
     """How many dot_generals the kernels of a program run outside any cond (every step)."""
     count = 0
@@ -130,15 +138,16 @@ def unconditional_matmuls(closed_jaxpr) -> int:
 
 
 def assert_compute_is_conditional(fn, args, *, kwargs=None, why: str = "",
-                                  repro: str = "") -> None:
+                                  note: str = "") -> None:
     """Every matmul in fn's kernels runs under a condition (a grid step can skip it)."""
     kwargs = kwargs or {}
+    suffix = _reproduction(fn, args, kwargs, note)
     count = unconditional_matmuls(fn.jaxpr(*args, **kwargs))
     if count:
         raise WrongResult(
             f"{fn.display} runs {count} matmul(s) on every grid step: a block that the mask "
             f"empties is still computed. Put the block's work under pl.when(<block needed>)."
-            + (f"\n  {why}" if why else "") + (f"\n  reproduce: {repro}" if repro else ""))
+            + (f"\n  {why}" if why else "") + suffix)
 
 
 def _unconditional_dots(jaxpr) -> int:
@@ -231,7 +240,7 @@ def _in_bounds(index, sizes, shape) -> int:
 
 def assert_schedule_matches(fn, grid, in_specs, out_specs, in_shapes, out_shapes, *,
                             hbm_bytes: int | None = None, record: bool = True,
-                            repro: str = "") -> None:
+                            note: str = "") -> None:
     """fn(grid, in_specs, out_specs, in_shapes, out_shapes) must return the schedule the
     pipeline runs: `.copies` per input and `.write_backs` per output as lists of (grid
     point, block index), `.hbm_bytes`, and `.revisited` output blocks per output.
@@ -251,7 +260,7 @@ def assert_schedule_matches(fn, grid, in_specs, out_specs, in_shapes, out_shapes
     from . import tpu_checks
     from .checks import graded
 
-    suffix = f"\n  reproduce: {repro}" if repro else ""
+    suffix = _reproduction(fn, (grid, in_specs, out_specs, in_shapes, out_shapes), {}, note)
 
     def zero_outputs(*refs):
         for ref in refs[len(in_specs):]:

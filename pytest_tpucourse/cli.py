@@ -6,7 +6,7 @@
     tpucourse bench                                        # bench/records.jsonl -> bench/README.md
     tpucourse blockspec --shape 1000x384 --block 128x128 --dtype bfloat16   # the BlockSpec sandbox
     tpucourse timeline exchange-deadlock --devices 4       # a schedule's semaphore timeline
-    tpucourse progress | hint ch11.matmul | reset ch11.matmul | watch ch11   # the learner's loop
+    tpucourse progress | hint ch11.matmul | solution ch11.matmul | reset ch11.matmul | watch ch11
     tpucourse xray model.py:loss --shapes 8x128 128x10:bfloat16 [--html xray.html] [--chip v5e]   # the IR x-ray
     tpucourse compile exercises/ch11/matmul.py:matmul --chip v5e --shape 1024x1024,1024x1024 \
         --dtype bfloat16 --kw bm=256       # the real TPU compiler's verdict (the tpu-compile extra)
@@ -57,6 +57,9 @@ def main(argv=None) -> int:
     h.add_argument("exercise", nargs="?", help="ch11.matmul, or ch11 for its next unfinished exercise "
                    "(default: the course's next exercise)")
     h.add_argument("--all", action="store_true", help="print every hint of the exercise")
+    o = subcommands.add_parser("solution", help="an exercise's shipped solution, once your run has seen it done")
+    o.add_argument("exercise", help="chNN.exercise, e.g. ch11.matmul")
+    o.add_argument("--force", action="store_true", help="show it before the exercise is done (progress says so)")
     s = subcommands.add_parser("reset", help="put an exercise's stub back as shipped (your file is backed up)")
     s.add_argument("exercise", help="chNN.module, e.g. ch11.matmul")
     s.add_argument("--yes", action="store_true", help="overwrite without asking")
@@ -93,7 +96,7 @@ def main(argv=None) -> int:
 
     handlers = {"roofline": _roofline, "bench": _bench, "mesh": ici.mesh_command,
                 "blockspec": blockspecs.main, "progress": commands.progress, "hint": commands.hint,
-                "reset": commands.reset, "watch": watch.main, "xray": xray_render.main,
+                "reset": commands.reset, "solution": commands.solution, "watch": watch.main, "xray": xray_render.main,
                 "compile": compile_command.run, "timeline": timeline.command}
     try:
         return handlers[args.command](args)

@@ -38,7 +38,9 @@ def register() -> None:
         # One distinct failure is what a learner needs; several at once is noise.
         report_multiple_bugs=False,
         suppress_health_check=[HealthCheck.too_slow, HealthCheck.data_too_large],
-        print_blob=True,
+        # No "@reproduce_failure" advice: graded tests are not the learner's to edit; a failed
+        # check prints its own reproduction (reproduction.py).
+        print_blob=False,
     )
     # Inputs are built from a drawn seed, so shrinking has little to simplify, and
     # each shrink or explain step that picks another shape pays a compile (minutes

@@ -17,7 +17,7 @@ from dataclasses import dataclass
 import numpy as np
 from hypothesis import strategies as st
 
-from . import profiles
+from . import profiles, reproduction
 
 # The TPU's minimal tile (sublanes, lanes) by element width: a block's last two
 # dimensions must be multiples of it or equal the array's full dimensions.
@@ -109,7 +109,21 @@ def random_array(shape, dtype, seed: int, *, scale: float = 1.0, offset: float =
             values = rows.reshape(shape)
     elif kind != "normal":
         raise ValueError(f"value kind must be one of {VALUE_KINDS}, got {kind!r}")
-    return jnp.asarray(values, dtype=_jnp_dtype(dtype))
+    array = jnp.asarray(values, dtype=_jnp_dtype(dtype))
+    reproduction.built(array, reproduction.Recipe(shape, np.dtype(array.dtype).name, int(seed), kind,
+                                                  float(scale), float(offset)))
+    return array
+
+
+def cotangents_like(tree, seed: int = 0):
+    """Seeded standard-normal cotangents shaped and typed like a function's outputs (a pytree):
+    what the checker feeds a VJP, and what a reproduction line rebuilds."""
+    import jax
+    import jax.numpy as jnp
+
+    rng = np.random.default_rng(seed)
+    return jax.tree.map(
+        lambda x: jnp.asarray(rng.standard_normal(np.shape(x)).astype(np.float32), dtype=x.dtype), tree)
 
 
 def as_float64(array) -> np.ndarray:

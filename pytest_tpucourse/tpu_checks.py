@@ -27,7 +27,6 @@ from . import jax_internals
 from .mosaic import lowering_for
 from .outcomes import WrongResult
 
-_DROP = re.compile(r"^(See details at|Please file an issue|For simplicity, JAX has removed)")
 MAX_LINES = 6
 
 
@@ -40,7 +39,7 @@ def assert_lowers_for_tpu(fn, *args, **kwargs) -> None:
     """
     import jax
 
-    fn.jaxpr(*args, **kwargs)  # a stub or a tracing error is reported as such, first
+    program = fn.jaxpr(*args, **kwargs)  # a stub or a tracing error is reported as such, first
     function = fn.resolve()
     shapes = jax.tree.map(lambda a: jax.ShapeDtypeStruct(a.shape, a.dtype), args)
     # Interpret mode would replace the Mosaic lowering: switch it off for the trace.
@@ -49,9 +48,7 @@ def assert_lowers_for_tpu(fn, *args, **kwargs) -> None:
             jax.jit(lambda *a: function(*a, **kwargs)).trace(*shapes).lower(
                 lowering_platforms=("tpu",))
         except Exception as error:
-            raise WrongResult(
-                f"{fn.display} would not compile for a TPU: the Mosaic lowering rejects it.\n"
-                + _summarise(error)) from None
+            raise WrongResult(_lowering_refused(fn, error, program, args, kwargs)) from None
 
 
 def assert_compiles_for(fn, *args, chip: str = "v5e", **kwargs) -> None:
@@ -102,11 +99,21 @@ def checking_races(fn, *, cores: int = 2, why: str = RACE_BETWEEN_CORES):
     return interpret_setting("races", fn, cores=cores, why=why)
 
 
-def _summarise(error: BaseException) -> str:
-    lines = [line for line in str(error).splitlines() if line.strip() and not _DROP.match(line)]
-    text = lines[:MAX_LINES] + (["  ..."] if len(lines) > MAX_LINES else [])
-    return "\n".join(f"  {type(error).__name__}: {line}" if i == 0 else f"  {line}"
-                     for i, line in enumerate(text))
+def _lowering_refused(fn, error, program, args, kwargs) -> str:
+    """The report of a refused lowering: in the course's words where it is a common refusal, the
+    lowering's own otherwise; what the check lowered (chip, dtypes, block sizes); the call."""
+    from .grading.messages import lowering_explanation, lowering_text
+    from .reproduction import reproduction
+
+    course_root = getattr(getattr(fn, "module", None), "course_root", None)
+    explained = lowering_explanation(error, program, course_root)
+    lines = explained or lowering_text(error, MAX_LINES)
+    dtypes = sorted({str(getattr(a, "dtype", type(a).__name__)) for a in args})
+    settings = ", ".join(f"{k}={v!r}" for k, v in kwargs.items()) or "the function's default block sizes"
+    checked = (f"(checked: the lowering for a {fn.context.lowering_chip}, {'/'.join(dtypes)} inputs, "
+               f"{settings})")
+    return (f"{fn.display} would not compile for a TPU: the Mosaic lowering rejects it.\n"
+            + "\n".join(f"  {line}" for line in [*lines, checked]) + reproduction(fn))
 
 
 # ---------------------------------------------------------------- interpret settings

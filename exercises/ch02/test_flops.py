@@ -6,7 +6,7 @@ import pytest
 from hypothesis import example, given
 from jax import lax
 
-from pytest_tpucourse import references
+from pytest_tpucourse import checks, references
 from pytest_tpucourse import strategies as tst
 
 
@@ -34,8 +34,9 @@ CASES = [
 def _check(impl, name, f, shapes, want):
     fn = impl.flops.dot_flops
     got = fn(jax.make_jaxpr(f)(*_arrays(*shapes)))
-    assert got == want, (f"{fn.display} gives {got} FLOPs for {name}, expected {want}"
-                         f"\n  reproduce: dot_flops(jax.make_jaxpr(f)(*arrays of shapes {shapes}))")
+    checks.assert_equal(got, want, fn=fn, what=f"the FLOPs of {name}",
+                        note=f"the jaxpr of CASES {name!r} of exercises/ch02/test_flops.py, on inputs of "
+                             f"shapes {shapes}")
 
 
 @pytest.mark.parametrize("case", CASES, ids=[c[0] for c in CASES])
