@@ -1,13 +1,16 @@
 """Checks a CPU can run that a TPU would otherwise be the first to fail.
 
 - The TPU lowering (`lowering_platforms=("tpu",)`) runs Pallas' Mosaic lowering
-  on the CPU: it rejects block shapes that break the (8,128)/(16,128) rule and
-  primitives Mosaic cannot lower, naming the BlockSpec or the op. Neither
-  interpreter checks either.
+  on the CPU: it rejects block shapes that break the (8,128) rule (a block's last
+  two dimensions divisible by 8 and 128, or equal to the array's, whatever the
+  dtype) and primitives Mosaic cannot lower, naming the BlockSpec or the op.
+  Neither interpreter checks either.
 - Race detection: TPU interpret mode with `detect_races=True` on two simulated
   TensorCores, so the steps of a "parallel" grid axis really run on different
   cores; two cores writing one block (a reduction axis marked "parallel") or
-  an unsynchronised DMA is reported.
+  an unsynchronised DMA is reported. The check runs once per interpreter seed
+  (each seed shuffles the parallel axes in another order) and also fails a
+  function whose results differ between two orders.
 """
 
 from __future__ import annotations
@@ -63,23 +66,73 @@ def _lowering_target(chip_version: str):
         tpu_info.registry.pop(kind, None)
 
 
-def assert_no_races(fn, *args, cores: int = 2, **kwargs) -> None:
-    """Run fn under TPU interpret mode with race detection on `cores` simulated cores."""
-    import jax
-    from jax.experimental.pallas import tpu as pltpu
-    from jax._src.pallas.mosaic.interpret import interpret_pallas_call as tpu_interpreter
+# Interpreter seeds the race check runs under: each shuffles the parallel grid axes
+# in another order, and one order can hide a bug another shows.
+RACE_SEEDS = (0, 1)
 
-    params = pltpu.InterpretParams(detect_races=True, num_cores_or_threads=cores, random_seed=0)
-    printed = io.StringIO()
-    with pltpu.force_tpu_interpret_mode(params), contextlib.redirect_stdout(printed):
-        jax.block_until_ready(fn(*args, **kwargs))
-    races = tpu_interpreter.races
-    if (races is not None and races.races_found) or "RACE DETECTED" in printed.getvalue():
-        report = [line for line in printed.getvalue().splitlines() if line.strip()][:MAX_LINES]
-        raise WrongResult(
-            f"{fn.display} has a data race under TPU interpret mode with {cores} TensorCores "
-            f"(detect_races=True): two cores touch one buffer without ordering. A reduction "
-            f"grid axis marked \"parallel\" does this.\n  " + "\n  ".join(report))
+
+def assert_no_races(fn, *args, cores: int = 2, seeds=RACE_SEEDS, **kwargs) -> None:
+    """Run fn under TPU interpret mode with race detection on `cores` simulated cores, once per seed.
+
+    Every pallas_call fn issues runs under the detector: a gradient's forward and
+    backward kernels alike. The detector prints a report per kernel (its `races`
+    state only keeps the last kernel's), so the printed output is what is read.
+
+    A correct kernel returns the same bits whatever order its parallel steps run in,
+    so results that differ between two seeds fail too (a state-carrying axis marked
+    "parallel" whose steps happened to stay on one core).
+
+    The interpreter deals the parallel subgrid to the cores in contiguous chunks, so
+    a wrongly parallel axis races only where a chunk boundary cuts the run of steps
+    that share an output block: with two cores, where the parallel extents before
+    that axis multiply to an odd number. Graded tests pick such shapes (one batch, an
+    odd number of q blocks or heads) and say so.
+    """
+    import jax
+    import numpy as np
+    from jax.experimental.pallas import tpu as pltpu
+
+    results = []
+    for seed in seeds:
+        params = pltpu.InterpretParams(detect_races=True, num_cores_or_threads=cores,
+                                       random_seed=seed)
+        printed = io.StringIO()
+        with pltpu.force_tpu_interpret_mode(params), contextlib.redirect_stdout(printed):
+            out = jax.block_until_ready(fn(*args, **kwargs))
+        if "RACE DETECTED" in printed.getvalue():
+            report = [line for line in printed.getvalue().splitlines() if line.strip()][:MAX_LINES]
+            raise WrongResult(
+                f"{fn.display} has a data race under TPU interpret mode with {cores} TensorCores "
+                f"(detect_races=True, random_seed={seed}): two cores touch one buffer without "
+                f"ordering. A reduction grid axis marked \"parallel\" does this.\n  "
+                + "\n  ".join(report))
+        results.append((seed, [np.asarray(leaf) for leaf in jax.tree.leaves(out)]))
+    (first_seed, first), rest = results[0], results[1:]
+    for seed, leaves in rest:
+        for position, (a, b) in enumerate(zip(first, leaves)):
+            differ = _differ(a, b)
+            if differ.any():
+                where = f"output[{position}]" if len(first) > 1 else "its output"
+                raise WrongResult(
+                    f"{fn.display} gives different results when its parallel grid steps run in "
+                    f"another order (TPU interpret mode, random_seed {first_seed} and {seed}): "
+                    f"{where} differs in {int(differ.sum())} of {differ.size} elements. The steps "
+                    f"of a \"parallel\" axis must not depend on each other: an axis that carries "
+                    f"state (an accumulator reset at its first step, written at its last) must be "
+                    f"\"arbitrary\".")
+
+
+def _differ(a, b):
+    """Where two results differ, bit for bit (NaN equals NaN)."""
+    import jax.numpy as jnp
+    import numpy as np
+
+    if a.shape != b.shape:
+        return np.ones(a.shape or (1,), bool)
+    if jnp.issubdtype(a.dtype, jnp.inexact):
+        a, b = a.astype(np.float64), b.astype(np.float64)
+        return ~((a == b) | (np.isnan(a) & np.isnan(b)))
+    return a != b
 
 
 def _summarise(error: BaseException) -> str:

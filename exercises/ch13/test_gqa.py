@@ -4,7 +4,7 @@ the forward and the backward (several query heads share one kv head)."""
 import jax.numpy as jnp
 import pytest
 
-from pytest_tpucourse import checks, references
+from pytest_tpucourse import checks, references, tpu_checks
 from pytest_tpucourse import strategies as tst
 from pytest_tpucourse.references import Reference
 
@@ -50,3 +50,15 @@ def test_gqa_grads(impl, cfg):
         reference=references.ATTENTION.bind(causal=cfg.causal), argnames=("dq", "dk", "dv"),
         seed=1, check_custom_vjp=False,
         repro=f"jax.vjp(flash_attention, q, k, v, causal={cfg.causal}, **{BLOCKS}): {cfg}, seed 1")
+
+
+def test_gqa_kernels_have_no_race_on_two_cores(impl):
+    """The gradient's kernels (forward, dq, dk/dv) with 3 query heads sharing one kv head,
+    3 q blocks and 3 kv blocks. dk and dv sum over the group's query heads, so the dk/dv
+    kernel's group axis must be "arbitrary"; with one batch, one kv head and 3 kv blocks
+    the parallel extents before it multiply to an odd number, so the cores' split falls
+    inside one kv block's group."""
+    cfg = tst.AttentionConfig(batch=1, heads=3, kv_heads=1, q_len=384, kv_len=384, head_dim=64,
+                              causal=False, dtype="float32")
+    q, k, v = cfg.arrays(2)
+    tpu_checks.assert_no_races(checks.gradient(impl.backward.flash_attention, **BLOCKS), q, k, v)
