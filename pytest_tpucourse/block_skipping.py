@@ -54,7 +54,7 @@ def fetch_log(closed_jaxpr) -> list[OperandFetches]:
     computed from the program's constants alone (the block tables of a mask known when
     the program is traced, as splash attention builds them).
     """
-    import jax
+    from jax.extend import core as jex_core
 
     log = []
     known = None
@@ -64,7 +64,8 @@ def fetch_log(closed_jaxpr) -> list[OperandFetches]:
         if mapping.num_index_operands:
             known = _known_values(closed_jaxpr) if known is None else known
             first = len(eqn.invars) - mapping.num_inputs - mapping.num_index_operands
-            prefetch = [known.get(var) for var in eqn.invars[first:first + mapping.num_index_operands]]
+            prefetch = [var.val if isinstance(var, jex_core.Literal) else known.get(var)
+                        for var in eqn.invars[first:first + mapping.num_index_operands]]
         if mapping.num_dynamic_grid_bounds or any(value is None for value in prefetch):
             from .checks import CheckerError
 
@@ -90,7 +91,7 @@ def fetch_log(closed_jaxpr) -> list[OperandFetches]:
 def _block_indices(index_map_jaxpr, steps, prefetch) -> np.ndarray:
     """The block index an index map returns at every grid step: (steps, axes) int array."""
     import jax
-    from jax._src.state import discharge as state_discharge
+    from jax._src.state import discharge as state_discharge  # private in jax 0.10.2
 
     jaxpr = index_map_jaxpr
     if prefetch:  # the index map reads Refs: discharge them into plain array reads
@@ -133,7 +134,7 @@ def _known_values(closed_jaxpr) -> dict:
                 found.update((v, a) for v, a in zip(eqn.invars, args)
                              if a is not missing and not isinstance(v, jex_core.Literal))
                 continue
-            subs = [sub for sub in _closed_sub_jaxprs(eqn)]
+            subs = list(structure.closed_sub_jaxprs(eqn))
             if len(subs) == 1 and len(subs[0].jaxpr.invars) == len(args):  # a call
                 inner = subs[0]
                 inner_env = dict(zip(inner.jaxpr.constvars, inner.consts))
@@ -155,17 +156,6 @@ def _known_values(closed_jaxpr) -> dict:
     found = {}
     walk(closed_jaxpr.jaxpr, dict(zip(closed_jaxpr.jaxpr.constvars, closed_jaxpr.consts)), found)
     return found
-
-
-def _closed_sub_jaxprs(eqn):
-    from jax.extend import core as jex_core
-
-    for param in eqn.params.values():
-        for sub in param if isinstance(param, (list, tuple)) else (param,):
-            if isinstance(sub, jex_core.ClosedJaxpr):
-                yield sub
-            elif isinstance(sub, jex_core.Jaxpr):
-                yield jex_core.ClosedJaxpr(sub, ())
 
 
 def _block_size(dim) -> tuple[int, bool]:

@@ -139,11 +139,17 @@ def _all_eqns(jaxpr):
 
 def sub_jaxprs(eqn):
     """The open jaxprs an equation's parameters hold (branches, loop bodies, calls)."""
+    for sub in closed_sub_jaxprs(eqn):
+        yield sub.jaxpr
+
+
+def closed_sub_jaxprs(eqn):
+    """The same, closed: an open jaxpr comes with no constants."""
     from jax.extend import core as jex_core
 
     for param in eqn.params.values():
         for sub in param if isinstance(param, (list, tuple)) else (param,):
             if isinstance(sub, jex_core.ClosedJaxpr):
-                yield sub.jaxpr
-            elif isinstance(sub, jex_core.Jaxpr):
                 yield sub
+            elif isinstance(sub, jex_core.Jaxpr):
+                yield jex_core.ClosedJaxpr(sub, ())

@@ -122,6 +122,37 @@ def assert_no_races(fn, *args, cores: int = 2, seeds=RACE_SEEDS, **kwargs) -> No
                     f"\"arbitrary\".")
 
 
+def assert_no_races_in_backward(fn, args, *, kwargs=None, cores: int = 2, seeds=RACE_SEEDS,
+                                seed: int = 0) -> None:
+    """assert_no_races on the kernels of fn's backward alone, for seeded random cotangents.
+
+    The forward runs first, under the session's interpret mode; only the pullback (the
+    VJP's backward rule and every kernel it issues) runs under the detector. For a backward
+    whose summed axes can race where its forward has nothing to race, such as dk and dv
+    summed over the query heads of a GQA group, while the forward's own race check runs
+    elsewhere.
+    """
+    import functools
+
+    import jax
+
+    from .strategies import random_array
+
+    kwargs = kwargs or {}
+    outputs = fn.derived(lambda function: functools.partial(function, **kwargs), fn.display)(*args)
+    cotangents = jax.tree.map(lambda x: random_array(x.shape, x.dtype, seed), outputs)
+
+    def pullback_of(function):
+        try:
+            return jax.vjp(lambda *a: function(*a, **kwargs), *args)[1]
+        except Exception as error:  # the learner's forward, run again for its residuals
+            raise fn._outcome(error) from None
+
+    backward = fn.derived(pullback_of, f"the backward of {fn.display}")
+    backward.resolve()  # computes the residuals now, outside the detector
+    assert_no_races(backward, cotangents, cores=cores, seeds=seeds)
+
+
 def _differ(a, b):
     """Where two results differ, bit for bit (NaN equals NaN)."""
     import jax.numpy as jnp

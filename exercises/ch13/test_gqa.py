@@ -52,13 +52,14 @@ def test_gqa_grads(impl, cfg):
         repro=f"jax.vjp(flash_attention, q, k, v, causal={cfg.causal}, **{BLOCKS}): {cfg}, seed 1")
 
 
-def test_gqa_kernels_have_no_race_on_two_cores(impl):
-    """The gradient's kernels (forward, dq, dk/dv) with 3 query heads sharing one kv head,
-    3 q blocks and 3 kv blocks. dk and dv sum over the group's query heads, so the dk/dv
-    kernel's group axis must be "arbitrary"; with one batch, one kv head and 3 kv blocks
-    the parallel extents before it multiply to an odd number, so the cores' split falls
-    inside one kv block's group."""
+def test_gqa_backward_has_no_race_on_two_cores(impl):
+    """The backward's kernels (dq, dk/dv) with 3 query heads sharing one kv head, 3 q blocks
+    and 3 kv blocks. dk and dv sum over the group's query heads, so the dk/dv kernel's group
+    axis must be "arbitrary"; with one batch, one kv head and 3 kv blocks the parallel
+    extents before it multiply to an odd number, so the cores' split falls inside one kv
+    block's group. The forward's heads are independent with or without grouping, and its
+    race check is test_forward.py's."""
     cfg = tst.AttentionConfig(batch=1, heads=3, kv_heads=1, q_len=384, kv_len=384, head_dim=64,
                               causal=False, dtype="float32")
-    q, k, v = cfg.arrays(2)
-    tpu_checks.assert_no_races(checks.gradient(impl.backward.flash_attention, **BLOCKS), q, k, v)
+    tpu_checks.assert_no_races_in_backward(impl.backward.flash_attention, cfg.arrays(2),
+                                           kwargs=BLOCKS)
