@@ -45,6 +45,13 @@ class OperandFetches:
     # along each axis (steps x axes), and whether that step copies a new block.
     step_starts: np.ndarray = field(default=None, compare=False, repr=False)
     step_copies: np.ndarray = field(default=None, compare=False, repr=False)
+    kernel_name: str = ""  # the kernel function's name, where the trace kept it
+
+
+def kernel_name(eqn) -> str:
+    """The name of a pallas_call's kernel function (dq_kernel), or "" where none was kept."""
+    info = getattr(eqn.params.get("jaxpr"), "debug_info", None)
+    return eqn.params.get("name") or getattr(info, "func_name", "") or ""
 
 
 def fetch_log(closed_jaxpr) -> list[OperandFetches]:
@@ -84,7 +91,7 @@ def fetch_log(closed_jaxpr) -> list[OperandFetches]:
                 block_shape=tuple(block.block_shape), grid=grid,
                 copies=int(changed.sum()), blocks=blocks, block_sizes=tuple(sizes),
                 starts=frozenset(tuple(int(i) for i in row) for row in step_starts),
-                step_starts=step_starts, step_copies=changed))
+                step_starts=step_starts, step_copies=changed, kernel_name=kernel_name(eqn)))
     return log
 
 
@@ -252,7 +259,8 @@ def _wasted_copy_message(fn, f, side, step, grid, row_start, block_q, key_start,
               "Clamp the q-side index maps (q, dO and the row statistics) to the first q block "
               "that sees the kv block: the block index stops changing, and the pipeline copies "
               "nothing more.")
-    return (f"{fn.display} copies {what} of kernel {f.kernel} input {f.operand} {f.shape} "
+    kernel = f"kernel {f.kernel}" + (f" ({f.kernel_name})" if f.kernel_name else "")
+    return (f"{fn.display} copies {what} of {kernel} input {f.operand} {f.shape} "
             f"(blocks of {f.block_sizes}) into VMEM at grid step {point} of {grid}, where "
             f"rows {first_row}..{last_row} meet keys {first_key}..{last_key}: with causal "
             f"masking no row sees any of those keys, so the copy is wasted. {advice}{suffix}")
@@ -295,21 +303,25 @@ def seen_keys_reference(reference, q_len: int):
 
 def unconditional_matmuls(closed_jaxpr) -> int:
     """How many dot_generals the kernels of a program run outside any cond (every step)."""
-    count = 0
-    for eqn in structure.pallas_call_eqns(closed_jaxpr):
-        count += _unconditional_dots(eqn.params["jaxpr"])
-    return count
+    return sum(count for _, count in _unconditional_matmuls_per_kernel(closed_jaxpr))
+
+
+def _unconditional_matmuls_per_kernel(closed_jaxpr) -> list[tuple[str, int]]:
+    return [(kernel_name(eqn) or f"kernel {k}", _unconditional_dots(eqn.params["jaxpr"]))
+            for k, eqn in enumerate(structure.pallas_call_eqns(closed_jaxpr))]
 
 
 def assert_compute_is_conditional(fn, args, *, kwargs=None, why: str = "",
                                   repro: str = "") -> None:
     """Every matmul in fn's kernels runs under a condition (a grid step can skip it)."""
     kwargs = kwargs or {}
-    count = unconditional_matmuls(fn.jaxpr(*args, **kwargs))
-    if count:
+    counts = [(name, n) for name, n in _unconditional_matmuls_per_kernel(fn.jaxpr(*args, **kwargs)) if n]
+    if counts:
+        where = ", ".join(f"{n} in {name}" for name, n in counts)
         raise WrongResult(
-            f"{fn.display} runs {count} matmul(s) on every grid step: a block that the mask "
-            f"empties is still computed. Put the block's work under pl.when(<block needed>)."
+            f"{fn.display} runs {sum(n for _, n in counts)} matmul(s) on every grid step "
+            f"({where}): a block that the mask empties is still computed. Put the block's work "
+            f"under pl.when(<block needed>)."
             + (f"\n  {why}" if why else "") + (f"\n  reproduce: {repro}" if repro else ""))
 
 
