@@ -136,6 +136,7 @@ def assert_no_races_in_backward(fn, args, *, kwargs=None, cores: int = 2, seeds=
 
     import jax
 
+    from . import backend
     from .strategies import random_array
 
     kwargs = kwargs or {}
@@ -146,6 +147,7 @@ def assert_no_races_in_backward(fn, args, *, kwargs=None, cores: int = 2, seeds=
         try:
             return jax.vjp(lambda *a: function(*a, **kwargs), *args)[1]
         except Exception as error:  # the learner's forward, run again for its residuals
+            backend.reset_after_failure()
             raise fn._outcome(error) from None
 
     backward = fn.derived(pullback_of, f"the backward of {fn.display}")
