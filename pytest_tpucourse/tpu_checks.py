@@ -140,12 +140,15 @@ def assert_no_races_in_backward(fn, args, *, kwargs=None, cores: int = 2, seeds=
     from .strategies import random_array
 
     kwargs = kwargs or {}
-    outputs = fn.derived(lambda function: functools.partial(function, **kwargs), fn.display)(*args)
+    fn.jaxpr(*args, **kwargs)  # a stub (TODO) or a tracing error is reported as such, first
+    outputs = jax.eval_shape(functools.partial(fn.resolve(), **kwargs), *args)
     cotangents = jax.tree.map(lambda x: random_array(x.shape, x.dtype, seed), outputs)
 
     def pullback_of(function):
+        # jax.vjp's pullback is a pytree (its leaves are the residuals), so one compiled
+        # program can run the forward and hand the pullback back.
         try:
-            return jax.vjp(lambda *a: function(*a, **kwargs), *args)[1]
+            return jax.jit(lambda *a: jax.vjp(lambda *x: function(*x, **kwargs), *a)[1])(*args)
         except Exception as error:  # the learner's forward, run again for its residuals
             backend.reset_after_failure()
             raise fn._outcome(error) from None

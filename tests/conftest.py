@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import os
 import re
 import textwrap
 from pathlib import Path
@@ -65,12 +66,20 @@ def fake_course(pytester: pytest.Pytester) -> FakeCourse:
 
 
 def run_chapter(pytester: pytest.Pytester, chapter: str, *args: str,
-                files: list[str] | None = None) -> pytest.RunResult:
-    """Run the real course's graded tests of one chapter (or some of its files) in a subprocess."""
+                files: list[str] | None = None, first_failure_per_file: bool = False) -> pytest.RunResult:
+    """Run the real course's graded tests of one chapter (or some of its files) in a subprocess.
+
+    first_failure_per_file: stop grading a file at its first failure (tests/first_failure_per_file.py),
+    for runs that only ask which files fail.
+    """
     folder = REPO / "exercises" / chapter
     targets = [str(folder / name) for name in files] if files is not None else [str(folder)]
-    return pytester.runpytest_subprocess(*targets, "--rootdir", str(REPO), "-p", "no:cacheprovider",
-                                         *args)
+    with pytest.MonkeyPatch.context() as env:
+        if first_failure_per_file:
+            env.setenv("PYTHONPATH", os.pathsep.join(filter(None, [str(REPO), os.environ.get("PYTHONPATH")])))
+            args = ("-p", "tests.first_failure_per_file", *args)
+        return pytester.runpytest_subprocess(*targets, "--rootdir", str(REPO), "-p", "no:cacheprovider",
+                                             *args)
 
 
 def failed_files(result: pytest.RunResult) -> set[str]:

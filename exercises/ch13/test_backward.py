@@ -38,15 +38,15 @@ def check_grads(impl, cfg, seed, *, scale=None, blocks=BLOCKS, check_custom_vjp=
               f"{cfg}, seed {seed}")
 
 
+# Drawn examples keep 128 blocks (each block set compiles three kernels again); unequal
+# sets run as explicit cases, so every profile grades them: here (128, 256), and causal in
+# the poisoned case (256, 128) and the long sequence (128, 512).
 @given(cfg=tst.few(SQUARE, WIDE, TALL), causal=st.booleans(), dtype=tst.dtypes(),
-       scale=tst.few(None, 0.3), blocks=tst.few(BLOCKS, Q_TWICE_KV, KV_TWICE_Q), seed=tst.seeds())
+       scale=tst.few(None, 0.3), blocks=st.just(BLOCKS), seed=tst.seeds())
 @example(cfg=SQUARE, causal=True, dtype="bfloat16", scale=None, blocks=BLOCKS, seed=0)
-@example(cfg=WIDE, causal=False, dtype="float32", scale=0.3, blocks=BLOCKS, seed=0)
-@example(cfg=SQUARE, causal=True, dtype="float32", scale=None, blocks=Q_TWICE_KV, seed=0)
-@example(cfg=WIDE, causal=True, dtype="float32", scale=None, blocks=KV_TWICE_Q, seed=0)
+@example(cfg=WIDE, causal=False, dtype="float32", scale=0.3, blocks=KV_TWICE_Q, seed=0)
 def test_grads_match_reference(impl, cfg, causal, dtype, scale, blocks, seed):
-    """dq, dk and dv each against the float64 oracle's VJP, bf16 and f32, causal or not,
-    with equal and unequal block sizes (block_q = 2 · block_kv and the reverse)."""
+    """dq, dk and dv each against the float64 oracle's VJP, bf16 and f32, causal or not."""
     check_grads(impl, dataclasses.replace(cfg, causal=causal, dtype=dtype), seed, scale=scale,
                 blocks=blocks)
 
@@ -61,11 +61,11 @@ def test_grads_hold_over_a_long_sequence(impl):
     check_grads(impl, cfg, 0, blocks=dict(block_q=128, block_kv=512))
 
 
-@pytest.mark.parametrize("cfg", [WIDE, TALL], ids=["q_len<kv_len", "q_len>kv_len"])
-def test_grads_agree_with_own_forward(impl, cfg):
+def test_grads_agree_with_own_forward(impl):
     """The custom_vjp's backward against numerical differentiation of its own forward
-    (jax.test_util.check_grads, float32), on top of the oracle comparison."""
-    check_grads(impl, cfg, 5, check_custom_vjp=True)
+    (jax.test_util.check_grads, float32), on top of the oracle comparison, with keys no
+    causal query sees (q_len < kv_len)."""
+    check_grads(impl, WIDE, 5, check_custom_vjp=True)
 
 
 def test_forward_value_through_custom_vjp(impl):
@@ -110,7 +110,7 @@ def test_backward_has_no_race_on_two_cores(impl):
 # The causal backward skips like the forward: q_len < kv_len (keys 512.. seen by no query)
 # and q_len > kv_len, never square (the fetch log tells q-shaped operands from k-shaped
 # ones by their lengths); head_dim 64.
-SKIPPING = tst.AttentionConfig(batch=1, heads=2, kv_heads=2, q_len=512, kv_len=1024, head_dim=64,
+SKIPPING = tst.AttentionConfig(batch=1, heads=1, kv_heads=1, q_len=512, kv_len=1024, head_dim=64,
                                causal=True, dtype="float32")
 
 
@@ -138,14 +138,16 @@ def test_causal_backward_never_computes_blocks_above_the_diagonal(impl):
 
 def test_causal_backward_ignores_poisoned_blocks_above_the_diagonal(impl):
     """Keys 512..1023 are NaN and seen by no query: dq must not read them, and their dk and
-    dv must come out 0 without the dk/dv kernel computing on them."""
+    dv must come out 0 without the dk/dv kernel computing on them. Blocks (256, 128): a
+    causal backward whose first needed q block is computed with the two sizes swapped skips
+    blocks it needs here."""
     q, k, v = block_skipping.poison_unseen_keys(*SKIPPING.arrays(2))
     reference = block_skipping.seen_keys_reference(references.ATTENTION, SKIPPING.q_len)
     checks.assert_grads_match(
-        impl.backward.flash_attention, (q, k, v), kwargs=dict(causal=True, **BLOCKS),
+        impl.backward.flash_attention, (q, k, v), kwargs=dict(causal=True, **Q_TWICE_KV),
         reference=reference.bind(causal=True), argnames=("dq", "dk", "dv"), seed=2,
         check_custom_vjp=False,
-        repro=f"jax.vjp(flash_attention, q, k, v, causal=True, **{BLOCKS}) with k, v = NaN "
+        repro=f"jax.vjp(flash_attention, q, k, v, causal=True, **{Q_TWICE_KV}) with k, v = NaN "
               f"from key {SKIPPING.q_len} on: {SKIPPING}, seed 2")
 
 

@@ -44,13 +44,13 @@ def check_forward(impl, cfg, seed, *, scale=None, blocks=BLOCKS, kind="normal"):
               f"seed {seed}" + ("" if kind == "normal" else f", AttentionConfig.arrays kind {kind!r}"))
 
 
-@given(cfg=configs(), scale=tst.few(None, 0.3), blocks=tst.few(BLOCKS, Q_TWICE_KV, KV_TWICE_Q),
-       seed=tst.seeds())
+# Drawn examples keep 128 blocks (each block set compiles the kernel again); the unequal
+# sets run as explicit examples, so every profile grades them.
+@given(cfg=configs(), scale=tst.few(None, 0.3), blocks=st.just(BLOCKS), seed=tst.seeds())
 @example(cfg=SQUARE, scale=None, blocks=BLOCKS, seed=0)
-@example(cfg=dataclasses.replace(WIDE, causal=False), scale=0.3, blocks=BLOCKS, seed=0)
+@example(cfg=dataclasses.replace(WIDE, causal=False), scale=0.3, blocks=KV_TWICE_Q, seed=0)
 @example(cfg=TALL, scale=None, blocks=BLOCKS, seed=1)
 @example(cfg=dataclasses.replace(SQUARE, dtype="float32"), scale=None, blocks=Q_TWICE_KV, seed=0)
-@example(cfg=dataclasses.replace(WIDE, dtype="bfloat16"), scale=None, blocks=KV_TWICE_Q, seed=0)
 def test_forward_matches_reference(impl, cfg, scale, blocks, seed):
     """out and lse, causal or not, f32 and bf16 (f32 accumulation), head_dim 64/128/256,
     equal and unequal block sizes."""

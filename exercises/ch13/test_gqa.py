@@ -53,13 +53,14 @@ def test_gqa_grads(impl, cfg):
 
 
 def test_gqa_backward_has_no_race_on_two_cores(impl):
-    """The backward's kernels (dq, dk/dv) with 3 query heads sharing one kv head, 3 q blocks
-    and 3 kv blocks. dk and dv sum over the group's query heads, so the dk/dv kernel's group
-    axis must be "arbitrary"; with one batch, one kv head and 3 kv blocks the parallel
+    """The backward's kernels (dq, dk/dv) with 3 query heads sharing one kv head, one q
+    block and 3 kv blocks. dk and dv sum over the group's query heads, so the dk/dv kernel's
+    group axis must be "arbitrary"; with one batch, one kv head and 3 kv blocks the parallel
     extents before it multiply to an odd number, so the cores' split falls inside one kv
-    block's group. The forward's heads are independent with or without grouping, and its
-    race check is test_forward.py's."""
-    cfg = tst.AttentionConfig(batch=1, heads=3, kv_heads=1, q_len=384, kv_len=384, head_dim=64,
+    block's group (and 3 heads times one q block do the same for the dq kernel's kv axis).
+    The forward's heads are independent with or without grouping; its race check is
+    test_forward.py's."""
+    cfg = tst.AttentionConfig(batch=1, heads=3, kv_heads=1, q_len=128, kv_len=384, head_dim=64,
                               causal=False, dtype="float32")
     tpu_checks.assert_no_races_in_backward(impl.backward.flash_attention, cfg.arrays(2),
                                            kwargs=BLOCKS)
