@@ -31,30 +31,24 @@ def _flops(jaxpr) -> int:
     total = 0
     for eqn in jaxpr.eqns:
         name = eqn.primitive.name
+        subs = [value.jaxpr if isinstance(value, jex_core.ClosedJaxpr) else value
+                for param in eqn.params.values()
+                for value in (param if isinstance(param, (tuple, list)) else (param,))
+                if isinstance(value, (jex_core.ClosedJaxpr, jex_core.Jaxpr))]
         if name == "dot_general":
             (lhs_contracting, _), _ = eqn.params["dimension_numbers"]
             lhs_shape = eqn.invars[0].aval.shape
             out_shape = eqn.outvars[0].aval.shape
             contracted = math.prod(lhs_shape[d] for d in lhs_contracting)
             total += 2 * math.prod(out_shape) * contracted
-        elif name == "cond":
-            total += max(_flops(branch.jaxpr) for branch in eqn.params["branches"])
-        elif name == "scan":
-            total += eqn.params["length"] * _flops(eqn.params["jaxpr"].jaxpr)
-        elif name == "while":
-            if _flops(eqn.params["cond_jaxpr"].jaxpr) or _flops(eqn.params["body_jaxpr"].jaxpr):
+        elif name == "cond":  # its sub-jaxprs are its branches
+            total += max(_flops(branch) for branch in subs)
+        elif name == "scan":  # its one sub-jaxpr is the body
+            total += eqn.params["length"] * _flops(subs[0])
+        elif name == "while":  # cond_jaxpr and body_jaxpr
+            if any(_flops(sub) for sub in subs):
                 raise ValueError("a while_loop runs its dots a number of times known only when it "
                                  "runs: its FLOPs cannot be counted from the program")
         else:
-            for sub in _sub_jaxprs(eqn):
-                total += _flops(sub)
+            total += sum(_flops(sub) for sub in subs)
     return total
-
-
-def _sub_jaxprs(eqn):
-    for param in eqn.params.values():
-        for value in param if isinstance(param, (tuple, list)) else (param,):
-            if isinstance(value, jex_core.ClosedJaxpr):
-                yield value.jaxpr
-            elif isinstance(value, jex_core.Jaxpr):
-                yield value
