@@ -28,7 +28,8 @@ def main(argv=None) -> int:
 
     r = subcommands.add_parser("roofline", help="floor, bound, intensity and ridge of an op on a chip")
     r.add_argument("--chip", default=chips.DEFAULT_CHIP, help=", ".join(chips.KNOWN_CHIPS))
-    r.add_argument("--op", choices=sorted(roofline.OPS), help="matmul (MxKxN) or add (MxN)")
+    r.add_argument("--op", choices=sorted(roofline.OPS),
+                   help="; ".join(f"{op} ({form})" for op, (form, _) in roofline.OPS.items()))
     r.add_argument("--shape", help="e.g. 4096x4096x4096")
     r.add_argument("--dtype", default="bfloat16")
     r.add_argument("--plot", metavar="PNG", help="draw the chip's roofline with the op and the records' points")

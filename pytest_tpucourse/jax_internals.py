@@ -259,6 +259,8 @@ class KernelGrid:
     inputs: tuple[OperandBlocks, ...]
     outputs: tuple[OperandBlocks, ...]
     static: bool  # index maps read only grid indices: no scalar prefetch, no dynamic grid bounds
+    prefetch_vars: tuple = ()  # the equation's scalar-prefetch operands (jaxpr variables or literals)
+    dynamic_grid: bool = False  # grid bounds given at run time
 
 
 def kernel_grid(eqn) -> KernelGrid:
@@ -282,8 +284,32 @@ def kernel_grid(eqn) -> KernelGrid:
     inputs = tuple(operand(b, i, True) for i, b in enumerate(blocks[:mapping.num_inputs]))
     outputs = tuple(operand(b, i, False) for i, b in
                     enumerate(blocks[mapping.num_inputs:mapping.num_inputs + mapping.num_outputs]))
+    first = len(eqn.invars) - mapping.num_inputs - mapping.num_index_operands
     return KernelGrid(grid=tuple(int(g) for g in mapping.grid), inputs=inputs, outputs=outputs,
-                      static=not (mapping.num_index_operands or mapping.num_dynamic_grid_bounds))
+                      static=not (mapping.num_index_operands or mapping.num_dynamic_grid_bounds),
+                      prefetch_vars=tuple(eqn.invars[first:first + mapping.num_index_operands]),
+                      dynamic_grid=bool(mapping.num_dynamic_grid_bounds))
+
+
+def kernel_name(eqn) -> str:
+    """The name of a pallas_call's kernel function (dq_kernel), or "" where none was kept."""
+    info = getattr(eqn.params.get("jaxpr"), "debug_info", None)
+    return eqn.params.get("name") or getattr(info, "func_name", "") or ""
+
+
+def literal_value(var, otherwise=None):
+    """A jaxpr atom's value if it is a literal, else `otherwise`."""
+    from jax.extend import core as jex_core
+
+    return var.val if isinstance(var, jex_core.Literal) else otherwise
+
+
+def discharge_state(closed_jaxpr):
+    """A closed jaxpr whose Ref reads are discharged into plain array reads (an index map
+    that reads scalar-prefetch Refs becomes a function of their values)."""
+    from jax._src.state import discharge as state_discharge
+
+    return state_discharge.discharge_state(closed_jaxpr)
 
 
 def kernel_source(eqn) -> str:

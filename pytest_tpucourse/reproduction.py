@@ -89,6 +89,12 @@ def last_call(fn) -> Call | None:
     return call if call is not None and call.test == current_test() else None
 
 
+def of_program_check(fn, args, kwargs, note: str = "") -> str:
+    """fn's reproduction for a check that reads fn's program rather than calling it."""
+    remember(fn, "call", args, kwargs or {})
+    return reproduction(fn, note=note)
+
+
 def reproduction(fn, *, note: str = "", cotangent_seed: int | None = None) -> str:
     """What a failed check adds to its message ("" when it knows nothing to add): the lines
     that make fn's latest call again in this test, and the test's `note`."""

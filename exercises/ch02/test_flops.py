@@ -28,6 +28,13 @@ CASES = [
      lambda q, k, v: references.attention_floor(q, k, v, causal=True),
      [(1, 2, 16, 8), (1, 2, 24, 8), (1, 2, 24, 8)], 2 * (2 * 16 * 24) * 8 + 2 * (2 * 16 * 8) * 24),
     ("no dot at all", lambda x: jnp.tanh(x) * 3.0, [(64, 64)], 0),
+    # Executed, not written: a scan body runs `length` times; a cond runs one branch, the
+    # most expensive one here (an upper bound of what runs).
+    ("scan of 10 (8,8) matmuls", lambda c, w: lax.scan(lambda c, _: (c @ w, None), c, None, length=10)[0],
+     [(8, 8), (8, 8)], 10 * 2 * 8 * 8 * 8),
+    ("cond, 1 and 2 matmul branches",
+     lambda p, a, b: lax.cond(p.sum() > 0, lambda a, b: a @ b, lambda a, b: (a @ b) @ b, a, b),
+     [(4,), (8, 8), (8, 8)], 2 * (2 * 8 * 8 * 8)),
 ]
 
 
@@ -49,3 +56,13 @@ def test_dot_flops(impl, case):
 def test_dot_flops_batched_matmul(impl, b, m, k, n):
     _check(impl, f"einsum bmk,bkn->bmn with b={b} m={m} k={k} n={n}",
            lambda x, y: jnp.einsum("bmk,bkn->bmn", x, y), [(b, m, k), (b, k, n)], 2 * b * m * k * n)
+
+
+def test_dot_flops_refuses_a_while_loop_with_dots(impl):
+    """A while_loop's trip count is known only when it runs: no count, a ValueError."""
+    def doubling_until_large(x, w):
+        return lax.while_loop(lambda c: c.sum() < 1e6, lambda c: c @ w, x)
+
+    jaxpr = jax.make_jaxpr(doubling_until_large)(*_arrays((8, 8), (8, 8)))
+    checks.assert_rejects(impl.flops.dot_flops, (jaxpr,), error=ValueError, mentions=("while",),
+                          note="the jaxpr: jax.make_jaxpr(lambda x, w: lax.while_loop(..., lambda c: c @ w, x))(x, w)")

@@ -19,7 +19,6 @@ from hypothesis import example, given
 from hypothesis import strategies as st
 
 from pytest_tpucourse import checks, chip_checks, chips, tpu_compile, vmem_footprint
-from pytest_tpucourse.outcomes import WrongResult
 
 MiB = 2**20
 TPUS = [chips.get_chip(name) for name in chips.TPU_CHIPS]

@@ -6,10 +6,12 @@ from hypothesis import example, given
 from pytest_tpucourse import checks, references, tpu_checks
 from pytest_tpucourse import strategies as tst
 
+# bm, bk and bn differ in both cases, so the bias's (1, bn) block cannot pass as (1, bm).
 CASES = (
-    (128, 512, 256, dict(bm=128, bk=128, bn=128)),  # 4 k steps: the bias must be added once
-    (256, 256, 128, dict(bm=128, bk=128, bn=128)),
+    (128, 512, 256, dict(bm=64, bk=128, bn=256)),  # 4 k steps: the bias must be added once
+    (64, 256, 384, dict(bm=128, bk=256, bn=128)),  # M below its block (clamped), 3 column blocks
 )
+RACE_CASE = (128, 512, 384, dict(bm=128, bk=256, bn=128))  # a 1 x 3 x 2 grid
 ACTIVATIONS = ("relu", "gelu", "identity")
 
 
@@ -25,7 +27,8 @@ def _check(impl, case, activation, dtype, seed):
 
 @pytest.mark.parametrize("activation", ACTIVATIONS)
 @given(case=tst.few(*CASES), dtype=tst.dtypes(), seed=tst.seeds())
-@example(case=CASES[1], dtype="float32", seed=0)  # CASES[0] f32 at seed 0: the race test
+@example(case=CASES[0], dtype="float32", seed=0)
+@example(case=CASES[1], dtype="bfloat16", seed=0)
 def test_matmul_bias_act(impl, activation, case, dtype, seed):
     _check(impl, case, activation, dtype, seed)
 
@@ -52,7 +55,8 @@ def test_matmul_bias_act_compiles_for_tpu(impl):
 
 @pytest.mark.parametrize("activation", ACTIVATIONS)
 def test_matmul_bias_act_has_no_race_on_two_cores(impl, activation):
-    """Two simulated TensorCores split the parallel axes; the same call's values are checked
-    too, on the case whose 4 k steps must add the bias once."""
+    """A 1 x 3 x 2 grid: the parallel extents before k multiply to an odd number, so the
+    cores' split falls inside the k steps of one output block. The same call's values are
+    checked too: one compiled program for both."""
     with tpu_checks.checking_races(impl.fused_matmul.matmul_bias_act):
-        _check(impl, CASES[0], activation, "float32", 0)
+        _check(impl, RACE_CASE, activation, "float32", 0)

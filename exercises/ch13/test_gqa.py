@@ -4,7 +4,7 @@ the forward and the backward (several query heads share one kv head)."""
 import jax.numpy as jnp
 import pytest
 
-from pytest_tpucourse import checks, references
+from pytest_tpucourse import checks, references, tpu_checks
 from pytest_tpucourse import strategies as tst
 from pytest_tpucourse.references import Reference
 
@@ -46,4 +46,18 @@ def test_gqa_grads(impl, cfg):
     checks.assert_grads_match(
         impl.backward.flash_attention, (q, k, v), kwargs=dict(causal=cfg.causal, **BLOCKS),
         reference=references.ATTENTION.bind(causal=cfg.causal), argnames=("dq", "dk", "dv"),
-        seed=1, check_custom_vjp=False)
+        seed=1, check_custom_vjp=False, note=str(cfg))
+
+
+def test_gqa_backward_has_no_race_on_two_cores(impl):
+    """The backward's kernels (dq, dk/dv) with 3 query heads sharing one kv head, one q
+    block and 3 kv blocks. dk and dv sum over the group's query heads, so the dk/dv kernel's
+    group axis must be "arbitrary"; with one batch, one kv head and 3 kv blocks the parallel
+    extents before it multiply to an odd number, so the cores' split falls inside one kv
+    block's group (and 3 heads times one q block do the same for the dq kernel's kv axis).
+    The forward's heads are independent with or without grouping; its race check is
+    test_forward.py's."""
+    cfg = tst.AttentionConfig(batch=1, heads=3, kv_heads=1, q_len=128, kv_len=384, head_dim=64,
+                              causal=False, dtype="float32")
+    tpu_checks.assert_no_races_in_backward(impl.backward.flash_attention, cfg.arrays(2),
+                                           kwargs=BLOCKS)
