@@ -59,6 +59,18 @@ def test_a_program_compiles_once_per_signature_and_interpret_setting():
     assert len(program._executables) == 3
 
 
+def test_a_graded_call_runs_its_compiled_program_once_per_signature():
+    """Graded calls go through the run's compiled programs (never op by op), traced within the
+    deadline and compiled outside it."""
+    fn = checks.graded(blocked_copy, "copy() in test")
+    x = jnp.arange(32 * 128, dtype=jnp.float32).reshape(32, 128)
+    with pltpu.force_tpu_interpret_mode(pltpu.InterpretParams(random_seed=0)):
+        np.testing.assert_array_equal(fn(x), x)
+        np.testing.assert_array_equal(fn(x + 1), x + 1)
+    program = fn.context.programs.get(blocked_copy, {})
+    assert len(program._executables) == 1
+
+
 def test_values_and_races_come_from_one_call():
     x = jnp.ones((32, 128), jnp.float32)
     racy = checks.graded(functools.partial(blocked_copy, out_block=(0, 0)), "copy() in test")
