@@ -64,8 +64,9 @@ def main(argv=None) -> int:
     s = subcommands.add_parser("reset", help="put an exercise's stub back as shipped (your file is backed up)")
     s.add_argument("exercise", help="chNN.module, e.g. ch11.matmul")
     s.add_argument("--yes", action="store_true", help="overwrite without asking")
-    w = subcommands.add_parser("watch", help="re-run a chapter's graded tests whenever a file under exercises/ changes")
-    w.add_argument("chapter", nargs="?", help="chNN (default: the chapter of your next exercise)")
+    w = subcommands.add_parser("watch", help="on each save under exercises/, re-run the graded tests it concerns")
+    w.add_argument("target", nargs="?", help="what the first run covers: chNN (the chapter), chNN.exercise "
+                   "(its tests); default: your next exercise")
     w.add_argument("--max-runs", type=int, default=None, help="stop after this many runs")
     w.add_argument("--pytest-args", default="", metavar="ARGS",
                    help="extra pytest arguments, e.g. --pytest-args='--interpret fast'")

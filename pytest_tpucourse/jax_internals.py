@@ -631,3 +631,17 @@ def persistent_cache(directory: Path):
         compilation_cache.reset_cache()
         for name, value in saved.items():
             jax.config.update(name, value)
+
+
+# ---------------------------------------------------------------- backends
+
+def backends_started() -> bool:
+    """Whether this process has started a JAX backend (and with it XLA's thread pools).
+
+    `tpucourse watch` forks its runs from a process that imported JAX; a child forked
+    after the backend started inherits its locks but none of its threads and can hang on
+    the first compile. Reads `jax._src.xla_bridge._backends`, the backends made so far.
+    """
+    from jax._src import xla_bridge
+
+    return bool(xla_bridge._backends)
