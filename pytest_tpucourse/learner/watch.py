@@ -12,12 +12,16 @@ is next, by the rule of next_up.py, from the state file that run wrote.
 from __future__ import annotations
 
 import shlex
+import signal
 from pathlib import Path, PurePosixPath
 
 from ..course import EXERCISES, Course, Exercise
 from . import commands, next_up, state
 from .status import Status
 from .warm_runs import WarmRuns
+
+
+RUST_TIMEOUT_MS = 500  # how often the file watcher wakes with nothing to report (it does not poll files)
 
 
 def waiting(runs: WarmRuns) -> str:
@@ -107,12 +111,23 @@ def summary_after_run(course: Course, target: Target) -> list[str]:
 
 def run_once(course: Course, runs: WarmRuns, target: Target, extra: list[str]) -> int:
     code = runs.run([*target.pytest_paths(), "-x", *extra])
+    lines = []
+    if code < 0:
+        lines.append(f"watch: the run was killed by {_signal_name(-code)} before it ended; "
+                     f"the watch goes on, and the state file keeps what earlier runs showed")
     try:
-        lines = summary_after_run(course, target)
+        lines += summary_after_run(course, target)
     except state.CorruptState as error:
-        lines = [f"watch: {error}"]
+        lines.append(f"watch: {error}")
     print("\n".join(lines), flush=True)
     return code
+
+
+def _signal_name(number: int) -> str:
+    try:
+        return signal.Signals(number).name
+    except ValueError:
+        return f"signal {number}"
 
 
 def changed_paths(course: Course, changes) -> list[str]:
@@ -140,17 +155,21 @@ def main(args) -> int:
     extra = shlex.split(args.pytest_args)
     runs = WarmRuns(course.root)
 
-    print(f"watch: running {target.names()}", flush=True)
+    # Watching starts before the first run, so a save made while a run goes on is not lost:
+    # the first (empty) yield comes once the file watcher is running.
+    events = watchfiles.watch(course.root / EXERCISES, watch_filter=_python_changes, debounce=100,
+                              rust_timeout=RUST_TIMEOUT_MS, yield_on_timeout=True, raise_interrupt=False)
     code = 130
     try:
+        next(events)
+        print(f"watch: running {target.names()}", flush=True)
         code = run_once(course, runs, target, extra)
         count = 1
         if args.max_runs is not None and count >= args.max_runs:
             return code
         runs.preload()  # before the first save, so that save is answered warm
         print(waiting(runs), flush=True)
-        for changes in watchfiles.watch(course.root / EXERCISES, watch_filter=_python_changes,
-                                        debounce=100, raise_interrupt=False):
+        for changes in events:
             changed = changed_paths(course, changes)
             if not changed:
                 continue
@@ -163,4 +182,6 @@ def main(args) -> int:
             print(waiting(runs), flush=True)
     except KeyboardInterrupt:
         pass
+    finally:
+        events.close()
     return code
