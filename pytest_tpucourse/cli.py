@@ -116,10 +116,10 @@ def _roofline(args) -> int:
         cost = roofline.op_cost(args.op, roofline.parse_shape(args.shape), args.dtype)
         prediction = roofline.predict(chip, cost)
         print(f"{args.op} {args.shape} {args.dtype} (roofline prediction)")
+        print(_chip_figures(chip))
         print("\n".join(prediction.lines()))
     else:
-        print(f"{chip.name}: peak {chip.peak_flops:.3g} FLOP/s, HBM {chip.hbm_bandwidth:.3g} B/s, "
-              f"ridge {chip.ridge:.1f} FLOP/byte")
+        print(_chip_figures(chip))
     if args.plot:
         try:
             from . import plot
@@ -133,14 +133,32 @@ def _roofline(args) -> int:
     return 0
 
 
+def _chip_figures(chip) -> str:
+    """The figures a prediction used, and where they come from."""
+    sources = sorted({chip.sources[k] for k in ("peak_flops", "hbm_bandwidth") if k in chip.sources})
+    return (f"{chip.name} figures used: peak {chip.peak_flops:.3g} FLOP/s, HBM {chip.hbm_bandwidth:.3g} B/s, "
+            f"ridge {chip.ridge:.1f} FLOP/byte" + (f" (from {'; '.join(sources)})" if sources else ""))
+
+
 def _bench(args) -> int:
-    from .gates import report
+    from collections import Counter
+
+    from .gates import criteria, report
 
     path = Path(args.records)
     output = Path(args.output) if args.output else path.parent / "README.md"
     all_records = rec.read(path)
     output.write_text(report.bench_readme(all_records), encoding="utf-8")
     print(f"wrote {output} from {len(all_records)} records in {path}")
+    for chip in sorted({r.chip for r in all_records}):
+        rows = [r for r in all_records if r.chip == chip]
+        methods = Counter(r.method for r in rows)
+        kinds = ", ".join(f"{methods[m]} {m}" for m in rec.METHODS if methods[m])
+        failed = sum(1 for r in rows if r.verdict == "fail")
+        gates = sorted({r.gate for r in rows})
+        print(f"  {chip}: {len(rows)} rows ({kinds}); gates {', '.join(f'{g:02d}' for g in gates)}"
+              + (f"; {failed} failed, kept on the page" if failed else ""))
+    print(f"gates: {report.gates_passed(all_records)}/{len(criteria.GATES)} gates passed (measured on hardware only)")
     return 0
 
 

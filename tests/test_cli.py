@@ -75,3 +75,21 @@ def test_bench_page_shows_a_trio_and_a_not_runnable_kernel(tmp_path):
     except ImportError:
         return
     assert cli.main(["roofline", "--chip", "h200", "--plot", str(png), "--records", str(path)]) == 0
+
+
+def test_roofline_says_which_chip_figures_it_used(capsys):
+    assert cli.main(["roofline", "--chip", "v5e", "--op", "add", "--shape", "4096x4096"]) == 0
+    out = capsys.readouterr().out
+    assert ("v5e figures used: peak 1.97e+14 FLOP/s, HBM 8.2e+11 B/s, ridge 240.2 FLOP/byte "
+            "(from jax pltpu.get_tpu_info_for_chip (per TensorCore, x cores))") in out
+
+
+def test_bench_says_what_the_page_was_made_of(tmp_path, capsys):
+    path = tmp_path / "records.jsonl"
+    rec.append(path, make_record(op="matmul", shapes=[(8, 4096), (4096, 4096)]))
+    rec.append(path, make_record(**{**MEASURED, "verdict": "fail"}, value=2e-4))
+    assert cli.main(["bench", "--records", str(path)]) == 0
+    out = capsys.readouterr().out
+    assert f"wrote {tmp_path / 'README.md'} from 2 records in {path}" in out
+    assert "  v5e: 2 rows (1 roofline-predicted, 1 measured); gates 00; 1 failed, kept on the page" in out
+    assert "gates: 0/6 gates passed (measured on hardware only)" in out

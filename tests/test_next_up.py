@@ -121,3 +121,9 @@ def test_after_a_pass_the_summary_says_what_is_next(course):
     assert "chapter 11 Pallas fundamentals: 2/2 exercises" in summary
     # the chapter is finished: then the course order, from the start
     assert "next: ch01.triple: edit exercises/ch01/triple.py, then pytest exercises/ch01/test_triple.py" in summary
+
+
+def test_a_filtered_run_says_not_run_for_what_it_left_out(course):
+    summary = course.run("exercises/ch11", "-k", "negate").stdout.str()
+    assert "  ----  double             not run (2 tests not selected)" in summary
+    assert "  FAIL  negate             0/1 tests passed" in summary
