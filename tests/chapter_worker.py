@@ -61,40 +61,12 @@ def pytest_configure(config):
         config.pluginmanager.register(StopFileAtFirstFailure(files), "tpucourse-stop-files")
 
 
-# pytest rewrites the asserts of plugin modules it imports; the worker imported them already,
-# which pytest reports as a warning in every run. Their asserts are not the graded tests'.
-PRELOADED_PLUGINS_NOT_REWRITTEN = (
-    "-W", "ignore:Module already imported so cannot be rewritten:pytest.PytestAssertRewriteWarning")
+def preload() -> bool:
+    """Import what every run imports, without starting JAX's backends; whether forking is safe
+    (the package's own warm runs, pytest_tpucourse/learner/warm_runs.py, share this)."""
+    from pytest_tpucourse.learner import warm_runs
 
-
-def preload() -> None:
-    """Import what every run imports, without starting JAX's backends."""
-    from importlib.metadata import entry_points
-
-    import pytest  # noqa: F401
-
-    for entry in entry_points(group="pytest11"):
-        try:
-            entry.load()
-        except Exception:  # a broken plugin fails in the run itself, as it would unpreloaded
-            pass
-    import hypothesis.extra.numpy  # noqa: F401
-    import hypothesis.strategies  # noqa: F401
-    import jax  # noqa: F401
-    import jax.experimental.pallas.tpu  # noqa: F401
-    import jax.numpy  # noqa: F401
-    import jax.test_util  # noqa: F401
-    import numpy  # noqa: F401
-
-    import pytest_tpucourse
-    import pkgutil
-    import importlib
-
-    for module in pkgutil.walk_packages(pytest_tpucourse.__path__, "pytest_tpucourse."):
-        try:
-            importlib.import_module(module.name)
-        except Exception:
-            pass
+    return warm_runs.preload()
 
 
 def run_forked(job: dict) -> int:
@@ -104,7 +76,6 @@ def run_forked(job: dict) -> int:
     pid = os.fork()
     if pid:
         return pid
-    code = 3
     try:
         os.chdir(job["cwd"])
         null = os.open(os.devnull, os.O_RDONLY)
@@ -116,25 +87,15 @@ def run_forked(job: dict) -> int:
         os.environ.update(job.get("env", {}))
         sys.path[0] = os.getcwd()  # as `python -m pytest` run from the job's directory
         sys.argv = [sys.argv[0]]
-        import pytest
+        from pytest_tpucourse.learner.warm_runs import pytest_main_then_exit
 
         plugins = [StopFileAtFirstFailure(job["stop_files"])] if job.get("stop_files") else []
-        code = int(pytest.main([*PRELOADED_PLUGINS_NOT_REWRITTEN, *job["args"]], plugins=plugins))
-    except SystemExit as exit_:
-        code = exit_.code if isinstance(exit_.code, int) else 1
-    except BaseException:
+        pytest_main_then_exit(job["args"], plugins)
+    finally:  # reached only when the setup above failed: never return into the worker's loop
         import traceback
 
         traceback.print_exc()
-    finally:
-        import atexit
-
-        try:
-            atexit._run_exitfuncs()  # what a normal exit runs: the TPU compiler child is closed
-        finally:
-            sys.stdout.flush()
-            sys.stderr.flush()
-            os._exit(code)
+        os._exit(3)
 
 
 def run_spawned(job: dict) -> subprocess.Popen:
@@ -196,8 +157,8 @@ def main() -> None:
     parser.add_argument("--jobs", type=int, default=1)
     parser.add_argument("--spawn", action="store_true", help="python -m pytest subprocesses, no fork")
     args = parser.parse_args()
-    if not args.spawn:
-        preload()
+    if not args.spawn and not preload():  # a module started JAX: forked runs could hang
+        args.spawn = True
     print(json.dumps({"ready": True}), flush=True)
     serve(max(1, args.jobs), args.spawn)
 

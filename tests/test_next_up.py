@@ -7,13 +7,10 @@ import pytest
 
 from pytest_tpucourse import cli
 
+from .support import FAKE_COURSE_TOML
 from .test_state import GRADED_TEST
 
-TWO_CHAPTERS = """
-[course]
-title = "fake course"
-chapters_total = 15
-
+CH01 = """
 [[chapters]]
 id = "ch01"
 title = "JAX"
@@ -25,25 +22,18 @@ function = "triple"
 summary = "Return 3 * x."
 hints = ["multiply by three"]
 
-[[chapters]]
-id = "ch11"
-title = "Pallas fundamentals"
-kind = "stage"
-stage = 1
-gate = 1
+"""
 
-[[chapters.exercises]]
-name = "double"
-function = "double"
-summary = "Return 2 * x."
-hints = ["multiply by two", "really, just x * 2"]
-
+NEGATE = """
 [[chapters.exercises]]
 name = "negate"
 function = "negate"
 summary = "Return -x."
 hints = ["a minus sign"]
 """
+
+# The fake course's ch11 (double) with ch01 (triple) before it and a second exercise after double.
+TWO_CHAPTERS = FAKE_COURSE_TOML.replace("[[chapters]]", CH01 + "[[chapters]]", 1) + NEGATE
 
 NEGATE_TEST = """
     import numpy as np

@@ -49,38 +49,17 @@ class WarmRuns:
         return "a python -m pytest process per run" if self.spawn else "each run forked from this warm process"
 
     def preload(self) -> None:
-        """Import what every run imports, without starting JAX's backends."""
+        """Import what every run imports, once; runs are spawned instead if that started JAX."""
         if self.spawn or self.preloaded:
             return
-        from importlib.metadata import entry_points
-
-        import pytest  # noqa: F401
-
-        for entry in entry_points(group="pytest11"):
-            try:
-                entry.load()
-            except Exception:  # a broken plugin fails in the run itself, as it would unpreloaded
-                pass
-        for name in ("hypothesis.strategies", "hypothesis.extra.numpy", "numpy", "jax", "jax.numpy",
-                     "jax.experimental.pallas", "jax.experimental.pallas.tpu", "jax.test_util"):
-            importlib.import_module(name)
-        import pytest_tpucourse
-        from pytest_tpucourse import jax_internals
-
-        for module in pkgutil.walk_packages(pytest_tpucourse.__path__, "pytest_tpucourse."):
-            if module.name in STARTS_JAX_AT_IMPORT:
-                continue
-            try:
-                importlib.import_module(module.name)
-            except Exception:  # optional extras (plot, tpu-compile) may be missing
-                pass
         self.preloaded = True
-        if jax_internals.backends_started():  # a fork would inherit XLA's locks without its threads
+        if not preload():
             self.spawn = True
 
     def run(self, args: list[str]) -> int:
         """One pytest run with `args` from the course root; its exit code. Ctrl-C stops the
         run (given a moment to write its summary and the state file) and is raised again."""
+        self.preload()
         if self.spawn:
             child = subprocess.Popen([sys.executable, "-m", "pytest", *args], cwd=self.course_root)
             try:
@@ -88,7 +67,6 @@ class WarmRuns:
             except KeyboardInterrupt:
                 _stop(child.pid, lambda: child.poll() is not None, child.wait)
                 raise
-        self.preload()
         sys.stdout.flush()
         sys.stderr.flush()
         pid = os.fork()
@@ -102,29 +80,63 @@ class WarmRuns:
         return os.waitstatus_to_exitcode(status)
 
     def _child(self, args: list[str]) -> None:
-        """The forked run: pytest as `python -m pytest` would start it in the course root. Never returns."""
-        code = 3
+        """The forked run: pytest as `python -m pytest` would start it in the course root."""
+        os.chdir(self.course_root)
+        sys.path[0] = str(self.course_root)
+        sys.argv = ["pytest"]
+        pytest_main_then_exit(args)
+
+
+def preload() -> bool:
+    """Import what every pytest run of the course imports: pytest and its plugins, hypothesis,
+    NumPy, JAX and this package, without starting JAX's backends. Returns whether forking
+    runs from this process is safe (no module started a backend after all)."""
+    from importlib.metadata import entry_points
+
+    import pytest  # noqa: F401
+
+    for entry in entry_points(group="pytest11"):
         try:
-            signal.signal(signal.SIGINT, signal.default_int_handler)
-            os.chdir(self.course_root)
-            sys.path[0] = str(self.course_root)
-            sys.argv = ["pytest"]
-            import pytest
+            entry.load()
+        except Exception:  # a broken plugin fails in the run itself, as it would unpreloaded
+            pass
+    for name in ("hypothesis.strategies", "hypothesis.extra.numpy", "numpy", "jax", "jax.numpy",
+                 "jax.experimental.pallas", "jax.experimental.pallas.tpu", "jax.test_util"):
+        importlib.import_module(name)
+    import pytest_tpucourse
+    from pytest_tpucourse import jax_internals
 
-            code = int(pytest.main([*NOT_REWRITTEN, *args]))
-        except SystemExit as exit_:
-            code = exit_.code if isinstance(exit_.code, int) else 1
-        except BaseException:
-            import traceback
+    for module in pkgutil.walk_packages(pytest_tpucourse.__path__, "pytest_tpucourse."):
+        if module.name in STARTS_JAX_AT_IMPORT:
+            continue
+        try:
+            importlib.import_module(module.name)
+        except Exception:  # optional extras (plot, tpu-compile) may be missing
+            pass
+    return not jax_internals.backends_started()  # a fork would inherit XLA's locks without its threads
 
-            traceback.print_exc()
+
+def pytest_main_then_exit(args: list[str], plugins=()) -> None:
+    """In a forked child: pytest.main(args), then exit as a normal exit would. Never returns."""
+    code = 3
+    try:
+        signal.signal(signal.SIGINT, signal.default_int_handler)
+        import pytest
+
+        code = int(pytest.main([*NOT_REWRITTEN, *args], plugins=list(plugins)))
+    except SystemExit as exit_:
+        code = exit_.code if isinstance(exit_.code, int) else 1
+    except BaseException:
+        import traceback
+
+        traceback.print_exc()
+    finally:
+        try:
+            atexit._run_exitfuncs()  # what a normal exit runs (a TPU compiler child is closed)
         finally:
-            try:
-                atexit._run_exitfuncs()  # what a normal exit runs (a TPU compiler child is closed)
-            finally:
-                sys.stdout.flush()
-                sys.stderr.flush()
-                os._exit(code)
+            sys.stdout.flush()
+            sys.stderr.flush()
+            os._exit(code)
 
 
 def _stop(pid: int, ended, reap) -> None:
