@@ -640,8 +640,8 @@ def backends_started() -> bool:
 
     `tpucourse watch` forks its runs from a process that imported JAX; a child forked
     after the backend started inherits its locks but none of its threads and can hang on
-    the first compile. Reads `jax._src.xla_bridge._backends`, the backends made so far.
+    the first compile. Asks `jax._src.xla_bridge.backends_are_initialized()`.
     """
     from jax._src import xla_bridge
 
-    return bool(xla_bridge._backends)
+    return xla_bridge.backends_are_initialized()

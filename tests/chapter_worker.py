@@ -62,11 +62,18 @@ def pytest_configure(config):
 
 
 def preload() -> bool:
-    """Import what every run imports, without starting JAX's backends; whether forking is safe
-    (the package's own warm runs, pytest_tpucourse/learner/warm_runs.py, share this)."""
+    """Import what every run imports, without starting JAX's backends (a child forked after
+    they start waits forever on compile threads it does not have); whether forking is safe.
+    The package's own warm runs (`tpucourse watch`) preload the same way."""
     from pytest_tpucourse.learner import warm_runs
 
     return warm_runs.preload()
+
+
+def backends_started() -> bool:
+    from pytest_tpucourse import jax_internals
+
+    return jax_internals.backends_started()
 
 
 def run_forked(job: dict) -> int:
@@ -90,7 +97,7 @@ def run_forked(job: dict) -> int:
         from pytest_tpucourse.learner.warm_runs import pytest_main_then_exit
 
         plugins = [StopFileAtFirstFailure(job["stop_files"])] if job.get("stop_files") else []
-        pytest_main_then_exit(job["args"], plugins)
+        pytest_main_then_exit(job["args"], plugins)  # never returns
     finally:  # reached only when the setup above failed: never return into the worker's loop
         import traceback
 
@@ -110,6 +117,11 @@ def run_spawned(job: dict) -> subprocess.Popen:
     return subprocess.Popen([sys.executable, "-m", "pytest", *args], cwd=cwd, env=env,
                             stdin=subprocess.DEVNULL, stdout=open(cwd / "stdout.txt", "wb"),
                             stderr=open(cwd / "stderr.txt", "wb"))
+
+
+# A run that has not ended after this long is stopped and answered as failed (exit code 124),
+# so that a hung run fails its test instead of holding the whole suite until CI's limit.
+RUN_TIMEOUT_SECONDS = 1200
 
 
 def serve(jobs: int, spawn: bool) -> None:
@@ -139,17 +151,31 @@ def serve(jobs: int, spawn: bool) -> None:
         else:
             time.sleep(0.05)
         for handle in list(running):
+            job, start = running[handle]
             if spawn:
                 code = handle.poll()
-                if code is None:
-                    continue
             else:
                 pid, status = os.waitpid(handle, os.WNOHANG)
-                if pid == 0:
+                code = None if pid == 0 else os.waitstatus_to_exitcode(status)
+            if code is None:
+                if time.perf_counter() - start < RUN_TIMEOUT_SECONDS:
                     continue
-                code = os.waitstatus_to_exitcode(status)
-            job, start = running.pop(handle)
+                code = _stop_hung_run(handle, spawn, job)
+            running.pop(handle)
             answer(job, code, start)
+
+
+def _stop_hung_run(handle, spawn: bool, job: dict) -> int:
+    """Kill a run past RUN_TIMEOUT_SECONDS; its stderr says so."""
+    if spawn:
+        handle.kill()
+        handle.wait()
+    else:
+        os.kill(handle, 9)
+        os.waitpid(handle, 0)
+    with open(Path(job["cwd"]) / "stderr.txt", "a") as stderr:
+        stderr.write(f"\nchapter worker: the run did not end within {RUN_TIMEOUT_SECONDS} s and was killed\n")
+    return 124
 
 
 def main() -> None:
@@ -157,10 +183,13 @@ def main() -> None:
     parser.add_argument("--jobs", type=int, default=1)
     parser.add_argument("--spawn", action="store_true", help="python -m pytest subprocesses, no fork")
     args = parser.parse_args()
-    if not args.spawn and not preload():  # a module started JAX: forked runs could hang
-        args.spawn = True
+    spawn = args.spawn
+    if not spawn and not preload():  # forking now would deadlock the children: start each afresh
+        print("chapter worker: JAX started while preloading; runs are spawned, not forked",
+              file=sys.stderr, flush=True)
+        spawn = True
     print(json.dumps({"ready": True}), flush=True)
-    serve(max(1, args.jobs), args.spawn)
+    serve(max(1, args.jobs), spawn)
 
 
 if __name__ == "__main__":

@@ -3,7 +3,10 @@ values and races from one call, dev draws over compiled cases, a mutant's file s
 first failure (docs/speed.md has the times)."""
 
 import functools
+import subprocess
+import sys
 import textwrap
+from pathlib import Path
 
 import jax
 import jax.numpy as jnp
@@ -122,3 +125,13 @@ def test_a_file_a_mutant_must_fail_stops_at_its_first_failure(pytester):
                                 plugins=[StopFileAtFirstFailure(["test_caught.py"])])
     result.assert_outcomes(failed=3, passed=1, skipped=2)  # the other file runs to its end
     result.stdout.fnmatch_lines(["*test_caught.py::test_1 *", "*test_passing_elsewhere.py::test_2 *"])
+
+
+def test_the_chapter_worker_preloads_without_starting_jax():
+    """Runs are forked from the worker: a child of a process whose XLA client exists waits
+    forever on compile threads it does not have."""
+    preload = ("import sys; sys.path.insert(0, 'tests'); import chapter_worker as w; w.preload(); "
+               "print('started' if w.backends_started() else 'not started')")
+    done = subprocess.run([sys.executable, "-c", preload], cwd=Path(__file__).resolve().parents[1],
+                          capture_output=True, text=True, timeout=300)
+    assert done.stdout.strip().splitlines()[-1] == "not started", done.stdout + done.stderr
