@@ -117,3 +117,10 @@ def test_a_filtered_run_says_not_run_for_what_it_left_out(course):
     summary = course.run("exercises/ch11", "-k", "negate").stdout.str()
     assert "  ----  double             not run (2 tests not selected)" in summary
     assert "  FAIL  negate             0/1 tests passed" in summary
+
+
+def test_a_run_stopped_early_says_so_for_what_it_never_reached(course):
+    course.write("exercises", "double", 'def double(x):\n    raise NotImplementedError("write double()")\n')
+    summary = course.run("exercises/ch11", "-x").stdout.str()
+    assert "  TODO  double             0/2 tests passed" in summary
+    assert "  ----  negate             not run (the run stopped before its 1 test)" in summary
