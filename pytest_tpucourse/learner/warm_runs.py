@@ -1,7 +1,7 @@
 """Pytest runs for `tpucourse watch`, answered in seconds: one warm process, a fork per run.
 
 Starting `python -m pytest` costs Python's start and the import of pytest, its plugins,
-hypothesis, JAX and this package (about 2 s on two cores) before the first test. The
+hypothesis, JAX and this package (1.3-1.4 s on two cores, docs/speed.md) before the first test. The
 watcher pays that once (`WarmRuns.preload`, which never starts JAX's backend, so no XLA
 thread exists to be forked), then forks one child per run. Each child is a fresh pytest
 process, as `python -m pytest` run from the course root would be: it imports the learner's
