@@ -300,7 +300,7 @@ class CourseSession:
         passed = report.gates_passed(loaded.accepted, course_root=self.course.root, gates=self.gates.gates)
         if show_gates:
             for line in report.gate_table_lines(loaded.accepted, self.gates.chip.name, course_root=self.course.root,
-                                                tree=self.tree_label):
+                                                tree=self.tree_label, gates=self.gates.gates):
                 terminalreporter.write_line(line)
         for line in self.progress.summary_lines(self.tree.describe(self.course.root),
                                                 learner_tree=self.tree.is_learners, gates_passed=passed,

@@ -53,6 +53,42 @@ def current_modules(course_root: Path, tree: str = EXERCISES) -> dict[str, str]:
     return found
 
 
+@dataclass(frozen=True)
+class LearnerGates:
+    """The learner's gates for `tpucourse progress`: only the rows of their own exercises/ runs,
+    re-judged; a pass of code edited since shows as older code. The course's own records of its
+    reference solutions (bench/) are never counted here."""
+
+    records: tuple[rec.Record, ...]
+    current: dict
+    course_root: Path
+    problems: tuple[str, ...]
+
+    def label(self, number: int) -> str:
+        return gate_label(self.records, number, current=self.current, course_root=self.course_root)
+
+    def passed(self) -> int:
+        return gates_passed(self.records, current=self.current, course_root=self.course_root)
+
+    def notes(self) -> list[str]:
+        lines = [f"gate records: {p}" for p in self.problems[:10]]
+        if self.problems:
+            lines.append(f"gate records: {len(self.problems)} bad lines or rejected rows, not counted; "
+                         f"run `tpucourse records check` (--repair moves unreadable lines aside)")
+        lines.append(f"the course's own gate records of its reference solutions: {rec.PUBLISHED_PATH.parent}/"
+                     f"README.md (never counted as yours)")
+        return lines
+
+
+def learner_gates(course_root: Path) -> LearnerGates:
+    from .. import chips
+    from .provenance import relative_text
+
+    loaded = load([Path(course_root) / rec.DEFAULT_PATH], chips.ChipRegistry(), tree=EXERCISES)
+    return LearnerGates(loaded.accepted, current_modules(course_root), Path(course_root),
+                        tuple(relative_text(p, course_root) for p in loaded.problems()))
+
+
 def _has_gate_test(g: criteria.Gate, course_root: Path | None) -> bool:
     return course_root is None or (Path(course_root) / g.test_file()).is_file()
 
@@ -115,18 +151,20 @@ def gate_label(records, number: int, *, current: dict | None = None, course_root
     return criteria.AWAITING
 
 
-def gate_table_lines(records, chip: str, *, course_root: Path | None = None, tree: str = "") -> list[str]:
-    statuses = gate_statuses(records, chip, course_root=course_root)
+def gate_table_lines(records, chip: str, *, course_root: Path | None = None, tree: str = "",
+                     gates=None) -> list[str]:
+    gates = gates if gates is not None else criteria.GATES
+    statuses = gate_statuses(records, chip, course_root=course_root, gates=gates)
     whose = f", rows of {tree}" if tree else ""
     lines = [f"gates for {chip} (pass only on measured rows; off-chip results are not gate passes{whose})"]
-    for g in criteria.GATES:
+    for g in gates:
         lines.append(f"gate {g.number:02d} {g.title} ({g.chapter})")
         for c in g.criteria:
             status = statuses[g.number][c.id]
             mine = [r for r in records if r.gate == g.number and r.criterion == c.id and r.chip == chip]
             missing = judge.missing_slots(c, mine)
-            detail = (f" ({len(c.slots) - len(missing)}/{len(c.slots)} measured)"
-                      if c.slots and missing and status not in (criteria.NO_GATE_TEST,) else "")
+            detail = (f" ({len(c.slots) - len(missing)}/{len(c.slots)} slots measured)"
+                      if c.slots and 0 < len(missing) < len(c.slots) else "")
             lines.append(f"  {status:<17}  {c.text}{detail}")
     return lines
 

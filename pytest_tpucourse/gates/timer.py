@@ -89,17 +89,18 @@ class Timing:
 class Harness:
     """Times several implementations of one op together (see the module docstring)."""
 
-    def __init__(self, *, clock=time.perf_counter, sync=None, flush=None, empty=None,
-                 warmup: float = WARMUP_SECONDS, sample: float = SAMPLE_SECONDS,
-                 min_rounds: int = MIN_ROUNDS, max_rounds: int = MAX_ROUNDS,
-                 budget: float = BUDGET_SECONDS, target: float = TARGET_HALF_WIDTH):
+    def __init__(self, *, clock=time.perf_counter, sync=None, flush=None, empty=None, warmup=None,
+                 sample=None, min_rounds=None, max_rounds=None, budget=None, target=None):
         self.clock = clock
         self.sync = sync or _block_until_ready
         self.flush = flush
         self._empty = empty
-        self.warmup, self.sample_seconds = warmup, sample
-        self.min_rounds, self.max_rounds = min_rounds, max_rounds
-        self.budget, self.target = budget, target
+        self.warmup = WARMUP_SECONDS if warmup is None else warmup
+        self.sample_seconds = SAMPLE_SECONDS if sample is None else sample
+        self.min_rounds = MIN_ROUNDS if min_rounds is None else min_rounds
+        self.max_rounds = MAX_ROUNDS if max_rounds is None else max_rounds
+        self.budget = BUDGET_SECONDS if budget is None else budget
+        self.target = TARGET_HALF_WIDTH if target is None else target
 
     def measure(self, fns: dict, input_sets: list[tuple]) -> dict[str, Timing]:
         """{name: Timing} for every implementation, timed in the same interleaved rounds."""
