@@ -73,6 +73,49 @@ def assert_one_kernel(fn, *args, **kwargs) -> None:
         )
 
 
+def large_values(closed_jaxpr, elements: int) -> list[tuple[str, tuple[int, ...], str]]:
+    """(primitive, shape, dtype) of every value the program computes, outside kernel bodies,
+    with at least `elements` elements (a kernel's own outputs included: they live in HBM)."""
+    found = []
+    for eqn in _all_eqns(closed_jaxpr.jaxpr):
+        for var in eqn.outvars:
+            shape = tuple(getattr(var.aval, "shape", ()))
+            if _size(shape) >= elements:
+                found.append((eqn.primitive.name, shape, str(getattr(var.aval, "dtype", ""))))
+    return found
+
+
+def assert_no_value_as_large_as(fn, args, *, elements: int, what: str, why: str = "",
+                                kwargs=None, note: str = "") -> None:
+    """Fail if fn's program holds, outside its kernels, any array of `elements` or more.
+
+    For kernels whose point is an intermediate that never reaches HBM (flash attention's
+    (Sq, Skv) scores): pass the intermediate's size as `elements` and pick shapes where
+    every array the op legitimately holds (inputs, outputs, per-row statistics) is
+    smaller. fn may be a derived function (a gradient), whose program holds the forward
+    and the backward.
+    """
+    from .reproduction import of_program_check
+
+    kwargs = kwargs or {}
+    suffix = of_program_check(fn, args, kwargs, note)
+    found = large_values(fn.jaxpr(*args, **kwargs), elements)
+    if found:
+        primitive, shape, dtype = found[0]
+        raise WrongResult(
+            f"{fn.display} computes a {dtype}{list(shape)} array ({_size(shape):,} elements, "
+            f"from {primitive}) outside its Pallas kernels: at least as large as {what} "
+            f"({elements:,} elements)." + (f" {why}" if why else "")
+            + suffix)
+
+
+def _size(shape) -> int:
+    size = 1
+    for dim in shape:
+        size *= int(dim)
+    return size
+
+
 def _all_eqns(jaxpr):
     """Every equation, descending into sub-jaxprs but not into pallas_call bodies."""
     for eqn in jaxpr.eqns:
@@ -85,14 +128,20 @@ def _all_eqns(jaxpr):
 
 def sub_jaxprs(eqn):
     """The open jaxprs an equation's parameters hold (branches, loop bodies, calls)."""
+    for sub in closed_sub_jaxprs(eqn):
+        yield sub.jaxpr
+
+
+def closed_sub_jaxprs(eqn):
+    """The same, closed: an open jaxpr comes with no constants."""
     from jax.extend import core as jex_core
 
     for param in eqn.params.values():
         for sub in param if isinstance(param, (list, tuple)) else (param,):
             if isinstance(sub, jex_core.ClosedJaxpr):
-                yield sub.jaxpr
-            elif isinstance(sub, jex_core.Jaxpr):
                 yield sub
+            elif isinstance(sub, jex_core.Jaxpr):
+                yield jex_core.ClosedJaxpr(sub, ())
 
 
 # ---------------------------------------------------------------- distributed kernels

@@ -6,8 +6,11 @@ that grade the real chapters in subprocesses: the quick loop while changing the 
 
 from __future__ import annotations
 
+import time
+
 import pytest
 
+from .chapter_runs import ChapterRunner
 from .support import FakeCourse
 
 pytest_plugins = ["pytester"]
@@ -26,22 +29,53 @@ def fake_course(pytester: pytest.Pytester) -> FakeCourse:
     return FakeCourse(pytester)
 
 
-_MUTANT_CATCHES: dict[str, bool] = {}
+@pytest.fixture(scope="session")
+def chapter_runner(request, tmp_path_factory):
+    """The warm worker that runs the real chapters' graded tests (tests/chapter_runs.py)."""
+    runner = ChapterRunner(tmp_path_factory.mktemp("chapter-runs"))
+    if hasattr(request.config, "workerinput"):  # a pytest-xdist worker: one run at a time each
+        runner.jobs, runner.ahead = 1, False
+    request.config.stash[_RUNNER] = runner
+    yield runner
+    runner.close()
+
+
+_RUNNER = pytest.StashKey[ChapterRunner]()
+_MUTANT_CATCHES: dict[str, bool] = {}  # "chNN.name": caught by its caught_by files
+_EQUIVALENTS_PASSED: dict[str, bool] = {}  # "chNN.name": passed every file that observes it
 
 
 def pytest_runtest_logreport(report):
     props = dict(report.user_properties)
     if report.when == "call" and "mutant" in props:
         _MUTANT_CATCHES[props["mutant"]] = bool(props["mutant_caught"])
+    if report.when == "call" and "equivalent" in props:
+        _EQUIVALENTS_PASSED[props["equivalent"]] = bool(props["equivalent_passed"])
 
 
-def pytest_terminal_summary(terminalreporter):
+def pytest_terminal_summary(terminalreporter, config):
+    runner = config.stash.get(_RUNNER, None)
+    if runner is not None and runner.seconds:
+        runs = runner.seconds
+        wall = (runner.finished or time.perf_counter()) - runner.started
+        terminalreporter.write_sep("=", "chapter runs")
+        terminalreporter.write_line(
+            f"{len(runs)} runs of the chapters' graded tests, {runner.jobs} at a time "
+            f"({'python -m pytest each' if runner.spawn else 'forked from a warm worker'}): "
+            f"{sum(runs.values()):.0f} s of runs in {wall:.0f} s")
+        for key, seconds in sorted(runs.items(), key=lambda kv: -kv[1])[:10]:
+            terminalreporter.write_line(f"  {seconds:6.1f} s  {key.split('::', 1)[-1]}")
     if not _MUTANT_CATCHES:
         return
     caught = sum(_MUTANT_CATCHES.values())
     total = len(_MUTANT_CATCHES)
     terminalreporter.write_sep("=", "mutants")
     terminalreporter.write_line(f"mutants caught: {caught}/{total} ({100 * caught / total:.0f}%)")
+    for chapter in sorted({name.split(".")[0] for name in (*_MUTANT_CATCHES, *_EQUIVALENTS_PASSED)}):
+        mutants = [v for k, v in _MUTANT_CATCHES.items() if k.startswith(chapter + ".")]
+        equivalents = [v for k, v in _EQUIVALENTS_PASSED.items() if k.startswith(chapter + ".")]
+        terminalreporter.write_line(f"  {chapter}: {sum(mutants)}/{len(mutants)} mutants caught, "
+                                    f"{sum(equivalents)}/{len(equivalents)} equivalents pass")
     for name, was_caught in sorted(_MUTANT_CATCHES.items()):
         if not was_caught:
             terminalreporter.write_line(f"  ESCAPED  {name}")

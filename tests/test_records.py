@@ -12,7 +12,7 @@ from pytest_tpucourse.gates import records as rec
 from pytest_tpucourse.gates.records import HonestyError, Record
 
 from .gate_helpers import MEASURED, make_record
-from .support import REPO
+from .support import DEFAULT_SIGINT, REPO
 
 
 def test_measured_rows_need_native_hardware():
@@ -126,8 +126,7 @@ def _writer(path, n):
 
 
 def _spawn_writer(path, n):
-    code = (f"import signal, sys; signal.signal(signal.SIGINT, signal.default_int_handler); "
-            f"sys.path.insert(0, {str(REPO)!r}); from tests.test_records import _writer; "
+    code = (f"{DEFAULT_SIGINT}import sys; sys.path.insert(0, {str(REPO)!r}); from tests.test_records import _writer; "
             f"_writer({str(path)!r}, {n})")
     return subprocess.Popen([sys.executable, "-c", code], stderr=subprocess.DEVNULL)
 
