@@ -26,6 +26,22 @@ V5E_KIND = "TPU v5 lite"
 ROUNDS = 12
 
 
+ADD_FLOOR = 3 * 4096 * 4096 * 2 / 8.2e11  # v5e roofline floor of gate 00's 4096² bf16 add slot (HBM-bound)
+
+# A gate test of one of gate 00's slots, XLA's 4096² bf16 add, for pytester courses.
+ADD_GATE_TEST = """
+    import pytest
+    from pytest_tpucourse import roofline
+
+    @pytest.mark.gate(0)
+    def test_add_near_floor(gate_run):
+        import jax.numpy as jnp
+        x = jnp.ones((4096, 4096), jnp.bfloat16)
+        gate_run.measure_floor("roofline-predicts", "add", [(4096, 4096), (4096, 4096)], "bfloat16",
+                               roofline.elementwise_cost((4096, 4096), "bfloat16"), jnp.add, lambda seed: (x, x))
+"""
+
+
 def samples(seconds: float, rounds: int = ROUNDS, spread: float = 0.002) -> tuple[float, ...]:
     """Deterministic samples around `seconds`, within +-3 spread of it."""
     return tuple(seconds * (1 + spread * ((3 * i) % 7 - 3)) for i in range(rounds))

@@ -13,21 +13,8 @@ from pytest_tpucourse import chips, roofline
 from pytest_tpucourse.gates import criteria, judge, report, stats
 from pytest_tpucourse.gates import records as rec
 
-from .gate_helpers import MEASURED, gate_run, make_record, read_judged, samples, standin_conftest
-
-ADD_FLOOR = 3 * 4096 * 4096 * 2 / 8.2e11  # v5e roofline floor of the 4096² bf16 add
-
-GATE0_TEST = """
-    import pytest
-    from pytest_tpucourse import roofline
-
-    @pytest.mark.gate(0)
-    def test_add(gate_run):
-        import jax.numpy as jnp
-        x = jnp.ones((4096, 4096), jnp.bfloat16)
-        gate_run.measure_floor("roofline-predicts", "add", [(4096, 4096), (4096, 4096)], "bfloat16",
-                               roofline.elementwise_cost((4096, 4096), "bfloat16"), jnp.add, lambda seed: (x, x))
-"""
+from .gate_helpers import (ADD_FLOOR, ADD_GATE_TEST, MEASURED, gate_run, make_record, read_judged, samples,
+                           standin_conftest)
 
 # Graded code runs in the test process: at import it loosens gate 00's band every way it can reach.
 TAMPER = """
@@ -42,7 +29,7 @@ TAMPER = """
 
 
 def test_graded_code_that_rewrites_the_thresholds_changes_no_verdict(fake_course):
-    fake_course.test_file(TAMPER + GATE0_TEST, "test_gate.py")
+    fake_course.test_file(TAMPER + ADD_GATE_TEST, "test_gate.py")
     (fake_course.pytester.path / "conftest.py").write_text(standin_conftest({"floor": 10 * ADD_FLOOR}))
     records = fake_course.pytester.path / "records.jsonl"
     result = fake_course.run("--gates", "--records", str(records))
@@ -54,7 +41,7 @@ def test_graded_code_that_rewrites_the_thresholds_changes_no_verdict(fake_course
 
 
 def test_interpret_mode_on_an_accelerator_times_nothing(fake_course):
-    fake_course.test_file(GATE0_TEST, "test_gate.py")
+    fake_course.test_file(ADD_GATE_TEST, "test_gate.py")
     (fake_course.pytester.path / "conftest.py").write_text(standin_conftest({"floor": 1.2 * ADD_FLOOR}))
     records = fake_course.pytester.path / "records.jsonl"
     result = fake_course.run("--gates", "--interpret", "tpu", "--records", str(records), "-rs")

@@ -16,23 +16,9 @@ from pytest_tpucourse.gates import criteria as gates
 from pytest_tpucourse.gates import judge, report
 from pytest_tpucourse.gates import records as rec
 
-from .gate_helpers import gate_run, make_record, read_judged, standin_conftest
+from .gate_helpers import ADD_FLOOR, gate_run, make_record, read_judged, standin_conftest
+from .gate_helpers import ADD_GATE_TEST as GATE_TEST
 from .support import REPO
-
-N = 4096  # gate 00's add slot: 4096 x 4096 bfloat16
-ADD_FLOOR = 3 * N * N * 2 / 8.2e11  # its v5e roofline floor: three operands of HBM traffic
-
-GATE_TEST = """
-    import pytest
-    from pytest_tpucourse import roofline
-
-    @pytest.mark.gate(0)
-    def test_add_near_floor(gate_run):
-        import jax.numpy as jnp
-        x = jnp.ones((4096, 4096), jnp.bfloat16)
-        gate_run.measure_floor("roofline-predicts", "add", [(4096, 4096), (4096, 4096)], "bfloat16",
-                               roofline.elementwise_cost((4096, 4096), "bfloat16"), jnp.add, lambda seed: (x, x))
-"""
 
 
 def test_gates_match_the_course():
