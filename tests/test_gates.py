@@ -76,6 +76,15 @@ def test_status_from_records():
     assert judge.criterion_status(speed, [make_record()]) == "awaiting hardware"  # a prediction
 
 
+def test_a_gate_without_a_gate_test_says_so_not_awaiting_hardware(tmp_path):
+    (tmp_path / "exercises" / "ch10").mkdir(parents=True)
+    (tmp_path / "exercises" / "ch10" / "test_gate00.py").write_text("")
+    rows = [make_record()]  # a gate 00 prediction on v5e
+    assert report.gate_label(rows, 0, course_root=tmp_path) == "awaiting hardware"
+    assert report.gate_label(rows, 5, course_root=tmp_path) == "no gate test yet"
+    assert set(report.gate_statuses(rows, "v5e", course_root=tmp_path)[5].values()) == {"no gate test yet"}
+
+
 def _gate1_rows(tmp_path, kernel_seconds=7e-5, **device):
     """Every slot of gate 01 verified and timed by the real writer (a fake harness): its rows, re-judged."""
     run = gate_run(tmp_path, gate=1, kernels_native=True, seconds={"floor": 1e-4, "kernel": kernel_seconds},

@@ -130,6 +130,9 @@ def gates_passed(records, *, current: dict | None = None, course_root: Path | No
 
 def gate_label(records, number: int, *, current: dict | None = None, course_root: Path | None = None) -> str:
     """One gate in a word or two for `tpucourse progress`, from its statuses on every chip."""
+    if (course_root is not None and not _has_gate_test(criteria.gate(number), course_root)
+            and not any(r.gate == number for r in records)):
+        return criteria.NO_GATE_TEST
     per_chip = {chip: gate_statuses(records, chip, current=current, course_root=course_root)[number]
                 for chip in _chips(records)}
     passed = passed_on(records, number, current=current, course_root=course_root)
@@ -144,8 +147,6 @@ def gate_label(records, number: int, *, current: dict | None = None, course_root
                      for c, s in statuses.items() if s == criteria.FAIL})
     if failed:
         return f"failed ({'; '.join(failed)})"
-    if not per_chip and course_root is not None and not _has_gate_test(criteria.gate(number), course_root):
-        return criteria.NO_GATE_TEST
     if any(s == criteria.PASS_OFF_CHIP for statuses in per_chip.values() for s in statuses.values()):
         return "off-chip verified, awaiting hardware"
     return criteria.AWAITING
