@@ -77,6 +77,29 @@ def test_bench_reports_a_bad_line_and_a_rejected_row_on_the_page(tmp_path, capsy
     assert "Gates passed: 0/6" in page
 
 
+def test_a_public_link_is_recorded_as_self_reported(fake_course, monkeypatch, capsys):
+    monkeypatch.chdir(fake_course.pytester.path)
+    url = "https://github.com/jax-ml/jax/pull/1"
+    assert cli.main(["records", "link", url]) == 0
+    assert "(self-reported)" in capsys.readouterr().out
+    [row] = rec.read(fake_course.pytester.path / rec.DEFAULT_PATH).records
+    assert (row.gate, row.criterion, row.method, row.value, row.unit) == (5, "upstream", "self-reported", url, "url")
+    assert cli.main(["records", "link", "not a url"]) == 2
+    assert cli.main(["records", "link", url, "--criterion", "beats-xla"]) == 2
+
+
+def test_records_check_against_a_trusted_run(tmp_path, capsys):
+    mine, trusted = tmp_path / "mine", tmp_path / "trusted"
+    slot = criteria.gate(1).criterion("fused-beats-unfused").slots[0]
+    for where, kernel_seconds in ((mine, 7e-5), (trusted, 2e-4)):  # the trusted run fails what mine passed
+        run = gate_run(where, gate=1, seconds={"floor": 1e-4, "kernel": kernel_seconds})
+        run.measure_trio("fused-beats-unfused", slot.op, slot.shapes, slot.dtype, roofline.Cost(1e9, 1e6),
+                         floor=lambda x: x, kernel=lambda x: x, ceiling=None, inputs=lambda seed: (float(seed),))
+    assert cli.main(["records", "check", str(mine / "r.jsonl"), "--against", str(trusted / "r.jsonl")]) == 0
+    out = capsys.readouterr().out
+    assert "gate 01 fused-beats-unfused matmul_bias_gelu on v5e: contradicted: the trusted run failed it" in out
+
+
 def test_bench_page_shows_a_trio_and_a_not_runnable_kernel(tmp_path):
     path = tmp_path / "r.jsonl"
     slot = criteria.gate(3).criterion("beats-xla").slots[0]

@@ -76,6 +76,16 @@ def test_status_from_records():
     assert judge.criterion_status(speed, [make_record()]) == "awaiting hardware"  # a prediction
 
 
+def test_a_pass_of_code_edited_since_shows_as_older_code(tmp_path):
+    graded = {"exercises/ch11/matmul.py": "a" * 64}
+    rows = _gate1_rows(tmp_path, modules=graded)
+    assert report.gate_label(rows, 1, current=graded) == "passed on hardware (v5e)"
+    edited = {"exercises/ch11/matmul.py": "b" * 64}
+    assert report.gate_label(rows, 1, current=edited) == (
+        "passed on hardware (older code: a graded module changed since; v5e)")
+    assert report.gates_passed(rows, current=edited) == 0
+
+
 def test_a_gate_without_a_gate_test_says_so_not_awaiting_hardware(tmp_path):
     (tmp_path / "exercises" / "ch10").mkdir(parents=True)
     (tmp_path / "exercises" / "ch10" / "test_gate00.py").write_text("")
@@ -175,6 +185,14 @@ def test_a_conftest_cannot_name_the_device(fake_course):
     result.stderr.fnmatch_lines(["*conftest.py defines pytest_tpucourse_device, which is not a hook of "
                                  "pytest-tpucourse: the device gate tests run on is what jax.devices() reports*"])
     assert not records.exists()
+
+
+def test_a_jax_platform_this_machine_lacks_is_a_usage_error(fake_course, monkeypatch):
+    monkeypatch.setenv("JAX_PLATFORMS", "tpu")
+    result = fake_course.run("--gates")
+    assert result.ret == pytest.ExitCode.USAGE_ERROR
+    result.stderr.fnmatch_lines(["*JAX could not start its backend*JAX_PLATFORMS=tpu needs a TPU and jax?tpu?*"])
+    assert "INTERNALERROR" not in result.stdout.str() + result.stderr.str()
 
 
 def test_a_registered_chip_is_accepted_by_chip(fake_course):
