@@ -61,6 +61,13 @@ def read(course_root: Path) -> dict:
         raise CorruptState(f"{path} is not a version-{VERSION} tpucourse state file; delete it to start afresh")
     data.setdefault("exercises", {})
     data.setdefault("hints", {})
+    statuses = {status.value for status in Status}
+    if not (isinstance(data["exercises"], dict)
+            and all(isinstance(e, dict) and e.get("status") in statuses for e in data["exercises"].values())
+            and isinstance(data["hints"], dict)
+            and all(isinstance(n, int) and not isinstance(n, bool) for n in data["hints"].values())):
+        raise CorruptState(f"{path} has fields of the wrong type (exercises and hints are objects); "
+                           f"delete it to start afresh")
     return data
 
 
