@@ -123,4 +123,4 @@ def test_a_run_stopped_early_says_so_for_what_it_never_reached(course):
     course.write("exercises", "double", 'def double(x):\n    raise NotImplementedError("write double()")\n')
     summary = course.run("exercises/ch11", "-x").stdout.str()
     assert "  TODO  double             0/2 tests passed" in summary
-    assert "  ----  negate             not run (the run stopped before its 1 test)" in summary
+    assert "  ----  negate             not run (the run ended before its 1 test finished)" in summary

@@ -1,11 +1,16 @@
 """tpucourse watch: a save re-runs the tests it concerns, said at once; then how the exercise
 stands and what is next; a run that dies does not take the watcher down."""
 
+import os
+import signal
 import subprocess
 import sys
 import threading
 import time
 
+from pytest_tpucourse.learner import state
+
+from .support import DEFAULT_SIGINT
 from .test_state import GRADED_TEST
 
 WATCH = [sys.executable, "-m", "pytest_tpucourse.cli", "watch"]
@@ -15,9 +20,10 @@ NO_CACHE = "--pytest-args=-p no:cacheprovider"
 class Watcher:
     """A watcher child; its output read as it comes."""
 
-    def __init__(self, root, *args):
-        self.process = subprocess.Popen([*WATCH, *args, NO_CACHE], cwd=root, stdout=subprocess.PIPE,
-                                        stderr=subprocess.STDOUT, text=True)
+    def __init__(self, root, *args, command=WATCH):
+        # A session of its own: Ctrl-C in a terminal reaches the watcher and its run together.
+        self.process = subprocess.Popen([*command, *args, NO_CACHE], cwd=root, stdout=subprocess.PIPE,
+                                        stderr=subprocess.STDOUT, text=True, start_new_session=True)
         self.lines = []
         self.reader = threading.Thread(target=lambda: self.lines.extend(self.process.stdout), daemon=True)
         self.reader.start()
@@ -82,3 +88,26 @@ def test_a_run_that_dies_leaves_the_watcher_watching(fake_course):
     fake_course.write("exercises", "double", "def double(x):\n    return x + x\n")
     assert watcher.finish() == 0, watcher.out
     assert "watch: ch11.double is done" in watcher.out
+
+
+def test_ctrl_c_during_a_run_stops_the_run_and_the_watch(fake_course):
+    fake_course.test_file(GRADED_TEST)
+    # Python's own SIGINT handling, even where this suite runs with SIGINT ignored
+    command = [sys.executable, "-c", DEFAULT_SIGINT + "import sys; from pytest_tpucourse import cli; "
+               "sys.exit(cli.main(sys.argv[1:]))", "watch"]
+    watcher = Watcher(fake_course.pytester.path, "ch11.double", command=command)
+    watcher.wait_for("waiting for changes")
+    started = fake_course.pytester.path / "started"
+    fake_course.write("exercises", "double", f"import time\n\n\ndef double(x):\n"
+                      f"    open({str(started)!r}, 'w').close()\n    time.sleep(120)\n")
+    deadline = time.monotonic() + 60
+    while not started.exists():  # the run is inside the learner's function
+        assert time.monotonic() < deadline, watcher.out
+        time.sleep(0.1)
+    os.killpg(watcher.process.pid, signal.SIGINT)  # what Ctrl-C in the terminal does
+    start = time.monotonic()
+    watcher.finish(60)
+    assert time.monotonic() - start < 20, watcher.out
+    assert "KeyboardInterrupt" in watcher.out and "Traceback" not in watcher.out
+    assert "  ----  double             not run (the run ended before its 2 tests finished)" in watcher.out
+    state.read(fake_course.pytester.path)  # still a whole state file

@@ -218,5 +218,6 @@ def _why_not_run(entry: ExerciseResults) -> str:
     """Deselected (-k, --lf, a test id), or collected but the run ended first (-x, Ctrl-C, a crash)."""
     if not entry.collected:
         return f"{_tests(len(entry.deselected))} not selected"
-    stopped = f"the run stopped before {'its' if not entry.deselected else 'the other'} {_tests(len(entry.collected))}"
+    which = "its" if not entry.deselected else "the other"
+    stopped = f"the run ended before {which} {_tests(len(entry.collected))} finished"
     return f"{_tests(len(entry.deselected))} not selected; {stopped}" if entry.deselected else stopped
