@@ -74,6 +74,12 @@ def read_interpret_mode_when_called() -> None:
     build.tpucourse_reads_mode_when_called = True
     build.tpucourse_original = original
     module._pallas_call = build
+    # The wrapper is one more frame between the learner's call and JAX's: without this, every
+    # pallas_call's source location (in a jaxpr, in the HLO's metadata) would be this file.
+    from jax._src import source_info_util
+
+    if __file__ not in source_info_util._exclude_paths:
+        source_info_util.register_exclusion(__file__)
 
 
 def restore_interpret_mode_reading() -> None:
