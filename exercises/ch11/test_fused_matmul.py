@@ -53,10 +53,10 @@ def test_matmul_bias_act_compiles_for_tpu(impl):
     tpu_checks.assert_compiles_for(impl.fused_matmul.matmul_bias_act, x, x, b, activation="gelu")
 
 
-@pytest.mark.parametrize("activation", ACTIVATIONS)
-def test_matmul_bias_act_has_no_race_on_two_cores(impl, activation):
+def test_matmul_bias_act_has_no_race_on_two_cores(impl):
     """A 1 x 3 x 2 grid: the parallel extents before k multiply to an odd number, so the
     cores' split falls inside the k steps of one output block. The same call's values are
-    checked too: one compiled program for both."""
+    checked too (gelu: the bias must be in before the activation): one compiled program for
+    both. Which cores run which steps does not depend on the activation."""
     with tpu_checks.checking_races(impl.fused_matmul.matmul_bias_act):
-        _check(impl, RACE_CASE, activation, "float32", 0)
+        _check(impl, RACE_CASE, "gelu", "float32", 0)
