@@ -75,7 +75,7 @@ def time_to_first_todo(root: Path, target: str, ci: bool) -> float:
                                text=True, env=_environment(root, ci))
     seen = None
     for line in process.stdout:
-        if seen is None and "TODO:" in line:
+        if seen is None and ("TODO:" in line or "is not written yet" in line):
             seen = time.perf_counter() - start
     process.wait()
     if seen is None:
