@@ -121,6 +121,52 @@ def assert_causal_attention_skips_fetches(fn, args, *, kwargs=None, repro: str =
                 f"above the diagonal are still fetched.{suffix}")
 
 
+def assert_fetches_meet_the_mask(fn, args, *, needed, kwargs=None, repro: str = "") -> None:
+    """Every block of q rows or of keys that fn's kernels stream into VMEM meets the mask.
+
+    args start with q (B, H, Sq, D) and k (B, H, Skv, D), Sq != Skv so the two are told
+    apart by shape. needed(rows, keys) -> bool: does some (row, key) pair of these two
+    `range`s survive the mask. In each kernel, the operand of the pair whose block index
+    moves along the grid's last axis streams; every copy of it (a step where its block
+    index changes) must pair it with a block of the other that it shares an allowed pair
+    with. A kernel that walks every block and masks it copies blocks the mask empties.
+    """
+    kwargs = kwargs or {}
+    q, k = args[0], args[1]
+    suffix = f"\n  reproduce: {repro}" if repro else ""
+    if tuple(q.shape) == tuple(k.shape):
+        raise CheckerError("assert_fetches_meet_the_mask needs q and k of different lengths")
+    checked = 0
+    for _, kernel in _static_grids(fn.jaxpr(*args, **kwargs), "the fetch check"):
+        rows_ops = [b for b in kernel.inputs if b.array_shape == tuple(q.shape)]
+        keys_ops = [b for b in kernel.inputs if b.array_shape == tuple(k.shape)]
+        for a, b in ((r, c) for r in rows_ops for c in keys_ops):
+            ia, ib = block_indices(a, kernel.grid), block_indices(b, kernel.grid)
+            size_a, size_b = (jax_internals.block_dim(x.block_shape[2])[0] for x in (a, b))
+            last_axis = np.array([p[-1] for p in np.ndindex(*kernel.grid)]) > 0
+            moves_a = np.any(ia[1:] != ia[:-1], axis=1) & last_axis[1:]
+            moves_b = np.any(ib[1:] != ib[:-1], axis=1) & last_axis[1:]
+            streamed, indices = (a, ia) if moves_a.any() and not moves_b.any() else (b, ib)
+            if not (moves_a.any() or moves_b.any()):
+                continue
+            copies = np.concatenate([[True], np.any(indices[1:] != indices[:-1], axis=1)])
+            for step in np.flatnonzero(copies):
+                r0, c0 = int(ia[step][2]) * size_a, int(ib[step][2]) * size_b
+                checked += 1
+                if not needed(range(r0, r0 + size_a), range(c0, c0 + size_b)):
+                    what = "q rows" if streamed is a else "keys"
+                    raise WrongResult(
+                        f"{fn.display} copies the block of {what} "
+                        f"{(r0 if streamed is a else c0)}..{(r0 + size_a if streamed is a else c0 + size_b) - 1} "
+                        f"into VMEM next to rows {r0}..{r0 + size_a - 1} and keys "
+                        f"{c0}..{c0 + size_b - 1}, which the mask leaves no pair of: the block is "
+                        f"fetched for nothing. Clamp the index map to the blocks the mask needs: "
+                        f"a block index that stops changing issues no copy.{suffix}")
+    if not checked:
+        raise WrongResult(f"{fn.display}: no Pallas kernel streams blocks of q rows against blocks "
+                          f"of keys.{suffix}")
+
+
 def unconditional_matmuls(closed_jaxpr) -> int:
     """How many dot_generals the kernels of a program run outside any cond (every step)."""
     count = 0

@@ -73,6 +73,42 @@ def assert_one_kernel(fn, *args, **kwargs) -> None:
         )
 
 
+def assert_backward_is_pallas(fn, *args, **kwargs) -> None:
+    """fn defines a jax.custom_vjp whose VJP runs pallas_calls beyond the forward's: its
+    gradient is Pallas kernels of its own, not JAX's autodiff of the forward."""
+    import jax
+
+    forward = fn.jaxpr(*args, **kwargs)
+    if not defines_custom_vjp(forward):
+        raise WrongResult(f"{fn.display} defines no jax.custom_vjp: its gradient would be JAX's "
+                          f"autodiff of the forward kernel, not a backward of its own.")
+    function = fn.resolve()
+    vjp = fn.context.deadline.call(lambda: jax.make_jaxpr(lambda *a: jax.vjp(
+        lambda *x: function(*x, **kwargs), *a[:-1])[1](a[-1]))(*args, args[0]))
+    if count_pallas_calls(vjp) <= count_pallas_calls(forward):
+        raise WrongResult(f"{fn.display}: its VJP runs no pallas_call beyond the forward's; the "
+                          f"backward must be Pallas kernels.")
+
+
+def assert_no_score_matrix_outside_kernels(fn, *args, q_len: int, kv_len: int, what: str = "",
+                                           **kwargs) -> None:
+    """Fail if fn's traced program holds an array with a q_len axis and a kv_len axis outside
+    its pallas_calls: the (Sq, Skv) scores or probabilities a flash kernel never writes to HBM.
+
+    fn may be a gradient (a derived function): its VJP's backward is traced in too."""
+    closed = fn.jaxpr(*args, **kwargs)
+    for eqn in _all_eqns(closed.jaxpr):
+        for var in eqn.outvars:
+            shape = tuple(getattr(var.aval, "shape", ()))
+            if any(shape[a] == q_len and shape[b] == kv_len
+                   for a in range(len(shape)) for b in range(len(shape)) if a != b):
+                raise WrongResult(
+                    f"{fn.display}{what} computes a {shape} array with {eqn.primitive.name} outside "
+                    f"its Pallas kernels: a {q_len} x {kv_len} score-sized intermediate in HBM, "
+                    f"which flash attention exists to avoid. Keep scores and probabilities inside "
+                    f"the kernels, one block at a time.")
+
+
 def _all_eqns(jaxpr):
     """Every equation, descending into sub-jaxprs but not into pallas_call bodies."""
     for eqn in jaxpr.eqns:
