@@ -7,6 +7,7 @@
     tpucourse blockspec --shape 1000x384 --block 128x128 --dtype bfloat16   # the BlockSpec sandbox
     tpucourse timeline exchange-deadlock --devices 4       # a schedule's semaphore timeline
     tpucourse progress | hint ch11.matmul | reset ch11.matmul | watch ch11   # the learner's loop
+    tpucourse tick ch15 3                                                    # a self-test item, your word
     tpucourse xray model.py:loss --shapes 8x128 128x10:bfloat16 [--html xray.html] [--chip v5e]   # the IR x-ray
     tpucourse compile exercises/ch11/matmul.py:matmul --chip v5e --shape 1024x1024,1024x1024 \
         --dtype bfloat16 --kw bm=256       # the real TPU compiler's verdict (the tpu-compile extra)
@@ -57,6 +58,11 @@ def main(argv=None) -> int:
     h.add_argument("exercise", nargs="?", help="ch11.matmul, or ch11 for its next unfinished exercise "
                    "(default: the course's next exercise)")
     h.add_argument("--all", action="store_true", help="print every hint of the exercise")
+    c = subcommands.add_parser("tick", help="tick a chapter's self-test item (\"Can you ...\"): your word, "
+                               "shown by progress as self-reported")
+    c.add_argument("chapter", help="chNN, e.g. ch15; alone, lists the items and your ticks")
+    c.add_argument("item", nargs="?", type=int, help="the item's number (1-based)")
+    c.add_argument("--undo", action="store_true", help="remove the tick")
     s = subcommands.add_parser("reset", help="put an exercise's stub back as shipped (your file is backed up)")
     s.add_argument("exercise", help="chNN.module, e.g. ch11.matmul")
     s.add_argument("--yes", action="store_true", help="overwrite without asking")
@@ -89,11 +95,11 @@ def main(argv=None) -> int:
 
     args = parser.parse_args(argv)
     from . import blockspecs, timeline, xray_render
-    from .learner import commands, watch
+    from .learner import commands, self_test, watch
 
     handlers = {"roofline": _roofline, "bench": _bench, "mesh": ici.mesh_command,
                 "blockspec": blockspecs.main, "progress": commands.progress, "hint": commands.hint,
-                "reset": commands.reset, "watch": watch.main, "xray": xray_render.main,
+                "reset": commands.reset, "tick": self_test.tick, "watch": watch.main, "xray": xray_render.main,
                 "compile": compile_command.run, "timeline": timeline.command}
     try:
         return handlers[args.command](args)
