@@ -19,12 +19,13 @@ that computes on them (chapter 13, test_causal_skipping.py).
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 import numpy as np
 
 from . import jax_internals, structure
 from .outcomes import CheckerError, WrongResult
+from .reproduction import of_program_check
 
 
 @dataclass(frozen=True)
@@ -40,24 +41,44 @@ class OperandFetches:
     blocks: frozenset  # the distinct block indices copied
     block_sizes: tuple[int, ...]  # elements per block along each axis (1 where squeezed)
     starts: frozenset  # the first element of each block copied, per axis
+    # Per grid step, in grid order (last axis fastest): the first element of the block
+    # along each axis (steps x axes), and whether that step copies a new block.
+    step_starts: np.ndarray = field(default=None, compare=False, repr=False)
+    step_copies: np.ndarray = field(default=None, compare=False, repr=False)
+    kernel_name: str = ""  # the kernel function's name, where the trace kept it
 
 
 def fetch_log(closed_jaxpr) -> list[OperandFetches]:
-    """Every input operand of every pallas_call in a traced program, with its copies."""
+    """Every input operand of every pallas_call in a traced program, with its copies.
+
+    Index maps that read scalar-prefetch operands are followed when those operands are
+    computed from the program's constants alone (the block tables of a mask known when
+    the program is traced, as splash attention builds them).
+    """
     log = []
-    for k, kernel in _static_grids(closed_jaxpr, "the fetch log"):
+    known = None
+    for k, eqn in enumerate(structure.pallas_call_eqns(closed_jaxpr)):
+        kernel = jax_internals.kernel_grid(eqn)
+        prefetch = []
+        if kernel.prefetch_vars:
+            known = _known_values(closed_jaxpr) if known is None else known
+            prefetch = [jax_internals.literal_value(var, known.get(var)) for var in kernel.prefetch_vars]
+        if kernel.dynamic_grid or any(value is None for value in prefetch):
+            raise CheckerError("the fetch log cannot follow index maps that read scalar-prefetch "
+                               "operands computed at run time, or a dynamic grid")
+        steps = np.indices(kernel.grid).reshape(len(kernel.grid), -1) if kernel.grid else np.zeros((0, 1), int)
         for position, block in enumerate(kernel.inputs):
-            indices = block_indices(block, kernel.grid)
-            changed = np.any(indices[1:] != indices[:-1], axis=1)
+            indices = _evaluate_index_map(block.index_map, steps, prefetch)
+            changed = np.concatenate([[True], np.any(indices[1:] != indices[:-1], axis=1)])
             blocks = frozenset(tuple(int(i) for i in row) for row in indices)
             sizes, per_element = zip(*(jax_internals.block_dim(b) for b in block.block_shape))
+            step_starts = np.where(np.asarray(per_element, bool), indices, indices * np.asarray(sizes))
             log.append(OperandFetches(
                 kernel=k, operand=position, shape=block.array_shape,
                 block_shape=block.block_shape, grid=kernel.grid,
-                copies=1 + int(changed.sum()), blocks=blocks, block_sizes=tuple(sizes),
-                starts=frozenset(tuple(i if element else i * size
-                                       for i, size, element in zip(b, sizes, per_element))
-                                 for b in blocks)))
+                copies=int(changed.sum()), blocks=blocks, block_sizes=tuple(sizes),
+                starts=frozenset(tuple(int(i) for i in row) for row in step_starts),
+                step_starts=step_starts, step_copies=changed, kernel_name=jax_internals.kernel_name(eqn)))
     return log
 
 
@@ -65,8 +86,8 @@ def block_indices(block: jax_internals.OperandBlocks, grid: tuple[int, ...]) -> 
     """The block index one operand's index map gives at every grid step, in the grid's
     order (last axis fastest): an array (steps, array dims). Scalar-prefetch operands and
     dynamic grids are the caller's to refuse."""
-    points = list(np.ndindex(*grid)) if grid else [()]
-    return np.asarray(_block_indices(block, points), dtype=int).reshape(len(points), -1)
+    steps = np.indices(grid).reshape(len(grid), -1) if grid else np.zeros((0, 1), int)
+    return _evaluate_index_map(block.index_map, steps)
 
 
 def _static_grids(closed_jaxpr, what: str):
@@ -80,111 +101,236 @@ def _static_grids(closed_jaxpr, what: str):
         yield k, kernel
 
 
-def assert_causal_attention_skips_fetches(fn, args, *, kwargs=None, repro: str = "") -> None:
-    """A top-left causal attention fn(q, k, v, ...) never copies a k or v block above the diagonal.
+def _evaluate_index_map(index_map, steps: np.ndarray, prefetch=()) -> np.ndarray:
+    """The block index an index map returns at each grid point: steps is (grid axes, points);
+    the result a (points, block axes) int array. prefetch: the scalar-prefetch values it reads."""
+    import jax
 
-    q (B, H, Sq, D), k and v (B, Hkv, Skv, D). In every kernel that reads k or v block by
-    block (a block size along the key axis below Skv): no block may start at a key >= Sq
-    (no query sees it), and there may be at most one copy per (query head, q block, kv
-    block) pair the mask leaves non-empty, with the block sizes the kernel itself uses.
-    A kernel that fetches every block and masks it copies all of them.
+    jaxpr = jax_internals.discharge_state(index_map) if prefetch else index_map
+    n_out = len(index_map.out_avals)
+    points = steps.shape[1]
+
+    def index(*args):
+        return jax.core.eval_jaxpr(jaxpr.jaxpr, jaxpr.consts, *args)[:n_out]
+
+    if not n_out or not points:
+        return np.zeros((points, n_out), int)
+    if not steps.shape[0]:
+        columns = index(*prefetch)
+        return np.tile(np.asarray([[int(np.asarray(c)) for c in columns]]), (points, 1))
+    evaluate = jax.vmap(index, in_axes=(0,) * steps.shape[0] + (None,) * len(prefetch))
+    columns = evaluate(*[np.asarray(axis, np.int32) for axis in steps], *prefetch)
+    return np.stack([np.broadcast_to(np.asarray(c), (points,)) for c in columns], axis=1).astype(int)
+
+
+def _known_values(closed_jaxpr) -> dict:
+    """The values of a program's variables that follow from its constants alone.
+
+    Walks the program (into calls such as jit and custom_vjp bodies, not into kernels
+    or control flow), evaluating every equation whose inputs are all known. The
+    arguments are unknown, so only what the program builds from constants is computed:
+    the small index tables a kernel's scalar-prefetch operands hold.
     """
-    kwargs = kwargs or {}
-    q, k = args[0], args[1]
-    batch, heads, q_len, _ = q.shape
-    kv_len = k.shape[2]
-    suffix = f"\n  reproduce: {repro}" if repro else ""
-    log = fetch_log(fn.jaxpr(*args, **kwargs))
-    streamed = [f for f in log if f.shape == tuple(k.shape) and f.block_sizes[2] < kv_len]
-    if not streamed:
-        raise WrongResult(f"{fn.display}: no Pallas kernel reads k and v block by block along "
-                          f"the keys (blocks shorter than {kv_len}).{suffix}")
-    for f in streamed:
-        where = f"kernel {f.kernel} input {f.operand} {f.shape} in blocks of {f.block_sizes}"
-        unseen = sorted(start[2] for start in f.starts if start[2] >= q_len)
-        if unseen:
-            raise WrongResult(
-                f"{fn.display} copies the block of keys {unseen[0]}..{unseen[0] + f.block_sizes[2] - 1} "
-                f"of {where} into VMEM; with causal masking no query (0..{q_len - 1}) sees it. "
-                f"Clamp the k and v index maps at the last kv block the q block needs: the "
-                f"block index stops changing, and the pipeline copies nothing more.{suffix}")
-        q_operands = [g for g in log if g.kernel == f.kernel and g.shape == tuple(q.shape)]
-        block_q = q_operands[0].block_sizes[2] if q_operands else q_len
-        block_kv = f.block_sizes[2]
-        needed = batch * heads * sum(min(((i + 1) * block_q - 1) // block_kv, kv_len // block_kv - 1) + 1
-                                     for i in range(-(-q_len // block_q)))
-        if f.copies > needed:
-            raise WrongResult(
-                f"{fn.display} copies {f.copies} blocks of {where} over its grid {f.grid}; "
-                f"causal attention needs at most {needed} (one per query head, q block of "
-                f"{block_q} and kv block of {block_kv} that the mask does not empty). The blocks "
-                f"above the diagonal are still fetched.{suffix}")
+    from jax.extend import core as jex_core
 
+    missing = object()
 
-def assert_fetches_meet_the_mask(fn, args, *, needed, kwargs=None, repro: str = "") -> None:
-    """Every block of q rows or of keys that fn's kernels stream into VMEM meets the mask.
+    def read(env, atom):
+        return atom.val if isinstance(atom, jex_core.Literal) else env.get(atom, missing)
 
-    args start with q (B, H, Sq, D) and k (B, H, Skv, D), Sq != Skv so the two are told
-    apart by shape. needed(rows, keys) -> bool: does some (row, key) pair of these two
-    `range`s survive the mask. In each kernel, the operand of the pair whose block index
-    moves along the grid's last axis streams; every copy of it (a step where its block
-    index changes) must pair it with a block of the other that it shares an allowed pair
-    with. A kernel that walks every block and masks it copies blocks the mask empties.
-    """
-    kwargs = kwargs or {}
-    q, k = args[0], args[1]
-    suffix = f"\n  reproduce: {repro}" if repro else ""
-    if tuple(q.shape) == tuple(k.shape):
-        raise CheckerError("assert_fetches_meet_the_mask needs q and k of different lengths")
-    checked = 0
-    for _, kernel in _static_grids(fn.jaxpr(*args, **kwargs), "the fetch check"):
-        rows_ops = [b for b in kernel.inputs if b.array_shape == tuple(q.shape)]
-        keys_ops = [b for b in kernel.inputs if b.array_shape == tuple(k.shape)]
-        for a, b in ((r, c) for r in rows_ops for c in keys_ops):
-            ia, ib = block_indices(a, kernel.grid), block_indices(b, kernel.grid)
-            size_a, size_b = (jax_internals.block_dim(x.block_shape[2])[0] for x in (a, b))
-            last_axis = np.array([p[-1] for p in np.ndindex(*kernel.grid)]) > 0
-            moves_a = np.any(ia[1:] != ia[:-1], axis=1) & last_axis[1:]
-            moves_b = np.any(ib[1:] != ib[:-1], axis=1) & last_axis[1:]
-            streamed, indices = (a, ia) if moves_a.any() and not moves_b.any() else (b, ib)
-            if not (moves_a.any() or moves_b.any()):
+    def walk(jaxpr, env, found):
+        for eqn in jaxpr.eqns:
+            args = [read(env, a) for a in eqn.invars]
+            if eqn.primitive.name == "pallas_call":
+                found.update((v, a) for v, a in zip(eqn.invars, args)
+                             if a is not missing and not isinstance(v, jex_core.Literal))
                 continue
-            copies = np.concatenate([[True], np.any(indices[1:] != indices[:-1], axis=1)])
-            for step in np.flatnonzero(copies):
-                r0, c0 = int(ia[step][2]) * size_a, int(ib[step][2]) * size_b
-                checked += 1
-                if not needed(range(r0, r0 + size_a), range(c0, c0 + size_b)):
-                    what = "q rows" if streamed is a else "keys"
-                    raise WrongResult(
-                        f"{fn.display} copies the block of {what} "
-                        f"{(r0 if streamed is a else c0)}..{(r0 + size_a if streamed is a else c0 + size_b) - 1} "
-                        f"into VMEM next to rows {r0}..{r0 + size_a - 1} and keys "
-                        f"{c0}..{c0 + size_b - 1}, which the mask leaves no pair of: the block is "
-                        f"fetched for nothing. Clamp the index map to the blocks the mask needs: "
-                        f"a block index that stops changing issues no copy.{suffix}")
-    if not checked:
-        raise WrongResult(f"{fn.display}: no Pallas kernel streams blocks of q rows against blocks "
-                          f"of keys.{suffix}")
+            subs = list(structure.closed_sub_jaxprs(eqn))
+            if len(subs) == 1 and len(subs[0].jaxpr.invars) == len(args):  # a call
+                inner = subs[0]
+                inner_env = dict(zip(inner.jaxpr.constvars, inner.consts))
+                inner_env.update((v, a) for v, a in zip(inner.jaxpr.invars, args) if a is not missing)
+                walk(inner.jaxpr, inner_env, found)
+                for out, inner_out in zip(eqn.outvars, inner.jaxpr.outvars):
+                    value = read(inner_env, inner_out)
+                    if value is not missing:
+                        env[out] = value
+                continue
+            if subs or any(a is missing for a in args):
+                continue
+            try:
+                outs = eqn.primitive.bind(*args, **eqn.params)
+            except Exception:  # an equation that cannot run on its own: leave it unknown
+                continue
+            env.update(zip(eqn.outvars, outs if eqn.primitive.multiple_results else [outs]))
+
+    found = {}
+    walk(closed_jaxpr.jaxpr, dict(zip(closed_jaxpr.jaxpr.constvars, closed_jaxpr.consts)), found)
+    return found
+
+
+def assert_causal_attention_skips_fetches(fn, args, *, kwargs=None, note: str = "") -> None:
+    """No kernel of a top-left causal attention copies a block for a pair the mask empties
+    (assert_attention_skips_fetches with the causal mask: no key after the block's last row)."""
+    assert_attention_skips_fetches(fn, args, kwargs=kwargs, note=note, mask="causal masking",
+                                   empty=lambda first_row, last_row, first_key, last_key:
+                                   first_key > last_row)
+
+
+def sliding_window_empty(window: int):
+    """`empty` for a sliding window: rows r see keys r - window < c <= r."""
+    return lambda first_row, last_row, first_key, last_key: (
+        (first_key > last_row) | (last_key <= first_row - window))
+
+
+def assert_attention_skips_fetches(fn, args, *, empty, mask: str, kwargs=None,
+                                   note: str = "") -> None:
+    """No kernel of an attention fn copies a block for a pair of blocks the mask empties.
+
+    empty(first_row, last_row, first_key, last_key), on arrays of the blocks' bounds
+    (inclusive): True where no row of the q block sees any key of the kv block. mask: the
+    mask's name in the message ("causal masking").
+
+    fn(q, k, v, ...) with q (..., Sq, D) and k, v (..., Skv, D), Sq != Skv; fn may be the
+    forward or its gradient, whose program holds the backward's kernels too. In every
+    kernel, the operands shaped like q (q, dO, ...) and like k (k, v) are told apart by
+    their (length, D) trailing dimensions; at each grid step the first of each says which
+    q block (rows) and which kv block (keys) the step works on. An operand whose block
+    index changes along the last grid axis streams past the others; each copy of a
+    streamed block must serve a step whose (q block, kv block) pair the mask leaves
+    non-empty (a key the block holds is at or before a row it meets). The first step of
+    each walk along the last axis may copy any block: a kernel may prefetch the block
+    its next walk starts on there (JAX's kernels do). A kernel that fetches every block
+    and masks it copies blocks above the diagonal in the middle of a walk.
+
+    Sq != Skv keeps q-shaped and k-shaped operands apart; pick a head_dim other than 128,
+    which some kernels use for lane-wide row statistics.
+    """
+    kwargs = kwargs or {}
+    q, k = args[0], args[1]
+    q_len, kv_len, head_dim = q.shape[-2], k.shape[-2], q.shape[-1]
+    if q_len == kv_len:
+        raise CheckerError("assert_attention_skips_fetches needs q_len != kv_len to tell "
+                           "q-shaped operands from k-shaped ones")
+    suffix = of_program_check(fn, args, kwargs, note)
+    log = fetch_log(fn.jaxpr(*args, **kwargs))
+    streamed_any = False
+    for kernel in sorted({f.kernel for f in log}):
+        operands = [f for f in log if f.kernel == kernel]
+        q_side = [f for f in operands if f.shape[-2:] == (q_len, head_dim)]
+        kv_side = [f for f in operands if f.shape[-2:] == (kv_len, head_dim)]
+        if not q_side or not kv_side:
+            continue
+        rows, keys = q_side[0], kv_side[0]
+        axis_q, axis_kv = len(rows.shape) - 2, len(keys.shape) - 2
+        row_start, block_q = rows.step_starts[:, axis_q], rows.block_sizes[axis_q]
+        key_start = keys.step_starts[:, axis_kv]
+        grid = operands[0].grid
+        last_axis = np.indices(grid).reshape(len(grid), -1)[-1] if grid else np.zeros(1, int)
+        block_kv = keys.block_sizes[axis_kv]
+        empty_pair = np.asarray(empty(row_start, np.minimum(row_start + block_q, q_len) - 1,
+                                      key_start, np.minimum(key_start + block_kv, kv_len) - 1))
+        for f, side in [(f, "q") for f in q_side] + [(f, "kv") for f in kv_side]:
+            axis = len(f.shape) - 2
+            if f.block_sizes[axis] >= f.shape[axis] or not _varies_along_last_axis(f, grid):
+                continue  # one block holds the whole length, or the block stays resident
+            streamed_any = True
+            wasted = np.flatnonzero(f.step_copies & empty_pair & (last_axis > 0))
+            if wasted.size:
+                raise WrongResult(_wasted_copy_message(fn, f, side, wasted[0], grid, row_start,
+                                                       block_q, key_start, keys, q_len, mask, suffix))
+    if not streamed_any:
+        raise WrongResult(f"{fn.display}: no Pallas kernel walks k and v (or q) block by block "
+                          f"along the sequence (blocks shorter than {kv_len} keys or {q_len} "
+                          f"rows), so no block above the diagonal can be skipped.{suffix}")
+
+
+def _varies_along_last_axis(f: OperandFetches, grid) -> bool:
+    """Whether the operand's block changes between consecutive steps of the last grid axis."""
+    if not grid or grid[-1] < 2:
+        return False
+    starts = f.step_starts.reshape(*grid, -1)
+    return bool(np.any(starts[..., 1:, :] != starts[..., :-1, :]))
+
+
+def _wasted_copy_message(fn, f, side, step, grid, row_start, block_q, key_start, keys, q_len,
+                         mask, suffix) -> str:
+    axis = len(f.shape) - 2
+    start, size = int(f.step_starts[step, axis]), f.block_sizes[axis]
+    first_row, last_row = int(row_start[step]), min(int(row_start[step]) + block_q, q_len) - 1
+    first_key = int(key_start[step])
+    last_key = first_key + keys.block_sizes[len(keys.shape) - 2] - 1
+    point = tuple(int(i) for i in np.unravel_index(step, grid))
+    what = (f"the block of keys {start}..{start + size - 1}" if side == "kv"
+            else f"the block of rows {start}..{start + size - 1}")
+    advice = ("Clamp the k and v index maps at the last kv block the q block needs: the block "
+              "index stops changing, and the pipeline copies nothing more." if side == "kv" else
+              "Clamp the q-side index maps (q, dO and the row statistics) to the first q block "
+              "that sees the kv block: the block index stops changing, and the pipeline copies "
+              "nothing more.")
+    kernel = f"kernel {f.kernel}" + (f" ({f.kernel_name})" if f.kernel_name else "")
+    return (f"{fn.display} copies {what} of {kernel} input {f.operand} {f.shape} "
+            f"(blocks of {f.block_sizes}) into VMEM at grid step {point} of {grid}, where "
+            f"rows {first_row}..{last_row} meet keys {first_key}..{last_key}: with {mask} "
+            f"no row sees any of those keys, so the copy is wasted. {advice}{suffix}")
+
+
+def poison_unseen_keys(q, k, v):
+    """(q, k, v) with NaN in every key no top-left causal query sees (keys Sq.. of Skv).
+
+    A kernel that computes on those keys returns NaN even where it masks them (the masked
+    probability is 0, and 0 · NaN is NaN in P·V and in the backward's dS), so only a
+    kernel that skips their blocks returns finite values. Needs Sq < Skv.
+    """
+    import jax.numpy as jnp
+
+    q_len, kv_len = q.shape[-2], k.shape[-2]
+    if q_len >= kv_len:
+        raise CheckerError(f"poison_unseen_keys needs q_len < kv_len, got {q_len} and {kv_len}")
+    unseen = (jnp.arange(kv_len) >= q_len)[:, None]
+    return q, jnp.where(unseen, jnp.nan, k), jnp.where(unseen, jnp.nan, v)
+
+
+def seen_keys_reference(reference, q_len: int):
+    """`reference` over only the keys a top-left causal query can see (the first q_len).
+
+    Its outputs are the op's on those keys; its VJP gives the unseen keys zero gradient
+    (what a causal kernel must return for them), whatever values they hold.
+    """
+    from .references import Reference
+
+    def restrict(op):
+        def on_seen_keys(q, k, v, **kwargs):
+            return op(q, k[..., :q_len, :], v[..., :q_len, :], **kwargs)
+        return on_seen_keys
+
+    return Reference(f"{reference.name} over the keys a causal query sees",
+                     oracle=restrict(reference.oracle), floor=restrict(reference.floor))
 
 
 def unconditional_matmuls(closed_jaxpr) -> int:
     """How many dot_generals the kernels of a program run outside any cond (every step)."""
-    count = 0
-    for eqn in structure.pallas_call_eqns(closed_jaxpr):
-        count += _unconditional_dots(jax_internals.kernel_jaxpr(eqn))
-    return count
+    return sum(count for _, count in _unconditional_matmuls_per_kernel(closed_jaxpr))
+
+
+def _unconditional_matmuls_per_kernel(closed_jaxpr) -> list[tuple[str, int]]:
+    return [(jax_internals.kernel_name(eqn) or f"kernel {k}", _unconditional_dots(jax_internals.kernel_jaxpr(eqn)))
+            for k, eqn in enumerate(structure.pallas_call_eqns(closed_jaxpr))]
 
 
 def assert_compute_is_conditional(fn, args, *, kwargs=None, why: str = "",
-                                  repro: str = "") -> None:
+                                  note: str = "") -> None:
     """Every matmul in fn's kernels runs under a condition (a grid step can skip it)."""
     kwargs = kwargs or {}
-    count = unconditional_matmuls(fn.jaxpr(*args, **kwargs))
-    if count:
+    suffix = of_program_check(fn, args, kwargs, note)
+    counts = [(name, n) for name, n in _unconditional_matmuls_per_kernel(fn.jaxpr(*args, **kwargs)) if n]
+    if counts:
+        where = ", ".join(f"{n} in {name}" for name, n in counts)
         raise WrongResult(
-            f"{fn.display} runs {count} matmul(s) on every grid step: a block that the mask "
-            f"empties is still computed. Put the block's work under pl.when(<block needed>)."
-            + (f"\n  {why}" if why else "") + (f"\n  reproduce: {repro}" if repro else ""))
+            f"{fn.display} runs {sum(n for _, n in counts)} matmul(s) on every grid step "
+            f"({where}): a block that the mask empties is still computed. Put the block's work "
+            f"under pl.when(<block needed>)."
+            + (f"\n  {why}" if why else "") + suffix)
 
 
 def _unconditional_dots(jaxpr) -> int:
@@ -253,16 +399,8 @@ def pipeline_schedule(closed_jaxpr, order=None) -> list[OperandSchedule]:
 
 def _block_indices(block: jax_internals.OperandBlocks, points) -> list[tuple[int, ...]]:
     """One operand's index map, evaluated at each grid point."""
-    import jax
-
-    index_map = block.index_map
-    if not points or not points[0]:  # no grid: one step, block (0, ...)
-        return [tuple(int(np.asarray(c)) for c in jax.core.eval_jaxpr(index_map.jaxpr, index_map.consts))
-                for _ in points]
-    coords = np.asarray(points, np.int32).T
-    columns = jax.vmap(lambda *g: jax.core.eval_jaxpr(index_map.jaxpr, index_map.consts, *g))(*coords)
-    table = np.stack([np.broadcast_to(np.asarray(c), coords.shape[1:]) for c in columns], axis=1)
-    return [tuple(int(i) for i in row) for row in table]
+    steps = np.asarray(points, int).reshape(len(points), -1).T
+    return [tuple(int(i) for i in row) for row in _evaluate_index_map(block.index_map, steps)]
 
 
 def _in_bounds(index, sizes, shape) -> int:
@@ -277,7 +415,7 @@ def _in_bounds(index, sizes, shape) -> int:
 
 def assert_schedule_matches(fn, grid, in_specs, out_specs, in_shapes, out_shapes, *,
                             hbm_bytes: int | None = None, record: bool = True,
-                            repro: str = "") -> None:
+                            note: str = "") -> None:
     """fn(grid, in_specs, out_specs, in_shapes, out_shapes) must return the schedule the
     pipeline runs: `.copies` per input and `.write_backs` per output as lists of (grid
     point, block index), `.hbm_bytes`, and `.revisited` output blocks per output.
@@ -297,7 +435,7 @@ def assert_schedule_matches(fn, grid, in_specs, out_specs, in_shapes, out_shapes
     from . import tpu_checks
     from .checks import graded
 
-    suffix = f"\n  reproduce: {repro}" if repro else ""
+    suffix = of_program_check(fn, (grid, in_specs, out_specs, in_shapes, out_shapes), {}, note)
 
     def zero_outputs(*refs):
         for ref in refs[len(in_specs):]:

@@ -119,7 +119,7 @@ def _dims(shape) -> str:
     return "(" + ", ".join(str(d) for d in shape) + ")"
 
 
-def assert_rule_matches_lowering(fn, triples, *, repro: str = "", compiler: str | None = None) -> None:
+def assert_rule_matches_lowering(fn, triples, *, note: str = "", compiler: str | None = None) -> None:
     """fn(array_shape, block_shape, dtype) -> reason | None must agree with the TPU lowering
     on every (array_shape, block_shape, dtype) triple: None exactly where it lowers, a
     non-empty reason (a str) exactly where it does not.
@@ -128,18 +128,20 @@ def assert_rule_matches_lowering(fn, triples, *, repro: str = "", compiler: str 
     the lowering accepts and fn refuses, so that the failure says what a dtype's tile
     really decides: whether the compiler, later, takes the block.
     """
-    suffix = f"\n  reproduce: {repro}" if repro else ""
+    from .reproduction import reproduction
+
     for array_shape, block_shape, dtype in triples:
         call = f"{fn.display.split('(')[0]}({tuple(array_shape)}, {tuple(block_shape)}, {dtype!r})"
         said = fn(tuple(array_shape), tuple(block_shape), dtype)
+        suffix = reproduction(fn, note=note)
         error = lowering_error(tuple(array_shape), tuple(block_shape), dtype)
         if said is not None and not (isinstance(said, str) and said.strip()):
             raise WrongResult(f"{fn.display}: {call} returned {said!r}; expected None (legal) "
                               f"or a non-empty str saying why the block is illegal.{suffix}")
         if error is None and said is not None:
-            note = _compiler_note(array_shape, block_shape, dtype, compiler) if compiler else ""
+            compiled = _compiler_note(array_shape, block_shape, dtype, compiler) if compiler else ""
             raise WrongResult(f"{fn.display}: {call} says the block is illegal ({said!r}), but "
-                              f"the TPU lowering accepts it.{note}{suffix}")
+                              f"the TPU lowering accepts it.{compiled}{suffix}")
         if error is not None and said is None:
             raise WrongResult(f"{fn.display}: {call} returned None (legal), but the TPU lowering "
                               f"rejects it: {explain(array_shape, block_shape, dtype, error)}"

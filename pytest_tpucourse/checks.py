@@ -5,12 +5,14 @@ the same (already dtype-rounded) inputs, under the tolerance rule of
 tolerance.py. Every output and every grad is checked and reported on its own
 (`dq`, `dk`, `dv` each with its error and its bound). Failures are WrongResult
 outcomes whose message names the function, the output, the error against the
-bound, the worst element, and a one-line reproducer.
+bound, the worst element, and the lines that make the same call again at a Python
+prompt, written from the call itself (reproduction.py); `note=` adds what a call cannot
+show.
 
     checks.assert_matches_reference(impl.matmul.matmul, (x, y), kwargs=blocks,
-                                    reference=references.MATMUL, repro=...)
+                                    reference=references.MATMUL)
     checks.assert_grads_match(flash, (q, k, v), reference=references.ATTENTION.bind(causal=True),
-                              argnames=("dq", "dk", "dv"), seed=seed, repro=...)
+                              argnames=("dq", "dk", "dv"), seed=seed)
 """
 
 from __future__ import annotations
@@ -19,11 +21,13 @@ import functools
 
 import numpy as np
 
-from . import structure, tolerance
+from . import jax_internals, structure, tolerance
 from .grading.calls import GradedFunction
 from .grading.compiled import CompiledPrograms
 from .grading.deadline import DeadlineExceeded
 from .outcomes import CheckerError, GradingOutcome, WrongResult
+from .reproduction import remember, reproduction
+from .strategies import cotangents_like
 
 
 def graded(function, name: str) -> GradedFunction:
@@ -31,21 +35,40 @@ def graded(function, name: str) -> GradedFunction:
     return GradedFunction(function, name)
 
 
+def gradient(fn: GradedFunction, *, argnums=(0, 1, 2), **kwargs) -> GradedFunction:
+    """The gradient of sum(fn(*args, **kwargs)) (in float32) with respect to `argnums`,
+    graded as fn's own code: a stub is still TODO, an error still names fn's file. Its
+    program holds fn's forward and backward, so structural checks and race checks on it
+    see every kernel a training step runs."""
+    import jax
+
+    return fn.derived(
+        lambda function: jax.grad(lambda *a: function(*a, **kwargs).astype("float32").sum(),
+                                  argnums=argnums),
+        f"the gradient of {fn.display}")
+
+
 # ---------------------------------------------------------------- values
 
 
 def assert_close(actual, expected, *, fn, dtype, tol: float | None = None, floor=None,
-                 kind: str = "forward", what: str = "output", repro: str = "") -> None:
+                 kind: str = "forward", what: str = "output", note: str = "") -> None:
     """Fail with a WrongResult unless `actual` matches the float64 oracle output `expected`.
 
-    fn: the graded function that produced `actual` (named in every message).
+    fn: the graded function that produced `actual` (named in every message; its latest call
+      in this test is the reproduction).
     dtype: the dtype `actual` must have.
     floor: the XLA floor's output on the same inputs; its error scales the bound.
     tol: an explicit bound, replacing the rule (per-test override).
     kind: "forward" or "grad" (picks the base tolerance).
+    note: what the reproduction cannot show (values the test set by hand, say).
     """
+    _assert_close(actual, expected, fn=fn, dtype=dtype, tol=tol, floor=floor, kind=kind, what=what,
+                  suffix=reproduction(fn, note=note))
+
+
+def _assert_close(actual, expected, *, fn, dtype, tol, floor, kind, what, suffix) -> None:
     name = f"{fn.display}: {what}"
-    suffix = f"\n  reproduce: {repro}" if repro else ""
     want = np.dtype(dtype)
     expected = np.asarray(expected)
 
@@ -62,9 +85,9 @@ def assert_close(actual, expected, *, fn, dtype, tol: float | None = None, floor
     per_device = _shards_by_device(actual)
     if per_device:
         for device, index, data in per_device:
-            assert_close(data, expected[index], fn=fn, dtype=dtype, tol=tol,
-                         floor=None if floor is None else np.asarray(floor)[index], kind=kind,
-                         what=f"{what} on device {device}", repro=repro)
+            _assert_close(data, expected[index], fn=fn, dtype=dtype, tol=tol,
+                          floor=None if floor is None else np.asarray(floor)[index], kind=kind,
+                          what=f"{what} on device {device}", suffix=suffix)
         return
     if not _is_float_dtype(want):
         _assert_exact(name, np.asarray(actual), expected.astype(want), suffix)
@@ -72,8 +95,8 @@ def assert_close(actual, expected, *, fn, dtype, tol: float | None = None, floor
 
     got = np.asarray(actual).astype(np.float64)
     ref = tolerance.rounded_reference(expected, want)
-    _assert_same_non_finite(name, got, ref, suffix)
     floor64 = None if floor is None else np.asarray(floor).astype(np.float64)
+    _assert_same_non_finite(fn, name, got, ref, floor64, suffix)
     error, bound, floor_error = tolerance.judge(got, expected, want, kind, floor64)
     if tol is not None:
         bound, rule = tol, "set by this test"
@@ -113,18 +136,33 @@ def _assert_exact(name, got, ref, suffix) -> None:
                           f"{list(first)}: got {got[first]}, expected {ref[first]}).{suffix}")
 
 
-def _assert_same_non_finite(name, got, ref, suffix) -> None:
-    """NaN/Inf never pass, unless the oracle has the very same value in the same place."""
+def _assert_same_non_finite(fn, name, got, ref, floor, suffix) -> None:
+    """NaN/Inf never pass, unless the oracle has the very same value in the same place.
+
+    The report says what was seen (how many NaN and Inf, the first, whether the inputs held
+    any) and the causes that fit: arithmetic that overflowed, or, only where a kernel ran
+    under TPU interpret mode and the XLA floor is finite there, memory read before it was
+    written (which that mode fills with NaN).
+    """
     same = (np.isnan(got) & np.isnan(ref)) | (got == ref)
     bad = ~np.isfinite(got) & ~same
     if bad.any():
         first = tuple(int(i) for i in np.argwhere(bad)[0])
-        kinds = "NaN" if np.isnan(got[bad]).all() else "NaN/Inf"
-        raise WrongResult(
-            f"{name} has {int(bad.sum())} {kinds} values of {got.size} (first at {list(first)}), "
-            f"where the reference is {ref[first]:g}.\n  Under TPU interpret mode uninitialised "
-            f"memory reads NaN: a block never written, or a scratch buffer read before it is set."
-            f"{suffix}")
+        counts = [f"{int(n):,} {label}" for n, label in
+                  (((np.isnan(got) & bad).sum(), "NaN"), ((np.isinf(got) & bad).sum(), "Inf")) if n]
+        lines = [f"{name} has {' and '.join(counts)} of {got.size:,} values (the first at {list(first)}: "
+                 f"{got[first]:g} where the reference is {ref[first]:g})."]
+        held = _non_finite_inputs(fn)
+        if held is not None:
+            lines.append(f"  The inputs {held}.")
+        if _kernel_ran_under_tpu_interpret(fn) and (floor is None or np.isfinite(floor[first])):
+            lines.append("  Under TPU interpret mode memory read before it is written holds NaN: a block "
+                         "never written, or a scratch buffer read before it is set?")
+        if held in (None, "hold no NaN or Inf"):
+            lines.append("  From finite inputs, Inf is an overflow (exp of a large value, say) or a division "
+                         "by zero, and NaN is inf - inf, inf / inf or 0 * inf on the way: subtracting a "
+                         "row's max before exp keeps it finite.")
+        raise WrongResult("\n".join(lines) + suffix)
     missing = np.isfinite(got) & ~np.isfinite(ref)
     if missing.any():
         first = tuple(int(i) for i in np.argwhere(missing)[0])
@@ -132,17 +170,76 @@ def _assert_same_non_finite(name, got, ref, suffix) -> None:
                           f"{ref[first]:g}.{suffix}")
 
 
-def assert_equal(actual, expected, *, fn, what: str, repro: str = "") -> None:
+def _non_finite_inputs(fn) -> str | None:
+    """What the inputs of fn's latest call held that was not finite, in words; None if unknown."""
+    import jax
+
+    from .reproduction import last_call
+
+    call = last_call(fn)
+    if call is None:
+        return None
+    found = []
+    for index, leaf in enumerate(jax.tree.leaves((call.args, call.kwargs))):
+        if not (hasattr(leaf, "dtype") and _is_float_dtype(leaf.dtype)):
+            continue
+        values = np.asarray(leaf).astype(np.float64)
+        nan, inf = int(np.isnan(values).sum()), int(np.isinf(values).sum())
+        if nan or inf:
+            what = " and ".join(f"{n:,} {label}" for n, label in ((nan, "NaN"), (inf, "Inf")) if n)
+            found.append(f"input {index} {what}")
+    return "hold no NaN or Inf" if not found else "hold " + "; ".join(found) + " themselves"
+
+
+def _kernel_ran_under_tpu_interpret(fn) -> bool:
+    """Whether fn's latest call ran a pallas_call, under TPU interpret mode."""
+    from .reproduction import last_call
+
+    mode = jax_internals.interpret_mode_in_effect()
+    call = last_call(fn)
+    if call is None or type(mode).__name__ != "InterpretParams":
+        return False
+    try:
+        return structure.count_pallas_calls(fn.jaxpr(*call.args, **call.kwargs)) > 0
+    except Exception:
+        return False
+    finally:
+        fn.context.calls[fn.display] = call  # the reproduction stays the call that was judged
+
+
+def assert_equal(actual, expected, *, fn, what: str, note: str = "") -> None:
     """Fail with a WrongResult unless `actual == expected`: for exact, non-array results
-    (counts, tables, a simulated schedule), where no tolerance applies."""
-    if not actual == expected:
-        raise WrongResult(f"{fn.display}: {what} is {actual!r}; expected {expected!r}."
-                          + (f"\n  reproduce: {repro}" if repro else ""))
+    (counts, tables, a parsed program, a simulated schedule), where no tolerance applies.
+    Dicts name the keys that differ; sequences of the same length the first item."""
+    if actual == expected:
+        return
+    if isinstance(actual, dict) and isinstance(expected, dict):
+        wrong = [f"{k!r}: {actual[k]!r} (expected {expected[k]!r})" for k in expected
+                 if k in actual and actual[k] != expected[k]]
+        missing = [repr(k) for k in expected if k not in actual]
+        extra = [repr(k) for k in actual if k not in expected]
+        parts = ([f"wrong {', '.join(wrong[:6])}"] if wrong else []) \
+            + ([f"missing {', '.join(missing[:6])}"] if missing else []) \
+            + ([f"not expected {', '.join(extra[:6])}"] if extra else [])
+        detail = f"{what} differs: {'; '.join(parts)}.\n  expected {expected!r}"
+    elif (isinstance(actual, (list, tuple)) and isinstance(expected, (list, tuple))
+          and len(actual) == len(expected)):
+        index = next(i for i, (a, e) in enumerate(zip(actual, expected)) if a != e)
+        detail = (f"{what} differs first at [{index}]: {actual[index]!r}, expected {expected[index]!r}."
+                  f"\n  expected {expected!r}")
+    else:
+        detail = f"{what} is {actual!r}; expected {expected!r}."
+    raise WrongResult(f"{fn.display}: {detail}" + reproduction(fn, note=note))
+
+
+def fail(fn, message: str, *, note: str = "") -> None:
+    """Fail the test as fn's mistake: `message` (naming fn) and fn's reproduction."""
+    raise WrongResult(message + reproduction(fn, note=note))
 
 
 def assert_matches_reference(fn, args, *, reference, kwargs=None, names=None,
                              tol: float | None = None, require_kernel: bool = True,
-                             repro: str = "") -> None:
+                             note: str = "") -> None:
     """Run fn(*args, **kwargs) and check every output against the oracle in float64.
 
     reference: a references.Reference (bind its own keyword arguments first):
@@ -152,6 +249,7 @@ def assert_matches_reference(fn, args, *, reference, kwargs=None, names=None,
     kwargs: keyword arguments for fn only (block sizes).
     names: one name per output leaf ("out", "lse"); default "output[i]".
     require_kernel: fail unless fn's program contains a pallas_call (anti-cheat).
+    note: what the reproduction of the call cannot show.
     """
     kwargs = kwargs or {}
     if require_kernel:
@@ -161,11 +259,11 @@ def assert_matches_reference(fn, args, *, reference, kwargs=None, names=None,
     floor_out = _run_test_code("floor", _compiled(programs, reference.floor), args, {})
     expected = _run_oracle(programs, reference.oracle, args, {})
     _compare_trees(fn, got, expected, floor_out, names=names, tol=tol, kind="forward",
-                   what="output", repro=repro)
+                   what="output", suffix=reproduction(fn, note=note))
 
 
 def assert_rejects(fn, args, *, kwargs=None, error: type[Exception] = ValueError,
-                   mentions=(), repro: str = "") -> None:
+                   mentions=(), note: str = "") -> None:
     """fn(*args, **kwargs) must raise `error` whose message names every string in `mentions`.
 
     For inputs a function documents as unsupported (a length its blocks do not divide):
@@ -175,7 +273,8 @@ def assert_rejects(fn, args, *, kwargs=None, error: type[Exception] = ValueError
 
     kwargs = kwargs or {}
     function = fn.resolve()
-    suffix = f"\n  reproduce: {repro}" if repro else ""
+    remember(fn, "call", args, kwargs)
+    suffix = reproduction(fn, note=note)
     expected = f"a {error.__name__} naming {', '.join(map(repr, mentions))}" if mentions \
         else f"a {error.__name__}"
     try:
@@ -204,7 +303,7 @@ def assert_rejects(fn, args, *, kwargs=None, error: type[Exception] = ValueError
 
 def assert_grads_match(fn, args, *, reference, argnames, kwargs=None, seed: int = 0,
                        tol: float | None = None, check_custom_vjp: bool = True,
-                       repro: str = "") -> None:
+                       note: str = "") -> None:
     """Check fn's VJP for random cotangents: each named input's grad on its own.
 
     argnames: one entry per positional arg, the grad's name ("dq") or None to
@@ -221,7 +320,7 @@ def assert_grads_match(fn, args, *, reference, argnames, kwargs=None, seed: int 
         raise CheckerError(f"argnames {argnames} must name each of the {len(args)} inputs (or None)")
     programs = fn.context.programs
     floor_out = _run_test_code("floor", _compiled(programs, reference.floor), args, {})
-    cotangents = _random_like(floor_out, seed)
+    cotangents = cotangents_like(floor_out, seed)
     _, got = fn.vjp(tuple(args), cotangents, **kwargs)
 
     def floor_grads():
@@ -236,13 +335,14 @@ def assert_grads_match(fn, args, *, reference, argnames, kwargs=None, seed: int 
         # Inputs named None (masks, integer tables) have float0 cotangents: skip them.
         oracle_g = [None if name is None else np.asarray(g, dtype=np.float64)
                     for name, g in zip(argnames, oracle_g)]
+    suffix = reproduction(fn, note=note, cotangent_seed=seed)
     for name, g, ref, fl, arg in zip(argnames, got, oracle_g, floor_g, args):
         if name is None:
             continue
-        assert_close(g, ref, fn=fn, dtype=np.asarray(arg).dtype, tol=tol, floor=np.asarray(fl),
-                     kind="grad", what=f"grad {name}", repro=repro)
+        _assert_close(g, ref, fn=fn, dtype=np.asarray(arg).dtype, tol=tol, floor=np.asarray(fl),
+                      kind="grad", what=f"grad {name}", suffix=suffix)
     if check_custom_vjp and structure.defines_custom_vjp(fn.jaxpr(*args, **kwargs)):
-        _assert_vjp_consistent_with_forward(fn, args, kwargs, repro)
+        _assert_vjp_consistent_with_forward(fn, args, kwargs, suffix)
 
 
 def _pullback(programs: CompiledPrograms, function):
@@ -272,21 +372,34 @@ CHECK_GRADS_EPS = 1e-3
 CHECK_GRADS_TOL = 1e-2
 
 
-def _assert_vjp_consistent_with_forward(fn, args, kwargs, repro) -> None:
+def _assert_vjp_consistent_with_forward(fn, args, kwargs, suffix) -> None:
+    """jax.test_util.check_grads(f, args, order=1, modes=["rev"]), with f and its VJP run as the
+    graded calls run: one compiled program each, the VJP's often the one the grads check above
+    already compiled. Op by op, check_grads compiled every primitive of both on its own (28
+    programs for one flash attention shape, most of chapter 13's grading time)."""
+    import jax
     import jax.numpy as jnp
-    from jax.test_util import check_grads
+    from jax.test_util import check_vjp
 
     function = fn.resolve()
+    programs = fn.context.programs
+    forward, pullback = programs.get(function, kwargs, "call"), programs.get(function, kwargs, "vjp")
     args32 = tuple(jnp.asarray(a, jnp.float32) if _is_float(a) else a for a in args)
+
+    def f_vjp(*primals):
+        def vjp_of(cotangents):
+            return pullback(primals, jax.tree.map(jnp.asarray, cotangents))[1]
+        return forward(*primals), vjp_of
+
     try:
-        check_grads(lambda *a: function(*a, **kwargs), args32, order=1, modes=["rev"],
-                    eps=CHECK_GRADS_EPS, atol=CHECK_GRADS_TOL, rtol=CHECK_GRADS_TOL)
+        check_vjp(forward, f_vjp, args32, eps=CHECK_GRADS_EPS, atol=CHECK_GRADS_TOL,
+                  rtol=CHECK_GRADS_TOL, err_msg="VJP")
     except AssertionError as error:
         first = "\n".join(str(error).strip().splitlines()[:4])
         raise WrongResult(
             f"{fn.display}: its custom_vjp backward disagrees with numerical differentiation of "
             f"its own forward (jax.test_util.check_grads, reverse mode, float32):\n  {first}"
-            + (f"\n  reproduce: {repro}" if repro else "")) from None
+            + suffix) from None
     except GradingOutcome:
         raise
     except Exception as error:  # the learner's code raised inside check_grads
@@ -296,7 +409,7 @@ def _assert_vjp_consistent_with_forward(fn, args, kwargs, repro) -> None:
 # ---------------------------------------------------------------- helpers
 
 
-def _compare_trees(fn, got, expected, floor_out, *, names, tol, kind, what, repro) -> None:
+def _compare_trees(fn, got, expected, floor_out, *, names, tol, kind, what, suffix) -> None:
     import jax
 
     want_leaves, want_tree = jax.tree.flatten(floor_out)
@@ -310,10 +423,10 @@ def _compare_trees(fn, got, expected, floor_out, *, names, tol, kind, what, repr
     if got_tree != want_tree:
         raise WrongResult(
             f"{fn.display} returned {_describe_tree(got)}; expected {_describe_tree(floor_out)} "
-            f"({', '.join(names)})." + (f"\n  reproduce: {repro}" if repro else ""))
+            f"({', '.join(names)})." + suffix)
     for name, g, e, f in zip(names, got_leaves, expected_leaves, want_leaves):
-        assert_close(g, e, fn=fn, dtype=np.asarray(f).dtype, tol=tol, floor=np.asarray(f),
-                     kind=kind, what=name, repro=repro)
+        _assert_close(g, e, fn=fn, dtype=np.asarray(f).dtype, tol=tol, floor=np.asarray(f),
+                      kind=kind, what=name, suffix=suffix)
 
 
 def _describe_tree(tree) -> str:
@@ -362,16 +475,6 @@ def _as_float64(tree):
 
     return jax.tree.map(lambda x: jnp.asarray(np.asarray(x, dtype=np.float64)) if _is_float(x) else x,
                         tree)
-
-
-def _random_like(tree, seed: int):
-    import jax
-    import jax.numpy as jnp
-
-    rng = np.random.default_rng(seed)
-    return jax.tree.map(
-        lambda x: jnp.asarray(rng.standard_normal(np.shape(x)).astype(np.float32), dtype=x.dtype),
-        tree)
 
 
 # Structural checks live in structure.py; re-exported as part of the checker's API.

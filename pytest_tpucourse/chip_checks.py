@@ -108,7 +108,7 @@ def compiler_allowance(buffers) -> int:
 
 
 def assert_footprint_matches_compiler(fn, got, kernel, args, *, what: str, chip: str = DEFAULT_CHIP,
-                                      repro: str = "") -> None:
+                                      note: str = "") -> None:
     """fn's answer `got` for kernel's VMEM must be the bytes the compiler needed (vmem_needed_bytes),
     less the compiler's own internal scratch where it adds one (compiler_allowance)."""
     import jax
@@ -122,20 +122,21 @@ def assert_footprint_matches_compiler(fn, got, kernel, args, *, what: str, chip:
     counted = (f"the {chip} compiler's E1001 count, {needed:,} bytes" + (
         f", less the {allowance:,}-byte internal scratch it adds for a bf16 block under 8 rows" if allowance else ""))
     checks.assert_close(np.asarray(got), np.int64(needed - allowance), fn=fn, dtype="int64",
-                        what=f"VMEM bytes of {what}, against {counted}", repro=repro)
+                        what=f"VMEM bytes of {what}, against {counted}", note=note)
 
 
 def assert_blocks_compile(fn, blocks, m: int, k: int, n: int, *, dtype, chip: str, vmem_limit_bytes: int,
-                          repro: str = "") -> None:
+                          note: str = "") -> None:
     """Chapter 11's matmul at `blocks` (fn's pick) must compile for `chip` under vmem_limit_bytes."""
     import jax
     import jax.numpy as jnp
 
     from . import tpu_compile
+    from .reproduction import reproduction
 
     bm, bk, bn = blocks
     args = (jax.ShapeDtypeStruct((m, k), jnp.dtype(dtype)), jax.ShapeDtypeStruct((k, n), jnp.dtype(dtype)))
-    suffix = f"\n  reproduce: {repro}" if repro else ""
+    suffix = reproduction(fn, note=note)
     try:
         tpu_compile.compile_for(matmul_schedule(bm, bk, bn, vmem_limit_bytes=vmem_limit_bytes), *args, chip=chip)
     except tpu_compile.TpuCompileError as error:
@@ -174,4 +175,4 @@ def assert_efficiency_matches_vmatmuls(fn, m: int, k: int, n: int, *, chip: str,
                         what=(f"MXU efficiency of a bf16 ({m}, {k}) @ ({k}, {n}) on {chip}, against the compiler's "
                               f"{pushes} vmatmul (each a {BF16_PUSH_ROWS}-row push through a {mxu_width}x{mxu_width} "
                               f"weight tile: {capacity:,} MACs for {m * k * n:,} useful)"),
-                        repro=f"mxu_efficiency({m}, {k}, {n}, mxu_width={mxu_width})  # {chip}")
+                        note=f"compiled for {chip}")

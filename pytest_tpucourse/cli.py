@@ -6,7 +6,7 @@
     tpucourse bench                                        # bench/records.jsonl -> bench/README.md
     tpucourse blockspec --shape 1000x384 --block 128x128 --dtype bfloat16   # the BlockSpec sandbox
     tpucourse timeline exchange-deadlock --devices 4       # a schedule's semaphore timeline
-    tpucourse progress | hint ch11.matmul | reset ch11.matmul | watch ch11   # the learner's loop
+    tpucourse progress | hint ch11.matmul | solution ch11.matmul | reset ch11.matmul | watch ch11
     tpucourse tick ch15 3                                                    # a self-test item, your word
     tpucourse xray model.py:loss --shapes 8x128 128x10:bfloat16 [--html xray.html] [--chip v5e]   # the IR x-ray
     tpucourse compile exercises/ch11/matmul.py:matmul --chip v5e --shape 1024x1024,1024x1024 \
@@ -29,7 +29,8 @@ def main(argv=None) -> int:
 
     r = subcommands.add_parser("roofline", help="floor, bound, intensity and ridge of an op on a chip")
     r.add_argument("--chip", default=chips.DEFAULT_CHIP, help=", ".join(chips.KNOWN_CHIPS))
-    r.add_argument("--op", choices=sorted(roofline.OPS), help="matmul (MxKxN) or add (MxN)")
+    r.add_argument("--op", choices=sorted(roofline.OPS),
+                   help="; ".join(f"{op} ({form})" for op, (form, _) in roofline.OPS.items()))
     r.add_argument("--shape", help="e.g. 4096x4096x4096")
     r.add_argument("--dtype", default="bfloat16")
     r.add_argument("--plot", metavar="PNG", help="draw the chip's roofline with the op and the records' points")
@@ -63,6 +64,9 @@ def main(argv=None) -> int:
     c.add_argument("chapter", help="chNN, e.g. ch15; alone, lists the items and your ticks")
     c.add_argument("item", nargs="?", type=int, help="the item's number (1-based)")
     c.add_argument("--undo", action="store_true", help="remove the tick")
+    o = subcommands.add_parser("solution", help="an exercise's shipped solution, once your run has seen it done")
+    o.add_argument("exercise", help="chNN.exercise, e.g. ch11.matmul")
+    o.add_argument("--force", action="store_true", help="show it before the exercise is done (progress says so)")
     s = subcommands.add_parser("reset", help="put an exercise's stub back as shipped (your file is backed up)")
     s.add_argument("exercise", help="chNN.module, e.g. ch11.matmul")
     s.add_argument("--yes", action="store_true", help="overwrite without asking")
@@ -99,7 +103,7 @@ def main(argv=None) -> int:
 
     handlers = {"roofline": _roofline, "bench": _bench, "mesh": ici.mesh_command,
                 "blockspec": blockspecs.main, "progress": commands.progress, "hint": commands.hint,
-                "reset": commands.reset, "tick": self_test.tick, "watch": watch.main, "xray": xray_render.main,
+                "reset": commands.reset, "solution": commands.solution, "tick": self_test.tick, "watch": watch.main, "xray": xray_render.main,
                 "compile": compile_command.run, "timeline": timeline.command}
     try:
         return handlers[args.command](args)

@@ -62,7 +62,7 @@ def compiled_hlo(fn, *args, **kwargs) -> str:
         return fn.context.programs.get(function, kwargs, "call").lower(*args).compile().as_text()
 
 
-def assert_ring_collectives(fn, *args, max_elements: int | None = None, repro: str = "",
+def assert_ring_collectives(fn, *args, max_elements: int | None = None, note: str = "",
                             **kwargs) -> None:
     """fn must communicate through collective-permutes only, each moving at most max_elements.
 
@@ -71,7 +71,10 @@ def assert_ring_collectives(fn, *args, max_elements: int | None = None, repro: s
     reduce-scatter, all-to-all: the answer in one instruction), or when a collective-permute
     moves more than one chunk (max_elements).
     """
-    suffix = f"\n  reproduce: {repro}" if repro else ""
+    from .reproduction import remember, reproduction
+
+    remember(fn, "call", args, kwargs)
+    suffix = reproduction(fn, note=note)
     found = compiled_collectives(fn, *args, **kwargs)
     built_in = sorted({c.op for c in found if c.op in BUILT_IN})
     if built_in:

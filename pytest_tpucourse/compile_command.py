@@ -12,7 +12,6 @@ timed, and none of it is a speed.
 
 from __future__ import annotations
 
-import importlib.util
 import re
 import sys
 from collections import Counter
@@ -107,15 +106,9 @@ def load_function(target: str):
     path = Path(path_text).resolve()
     if not path.is_file():
         raise ValueError(f"{path_text} is not a file")
-    if re.fullmatch(r"ch\d\d", path.parent.name):
-        from .grading.tree import GradedTree, _chapter_package
+    from .grading.tree import import_file
 
-        package = _chapter_package(GradedTree("impl-root", path.parent.parent), path.parent.name)
-        module = importlib.import_module(f"{package}.{path.stem}")
-    else:
-        spec = importlib.util.spec_from_file_location(f"_tpucourse_compile_{path.stem}", path)
-        module = importlib.util.module_from_spec(spec)
-        spec.loader.exec_module(module)
+    module = import_file(path)
     function = getattr(module, name, None)
     if not callable(function):
         raise ValueError(f"{path_text} has no function {name}()")

@@ -10,14 +10,21 @@ from __future__ import annotations
 
 
 class GradingOutcome(Exception):
-    """Base class: the message is the whole report."""
+    """Base class: the message is the whole report; `headline` says it in one line (the run's
+    summary, `tpucourse progress` and watch show it), by default the message's first line."""
 
-    def __init__(self, message: str):
+    def __init__(self, message: str, headline: str | None = None):
         super().__init__(message)
         self.message = message
+        self.headline = headline or first_line(message)
 
     def render(self) -> str:
         return self.message
+
+
+def first_line(text: str) -> str:
+    """The first non-empty line of a report, stripped."""
+    return next((line.strip() for line in text.splitlines() if line.strip()), "")
 
 
 class Todo(GradingOutcome):

@@ -9,9 +9,11 @@ run, so it loads nothing heavy: no JAX, NumPy or hypothesis until a course run s
 
 from __future__ import annotations
 
+import importlib.util
+
 import pytest
 
-from . import chips
+from . import chips, profiles
 from .gates import markers, timer
 from .grading import backend
 from .grading.deadline import DEFAULT_SECONDS
@@ -69,6 +71,9 @@ def pytest_addoption(parser: pytest.Parser) -> None:
         "--records", metavar="PATH", default=None,
         help="gate records file to append to (default: bench/records.jsonl in the course checkout)",
     )
+    if importlib.util.find_spec("xdist") is None:  # say what -n needs instead of "unrecognized arguments"
+        group.addoption("-n", "--numprocesses", dest="tpucourse_numprocesses", default=None,
+                        help="needs pytest-xdist: pip install pytest-xdist (or pip install -e '.[test]')")
 
 
 @pytest.hookimpl(tryfirst=True)  # the course's hypothesis profiles exist before hypothesis loads one
@@ -81,6 +86,7 @@ def pytest_configure(config: pytest.Config) -> None:
         config.pluginmanager.register(session, "tpucourse-session")
 
 
+@pytest.hookimpl(trylast=True)  # the run's last word: close() may end the process (session.py)
 def pytest_unconfigure(config: pytest.Config) -> None:
     session = config.stash.get(SESSION, None)
     if session is not None:
@@ -182,13 +188,19 @@ def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item
 
 @pytest.hookimpl(wrapper=True)
 def pytest_runtest_call(item: pytest.Item):
-    """A test marked kernel_timeout(s) gives its graded calls at most s seconds (deadlock tests)."""
+    """A graded property test draws the examples of its graded file (session.seed_examples), in
+    the dev profile over the cases its explicit examples compiled; a test marked
+    kernel_timeout(s) gives its graded calls at most s seconds (deadlock tests)."""
     seconds = markers.kernel_timeout(item)
     session = item.config.stash.get(SESSION, None)
-    if seconds is None or session is None:
+    if session is None:
         return (yield)
-    with session.grading.deadline.at_most(seconds, "this test's kernel_timeout marker"):
-        return (yield)
+    session.seed_examples(item)
+    with profiles.drawing_for(getattr(item, "obj", None)):
+        if seconds is None:
+            return (yield)
+        with session.grading.deadline.at_most(seconds, "this test's kernel_timeout marker"):
+            return (yield)
 
 
 @pytest.hookimpl(wrapper=True)
@@ -197,9 +209,12 @@ def pytest_runtest_makereport(item: pytest.Item, call: pytest.CallInfo):
     report = yield
     found = outcome_report(call.excinfo.value) if call.excinfo else None
     if found is not None:
-        report.longrepr, report.tpucourse_todo = found
-    if report.failed and call.when == "call" and SESSION in item.config.stash:
-        backend.reset_after_failure()  # a failing kernel's simulated TPU state must not leak
+        report.longrepr, report.tpucourse_todo, report.tpucourse_headline = found
+    session = item.config.stash.get(SESSION, None)
+    if report.failed and session is not None:
+        session.reported(item, report, outcome=found is not None)
+        if call.when == "call":
+            backend.reset_after_failure()  # a failing kernel's simulated TPU state must not leak
     return report
 
 

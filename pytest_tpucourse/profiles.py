@@ -4,43 +4,101 @@ Every new array shape recompiles a kernel (0.1-0.7 s under interpret mode), so
 the example budgets are small and the strategies draw from few shapes; corner
 cases that matter are explicit `@example`s or parametrizations and run on every
 profile. No deadline: interpret-mode timings say nothing about the kernel.
-The session registers them (`register()`) when a run inside the course starts.
+The session loads one (`load()`) when a run inside the course starts.
+
+In `dev`, a learner's profile, a property test with explicit examples draws its
+generated examples over the cases those examples already compiled: new seeds (new
+values) on the same shapes, dtypes and settings, so they cost no compile. Each
+`strategies.few` or `strategies.dtypes` draw keeps the options an explicit example
+of the running test uses (all of them if none does). `ci` and `thorough` draw every
+option: new shapes as well.
+
+Importing this module loads no hypothesis.
 """
 
 from __future__ import annotations
 
+import contextlib
 import os
-
-from hypothesis import HealthCheck, Phase, settings
 
 DEFAULT_PROFILE = "dev"
 CI_PROFILE = "ci"
+PROFILES = ("dev", "ci", "thorough")
 
-_COMMON = dict(
-    deadline=None,
-    # One distinct failure is what a learner needs; several at once is noise.
-    report_multiple_bugs=False,
-    suppress_health_check=[HealthCheck.too_slow, HealthCheck.data_too_large],
-    print_blob=True,
-)
-
-# Inputs are built from a drawn seed, so shrinking has little to simplify, and
-# each shrink or explain step that picks another shape pays a compile (minutes
-# for one failing test). The first failing example is reported as found.
-_NO_SHRINK = (Phase.explicit, Phase.reuse, Phase.generate)
+_active: str | None = None  # the profile the session loaded
+_explicit_values: list = []  # every argument value of the running test's explicit examples
 
 
 def register() -> None:
     """Register dev, ci and thorough with hypothesis."""
-    settings.register_profile("dev", max_examples=3, phases=_NO_SHRINK, **_COMMON)
+    from hypothesis import HealthCheck, Phase, settings
+
+    common = dict(
+        deadline=None,
+        # One distinct failure is what a learner needs; several at once is noise.
+        report_multiple_bugs=False,
+        suppress_health_check=[HealthCheck.too_slow, HealthCheck.data_too_large],
+        # No "@reproduce_failure" advice: graded tests are not the learner's to edit; a failed
+        # check prints its own reproduction (reproduction.py).
+        print_blob=False,
+    )
+    # Inputs are built from a drawn seed, so shrinking has little to simplify, and
+    # each shrink or explain step that picks another shape pays a compile (minutes
+    # for one failing test). The first failing example is reported as found.
+    no_shrink = (Phase.explicit, Phase.reuse, Phase.generate)
+    settings.register_profile("dev", max_examples=3, phases=no_shrink, **common)
     settings.register_profile(
-        "ci", max_examples=6, derandomize=True, database=None, phases=_NO_SHRINK, **_COMMON
+        "ci", max_examples=6, derandomize=True, database=None, phases=no_shrink, **common
     )
     settings.register_profile(
-        "thorough", max_examples=60, phases=(*_NO_SHRINK, Phase.shrink), **_COMMON
+        "thorough", max_examples=60, phases=(*no_shrink, Phase.shrink), **common
     )
+
+
+def load(profile: str | None) -> str:
+    """Register the profiles and load `profile` (the default when None); returns its name."""
+    from hypothesis import settings
+
+    global _active
+    register()
+    name = profile or default_profile()
+    settings.load_profile(name)
+    _active = name
+    return name
 
 
 def default_profile() -> str:
     """The profile used when --hypothesis-profile is not given."""
     return CI_PROFILE if os.environ.get("CI") else DEFAULT_PROFILE
+
+
+@contextlib.contextmanager
+def drawing_for(test_function):
+    """While a test runs: the values of its explicit examples, which dev draws keep to."""
+    global _explicit_values
+    examples = getattr(test_function, "hypothesis_explicit_examples", None) or ()
+    previous = _explicit_values
+    _explicit_values = [value for e in examples for value in (*e.args, *e.kwargs.values())]
+    try:
+        yield
+    finally:
+        _explicit_values = previous
+
+
+def options_to_draw(options) -> list:
+    """The options a `few`-style draw picks from: in dev, those an explicit example of the
+    running test uses (all of them when it uses none); in other profiles, all of them."""
+    options = list(options)
+    if _active != DEFAULT_PROFILE or not _explicit_values:
+        return options
+    used = [option for option in options if any(_same(option, value) for value in _explicit_values)]
+    return used or options
+
+
+def _same(option, value) -> bool:
+    if option is value:
+        return True
+    try:
+        return type(option) is type(value) and bool(option == value)
+    except Exception:  # arrays compare element by element: never one of a few options
+        return False

@@ -134,19 +134,61 @@ def attention_cost(batch: int, heads: int, q_len: int, kv_len: int, head_dim: in
     return Cost(flops=flops, bytes=nbytes)
 
 
-# The ops the command line knows: name -> (number of dims in --shape, cost function).
+# FLOPs per element of the row ops, one per arithmetic step (exp and rsqrt count as one):
+# softmax: max, subtract, exp, sum, divide; layernorm: the mean's sum, subtract, square,
+# the variance's sum, scale by rsqrt, gamma, beta. Both are memory-bound on every chip in
+# the registry, so these counts move no floor.
+SOFTMAX_FLOPS_PER_ELEMENT = 5
+LAYERNORM_FLOPS_PER_ELEMENT = 7
+
+
+def row_op_cost(m: int, n: int, dtype, *, flops_per_element: int, row_params: int = 0) -> Cost:
+    """An op over the rows of an (m, n) array: x read once, the result written once, and
+    `row_params` vectors of length n (layernorm's gamma and beta) read once."""
+    _positive(m=m, n=n)
+    return Cost(flops=flops_per_element * m * n, bytes=(2 * m * n + row_params * n) * itemsize(dtype))
+
+
+def matmul_bias_act_cost(m: int, k: int, n: int, dtype) -> Cost:
+    """act(x @ w + b) fused: the matmul's 2mkn FLOPs plus one for the bias and one for the
+    activation per output element; x, w and b read once, the output written once."""
+    _positive(m=m, k=k, n=n)
+    return Cost(flops=2 * m * k * n + 2 * m * n, bytes=(m * k + k * n + n + m * n) * itemsize(dtype))
+
+
+def _attention_op(causal: bool, backward: bool):
+    def cost(shape, dtype):
+        batch, heads, q_len, kv_len, head_dim = shape
+        return attention_cost(batch, heads, q_len, kv_len, head_dim, dtype, causal=causal,
+                              backward=backward)
+    return cost
+
+
+# The ops the command line knows: name -> (the --shape it takes, cost function). The
+# attention names are the ops gate 03 records.
 OPS = {
-    "matmul": (3, lambda s, dtype: matmul_cost(*s, dtype)),
-    "add": (2, lambda s, dtype: elementwise_cost(s, dtype, inputs=2)),
+    "matmul": ("MxKxN", lambda s, dtype: matmul_cost(*s, dtype)),
+    "add": ("MxN", lambda s, dtype: elementwise_cost(s, dtype, inputs=2)),
+    "softmax": ("MxN", lambda s, dtype: row_op_cost(
+        *s, dtype, flops_per_element=SOFTMAX_FLOPS_PER_ELEMENT)),
+    "layernorm": ("MxN", lambda s, dtype: row_op_cost(
+        *s, dtype, flops_per_element=LAYERNORM_FLOPS_PER_ELEMENT, row_params=2)),
+    "matmul_bias_act": ("MxKxN", lambda s, dtype: matmul_bias_act_cost(*s, dtype)),
+    "attention-fwd": ("BxHxSqxSkvxD", _attention_op(causal=False, backward=False)),
+    "attention-causal-fwd": ("BxHxSqxSkvxD", _attention_op(causal=True, backward=False)),
+    "attention-fwd-bwd": ("BxHxSqxSkvxD", _attention_op(causal=False, backward=True)),
+    "attention-causal-fwd-bwd": ("BxHxSqxSkvxD", _attention_op(causal=True, backward=True)),
 }
 
 
 def op_cost(op: str, shape: tuple[int, ...], dtype) -> Cost:
     if op not in OPS:
         raise ValueError(f"unknown op {op!r}; known ops: {', '.join(OPS)}")
-    ndim, cost = OPS[op]
+    form, cost = OPS[op]
+    ndim = len(form.split("x"))
     if len(shape) != ndim:
-        raise ValueError(f"op {op} takes a {ndim}-dimensional shape, got {'x'.join(map(str, shape))}")
+        raise ValueError(f"op {op} takes a {ndim}-dimensional shape ({form}), got "
+                         f"{'x'.join(map(str, shape))}")
     return cost(shape, dtype)
 
 

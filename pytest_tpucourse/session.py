@@ -13,7 +13,10 @@ Importing this module loads no JAX, NumPy or hypothesis: building the session do
 
 from __future__ import annotations
 
+import hashlib
+import os
 import re
+import sys
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -28,10 +31,13 @@ from .gates.run import GateContext, GateRun, gate_context
 from .grading import backend, context
 from .grading.context import GradingContext
 from .grading.deadline import Deadline
+from .grading.interrupts import CTRL_C
+from .grading.messages import without_reproduction
 from .grading.tree import GradedTree, Implementation, graded_tree
 from .grading.vmem import VmemBudget
 from .learner import state
 from .learner.progress import RunProgress
+from .outcomes import first_line
 
 OPTIONS = pytest.StashKey["RunOptions"]()
 SESSION = pytest.StashKey["CourseSession"]()
@@ -69,6 +75,9 @@ class RunOptions:
                 chip = config.option.chip = chips.validate_chip(chip, registry.names)
             except ValueError as error:
                 raise pytest.UsageError(f"--chip: {error}") from None
+        if config.getoption("tpucourse_numprocesses", None) is not None:
+            raise pytest.UsageError("-n runs the tests in parallel with pytest-xdist, which is not installed: "
+                                    "pip install pytest-xdist (or, in the course checkout, pip install -e '.[test]')")
         solutions, impl_root = config.getoption("solutions"), config.getoption("impl_root")
         if solutions and impl_root:
             raise pytest.UsageError("--solutions and --impl-root choose the graded tree: give one")
@@ -106,6 +115,8 @@ class CourseSession:
         self.progress = RunProgress(course)
         self._deselected_here: list[str] = []
         self._problem: str | None = None
+        self._reported: dict = {}  # (exercise, report without its reproduction) -> the test that had it
+        self.exitstatus: int | None = None
 
     @classmethod
     def from_config(cls, config: pytest.Config, options: RunOptions | None = None) -> CourseSession | None:
@@ -119,6 +130,7 @@ class CourseSession:
                     f"--solutions/--impl-root need a course checkout: no course.toml at or above "
                     f"{config.rootpath}")
             return None
+        _leave_libraries_unrewritten(config)
         try:
             course = load_course(root)
         except CourseDataError as error:
@@ -156,9 +168,19 @@ class CourseSession:
         return session
 
     def close(self) -> None:
-        """The run is over: JAX back as it was, the grading context no longer active."""
+        """The run is over: JAX back as it was, the grading context no longer active.
+
+        A graded call that could not be stopped (a compiled loop) still runs in a thread the
+        interpreter would wait for at exit: the process ends here instead, the summary and
+        the state file already written (pytest_unconfigure is the run's last hook).
+        """
+        CTRL_C.uninstall()
         context.deactivate(self.grading)
         backend.restore()
+        if self.grading.deadline.left_running and self.exitstatus is not None:
+            sys.stdout.flush()
+            sys.stderr.flush()
+            os._exit(int(self.exitstatus))
 
     # ------------------------------------------------------------ what fixtures and hooks ask
 
@@ -197,6 +219,24 @@ class CourseSession:
                                   interpreted=self.backend.mode != "native",
                                   graded=self.tree.describe(self.course.root))
 
+    def seed_examples(self, item: pytest.Item) -> None:
+        """A graded property test draws the same examples, run after run, until the graded
+        module of its exercise changes: a fix is judged on the cases that failed before it
+        (hypothesis' example database replays those first), and a new version of the file
+        gets new cases. The seed is the test's id and the module's contents; --hypothesis-seed
+        given on the command line wins."""
+        test = getattr(item, "obj", None)
+        test = getattr(test, "__func__", test)
+        exercise = self.progress.exercise_of(item.nodeid)
+        if (exercise is None or not getattr(test, "is_hypothesis_test", False)
+                or item.config.getoption("hypothesis_seed", None) is not None):
+            return
+        from hypothesis import seed
+
+        module = self.tree.module_path(exercise.chapter, exercise.name)
+        digest = hashlib.sha256(item.nodeid.encode() + (state.file_digest(module) or "").encode()).hexdigest()
+        seed(int(digest[:16], 16))(test)
+
     def collected(self, items: list[pytest.Item]) -> None:
         """Graded tests in course order; progress learns what this run holds."""
         self.progress.sort_in_course_order(items)
@@ -205,8 +245,30 @@ class CourseSession:
     # ------------------------------------------------------------ reports (a registered plugin)
 
     def pytest_sessionstart(self, session: pytest.Session) -> None:
+        CTRL_C.install()
         if _selection_may_drop_tests(session.config):
             self.progress.some_tests_unseen()
+
+    def pytest_runtest_logfinish(self, nodeid, location) -> None:
+        CTRL_C.check()  # a Ctrl-C that JAX swallowed during the test stops the run now
+
+    def pytest_keyboard_interrupt(self, excinfo) -> None:
+        CTRL_C.handled()
+
+    def reported(self, item: pytest.Item, report: pytest.TestReport, outcome: bool) -> None:
+        """Give a failed report its headline; a graded test failing exactly as an earlier test of
+        the same exercise did gets one line pointing there instead of the whole report again."""
+        crash = getattr(report.longrepr, "reprcrash", None)
+        headline = getattr(report, "tpucourse_headline", None) or (
+            first_line(crash.message) if crash is not None else first_line(report.longreprtext))
+        report.tpucourse_headline = headline
+        exercise = self.progress.exercise_of(report.nodeid)
+        if not outcome or exercise is None:
+            return
+        key = (exercise.key, without_reproduction(str(report.longrepr)))
+        earlier = self._reported.setdefault(key, item.name)
+        if earlier != item.name:
+            report.longrepr = f"{headline}\n  (the same report as {earlier} above)"
 
     def pytest_deselected(self, items) -> None:
         ids = [item.nodeid for item in items]
@@ -229,13 +291,15 @@ class CourseSession:
     def pytest_runtest_logreport(self, report: pytest.TestReport) -> None:
         # pytest-xdist puts "[gw0] <platform> -- Python ..." above a worker's failure text.
         message = re.sub(r"\A\[gw\d+\] [^\n]*\n", "", report.longreprtext) if report.failed else ""
-        self.progress.record(report, is_todo=getattr(report, "tpucourse_todo", False), message=message)
+        self.progress.record(report, is_todo=getattr(report, "tpucourse_todo", False),
+                             message=getattr(report, "tpucourse_headline", None) or first_line(message))
 
     @pytest.hookimpl(trylast=True)
     def pytest_sessionfinish(self, session: pytest.Session, exitstatus) -> None:
         """A worker hands back its deselections; the process that saw every report (a plain
         run, or the xdist controller) fails a --gates run on corrupt records (a silently
         skipped row would be a lie) and saves a run of exercises/ to the state file."""
+        self.exitstatus = int(session.exitstatus)
         workeroutput = getattr(session.config, "workeroutput", None)
         if workeroutput is not None:
             workeroutput[WORKER_DESELECTED] = self._deselected_here
@@ -247,7 +311,7 @@ class CourseSession:
                 session.exitstatus = pytest.ExitCode.TESTS_FAILED
         if self.tree.is_learners and self.progress.results:
             try:
-                state.record_results(self.course.root, self.progress.results)
+                state.record_results(self.course, self.progress.results)
             except (OSError, state.CorruptState) as error:
                 self._problem = f"progress not saved: {error}"
 
@@ -268,9 +332,15 @@ class CourseSession:
         if show_gates and passed is not None:
             for line in report.gate_table_lines(all_records, self.gates.chip.name):
                 terminalreporter.write_line(line)
+        learner_state = None
+        if self.tree.is_learners and not self._problem:
+            try:
+                learner_state = state.read(self.course.root)
+            except state.CorruptState as error:
+                terminalreporter.write_line(f"tpucourse: {error}", red=True)
         for line in self.progress.summary_lines(self.tree.describe(self.course.root),
-                                                learner_tree=self.tree.is_learners, gates_passed=passed,
-                                                only_ran=self.options.gates):
+                                                learner_state=learner_state, learner_tree=self.tree.is_learners,
+                                                gates_passed=passed, only_ran=self.options.gates):
             terminalreporter.write_line(line)
 
 
@@ -295,14 +365,26 @@ def _kernel_chip_guards(chip: chips.Chip, registry: chips.ChipRegistry) -> tuple
 
 def _load_hypothesis_profile(requested: str | None) -> str:
     """Register the course's profiles and load the requested one (or the default)."""
-    from hypothesis import settings
-
     from . import profiles
 
-    profiles.register()
-    profile = requested or profiles.default_profile()
-    settings.load_profile(profile)
-    return profile
+    return profiles.load(requested)
+
+
+# Packages pytest marks for assert rewriting because they ship a pytest plugin; their asserts
+# are not the graded tests' (those, and conftests, are still rewritten). Rewriting parses and
+# recompiles every module at import, and where bytecode is not written (PYTHONDONTWRITEBYTECODE)
+# it does so in every run: about 0.7 s of a run's start (docs/speed.md).
+_NOT_REWRITTEN = ("hypothesis", "_hypothesis_globals", "_hypothesis_ftz_detector", "pytest_tpucourse")
+
+
+def _leave_libraries_unrewritten(config: pytest.Config) -> None:
+    """Import hypothesis and the course's toolkit as plain modules (pytest's private rewrite hook:
+    a pytest without it rewrites them, as before)."""
+    hook = getattr(config.pluginmanager, "rewrite_hook", None)
+    marked = getattr(hook, "_must_rewrite", None)
+    if isinstance(marked, set):
+        marked.difference_update(_NOT_REWRITTEN)
+        getattr(hook, "_marked_for_rewrite_cache", {}).clear()
 
 
 def _selection_may_drop_tests(config: pytest.Config) -> bool:

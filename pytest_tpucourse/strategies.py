@@ -8,6 +8,14 @@ start from the same numbers.
 
 Every new shape recompiles a kernel (0.1-0.7 s under interpret mode), so shape
 strategies draw from a few shapes per kind, derived from the dtype's tile.
+
+Bugs hide where every drawn case looks alike. `unequal_blocks` gives block-size sets
+whose members all differ (a kernel that swaps bk and bn, or block_q and block_kv,
+passes wherever they are equal); `dims_around` gives a dimension below, equal to and
+above its block, and ragged (a grid derived before the block is clamped, or floored
+with `//`, passes wherever every dimension is a multiple of its block); the value
+kinds of `random_array` and `AttentionConfig.arrays` stress a formula rather than
+the values' scale (an epsilon in the wrong place, a running max started at 0).
 """
 
 from __future__ import annotations
@@ -17,15 +25,29 @@ from dataclasses import dataclass
 import numpy as np
 from hypothesis import strategies as st
 
-# The TPU's minimal tile (sublanes, lanes) by element width: a block's last two
-# dimensions must be multiples of it or equal the array's full dimensions.
+from . import profiles, reproduction
+
+# The TPU's native tile (sublanes, lanes) by element width: the shapes a dtype's
+# blocks are drawn around. (The lowering's legality rule is (8, 128) or the full
+# dimension for every dtype; (16, 128) is where bf16 packs two values per 32-bit
+# sublane, a matter of speed, not of legality.)
 TILE = {"float32": (8, 128), "bfloat16": (16, 128), "float16": (16, 128)}
 
 DTYPES = ("float32", "bfloat16")
 
 SHAPE_KINDS = ("single", "multi", "ragged", "degenerate")
 
-VALUE_KINDS = ("normal", "large", "tiny", "equal_rows", "masked", "fully_masked_rows")
+VALUE_KINDS = ("normal", "large", "tiny", "equal_rows", "masked", "fully_masked_rows",
+               "low_variance", "spike")
+
+ATTENTION_KINDS = ("normal", "huge_logits", "negative_first_key")
+
+# low_variance rows spread this much (times `scale`): a variance of about 1e-5, the
+# usual layer-norm epsilon, so where eps goes decides the result.
+LOW_VARIANCE_STD = 3e-3
+
+# spike: how far above its row the one huge logit sits (times `scale`).
+SPIKE = 1e4
 
 
 def seeds() -> st.SearchStrategy[int]:
@@ -33,12 +55,22 @@ def seeds() -> st.SearchStrategy[int]:
 
 
 def dtypes(*names: str) -> st.SearchStrategy[str]:
-    return st.sampled_from(names or DTYPES)
+    """One of the dtypes (a kernel compiles once per dtype); in dev, as `few`."""
+    return few(*(names or DTYPES))
 
 
 def few(*cases):
-    """Draw from an explicit short list (each distinct shape costs a compile)."""
-    return st.sampled_from(cases)
+    """Draw from an explicit short list (each distinct shape costs a compile).
+
+    In the dev profile, a test with explicit examples draws only the cases they use, with
+    new seeds (profiles.py); the other profiles draw from every case.
+    """
+    return _few(cases)
+
+
+@st.composite
+def _few(draw, cases):
+    return draw(st.sampled_from(profiles.options_to_draw(cases)))
 
 
 def tile(dtype) -> tuple[int, int]:
@@ -68,6 +100,42 @@ def tiled_shapes(dtype, kinds=("single", "multi", "ragged"), **kwargs) -> st.Sea
     return st.sampled_from([s for kind in kinds for s in shapes_2d(dtype, kind, **kwargs)])
 
 
+DIM_KINDS = ("below", "equal", "above", "ragged")
+
+
+def dims_around(block: int, *, tile: int = 1) -> dict[str, int]:
+    """One dimension's sizes relative to its block, each a case a blocked kernel must handle.
+
+    below: half a block (rounded to `tile`): the block must shrink to the dimension, and
+    a grid extent taken before that (`m // block` = 0) runs nothing; equal: one block;
+    above: three blocks; ragged: two blocks and one tile, so the last block is partial
+    and a grid floored with `//` drops it. Every size stays a multiple of `tile`, so the
+    block shapes remain legal.
+
+        dims_around(128, tile=8) == {"below": 64, "equal": 128, "above": 384, "ragged": 264}
+    """
+    if block < 1 or tile < 1 or block % tile:
+        raise ValueError(f"block {block} must be a positive multiple of tile {tile}")
+    return {"below": max(tile, block // 2 // tile * tile), "equal": block, "above": 3 * block,
+            "ragged": 2 * block + tile}
+
+
+def unequal_blocks(names, sizes) -> list[dict[str, int]]:
+    """Block-size keyword sets whose members all differ: every cyclic rotation of `sizes`.
+
+    Each name takes each size once, so a kernel that uses one block size where another
+    belongs (a BlockSpec's (bn, bk) for (bk, bn), a mask's row offset in kv blocks, a
+    grid extent over the wrong block) meets a set where the two differ.
+
+        unequal_blocks(("block_q", "block_kv"), (256, 128))
+            == [{"block_q": 256, "block_kv": 128}, {"block_q": 128, "block_kv": 256}]
+    """
+    names, sizes = tuple(names), tuple(sizes)
+    if len(names) != len(sizes) or len(set(sizes)) != len(sizes):
+        raise ValueError(f"give one distinct size per name, got {names} and {sizes}")
+    return [dict(zip(names, sizes[i:] + sizes[:i])) for i in range(len(sizes))]
+
+
 def random_array(shape, dtype, seed: int, *, scale: float = 1.0, offset: float = 0.0,
                  kind: str = "normal"):
     """A jax array rounded to `dtype`, with values of the given kind.
@@ -76,7 +144,11 @@ def random_array(shape, dtype, seed: int, *, scale: float = 1.0, offset: float =
     stability); tiny: normal scaled by 1e-30 (underflow in products);
     equal_rows: every entry of a row equal (softmax must be uniform); masked:
     about a quarter of the entries -inf (attention masks); fully_masked_rows:
-    as masked, plus whole rows of -inf.
+    as masked, plus whole rows of -inf; low_variance: every row spread by
+    3e-3·scale around `offset`, a variance of about 1e-5·scale², comparable to a
+    layer norm's eps (eps outside the square root, or left out, is off by tens of
+    percent there and invisible elsewhere); spike: normal rows, each with one
+    entry raised by 1e4·scale (one huge logit among ordinary ones).
     """
     import jax.numpy as jnp
 
@@ -95,9 +167,30 @@ def random_array(shape, dtype, seed: int, *, scale: float = 1.0, offset: float =
             rows = values.reshape(-1, shape[-1]) if shape[-1] else values.reshape(0, 0)
             rows[:: max(1, len(rows) // 3)] = -np.inf
             values = rows.reshape(shape)
+    elif kind == "low_variance":
+        values = (rng.standard_normal(shape) * LOW_VARIANCE_STD * scale + offset).astype(np.float32)
+    elif kind == "spike":
+        if len(shape) >= 1 and shape[-1]:
+            rows = values.reshape(-1, shape[-1])
+            rows[np.arange(len(rows)), rng.integers(0, shape[-1], len(rows))] += np.float32(SPIKE * scale)
+            values = rows.reshape(shape)
     elif kind != "normal":
         raise ValueError(f"value kind must be one of {VALUE_KINDS}, got {kind!r}")
-    return jnp.asarray(values, dtype=_jnp_dtype(dtype))
+    array = jnp.asarray(values, dtype=_jnp_dtype(dtype))
+    reproduction.built(array, reproduction.Recipe(shape, np.dtype(array.dtype).name, int(seed), kind,
+                                                  float(scale), float(offset)))
+    return array
+
+
+def cotangents_like(tree, seed: int = 0):
+    """Seeded standard-normal cotangents shaped and typed like a function's outputs (a pytree):
+    what the checker feeds a VJP, and what a reproduction line rebuilds."""
+    import jax
+    import jax.numpy as jnp
+
+    rng = np.random.default_rng(seed)
+    return jax.tree.map(
+        lambda x: jnp.asarray(rng.standard_normal(np.shape(x)).astype(np.float32), dtype=x.dtype), tree)
 
 
 def as_float64(array) -> np.ndarray:
@@ -120,17 +213,53 @@ class AttentionConfig:
     def group(self) -> int:
         return self.heads // self.kv_heads
 
-    def arrays(self, seed: int):
-        """(q, k, v) with q (B, H, Sq, D), k and v (B, Hkv, Skv, D)."""
-        q = random_array((self.batch, self.heads, self.q_len, self.head_dim), self.dtype, seed)
-        k = random_array((self.batch, self.kv_heads, self.kv_len, self.head_dim), self.dtype, seed + 1)
-        v = random_array((self.batch, self.kv_heads, self.kv_len, self.head_dim), self.dtype, seed + 2)
+    def arrays(self, seed: int, kind: str = "normal"):
+        """(q, k, v) with q (B, H, Sq, D), k and v (B, Hkv, Skv, D).
+
+        kind (ATTENTION_KINDS), what the scores q kᵀ / sqrt(D) look like:
+          normal: q, k, v standard normal (scores of about ±1);
+          huge_logits: q scaled by 1000, scores of about ±1e4: exp overflows unless
+            every block is shifted by the running max, which moves between kv blocks;
+          negative_first_key: every query scores key 0 at about -1e4 (the others stay
+            ordinary). Under a causal mask key 0 is row 0's only key, so a running max
+            started at 0 instead of -inf leaves that row's sum at exp(-1e4) = 0.
+        """
+        q_shape = (self.batch, self.heads, self.q_len, self.head_dim)
+        kv_shape = (self.batch, self.kv_heads, self.kv_len, self.head_dim)
+        if kind == "normal":
+            q = random_array(q_shape, self.dtype, seed)
+        elif kind == "huge_logits":
+            q = random_array(q_shape, self.dtype, seed, scale=1000.0)
+        elif kind == "negative_first_key":
+            # Every query leans along one direction u per kv head; key 0 points against
+            # it, so q·k0 = -beta·(|u|² + 0.5·n·u) with |u|² ≈ D ± sqrt(2D) and 0.5·n·u of
+            # about ±sqrt(D)/2: negative for every row, about -1e4 after the 1/sqrt(D) scale.
+            rng = np.random.default_rng(seed)
+            u = rng.standard_normal((self.batch, self.kv_heads, 1, self.head_dim))
+            u_q = np.repeat(u, self.group, axis=1)
+            q = jnp_asarray(u_q + 0.5 * rng.standard_normal(q_shape), self.dtype)
+        else:
+            raise ValueError(f"attention kind must be one of {ATTENTION_KINDS}, got {kind!r}")
+        k = random_array(kv_shape, self.dtype, seed + 1)
+        v = random_array(kv_shape, self.dtype, seed + 2)
+        if kind == "negative_first_key":
+            beta = 1e4 / np.sqrt(self.head_dim)
+            keys = np.asarray(k, np.float32).copy()
+            keys[:, :, 0, :] = -beta * u[:, :, 0, :]
+            k = jnp_asarray(keys, self.dtype)
         return q, k, v
 
     def __str__(self) -> str:
         return (f"batch {self.batch}, heads {self.heads}/{self.kv_heads} kv, q_len {self.q_len}, "
                 f"kv_len {self.kv_len}, head_dim {self.head_dim}, "
                 f"{'causal' if self.causal else 'non-causal'}, {self.dtype}")
+
+
+def jnp_asarray(values, dtype):
+    """A jax array of `values` rounded to `dtype`."""
+    import jax.numpy as jnp
+
+    return jnp.asarray(np.asarray(values, np.float32), dtype=_jnp_dtype(dtype))
 
 
 def _jnp_dtype(dtype):

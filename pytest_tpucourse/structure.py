@@ -90,23 +90,47 @@ def assert_backward_is_pallas(fn, *args, **kwargs) -> None:
                           f"backward must be Pallas kernels.")
 
 
-def assert_no_score_matrix_outside_kernels(fn, *args, q_len: int, kv_len: int, what: str = "",
-                                           **kwargs) -> None:
-    """Fail if fn's traced program holds an array with a q_len axis and a kv_len axis outside
-    its pallas_calls: the (Sq, Skv) scores or probabilities a flash kernel never writes to HBM.
-
-    fn may be a gradient (a derived function): its VJP's backward is traced in too."""
-    closed = fn.jaxpr(*args, **kwargs)
-    for eqn in _all_eqns(closed.jaxpr):
+def large_values(closed_jaxpr, elements: int) -> list[tuple[str, tuple[int, ...], str]]:
+    """(primitive, shape, dtype) of every value the program computes, outside kernel bodies,
+    with at least `elements` elements (a kernel's own outputs included: they live in HBM)."""
+    found = []
+    for eqn in _all_eqns(closed_jaxpr.jaxpr):
         for var in eqn.outvars:
             shape = tuple(getattr(var.aval, "shape", ()))
-            if any(shape[a] == q_len and shape[b] == kv_len
-                   for a in range(len(shape)) for b in range(len(shape)) if a != b):
-                raise WrongResult(
-                    f"{fn.display}{what} computes a {shape} array with {eqn.primitive.name} outside "
-                    f"its Pallas kernels: a {q_len} x {kv_len} score-sized intermediate in HBM, "
-                    f"which flash attention exists to avoid. Keep scores and probabilities inside "
-                    f"the kernels, one block at a time.")
+            if _size(shape) >= elements:
+                found.append((eqn.primitive.name, shape, str(getattr(var.aval, "dtype", ""))))
+    return found
+
+
+def assert_no_value_as_large_as(fn, args, *, elements: int, what: str, why: str = "",
+                                kwargs=None, note: str = "") -> None:
+    """Fail if fn's program holds, outside its kernels, any array of `elements` or more.
+
+    For kernels whose point is an intermediate that never reaches HBM (flash attention's
+    (Sq, Skv) scores): pass the intermediate's size as `elements` and pick shapes where
+    every array the op legitimately holds (inputs, outputs, per-row statistics) is
+    smaller. fn may be a derived function (a gradient), whose program holds the forward
+    and the backward.
+    """
+    from .reproduction import of_program_check
+
+    kwargs = kwargs or {}
+    suffix = of_program_check(fn, args, kwargs, note)
+    found = large_values(fn.jaxpr(*args, **kwargs), elements)
+    if found:
+        primitive, shape, dtype = found[0]
+        raise WrongResult(
+            f"{fn.display} computes a {dtype}{list(shape)} array ({_size(shape):,} elements, "
+            f"from {primitive}) outside its Pallas kernels: at least as large as {what} "
+            f"({elements:,} elements)." + (f" {why}" if why else "")
+            + suffix)
+
+
+def _size(shape) -> int:
+    size = 1
+    for dim in shape:
+        size *= int(dim)
+    return size
 
 
 def _all_eqns(jaxpr):
@@ -121,14 +145,20 @@ def _all_eqns(jaxpr):
 
 def sub_jaxprs(eqn):
     """The open jaxprs an equation's parameters hold (branches, loop bodies, calls)."""
+    for sub in closed_sub_jaxprs(eqn):
+        yield sub.jaxpr
+
+
+def closed_sub_jaxprs(eqn):
+    """The same, closed: an open jaxpr comes with no constants."""
     from jax.extend import core as jex_core
 
     for param in eqn.params.values():
         for sub in param if isinstance(param, (list, tuple)) else (param,):
             if isinstance(sub, jex_core.ClosedJaxpr):
-                yield sub.jaxpr
-            elif isinstance(sub, jex_core.Jaxpr):
                 yield sub
+            elif isinstance(sub, jex_core.Jaxpr):
+                yield jex_core.ClosedJaxpr(sub, ())
 
 
 # ---------------------------------------------------------------- distributed kernels

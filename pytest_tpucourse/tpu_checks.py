@@ -15,19 +15,19 @@
   TPU interpret mode (`dma_execution_mode`), since each mode hides some DMA bugs
   the other shows, and a semaphore left non-zero when a kernel ends (a copy or a
   signal nobody waited for) fails the check.
+- Races are checked once per interpreter seed (each seed shuffles the parallel
+  axes in another order), and results that differ between two orders fail too.
 """
 
 from __future__ import annotations
 
 import contextlib
 import io
-import re
 
 from . import jax_internals
 from .mosaic import lowering_for
 from .outcomes import WrongResult
 
-_DROP = re.compile(r"^(See details at|Please file an issue|For simplicity, JAX has removed)")
 MAX_LINES = 6
 
 
@@ -40,7 +40,7 @@ def assert_lowers_for_tpu(fn, *args, **kwargs) -> None:
     """
     import jax
 
-    fn.jaxpr(*args, **kwargs)  # a stub or a tracing error is reported as such, first
+    program = fn.jaxpr(*args, **kwargs)  # a stub or a tracing error is reported as such, first
     function = fn.resolve()
     shapes = jax.tree.map(lambda a: jax.ShapeDtypeStruct(a.shape, a.dtype), args)
     # Interpret mode would replace the Mosaic lowering: switch it off for the trace.
@@ -49,9 +49,7 @@ def assert_lowers_for_tpu(fn, *args, **kwargs) -> None:
             jax.jit(lambda *a: function(*a, **kwargs)).trace(*shapes).lower(
                 lowering_platforms=("tpu",))
         except Exception as error:
-            raise WrongResult(
-                f"{fn.display} would not compile for a TPU: the Mosaic lowering rejects it.\n"
-                + _summarise(error)) from None
+            raise WrongResult(_lowering_refused(fn, error, program, args, kwargs)) from None
 
 
 def assert_compiles_for(fn, *args, chip: str = "v5e", **kwargs) -> None:
@@ -73,34 +71,85 @@ RACE_BETWEEN_CORES = ("two cores touch one buffer without ordering. A reduction 
 RACE_BETWEEN_DEVICES = ("a device or a DMA touches a buffer that another is still using, with no "
                         "semaphore wait ordering them: a semaphore shared by two copies, or a buffer "
                         "reused before the copy out of it or into it was waited for.")
+RACE_WITH_A_COPY = ("a buffer is read or written while a DMA into it may still be running, or two "
+                    "cores touch one block. Wait for a copy before reading its buffer, and start the "
+                    "next copy into the other slot.")
 
 
-def assert_no_races(fn, *args, cores: int = 2, why: str = RACE_BETWEEN_CORES, **kwargs) -> None:
-    """Run fn under TPU interpret mode with race detection on `cores` simulated cores.
+# Interpreter seeds the race check runs under: each shuffles the parallel grid axes
+# in another order, and one order can hide a bug another shows.
+RACE_SEEDS = (0, 1)
 
-    why: what such a race usually is, for the report (RACE_BETWEEN_DEVICES for
-    kernels that copy between devices, run with cores=1).
+
+def assert_no_races(fn, *args, cores: int = 2, why: str = RACE_BETWEEN_CORES, seeds=RACE_SEEDS,
+                    **kwargs) -> None:
+    """Run fn under TPU interpret mode with race detection on `cores` simulated cores, once per seed.
+
+    Every pallas_call fn issues runs under the detector: a gradient's forward and backward
+    kernels alike. why: what such a race usually is, for the report (RACE_BETWEEN_DEVICES
+    for kernels that copy between devices, run with cores=1).
+
+    A correct kernel returns the same bits whatever order its parallel steps run in, so
+    results that differ between two seeds fail too (a state-carrying axis marked "parallel"
+    whose steps happened to stay on one core). The interpreter deals the parallel subgrid
+    to the cores in contiguous chunks, so a wrongly parallel axis races only where a chunk
+    boundary cuts the run of steps that share an output block: with two cores, where the
+    parallel extents before that axis multiply to an odd number. Graded tests pick such
+    shapes (one batch, an odd number of q blocks or heads) and say so.
+
+    A test that also checks fn's values on these inputs can do both in one call instead,
+    `with checking_races(fn): ...` (one seed; the value check there judges that order).
     """
     import jax
+    import numpy as np
     from jax.experimental.pallas import tpu as pltpu
 
-    params = pltpu.InterpretParams(detect_races=True, num_cores_or_threads=cores, random_seed=0)
-    printed = io.StringIO()
-    with pltpu.force_tpu_interpret_mode(params), contextlib.redirect_stdout(printed):
-        jax.block_until_ready(fn(*args, **kwargs))
-    if jax_internals.races_found() or "RACE DETECTED" in printed.getvalue():
-        report = [line for line in printed.getvalue().splitlines() if line.strip()][:MAX_LINES]
-        raise WrongResult(
-            f"{fn.display} has a data race under TPU interpret mode with {cores} TensorCore"
-            f"{'s' if cores != 1 else ''} per device (detect_races=True): {why}\n  "
-            + "\n  ".join(report))
+    results = []
+    for seed in seeds:
+        with interpret_setting("races", fn, base=pltpu.InterpretParams(random_seed=seed), cores=cores, why=why):
+            out = jax.block_until_ready(fn(*args, **kwargs))
+        results.append((seed, [np.asarray(leaf) for leaf in jax.tree.leaves(out)]))
+    (first_seed, first), rest = results[0], results[1:]
+    for seed, leaves in rest:
+        for position, (a, b) in enumerate(zip(first, leaves)):
+            differ = _differ(a, b)
+            if differ.any():
+                where = f"output[{position}]" if len(first) > 1 else "its output"
+                raise WrongResult(
+                    f"{fn.display} gives different results when its parallel grid steps run in "
+                    f"another order (TPU interpret mode, random_seed {first_seed} and {seed}): "
+                    f"{where} differs in {int(differ.sum())} of {differ.size} elements. The steps "
+                    f"of a \"parallel\" axis must not depend on each other: an axis that carries "
+                    f"state (an accumulator reset at its first step, written at its last) must be "
+                    f"\"arbitrary\".")
 
 
-def _summarise(error: BaseException) -> str:
-    lines = [line for line in str(error).splitlines() if line.strip() and not _DROP.match(line)]
-    text = lines[:MAX_LINES] + (["  ..."] if len(lines) > MAX_LINES else [])
-    return "\n".join(f"  {type(error).__name__}: {line}" if i == 0 else f"  {line}"
-                     for i, line in enumerate(text))
+def checking_races(fn, *, cores: int = 2, why: str = RACE_BETWEEN_CORES):
+    """A context manager: the block's calls of fn run under race detection on `cores` simulated
+    cores, and fn fails on a race found there, as assert_no_races would.
+
+    For a value check whose inputs are the race check's: values and races come from the same
+    call, and the kernel program is compiled once, not once per check. Parallel grid axes still
+    run in the shuffled order of a plain run, split between the cores.
+    """
+    return interpret_setting("races", fn, cores=cores, why=why)
+
+
+def _lowering_refused(fn, error, program, args, kwargs) -> str:
+    """The report of a refused lowering: in the course's words where it is a common refusal, the
+    lowering's own otherwise; what the check lowered (chip, dtypes, block sizes); the call."""
+    from .grading.messages import lowering_explanation, lowering_text
+    from .reproduction import reproduction
+
+    course_root = getattr(getattr(fn, "module", None), "course_root", None)
+    explained = lowering_explanation(error, program, course_root)
+    lines = explained or lowering_text(error, MAX_LINES)
+    dtypes = sorted({str(getattr(a, "dtype", type(a).__name__)) for a in args})
+    settings = ", ".join(f"{k}={v!r}" for k, v in kwargs.items()) or "the function's default block sizes"
+    checked = (f"(checked: the lowering for a {fn.context.lowering_chip}, {'/'.join(dtypes)} inputs, "
+               f"{settings})")
+    return (f"{fn.display} would not compile for a TPU: the Mosaic lowering rejects it.\n"
+            + "\n".join(f"  {line}" for line in [*lines, checked]) + reproduction(fn))
 
 
 # ---------------------------------------------------------------- interpret settings
@@ -108,9 +157,11 @@ def _summarise(error: BaseException) -> str:
 # TPU interpret mode simulates DMAs in two orders and can watch for races; a DMA bug
 # shows under some settings and hides under others (a copy never waited for reads NaN
 # when copies run only on their wait, and gives right values when they run at once;
-# then only the semaphore still counting at kernel exit gives it away). Graded tests
-# run a kernel under each setting with `interpret_setting`, and chapters that use
-# remote DMAs and semaphores reuse the same settings.
+# then only the semaphore still counting at kernel exit gives it away). One mechanism,
+# `interpret_setting`, runs a check under one setting and judges what the interpreter
+# printed: chapter 6's graded tests run a kernel under each setting, the race checks use
+# "races", and kernels that copy between devices are checked in every DMA mode
+# (`assert_correct_in_each_dma_mode`).
 
 # What each DMA execution mode hides: under on_wait a read before the wait sees NaN; under
 # eager the values come out right and only the semaphore still counting at kernel exit
@@ -128,47 +179,64 @@ DMA_SETTINGS = tuple(SETTINGS)
 
 
 @contextlib.contextmanager
-def interpret_setting(name: str, fn=None):
-    """Run the block under TPU interpret mode with one of SETTINGS (random_seed=0).
+def interpret_setting(name: str, fn=None, *, base=None, cores: int | None = None,
+                      why: str = RACE_WITH_A_COPY):
+    """Run the block under TPU interpret mode with one of SETTINGS.
 
-    With `fn` (the graded function the block calls), the block is also judged on what
-    the interpreter printed: a semaphore still counting at kernel exit (a copy started and
-    never waited for) or a race fails as fn's mistake. They name the cause, so they are
-    reported in place of a wrong value the block found, which is only its symptom.
+    base: the InterpretParams the setting changes (InterpretParams(random_seed=0) by default);
+    cores: the simulated cores per device, in place of the setting's.
+    With `fn` (the graded function the block calls), the block is also judged on what the
+    interpreter printed: a semaphore still counting at kernel exit (a copy started and never
+    waited for) or a race (`why` says what it usually is) fails as fn's mistake. They name
+    the cause, so they are reported in place of a wrong value the block found, which is only
+    its symptom; a wrong value with no such cause says which setting showed it.
     """
+    import dataclasses
+
     from jax.experimental.pallas import tpu as pltpu
 
-    params = pltpu.InterpretParams(random_seed=0, **SETTINGS[name])
+    params = dataclasses.replace(base or pltpu.InterpretParams(random_seed=0), **SETTINGS[name])
+    if cores is not None:
+        params = dataclasses.replace(params, num_cores_or_threads=cores)
     printed = io.StringIO()
     pltpu.reset_tpu_interpret_mode_state()  # no race found by an earlier kernel is read as this one's
     try:
         with pltpu.force_tpu_interpret_mode(params), contextlib.redirect_stdout(printed):
             yield params
-    except WrongResult:
-        cause = fn and _unclean_exit(fn, name, params, printed.getvalue())
+    except WrongResult as failure:
+        cause = fn and _unclean_exit(fn, params, printed.getvalue(), why)
         if cause:
             raise cause from None
-        raise
-    cause = fn and _unclean_exit(fn, name, params, printed.getvalue())
+        raise WrongResult(f"{failure.message}\n  (under TPU interpret mode with {_described(params)})") from None
+    cause = fn and _unclean_exit(fn, params, printed.getvalue(), why)
     if cause:
         raise cause
 
 
-def _unclean_exit(fn, name: str, params, text: str) -> WrongResult | None:
-    """A DMA semaphore left counting or a race the interpreter reported, as fn's mistake."""
+def _described(params) -> str:
+    """The setting a run used, for a report: its DMA mode, or its race detection."""
+    if params.detect_races:
+        cores = params.num_cores_or_threads
+        return f"{cores} TensorCore{'s' if cores != 1 else ''} per device (detect_races=True)"
+    mode = params.dma_execution_mode
+    return f"dma_execution_mode={mode!r}, {DMA_EXECUTION_MODES.get(mode, '')}".rstrip(", ")
+
+
+def _unclean_exit(fn, params, text: str, why: str) -> WrongResult | None:
+    """A semaphore left counting or a race the interpreter reported, as fn's mistake."""
     left = jax_internals.semaphores_left_nonzero(text)
     if left:
         return WrongResult(
-            f"{fn.display} left a DMA semaphore counting at kernel exit (TPU interpret mode, "
-            f"{name}): a copy was started and never waited for. Every .start() needs its "
-            f".wait() before the kernel ends, and before its buffer is read.\n  {left}")
+            f"{fn.display} ends its kernel with semaphores that are not back at zero (TPU interpret "
+            f"mode, {_described(params)}): {left}. A copy started and never waited for left a DMA "
+            f"semaphore counting at kernel exit, a signal without its wait a regular one: every "
+            f".start() needs its .wait() before the kernel ends (and before its buffer is read), "
+            f"every signal its wait. A TPU reports this as an error when the kernel ends.")
     if (params.detect_races and jax_internals.races_found()) or "RACE DETECTED" in text:
         report = [line for line in text.splitlines() if line.strip()][:MAX_LINES]
         return WrongResult(
-            f"{fn.display} has a data race under TPU interpret mode ({name}): a buffer is read "
-            f"or written while a DMA into it may still be running, or two cores touch one "
-            f"block. Wait for a copy before reading its buffer, and start the next copy into "
-            f"the other slot.\n  " + "\n  ".join(report))
+            f"{fn.display} has a data race under TPU interpret mode with {_described(params)}: "
+            f"{why}\n  " + "\n  ".join(report))
     return None
 
 
@@ -247,6 +315,55 @@ def assert_prefetches(fn, *args, **kwargs) -> None:
             f"slot) before waiting for block i's.")
 
 
+def assert_no_races_in_backward(fn, args, *, kwargs=None, cores: int = 2, seeds=RACE_SEEDS,
+                                seed: int = 0) -> None:
+    """assert_no_races on the kernels of fn's backward alone, for seeded random cotangents.
+
+    The forward runs first, under the session's interpret mode; only the pullback (the
+    VJP's backward rule and every kernel it issues) runs under the detector. For a backward
+    whose summed axes can race where its forward has nothing to race, such as dk and dv
+    summed over the query heads of a GQA group, while the forward's own race check runs
+    elsewhere.
+    """
+    import functools
+
+    import jax
+
+    from .grading import backend
+    from .strategies import random_array
+
+    kwargs = kwargs or {}
+    fn.jaxpr(*args, **kwargs)  # a stub (TODO) or a tracing error is reported as such, first
+    outputs = jax.eval_shape(functools.partial(fn.resolve(), **kwargs), *args)
+    cotangents = jax.tree.map(lambda x: random_array(x.shape, x.dtype, seed), outputs)
+
+    def pullback_of(function):
+        # jax.vjp's pullback is a pytree (its leaves are the residuals), so one compiled
+        # program can run the forward and hand the pullback back.
+        try:
+            return jax.jit(lambda *a: jax.vjp(lambda *x: function(*x, **kwargs), *a)[1])(*args)
+        except Exception as error:  # the learner's forward, run again for its residuals
+            backend.reset_after_failure()
+            raise fn._outcome(error) from None
+
+    backward = fn.derived(pullback_of, f"the backward of {fn.display}")
+    backward.resolve()  # computes the residuals now, outside the detector
+    assert_no_races(backward, cotangents, cores=cores, seeds=seeds)
+
+
+def _differ(a, b):
+    """Where two results differ, bit for bit (NaN equals NaN)."""
+    import jax.numpy as jnp
+    import numpy as np
+
+    if a.shape != b.shape:
+        return np.ones(a.shape or (1,), bool)
+    if jnp.issubdtype(a.dtype, jnp.inexact):
+        a, b = a.astype(np.float64), b.astype(np.float64)
+        return ~((a == b) | (np.isnan(a) & np.isnan(b)))
+    return a != b
+
+
 def _dma_events(jaxpr) -> list[str]:
     from . import structure
 
@@ -274,33 +391,19 @@ def assert_correct_in_each_dma_mode(fn, check) -> None:
     """Run `check()`, the value checks of fn, once per DMA execution mode of TPU interpret mode.
 
     No one mode shows every DMA bug (DMA_EXECUTION_MODES says which hides what), so a
-    kernel that issues DMAs is checked in all of them, and a semaphore that a kernel
-    leaves non-zero at its end fails the check too. The session's other interpret
-    settings are kept; off a TPU the generic interpreter (--interpret fast), which
-    cannot run remote DMAs, is replaced by TPU interpret mode. Natively on a TPU the
-    check runs once.
+    kernel that issues DMAs is checked in all of them (`interpret_setting`), and a semaphore
+    that a kernel leaves non-zero at its end fails the check too. The session's other
+    interpret settings are kept; off a TPU the generic interpreter (--interpret fast), which
+    cannot run remote DMAs, is replaced by TPU interpret mode. Natively on a TPU the check
+    runs once.
     """
-    import dataclasses
-
     from jax.experimental.pallas import tpu as pltpu
 
     setting = jax_internals.interpret_mode_in_effect()
     if setting is None:
         check()
         return
-    base = setting if isinstance(setting, pltpu.InterpretParams) else pltpu.InterpretParams(random_seed=0)
-    for mode, runs in DMA_EXECUTION_MODES.items():
-        printed = io.StringIO()
-        try:
-            with pltpu.force_tpu_interpret_mode(dataclasses.replace(base, dma_execution_mode=mode)), \
-                    contextlib.redirect_stdout(printed):
-                check()
-        except WrongResult as failure:  # a wrong value: say which mode showed it
-            raise WrongResult(f"{failure.message}\n  (under TPU interpret mode with "
-                              f"dma_execution_mode={mode!r}, {runs})") from None
-        left = jax_internals.semaphores_left_nonzero(printed.getvalue())
-        if left:
-            raise WrongResult(
-                f"{fn.display} ends its kernel with semaphores that are not back at zero (TPU interpret "
-                f"mode, dma_execution_mode={mode!r}): {left}. Every signal needs its wait and every "
-                f"copy its .wait(); a TPU reports this as an error when the kernel ends.")
+    base = setting if isinstance(setting, pltpu.InterpretParams) else None
+    for mode in DMA_EXECUTION_MODES:
+        with interpret_setting(mode, fn, base=base, why=RACE_BETWEEN_DEVICES):
+            check()

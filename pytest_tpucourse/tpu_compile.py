@@ -510,6 +510,7 @@ class _ChildCompiler:
         ready, _, _ = select.select([self.process.stdout], [], [], timeout)
         if not ready:
             self.process.kill()
+            self.process.wait()  # reaped now: the next compile must see a dead child and start another
             return {"ok": False, "timeout": True,
                     "error": f"the compiler did not finish within {timeout:g} s and was stopped: blocks "
                              f"of many MiB take minutes to compile (a 2048 x 2048 f32 block took 50 s)"}

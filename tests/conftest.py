@@ -6,8 +6,11 @@ that grade the real chapters in subprocesses: the quick loop while changing the 
 
 from __future__ import annotations
 
+import time
+
 import pytest
 
+from .chapter_runs import ChapterRunner
 from .support import FakeCourse
 
 pytest_plugins = ["pytester"]
@@ -26,6 +29,18 @@ def fake_course(pytester: pytest.Pytester) -> FakeCourse:
     return FakeCourse(pytester)
 
 
+@pytest.fixture(scope="session")
+def chapter_runner(request, tmp_path_factory):
+    """The warm worker that runs the real chapters' graded tests (tests/chapter_runs.py)."""
+    runner = ChapterRunner(tmp_path_factory.mktemp("chapter-runs"))
+    if hasattr(request.config, "workerinput"):  # a pytest-xdist worker: one run at a time each
+        runner.jobs, runner.ahead = 1, False
+    request.config.stash[_RUNNER] = runner
+    yield runner
+    runner.close()
+
+
+_RUNNER = pytest.StashKey[ChapterRunner]()
 _MUTANT_CATCHES: dict[str, bool] = {}
 
 
@@ -35,7 +50,18 @@ def pytest_runtest_logreport(report):
         _MUTANT_CATCHES[props["mutant"]] = bool(props["mutant_caught"])
 
 
-def pytest_terminal_summary(terminalreporter):
+def pytest_terminal_summary(terminalreporter, config):
+    runner = config.stash.get(_RUNNER, None)
+    if runner is not None and runner.seconds:
+        runs = runner.seconds
+        wall = (runner.finished or time.perf_counter()) - runner.started
+        terminalreporter.write_sep("=", "chapter runs")
+        terminalreporter.write_line(
+            f"{len(runs)} runs of the chapters' graded tests, {runner.jobs} at a time "
+            f"({'python -m pytest each' if runner.spawn else 'forked from a warm worker'}): "
+            f"{sum(runs.values()):.0f} s of runs in {wall:.0f} s")
+        for key, seconds in sorted(runs.items(), key=lambda kv: -kv[1])[:10]:
+            terminalreporter.write_line(f"  {seconds:6.1f} s  {key.split('::', 1)[-1]}")
     if not _MUTANT_CATCHES:
         return
     caught = sum(_MUTANT_CATCHES.values())

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import re
+import sys
 import textwrap
 from pathlib import Path
 
@@ -69,3 +70,15 @@ def run_chapter(pytester: pytest.Pytester, chapter: str, *args: str,
 def failed_files(result: pytest.RunResult) -> set[str]:
     """Graded test files with at least one failure in a run's short summary."""
     return set(re.findall(r"^FAILED \S*?/(test_\w+\.py)::", result.stdout.str(), re.MULTILINE))
+
+
+
+# Python code that gives a child Python's own SIGINT handling, even where this suite runs with
+# SIGINT ignored (started in the background from a script: the shell ignores SIGINT there and
+# children inherit that). Prefix a child's `-c` code with it when a test interrupts the child.
+DEFAULT_SIGINT = "import signal; signal.signal(signal.SIGINT, signal.default_int_handler); "
+
+
+def pytest_child(*args: str) -> list[str]:
+    """The command of a pytest child process that a test may interrupt with SIGINT."""
+    return [sys.executable, "-c", DEFAULT_SIGINT + f"import sys, pytest; sys.exit(pytest.main({list(args)!r}))"]

@@ -1,5 +1,9 @@
 """Whatever the learner's code does, the report is one short message naming it."""
 
+import subprocess
+import sys
+import textwrap
+
 import pytest
 
 GRADED_TEST = """
@@ -9,7 +13,7 @@ GRADED_TEST = """
     def test_double(impl):
         x = np.arange(4, dtype=np.float32)
         checks.assert_close(impl.double.double(x), 2.0 * x.astype(np.float64),
-                            fn=impl.double.double, dtype=np.float32, repro="double(arange(4))")
+                            fn=impl.double.double, dtype=np.float32)
 
     def test_session_goes_on():
         pass
@@ -35,7 +39,7 @@ def test_stub_is_reported_as_todo_with_file_and_hint(fake_course):
         "*TODO  double*1/2 tests passed",
         "*double() in exercises/ch11/double.py is not written yet.",
         "*hint: multiply by two",
-        "course: 0/15 chapters (your progress, from this run)",
+        "course: 0/15 chapters (your progress)",
         "next: ch11.double: edit exercises/ch11/double.py, then pytest exercises/ch11/test_double.py",
         "*1 passed, 1 todo*",
     ])
@@ -46,7 +50,7 @@ def test_solutions_pass(fake_course):
     fake_course.test_file(GRADED_TEST)
     result = fake_course.run("--solutions")
     result.assert_outcomes(passed=2)
-    result.stdout.fnmatch_lines(["*done  double*2/2 tests passed", "course: 1/15 chapters (this tree*"])
+    result.stdout.fnmatch_lines(["*done  double*2/2 tests passed", "course: 1/15 chapters (this tree, from this run)"])
 
 
 @pytest.mark.parametrize(
@@ -59,11 +63,15 @@ def test_solutions_pass(fake_course):
           "*ValueError: learner bug"]),
         ("    return x[:3] * 2",
          ["*double() in exercises/ch11/double.py: output has shape (3,), expected (4,).",
-          "*reproduce: double(arange(4))"]),
+          "  reproduce (python, at the course root):",
+          "    from pytest_tpucourse.prompt import *",
+          "    out = load('exercises/ch11/double.py').double(np.asarray([0.0, 1.0, 2.0, 3.0], 'float32'))"]),
         ("    return (x * 2).astype('float64')",
          ["*output has dtype float64, expected float32.*"]),
         ("    return x * float('nan')",
-         ["*output has 4 NaN values of 4 (first at ?0?), where the reference is 0.", "*uninitialised memory reads NaN*"]),
+         ["*output has 4 NaN of 4 values (the first at ?0?: nan where the reference is 0).",
+          "  The inputs hold no NaN or Inf.",
+          "  From finite inputs, Inf is an overflow*"]),
         ("    return x * 3",
          ["*output is wrong: relative error 5.00e-01 > bound 1.00e-05 (forward base for float32).",
           "*worst element ?3?: got 9, expected 6"]),
@@ -187,3 +195,262 @@ def test_wrong_output_pytree(fake_course):
         "*FAIL  double*",
     ])
     assert_short_report(result)
+
+
+def test_the_summary_says_each_failure_once_with_its_count(fake_course):
+    """The headline of a learner's exception keeps its words and its line; a second test failing
+    the same way points at the first instead of repeating the report."""
+    fake_course.write("exercises", "double", "def double(x):\n    raise ValueError('learner bug')\n")
+    fake_course.test_file(GRADED_TEST.replace("def test_session_goes_on():\n        pass", """def test_double_again(impl):
+        x = np.arange(4, dtype=np.float32)
+        checks.assert_close(impl.double.double(x), 2.0 * x.astype(np.float64),
+                            fn=impl.double.double, dtype=np.float32)"""))
+    result = fake_course.run()
+    result.assert_outcomes(failed=2)
+    result.stdout.fnmatch_lines([
+        "*_ test_double_again _*",
+        "double() in exercises/ch11/double.py raised ValueError: learner bug (exercises/ch11/double.py:2)",
+        "  (the same report as test_double above)",
+        "*FAIL  double             0/2 tests passed",
+        "        double() in exercises/ch11/double.py raised ValueError: learner bug "
+        "(exercises/ch11/double.py:2)  ?2 tests?",
+    ])
+    assert result.stdout.str().count("ValueError: learner bug\n") == 1  # the full report, once
+
+
+def test_the_reproduction_can_be_pasted_into_python(fake_course):
+    fake_course.write("exercises", "double", "def double(x):\n    return x * 3\n")
+    fake_course.test_file("""
+        from pytest_tpucourse import checks, references
+        from pytest_tpucourse import strategies as tst
+
+        def test_double(impl):
+            x = tst.random_array((8, 16), "bfloat16", 7, kind="large")
+            checks.assert_matches_reference(impl.double.double, (x,), require_kernel=False,
+                                            reference=references.Reference("2x", lambda x: 2 * x, lambda x: 2 * x))
+    """)
+    result = fake_course.run()
+    lines = result.stdout.lines
+    start = lines.index("  reproduce (python, at the course root):")
+    pasted = [line.strip() for line in lines[start + 1:start + 3]]
+    assert pasted == ["from pytest_tpucourse.prompt import *; x = random_array((8, 16), 'bfloat16', 7, kind='large')",
+                      "out = load('exercises/ch11/double.py').double(x)"]
+    done = subprocess.run([sys.executable, "-c", "\n".join(pasted + ["print(out.dtype, out.shape)"])],
+                          cwd=fake_course.pytester.path, capture_output=True, text=True, timeout=120)
+    assert done.returncode == 0, done.stderr
+    assert done.stdout.strip().endswith("bfloat16 (8, 16)")
+
+
+NAN_KERNEL = """
+    import jax
+    import jax.numpy as jnp
+    from jax.experimental import pallas as pl
+    from jax.experimental.pallas import tpu as pltpu
+
+    def _reads_scratch_unset(x_ref, o_ref, acc_ref):
+        o_ref[...] = acc_ref[...] + 2 * x_ref[...]   # acc_ref is never written
+
+    def double(x):
+        return pl.pallas_call(_reads_scratch_unset, out_shape=jax.ShapeDtypeStruct(x.shape, x.dtype),
+                              scratch_shapes=[pltpu.VMEM(x.shape, jnp.float32)])(x)
+"""
+
+NAN_TESTS = """
+    import numpy as np
+    import jax.numpy as jnp
+    from pytest_tpucourse import checks
+
+    def test_double(impl):
+        x = jnp.ones((8, 128), jnp.float32)
+        checks.assert_close(impl.double.double(x), 2 * np.ones((8, 128)), fn=impl.double.double, dtype=np.float32)
+"""
+
+UNINITIALISED = "*Under TPU interpret mode memory read before it is written holds NaN*"
+
+
+def test_nan_from_a_kernel_names_uninitialised_memory(fake_course):
+    fake_course.write("exercises", "double", NAN_KERNEL)
+    fake_course.test_file(NAN_TESTS)
+    result = fake_course.run()
+    result.stdout.fnmatch_lines([
+        "double() in exercises/ch11/double.py: output has 1,024 NaN of 1,024 values (the first at [0, 0]: "
+        "nan where the reference is 2).",
+        "  The inputs hold no NaN or Inf.",
+        UNINITIALISED,
+    ])
+
+
+def test_nan_without_a_kernel_blames_arithmetic_not_memory(fake_course):
+    """Chapter 1 has no kernel and no interpret mode: an overflow is what the message suggests."""
+    fake_course.write("exercises", "double", "import jax.numpy as jnp\n\ndef double(x):\n"
+                      "    e = jnp.exp(x * 100)\n    return 2 * x * e / e\n")
+    fake_course.test_file(NAN_TESTS)
+    result = fake_course.run()
+    result.stdout.fnmatch_lines([
+        "*output has 1,024 NaN of 1,024 values*",
+        "  The inputs hold no NaN or Inf.",
+        "  From finite inputs, Inf is an overflow*NaN is inf - inf, inf / inf or 0 * inf*",
+    ])
+    assert "interpret mode" not in result.stdout.str().split("= FAILURES =")[1]
+
+
+ILLEGAL_BLOCK = """
+    import jax
+    import jax.numpy as jnp
+    from jax.experimental import pallas as pl
+
+    def _copy(x_ref, o_ref):
+        o_ref[...] = x_ref[...] * 2
+
+    def double(x, *, block=(8, 64)):
+        spec = pl.BlockSpec(block, lambda i, j: (i, j))
+        return pl.pallas_call(_copy, out_shape=jax.ShapeDtypeStruct(x.shape, x.dtype),
+                              grid=(x.shape[0] // block[0], x.shape[1] // block[1]),
+                              in_specs=[spec], out_specs=spec)(x)
+"""
+
+
+def test_a_refused_block_is_explained_at_its_blockspec(fake_course):
+    fake_course.write("exercises", "double", ILLEGAL_BLOCK)
+    fake_course.test_file("""
+        import jax.numpy as jnp
+        from pytest_tpucourse import tpu_checks
+
+        def test_lowers(impl):
+            tpu_checks.assert_lowers_for_tpu(impl.double.double, jnp.ones((16, 256), jnp.float32))
+    """)
+    result = fake_course.run()
+    result.stdout.fnmatch_lines([
+        "double() in exercises/ch11/double.py would not compile for a TPU: the Mosaic lowering rejects it.",
+        "  The BlockSpec at exercises/ch11/double.py:10 cuts input 0 of kernel _copy (a (16, 256) float32 "
+        "array) into blocks of (8, 64): dimension -1 of the block is 64: neither a multiple of 128 (lanes) "
+        "nor the array's full 256.",
+        "  A TPU block's last two dimensions must be multiples of (8, 128), or the array's own dimensions.",
+        "  (checked: the lowering for a v5e, float32 inputs, the function's default block sizes)",
+    ])
+    assert "file a bug" not in result.stdout.str() and "Blocked(" not in result.stdout.str()
+
+
+FROM_SOLUTIONS = """
+    import importlib.util
+    import pathlib
+
+    _path = pathlib.Path(__file__).resolve().parents[2] / "solutions" / "ch11" / "double.py"
+    _spec = importlib.util.spec_from_file_location("someone_elses", _path)
+    _module = importlib.util.module_from_spec(_spec)
+    _spec.loader.exec_module(_module)
+"""
+
+
+@pytest.mark.parametrize("body, expected", [
+    ("double = _module.double",
+     "double() in exercises/ch11/double.py is defined in solutions/ch11/double.py, outside the graded tree "
+     "exercises/: the graded function must be written in exercises/ch11/double.py itself."),
+    ("def double(x):\n    return _module.double(x)",
+     "exercises/ch11/double.py (or a module it imports) loads solutions/ch11/double.py: your exercises are "
+     "graded on your own code.*tpucourse solution ch11.double*"),
+], ids=["takes-the-function", "calls-the-solution"])
+def test_a_solution_loaded_by_path_is_refused(fake_course, body, expected):
+    fake_course.write("exercises", "double", textwrap.dedent(FROM_SOLUTIONS) + body + "\n")
+    fake_course.test_file(GRADED_TEST)
+    result = fake_course.run()
+    result.assert_outcomes(failed=1, passed=1)
+    result.stdout.fnmatch_lines([expected, "*FAIL  double*"])
+
+
+REDUCTION_KERNEL = """
+    import jax
+    import jax.numpy as jnp
+    from jax.experimental import pallas as pl
+    from jax.experimental.pallas import tpu as pltpu
+
+    def _row_block_sums(x_ref, o_ref):  # grid axis 1 walks the columns: a reduction
+        @pl.when(pl.program_id(1) == 0)
+        def _():
+            o_ref[...] = jnp.zeros_like(o_ref)
+        o_ref[...] += x_ref[...]
+
+    def _build(semantics):
+        return pl.pallas_call(
+            _row_block_sums, out_shape=jax.ShapeDtypeStruct((8, 128), jnp.float32), grid=(1, 4),
+            in_specs=[pl.BlockSpec((8, 128), lambda i, j: (i, j))],
+            out_specs=pl.BlockSpec((8, 128), lambda i, j: (i, 0)),
+            compiler_params=pltpu.CompilerParams(dimension_semantics=semantics))
+"""
+
+BUILT = {
+    "at-import": "_KERNEL = _build({semantics})\n\ndef double(x):\n    return _KERNEL(x)\n",
+    "in-the-function": "def double(x):\n    return _build({semantics})(x)\n",
+}
+
+REDUCTION_TESTS = """
+    import numpy as np
+    import jax.numpy as jnp
+    from pytest_tpucourse import checks, tpu_checks
+
+    X = jnp.arange(8 * 512, dtype=jnp.float32).reshape(8, 512) / 1000
+
+    def test_values(impl):
+        want = np.asarray(X, np.float64).reshape(8, 4, 128).sum(axis=1)
+        checks.assert_close(impl.double.double(X), want, fn=impl.double.double, dtype=np.float32)
+
+    def test_races(impl):
+        tpu_checks.assert_no_races(impl.double.double, X)
+
+    def test_lowers(impl):
+        tpu_checks.assert_lowers_for_tpu(impl.double.double, X)
+"""
+
+
+@pytest.mark.parametrize("built", BUILT)
+@pytest.mark.parametrize("semantics, outcomes", [
+    ('("parallel", "arbitrary")', dict(passed=3)),
+    # the reduction axis split across cores: a race, and wrong values under the shuffled grid order
+    ('("parallel", "parallel")', dict(passed=1, failed=2)),
+])
+def test_a_kernel_built_at_import_is_graded_like_one_built_in_the_function(fake_course, built, semantics,
+                                                                            outcomes):
+    """pl.pallas_call(...) takes the interpret mode in effect when called, not when built: the race
+    check's two cores and the TPU lowering reach a kernel built at module import too."""
+    fake_course.write("exercises", "double", REDUCTION_KERNEL + textwrap.indent(
+        BUILT[built].format(semantics=semantics), "    "))
+    fake_course.test_file(REDUCTION_TESTS)
+    result = fake_course.run("-v")
+    result.assert_outcomes(**outcomes)
+    if "failed" in outcomes:
+        result.stdout.fnmatch_lines(["*test_races FAILED*", "*has a data race under TPU interpret mode*"])
+
+
+RAGGED_OUT_OF_BOUNDS = """
+    import jax
+    from jax.experimental import pallas as pl
+
+    def _copy(x_ref, o_ref):
+        o_ref[...] = x_ref[...] * 2
+
+    def double(x):
+        return pl.pallas_call(_copy, out_shape=jax.ShapeDtypeStruct(x.shape, x.dtype), grid=(2, 3),
+                              in_specs=[pl.BlockSpec((8, 128), lambda i, j: (i + 1, j))],
+                              out_specs=pl.BlockSpec((8, 128), lambda i, j: (i, j)))(x)
+"""
+
+
+def test_an_out_of_bounds_block_names_the_array_as_passed_and_as_padded(fake_course):
+    fake_course.write("exercises", "double", RAGGED_OUT_OF_BOUNDS)
+    fake_course.test_file("""
+        import numpy as np
+        import jax.numpy as jnp
+        from pytest_tpucourse import checks
+
+        def test_ragged(impl):
+            x = jnp.ones((13, 342), jnp.float32)
+            checks.assert_close(impl.double.double(x), 2 * np.ones((13, 342)), fn=impl.double.double,
+                                dtype=np.float32)
+    """)
+    result = fake_course.run()
+    result.stdout.fnmatch_lines([
+        "*IndexError: Out-of-bounds block index (2, 0) for input \"x_ref\"*input has shape (16, 384).",
+        "  x_ref is your (13, 342) array; the interpreter pads it to whole (8, 128) blocks, (16, 384), and "
+        "block index (2, 0) lies past even that: check the index map of its BlockSpec at "
+        "exercises/ch11/double.py:10.",
+    ])

@@ -29,16 +29,17 @@ def test_a_correct_result_passes():
     (REF.astype(F32)[:, :2], "has shape (2, 2), expected (2, 3)"),
     (REF.astype(np.float64), "has dtype float64, expected float32"),
     ([1.0, 2.0], "should be an array of shape (2, 3) and dtype float32, got list"),
-    (np.where(REF > 5, np.nan, REF).astype(F32), "has 1 NaN values of 6 (first at [1, 2])"),
-    (np.where(REF > 5, np.inf, REF).astype(F32), "has 1 NaN/Inf values of 6"),
+    (np.where(REF > 5, np.nan, REF).astype(F32), "has 1 NaN of 6 values (the first at [1, 2]: nan where "
+                                                  "the reference is 6)"),
+    (np.where(REF > 5, np.inf, REF).astype(F32), "has 1 Inf of 6 values"),
     ((REF * 1.01).astype(F32), "relative error 1.00e-02 > bound 1.00e-05"),
 ])
 def test_wrong_results_are_rejected_with_the_reason(actual, message):
     with pytest.raises(WrongResult, match=None) as caught:
-        checks.assert_close(actual, REF, fn=FN, dtype=F32, repro="shape (2, 3), seed 0")
+        checks.assert_close(actual, REF, fn=FN, dtype=F32, note="shape (2, 3), seed 0")
     assert message in caught.value.message
     assert "kernel() in test: output" in caught.value.message
-    assert "reproduce: shape (2, 3), seed 0" in caught.value.message
+    assert "note: shape (2, 3), seed 0" in caught.value.message
 
 
 def test_the_worst_element_is_named():
@@ -54,7 +55,7 @@ def test_non_finite_values_pass_only_where_the_reference_has_them():
     checks.assert_close(np.array([1.0, -np.inf, np.nan, 2.0], F32), ref, fn=FN, dtype=F32)
     with pytest.raises(WrongResult, match="is 0 at \\[1\\] where the reference is -inf"):
         checks.assert_close(np.array([1.0, 0.0, np.nan, 2.0], F32), ref, fn=FN, dtype=F32)
-    with pytest.raises(WrongResult, match="NaN/Inf"):
+    with pytest.raises(WrongResult, match="1 Inf of 4 values"):
         checks.assert_close(np.array([1.0, np.inf, np.nan, 2.0], F32), ref, fn=FN, dtype=F32)
 
 
@@ -203,8 +204,9 @@ def blocked_copy(x, block=(8, 128)):
 def test_tpu_lowering_accepts_legal_blocks_and_names_an_illegal_one():
     x = jnp.zeros((16, 256), jnp.float32)
     tpu_checks.assert_lowers_for_tpu(graded(blocked_copy), x)
-    with pytest.raises(WrongResult, match=r"(?s)would not compile for a TPU.*divisible by 8 and 128"
-                                          r".*Block spec for args\[0\]"):
+    with pytest.raises(WrongResult, match=r"(?s)would not compile for a TPU.*The BlockSpec at .*test_checker.py:"
+                                          r"\d+ cuts input 0 .*dimension -1 of the block is 64: neither a "
+                                          r"multiple of 128 \(lanes\)"):
         tpu_checks.assert_lowers_for_tpu(graded(blocked_copy), x, block=(8, 64))
 
 
@@ -215,7 +217,7 @@ def test_tpu_lowering_names_an_unsupported_primitive():
     def cumsum(x):
         return pl.pallas_call(cumsum_kernel, out_shape=jax.ShapeDtypeStruct(x.shape, x.dtype))(x)
 
-    with pytest.raises(WrongResult, match="Unimplemented primitive in Pallas TPU lowering for tc: cumsum"):
+    with pytest.raises(WrongResult, match="`cumsum` has no Mosaic \(TPU\) lowering: a kernel cannot use it"):
         tpu_checks.assert_lowers_for_tpu(graded(cumsum), jnp.zeros((8, 128), jnp.float32))
 
 
@@ -233,6 +235,25 @@ def test_a_race_between_two_cores_is_reported():
     with pytest.raises(WrongResult, match="(?s)data race.*RACE DETECTED"):
         tpu_checks.assert_no_races(graded(racy), x)
     tpu_checks.assert_no_races(graded(blocked_copy), x)
+
+
+def test_results_that_depend_on_the_order_of_parallel_steps_are_reported():
+    """Where no core boundary splits the steps that share a block, the detector sees no race;
+    two interpreter seeds run the parallel steps in two orders, and the results differ."""
+    from jax.experimental.pallas import tpu as pltpu
+
+    def last_step_wins(x):  # each of 4 parallel steps overwrites the one output block
+        return pl.pallas_call(
+            _copy_kernel, out_shape=jax.ShapeDtypeStruct((8, 128), x.dtype), grid=(4,),
+            in_specs=[pl.BlockSpec((8, 128), lambda i: (i, 0))],
+            out_specs=pl.BlockSpec((8, 128), lambda i: (0, 0)),
+            compiler_params=pltpu.CompilerParams(dimension_semantics=("parallel",)))(x)
+
+    x = jnp.arange(32 * 128, dtype=jnp.float32).reshape(32, 128)
+    with pytest.raises(WrongResult, match="gives different results when its parallel grid steps "
+                                          "run in another order"):
+        tpu_checks.assert_no_races(graded(last_step_wins), x, cores=1, seeds=(0, 1, 2))
+    tpu_checks.assert_no_races(graded(blocked_copy), x, cores=1, seeds=(0, 1, 2))
 
 
 def test_inputs_named_none_may_be_masks_or_integers():
@@ -315,3 +336,61 @@ def test_tpu_lowering_of_rules_that_ask_the_chip_generation():
                               grid=(2,), in_specs=[spec], out_specs=spec)(x)
 
     tpu_checks.assert_lowers_for_tpu(graded(halved_rows), jnp.zeros((16, 128), jnp.float32))
+
+
+def test_fetch_log_follows_index_maps_that_read_tables_built_from_constants():
+    """A scalar-prefetch table the program builds from constants (as splash attention's mask
+    tables are) is evaluated; the log reports the blocks the table selects."""
+    from jax.experimental.pallas import tpu as pltpu
+    from pytest_tpucourse import block_skipping
+
+    def gather_rows(x):  # step i copies the row block table[i]: 2, 0, 0, 1
+        table = jnp.array([2, 0, 0, 1], jnp.int32)
+        spec = pl.BlockSpec((8, 128), lambda i, t: (t[i], 0))
+        return pl.pallas_call(
+            lambda t, x_ref, o_ref: _copy_kernel(x_ref, o_ref),
+            out_shape=jax.ShapeDtypeStruct((32, 128), x.dtype),
+            grid_spec=pltpu.PrefetchScalarGridSpec(
+                num_scalar_prefetch=1, grid=(4,), in_specs=[spec],
+                out_specs=pl.BlockSpec((8, 128), lambda i, t: (i, 0))))(table, x)
+
+    (fetches,) = block_skipping.fetch_log(jax.make_jaxpr(gather_rows)(jnp.zeros((24, 128))))
+    assert fetches.copies == 3 and fetches.blocks == {(2, 0), (0, 0), (1, 0)}
+
+
+def test_an_intermediate_as_large_as_the_one_the_kernel_exists_to_avoid_is_reported():
+    from pytest_tpucourse import structure
+
+    def outer_then_sum(a, b):
+        return jnp.outer(a, b).sum(axis=1)
+
+    a = jnp.ones((64,), jnp.float32)
+    with pytest.raises(WrongResult, match=r"computes a float32\[64, 64\] array \(4,096 elements, from "
+                                          r"(mul|dot_general)\) outside its Pallas kernels"):
+        structure.assert_no_value_as_large_as(graded(outer_then_sum), (a, a), elements=64 * 64,
+                                              what="the outer product")
+    structure.assert_no_value_as_large_as(graded(lambda a, b: a * b), (a, a), elements=64 * 64,
+                                          what="the outer product")
+
+
+def test_block_and_dimension_cases_for_graded_shapes():
+    from pytest_tpucourse import strategies as tst
+
+    assert tst.dims_around(128, tile=8) == {"below": 64, "equal": 128, "above": 384, "ragged": 264}
+    assert tst.unequal_blocks(("bm", "bk", "bn"), (64, 128, 256)) == [
+        dict(bm=64, bk=128, bn=256), dict(bm=128, bk=256, bn=64), dict(bm=256, bk=64, bn=128)]
+    with pytest.raises(ValueError, match="distinct size"):
+        tst.unequal_blocks(("block_q", "block_kv"), (128, 128))
+
+
+def test_value_kinds_that_stress_a_formula():
+    from pytest_tpucourse import strategies as tst
+
+    rows = np.asarray(tst.random_array((4, 256), "float32", 0, kind="low_variance"), np.float64)
+    assert np.all((np.var(rows, axis=1) > 5e-6) & (np.var(rows, axis=1) < 2e-5))  # near eps = 1e-5
+    spiked = np.asarray(tst.random_array((4, 256), "float32", 0, kind="spike"))
+    assert np.all(np.sort(spiked, axis=1)[:, -1] > 9e3) and np.all(np.sort(spiked, axis=1)[:, -2] < 10)
+    cfg = tst.AttentionConfig(1, 4, 2, 128, 256, 64, True, "bfloat16")
+    q, k, _ = (np.asarray(a, np.float64) for a in cfg.arrays(0, "negative_first_key"))
+    scores = np.einsum("bhqd,bhkd->bhqk", q, np.repeat(k, cfg.group, axis=1)) / 8.0
+    assert scores[..., 0].max() < -5e3 and np.abs(scores[..., 1:]).max() < 20

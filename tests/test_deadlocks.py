@@ -45,6 +45,9 @@ KERNELS = """
                 compiler_params=pltpu.CompilerParams(collective_id=0))(shard)
         return jax.shard_map(per_device, mesh=mesh, in_specs=jax.P("x"), out_specs=jax.P("x"),
                              check_vma=False)(x) * 2
+
+    def ring(x, *, mesh):  # another graded function: a hang of double() fails double()'s later calls only
+        return double(x, mesh=mesh)
 """
 
 TESTS = """
@@ -64,7 +67,7 @@ TESTS = """
                             fn=impl.double.double, dtype=np.float32)
 
     def test_next_kernel_on_eight_devices_still_runs(impl, mesh):
-        checks.assert_close(impl.double.double(X, mesh=mesh(8)), expected(8), fn=impl.double.double,
+        checks.assert_close(impl.double.ring(X, mesh=mesh(8)), expected(8), fn=impl.double.ring,
                             dtype=np.float32)
 """
 
@@ -101,7 +104,7 @@ def test_a_tests_own_kernel_timeout_is_shorter_than_the_runs(fake_course):
     result.stdout.fnmatch_lines([
         "*test_bad_kernel FAILED*",
         "*test_next_kernel_on_eight_devices_still_runs PASSED*",
-        "double() in exercises/ch11/double.py did not finish within 2 s (this test's kernel_timeout marker)*",
+        "double() in exercises/ch11/double.py did not finish within 2 s (this test's kernel_timeout marker*",
     ])
     assert elapsed < 45
 

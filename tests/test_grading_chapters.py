@@ -1,6 +1,8 @@
 """Every built chapter: stubs are all TODO, solutions all pass, every mutant is caught.
 
-These run the real graded suites in subprocesses, exactly as a learner would.
+These run the real graded suites in processes of their own, as a learner's run would be.
+Each test declares its run (`job_of`); the runs go to a warm worker that runs as many at
+a time as the machine has cores (tests/chapter_runs.py), and each test judges its own.
 """
 
 import re
@@ -10,9 +12,10 @@ import pytest
 from pytest_tpucourse.course import load_course
 from pytest_tpucourse.mutants import build_tree, load_mutants
 
-from .support import REPO, failed_files, run_chapter
+from .chapter_runs import ChapterJob, wait_for
+from .support import REPO, failed_files
 
-# Every test here grades a real chapter in a pytest subprocess: `-m "not chapters"` skips them.
+# Every test here grades a real chapter in a pytest process of its own: `-m "not chapters"` skips them.
 pytestmark = pytest.mark.chapters
 
 COURSE = load_course(REPO)
@@ -20,11 +23,49 @@ BUILT = [c for c in COURSE.chapters if c.exercises]
 MUTANT_FILES = sorted((REPO / "tests" / "mutants").glob("ch*.toml"))
 MUTANTS = [m for path in MUTANT_FILES for m in load_mutants(path)]
 EQUIVALENTS = [m for path in MUTANT_FILES for m in load_mutants(path, "equivalents")]
+PARALLEL_REDUCTION = next(m for m in MUTANTS if m.name == "matmul_reduction_axis_parallel")
+
+
+@pytest.fixture
+def chapter_run(request, chapter_runner):
+    """The result of this test's run of a chapter (its job_of), as pytester's RunResult."""
+    return wait_for(chapter_runner, request.node,
+                    lambda item: job_of(item, chapter_runner.fresh_path("tree")))
+
+
+def job_of(item, workdir) -> ChapterJob | None:
+    """The chapter run a test of this module grades (None for any other test)."""
+    name, params = item.originalname, getattr(item, "callspec", None)
+    params = params.params if params else {}
+    if name == "test_stubs_are_reported_todo":
+        return ChapterJob(params["chapter"].id, ("-v",))
+    if name == "test_solutions_pass":
+        return ChapterJob(params["chapter"].id, ("--solutions",))
+    if name == "test_mutant_is_caught_by_exactly_its_tests":
+        mutant = params["mutant"]
+        tree = build_tree(mutant, REPO / "solutions", workdir)
+        # Each file the mutant must fail stops at its first failure: caught once is caught.
+        return ChapterJob(mutant.chapter, ("--impl-root", str(tree), *mutant.pytest_args),
+                          files=tuple(affected_test_files(mutant.chapter, mutant.module)),
+                          stop_files=mutant.caught_by)
+    if name == "test_correct_variant_passes":
+        variant = params["variant"]
+        tree = build_tree(variant, REPO / "solutions", workdir)
+        return ChapterJob(variant.chapter, ("--impl-root", str(tree)),
+                          files=tuple(affected_test_files(variant.chapter, variant.module)))
+    if name == "test_whole_chapter_grading_isolates_the_mutated_kernel":
+        tree = build_tree(PARALLEL_REDUCTION, REPO / "solutions", workdir)
+        return ChapterJob("ch11", ("--impl-root", str(tree)))
+    if name == "test_fast_interpreter_misses_the_reduction_axis_marked_parallel":
+        tree = build_tree(PARALLEL_REDUCTION, REPO / "solutions", workdir)
+        return ChapterJob("ch11", ("--impl-root", str(tree), "--interpret", "fast",
+                                   "-k", "test_matmul_f32 or test_matmul_bf16"))
+    return None
 
 
 @pytest.mark.parametrize("chapter", BUILT, ids=lambda c: c.id)
-def test_stubs_are_reported_todo(pytester, chapter):
-    result = run_chapter(pytester, chapter.id, "-v")
+def test_stubs_are_reported_todo(chapter_run, chapter):
+    result = chapter_run
     assert result.ret == pytest.ExitCode.TESTS_FAILED
     outcomes = result.parseoutcomes()
     # Gate tests are skipped without --gates; every graded test is TODO.
@@ -40,8 +81,8 @@ def test_stubs_are_reported_todo(pytester, chapter):
 
 
 @pytest.mark.parametrize("chapter", BUILT, ids=lambda c: c.id)
-def test_solutions_pass(pytester, chapter):
-    result = run_chapter(pytester, chapter.id, "--solutions")
+def test_solutions_pass(chapter_run, chapter):
+    result = chapter_run
     assert result.ret == pytest.ExitCode.OK, result.stdout.str()
     n = len(chapter.exercises)
     result.stdout.fnmatch_lines([f"{chapter.label}: {n}/{n} exercises"])
@@ -73,12 +114,10 @@ def affected_test_files(chapter: str, module: str) -> list[str]:
 
 
 @pytest.mark.parametrize("mutant", MUTANTS, ids=lambda m: f"{m.chapter}.{m.name}")
-def test_mutant_is_caught_by_exactly_its_tests(pytester, tmp_path, mutant, record_property):
-    tree = build_tree(mutant, REPO / "solutions", tmp_path / "tree")
+def test_mutant_is_caught_by_exactly_its_tests(chapter_run, mutant, record_property):
     observers = affected_test_files(mutant.chapter, mutant.module)
     assert set(mutant.caught_by) <= set(observers), f"{mutant.caught_by} never call {mutant.module}"
-    result = run_chapter(pytester, mutant.chapter, "--impl-root", str(tree), *mutant.pytest_args,
-                         files=observers)
+    result = chapter_run
     caught = failed_files(result)
     record_property("mutant", f"{mutant.chapter}.{mutant.name}")
     record_property("mutant_caught", caught >= set(mutant.caught_by))
@@ -89,30 +128,22 @@ def test_mutant_is_caught_by_exactly_its_tests(pytester, tmp_path, mutant, recor
 
 
 @pytest.mark.parametrize("variant", EQUIVALENTS, ids=lambda m: f"{m.chapter}.{m.name}")
-def test_correct_variant_passes(pytester, tmp_path, variant):
-    tree = build_tree(variant, REPO / "solutions", tmp_path / "tree")
-    result = run_chapter(pytester, variant.chapter, "--impl-root", str(tree),
-                         files=affected_test_files(variant.chapter, variant.module))
+def test_correct_variant_passes(chapter_run, variant):
+    result = chapter_run
     assert result.ret == pytest.ExitCode.OK, f"{variant.name} ({variant.why}):\n{result.stdout.str()}"
 
 
-def test_whole_chapter_grading_isolates_the_mutated_kernel(pytester, tmp_path):
-    """The issue's original proof, kept on one mutant: grading the whole chapter fails
+def test_whole_chapter_grading_isolates_the_mutated_kernel(chapter_run):
+    """Kept on one mutant: grading the whole chapter, every file run to its end, fails
     exactly the mutated kernel's tests (the other mutant runs grade only the files that
-    can observe the change)."""
-    mutant = next(m for m in MUTANTS if m.name == "matmul_reduction_axis_parallel")
-    tree = build_tree(mutant, REPO / "solutions", tmp_path / "tree")
-    result = run_chapter(pytester, "ch11", "--impl-root", str(tree))
-    assert failed_files(result) == {"test_matmul.py"}
+    can observe the change, and stop a file at its first failure)."""
+    assert failed_files(chapter_run) == {"test_matmul.py"}
 
 
-def test_fast_interpreter_misses_the_reduction_axis_marked_parallel(pytester, tmp_path):
+def test_fast_interpreter_misses_the_reduction_axis_marked_parallel(chapter_run):
     """The reason TPU interpret mode is the default, shown on a shipped mutant: the value
     checks pass under the generic interpreter (only the race check, which always runs
     TPU interpret mode, would still catch it)."""
-    mutant = next(m for m in MUTANTS if m.name == "matmul_reduction_axis_parallel")
-    tree = build_tree(mutant, REPO / "solutions", tmp_path / "tree")
-    fast = run_chapter(pytester, "ch11", "--impl-root", str(tree), "--interpret", "fast",
-                       "-k", "test_matmul_f32 or test_matmul_bf16")
+    fast = chapter_run
     assert fast.ret == pytest.ExitCode.OK, fast.stdout.str()
     assert re.search(r"fast generic interpreter", fast.stdout.str())

@@ -11,7 +11,7 @@ import pytest
 from pytest_tpucourse.gates import records as rec
 from pytest_tpucourse.gates.records import CorruptRecords, HonestyError, Record
 
-from .support import REPO
+from .support import DEFAULT_SIGINT, REPO
 
 
 def make_record(**kw) -> Record:
@@ -105,7 +105,7 @@ def _writer(path, n):
 
 
 def _spawn_writer(path, n):
-    code = (f"import sys; sys.path.insert(0, {str(REPO)!r}); from tests.test_records import _writer; "
+    code = (f"{DEFAULT_SIGINT}import sys; sys.path.insert(0, {str(REPO)!r}); from tests.test_records import _writer; "
             f"_writer({str(path)!r}, {n})")
     return subprocess.Popen([sys.executable, "-c", code], stderr=subprocess.DEVNULL)
 

@@ -21,6 +21,19 @@ def test_the_course_v5e_table(op, shape, floor_us, bound):
     assert prediction.bound == bound
 
 
+@pytest.mark.parametrize("op, shape, flops, nbytes", [
+    ("softmax", (4096, 4096), 5 * 4096 ** 2, 2 * 4096 ** 2 * 2),
+    ("layernorm", (4096, 4096), 7 * 4096 ** 2, (2 * 4096 ** 2 + 2 * 4096) * 2),
+    ("matmul_bias_act", (4096, 4096, 4096), 2 * 4096 ** 3 + 2 * 4096 ** 2, (3 * 4096 ** 2 + 4096) * 2),
+    ("attention-fwd", (1, 8, 8192, 8192, 128), 4 * 8 * 8192 ** 2 * 128, 4 * 8 * 8192 * 128 * 2),
+    ("attention-causal-fwd-bwd", (1, 8, 8192, 8192, 128), 14 * 128 * 8 * (8192 * 8193 // 2),
+     12 * 8 * 8192 * 128 * 2),  # forward: q, k, v, o; backward: q, o, dO, dq, k, v, dk, dv
+])
+def test_the_course_ops_on_the_command_line(op, shape, flops, nbytes):
+    """Every op the course grades has a cost `tpucourse roofline --op` can price."""
+    assert roofline.op_cost(op, shape, "bfloat16") == Cost(flops, nbytes)
+
+
 def test_matmul_counts():
     cost = roofline.matmul_cost(8, 4096, 4096, "bfloat16")
     assert cost.flops == 2 * 8 * 4096 * 4096

@@ -10,6 +10,8 @@ import pytest
 
 from pytest_tpucourse.learner import state
 
+from .support import pytest_child
+
 GRADED_TEST = """
     import numpy as np
     from pytest_tpucourse import checks
@@ -124,7 +126,7 @@ def test_a_failure_replaces_done_but_a_partial_run_does_not(fake_course):
 def test_an_interrupted_run_leaves_a_readable_state(fake_course):
     fake_course.write("exercises", "double", "import time\n\ndef double(x):\n    time.sleep(30)\n    return x * 2\n")
     fake_course.test_file(GRADED_TEST)
-    process = subprocess.Popen([sys.executable, "-m", "pytest", "-p", "no:cacheprovider", "-q"],
+    process = subprocess.Popen(pytest_child("-p", "no:cacheprovider", "-q"),
                                cwd=fake_course.pytester.path, stdout=subprocess.PIPE, stderr=subprocess.STDOUT)
     time.sleep(6)
     process.send_signal(signal.SIGINT)

@@ -4,10 +4,12 @@ Every case runs in its own pytest subprocess with a hard timeout, so a grader
 that failed to survive could never hang this suite.
 """
 
+import subprocess
 import time
 
 import pytest
 
+from .support import pytest_child
 from .test_bad_learner_code import assert_short_report
 
 KERNELS = """
@@ -70,6 +72,10 @@ KERNELS = """
         specs = {"in_specs": [pl.BlockSpec(memory_space=space)]} if space is not None else {}
         return pl.pallas_call(kernel, out_shape=jax.ShapeDtypeStruct(x.shape, x.dtype),
                               scratch_shapes=scratch, **specs)(x)
+
+    def ok(x):
+        # another graded function: a hang of double() does not stop it from running
+        return double(x)
 """
 
 TESTS = """
@@ -84,13 +90,12 @@ TESTS = """
                             fn=impl.double.double, dtype=np.float32)
 
     def test_next_kernel_still_runs(impl):
-        checks.assert_close(impl.double.double(X), 2 * np.ones((8, 128)),
-                            fn=impl.double.double, dtype=np.float32)
+        checks.assert_close(impl.double.ok(X), 2 * np.ones((8, 128)), fn=impl.double.ok, dtype=np.float32)
 """
 
 DEADLINE = 3
-STOPPED = "*It was stopped; the other tests still run."
-TIMED_OUT = f"double() in exercises/ch11/double.py did not finish within {DEADLINE} s (--kernel-timeout)*"
+STOPPED = "*It was stopped; the other tests still run, and this function's other tests fail at once*"
+TIMED_OUT = f"double() in exercises/ch11/double.py did not finish within {DEADLINE} s (--kernel-timeout; compiling*"
 # A wait nothing can ever satisfy (every simulated device blocked on it) is stopped as a
 # deadlock as soon as it is seen, before the deadline.
 DEADLOCKED = "double() in exercises/ch11/double.py deadlocked: every simulated device waits on a semaphore*"
@@ -183,8 +188,7 @@ HYPOTHESIS_TESTS = """
 
     def test_next_kernel_still_runs(impl):
         x = jnp.ones((8, 128), jnp.float32)
-        checks.assert_close(impl.double.double(x), 2 * np.ones((8, 128)), fn=impl.double.double,
-                            dtype=np.float32)
+        checks.assert_close(impl.double.ok(x), 2 * np.ones((8, 128)), fn=impl.double.ok, dtype=np.float32)
 """
 
 
@@ -199,6 +203,111 @@ def test_a_replayed_hang_is_not_waited_out_twice(fake_course):
     result.stdout.fnmatch_lines([
         "*test_bad_kernel_property FAILED*",
         "*test_next_kernel_still_runs PASSED*",
-        "double() in exercises/ch11/double.py did not finish within 10 s (--kernel-timeout)*",
+        "double() in exercises/ch11/double.py did not finish within 10 s (--kernel-timeout*",
     ])
     assert elapsed < 19, f"{elapsed:.0f} s: the hang was waited out more than once"
+
+
+SAME_FUNCTION_TWICE = """
+    import numpy as np
+    import jax.numpy as jnp
+    from pytest_tpucourse import checks
+
+    X = jnp.ones((8, 128), jnp.float32)
+
+    def test_first(impl):
+        checks.assert_close(impl.double.double(X, case="{case}"), 2 * np.ones((8, 128)),
+                            fn=impl.double.double, dtype=np.float32)
+
+    def test_second(impl):
+        checks.assert_close(impl.double.double(X[:, :64], case="{case}"), 2 * np.ones((8, 64)),
+                            fn=impl.double.double, dtype=np.float32)
+
+    def test_other_function(impl):
+        checks.assert_close(impl.double.ok(X), 2 * np.ones((8, 128)), fn=impl.double.ok, dtype=np.float32)
+"""
+
+
+def test_a_loop_that_cannot_be_stopped_fails_each_test_once_and_the_run_ends_by_itself(fake_course):
+    """One wait for the deadline, not one per test; the summary and the state file are written,
+    and the process exits although a thread still spins in XLA (it would be waited for)."""
+    fake_course.write("exercises", "double", KERNELS)
+    fake_course.test_file(SAME_FUNCTION_TWICE.replace("{case}", "while_scalar"))
+    start = time.monotonic()
+    result = fake_course.pytester.runpytest_subprocess(
+        "-p", "no:cacheprovider", "-v", "--kernel-timeout", str(DEADLINE), timeout=120)
+    elapsed = time.monotonic() - start
+    result.stdout.fnmatch_lines([
+        "*test_first FAILED*",
+        "*test_second FAILED*",
+        "*test_other_function PASSED*",
+        "*It is a compiled loop that cannot be interrupted*it does by itself after its last test*",
+        "*It passed its deadline earlier in this run (in exercises/ch11/test_double.py::test_first): not run "
+        "again, so each of its tests fails at once until the hang is fixed.",
+        "*FAIL  double*1/3 tests passed",
+        "*did not finish within 3 s*  ?2 tests?",
+    ])
+    assert result.ret == pytest.ExitCode.TESTS_FAILED
+    assert elapsed < 60, f"{elapsed:.0f} s: waited out the deadline more than once, or did not exit"
+    state = (fake_course.pytester.path / ".tpucourse" / "state.json").read_text()
+    assert '"status": "failed"' in state
+
+
+SLOW_COMPILE_TESTS = """
+    import time
+
+    import jax
+    import numpy as np
+    import jax.numpy as jnp
+    from pytest_tpucourse import checks
+
+    def _slow(event, seconds, **kwargs):  # every XLA compile takes 4 s more
+        if event.endswith("backend_compile_duration"):
+            time.sleep(4)
+
+    jax.monitoring.register_event_duration_secs_listener(_slow)
+
+    def test_a_slow_compile_is_no_hang(impl):
+        x = jnp.ones((8, 128), jnp.float32)
+        checks.assert_close(impl.double.double(x), 2 * np.ones((8, 128)), fn=impl.double.double,
+                            dtype=np.float32)
+"""
+
+
+def test_compiling_is_not_counted_against_the_deadline(fake_course):
+    """The graded program is compiled before the deadline starts: a compile slower than the
+    deadline (a loaded machine, a big program) is not reported as a hang."""
+    fake_course.write("exercises", "double", "def double(x):\n    return x * 2\n")
+    fake_course.test_file(SLOW_COMPILE_TESTS)
+    result = fake_course.pytester.runpytest_subprocess("-p", "no:cacheprovider", "-v", "--kernel-timeout", "2",
+                                                       "--jax-cache", "none", timeout=120)
+    result.stdout.fnmatch_lines(["*test_a_slow_compile_is_no_hang PASSED*"])
+
+
+SWALLOWING_TESTS = """
+    import os
+    import signal
+    import time
+
+    def test_interrupted_where_the_interrupt_is_swallowed():
+        os.kill(os.getpid(), signal.SIGINT)
+        try:  # as JAX's gc callback does: the KeyboardInterrupt is caught and dropped
+            time.sleep(5)
+        except KeyboardInterrupt:
+            pass
+
+    def test_never_reached():
+        time.sleep(30)
+"""
+
+
+def test_one_ctrl_c_stops_the_run_even_when_the_interrupt_is_swallowed(fake_course):
+    fake_course.test_file(SWALLOWING_TESTS)
+    start = time.monotonic()
+    done = subprocess.run(pytest_child("-p", "no:cacheprovider", "-v"), cwd=fake_course.pytester.path,
+                          capture_output=True, text=True, timeout=120)
+    elapsed = time.monotonic() - start
+    assert "KeyboardInterrupt" in done.stdout, done.stdout
+    assert "test_never_reached" not in done.stdout.split("KeyboardInterrupt")[0].split("swallowed")[-1]
+    assert elapsed < 25, f"{elapsed:.0f} s: the run went on after Ctrl-C"
+    assert done.returncode == pytest.ExitCode.INTERRUPTED

@@ -23,8 +23,7 @@ def _inputs(shape, dtype, seed):
 def test_layer_norm_matches_reference(impl, shape, dtype, seed):
     x, gamma, beta = _inputs(shape, dtype, seed)
     checks.assert_matches_reference(
-        impl.norms.layer_norm, (x, gamma, beta), reference=references.LAYERNORM, require_kernel=False,
-        repro=f"layer_norm(x{shape}, gamma, beta) {dtype}, x ~ N(3, 2), seed {seed}")
+        impl.norms.layer_norm, (x, gamma, beta), reference=references.LAYERNORM, require_kernel=False)
 
 
 @given(shape=tst.few(*SHAPES), dtype=tst.dtypes(), seed=tst.seeds())
@@ -33,8 +32,7 @@ def test_layer_norm_matches_reference(impl, shape, dtype, seed):
 def test_rms_norm_matches_reference(impl, shape, dtype, seed):
     x, gamma, _ = _inputs(shape, dtype, seed)
     checks.assert_matches_reference(
-        impl.norms.rms_norm, (x, gamma), reference=references.RMSNORM, require_kernel=False,
-        repro=f"rms_norm(x{shape}, gamma) {dtype}, x ~ N(3, 2), seed {seed}")
+        impl.norms.rms_norm, (x, gamma), reference=references.RMSNORM, require_kernel=False)
 
 
 def test_layer_norm_grads(impl):
@@ -42,8 +40,7 @@ def test_layer_norm_grads(impl):
     x, gamma, beta = _inputs(shape, "float32", seed)
     checks.assert_grads_match(
         impl.norms.layer_norm, (x, gamma, beta), reference=references.LAYERNORM,
-        argnames=("dx", "dgamma", "dbeta"), seed=seed,
-        repro=f"jax.vjp(layer_norm, x{shape}, gamma, beta) float32, seed {seed}")
+        argnames=("dx", "dgamma", "dbeta"), seed=seed)
 
 
 def test_rms_norm_grads(impl):
@@ -51,5 +48,4 @@ def test_rms_norm_grads(impl):
     x, gamma, _ = _inputs(shape, "float32", seed)
     checks.assert_grads_match(
         impl.norms.rms_norm, (x, gamma), reference=references.RMSNORM,
-        argnames=("dx", "dgamma"), seed=seed,
-        repro=f"jax.vjp(rms_norm, x{shape}, gamma) float32, seed {seed}")
+        argnames=("dx", "dgamma"), seed=seed)

@@ -14,8 +14,7 @@ SHAPES = ((12, 96), (4, 6, 40))
 def _check(impl, x, axis, label):
     checks.assert_matches_reference(
         impl.softmax.softmax, (x,), kwargs=dict(axis=axis), require_kernel=False,
-        reference=references.SAFE_SOFTMAX.bind(axis=axis),
-        repro=f"softmax(x{tuple(x.shape)}, axis={axis}) {x.dtype}, {label}")
+        reference=references.SAFE_SOFTMAX.bind(axis=axis))
 
 
 @given(shape=tst.few(*SHAPES), axis=tst.few(-1, 0, 1), dtype=tst.dtypes(),
@@ -48,5 +47,4 @@ def test_softmax_grads(impl, axis, kind):
     x = tst.random_array(shape, "float32", 3, kind=kind)
     checks.assert_grads_match(
         impl.softmax.softmax, (x,), kwargs=dict(axis=axis), argnames=("dx",), seed=3,
-        reference=references.SAFE_SOFTMAX.bind(axis=axis),
-        repro=f"jax.vjp(softmax, x{shape}, axis={axis}) float32, {kind} values, seed 3")
+        reference=references.SAFE_SOFTMAX.bind(axis=axis))

@@ -6,7 +6,7 @@ import pytest
 from hypothesis import example, given
 from jax import lax
 
-from pytest_tpucourse import references
+from pytest_tpucourse import checks, references
 from pytest_tpucourse import strategies as tst
 
 
@@ -28,14 +28,22 @@ CASES = [
      lambda q, k, v: references.attention_floor(q, k, v, causal=True),
      [(1, 2, 16, 8), (1, 2, 24, 8), (1, 2, 24, 8)], 2 * (2 * 16 * 24) * 8 + 2 * (2 * 16 * 8) * 24),
     ("no dot at all", lambda x: jnp.tanh(x) * 3.0, [(64, 64)], 0),
+    # Executed, not written: a scan body runs `length` times; a cond runs one branch, the
+    # most expensive one here (an upper bound of what runs).
+    ("scan of 10 (8,8) matmuls", lambda c, w: lax.scan(lambda c, _: (c @ w, None), c, None, length=10)[0],
+     [(8, 8), (8, 8)], 10 * 2 * 8 * 8 * 8),
+    ("cond, 1 and 2 matmul branches",
+     lambda p, a, b: lax.cond(p.sum() > 0, lambda a, b: a @ b, lambda a, b: (a @ b) @ b, a, b),
+     [(4,), (8, 8), (8, 8)], 2 * (2 * 8 * 8 * 8)),
 ]
 
 
 def _check(impl, name, f, shapes, want):
     fn = impl.flops.dot_flops
     got = fn(jax.make_jaxpr(f)(*_arrays(*shapes)))
-    assert got == want, (f"{fn.display} gives {got} FLOPs for {name}, expected {want}"
-                         f"\n  reproduce: dot_flops(jax.make_jaxpr(f)(*arrays of shapes {shapes}))")
+    checks.assert_equal(got, want, fn=fn, what=f"the FLOPs of {name}",
+                        note=f"the jaxpr of CASES {name!r} of exercises/ch02/test_flops.py, on inputs of "
+                             f"shapes {shapes}")
 
 
 @pytest.mark.parametrize("case", CASES, ids=[c[0] for c in CASES])
@@ -48,3 +56,13 @@ def test_dot_flops(impl, case):
 def test_dot_flops_batched_matmul(impl, b, m, k, n):
     _check(impl, f"einsum bmk,bkn->bmn with b={b} m={m} k={k} n={n}",
            lambda x, y: jnp.einsum("bmk,bkn->bmn", x, y), [(b, m, k), (b, k, n)], 2 * b * m * k * n)
+
+
+def test_dot_flops_refuses_a_while_loop_with_dots(impl):
+    """A while_loop's trip count is known only when it runs: no count, a ValueError."""
+    def doubling_until_large(x, w):
+        return lax.while_loop(lambda c: c.sum() < 1e6, lambda c: c @ w, x)
+
+    jaxpr = jax.make_jaxpr(doubling_until_large)(*_arrays((8, 8), (8, 8)))
+    checks.assert_rejects(impl.flops.dot_flops, (jaxpr,), error=ValueError, mentions=("while",),
+                          note="the jaxpr: jax.make_jaxpr(lambda x, w: lax.while_loop(..., lambda c: c @ w, x))(x, w)")

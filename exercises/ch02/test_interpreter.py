@@ -92,15 +92,16 @@ def test_eval_jaxpr_agrees_with_jit(impl, program, seed):
     y = tst.random_array((8, 8), "float32", seed + 1)
     closed = jax.make_jaxpr(f)(x, y)
     got = fn(closed, x, y)
-    repro = f"eval_jaxpr(jax.make_jaxpr(f)(x, y), x, y), f: {_describe(program)}, seed {seed}"
-    assert isinstance(got, (list, tuple)) and len(got) == 2, (
-        f"{fn.display} should return a list of the program's 2 outputs, got {type(got).__name__}"
-        f"{'' if not isinstance(got, (list, tuple)) else f' of {len(got)}'}\n  reproduce: {repro}")
+    note = f"closed_jaxpr = jax.make_jaxpr(f)(x, y), f: {_describe(program)}"
+    if not (isinstance(got, (list, tuple)) and len(got) == 2):
+        checks.fail(fn, f"{fn.display} should return a list of the program's 2 outputs, got {type(got).__name__}"
+                        f"{'' if not isinstance(got, (list, tuple)) else f' of {len(got)}'}", note=note)
     # The oracle is the program itself in float64; its floor is jax.jit of it in float32.
     reference = references.Reference(f"f: {_describe(program)}", f, jax.jit(f))
     checks.assert_matches_reference(
         checks.graded(lambda *_: tuple(got), f"{fn.display} on the drawn program"), (x, y),
-        reference=reference, require_kernel=False, names=["output 0", "output 1"], repro=repro)
+        reference=reference, require_kernel=False, names=["output 0", "output 1"],
+        note=f"the outputs of eval_jaxpr(closed_jaxpr, x, y); {note}")
 
 
 @given(program=programs())
@@ -114,6 +115,6 @@ def test_eval_jaxpr_binds_every_primitive_once_in_order(impl, program):
     seen = []
     fn(closed, x, x, on_eqn=lambda eqn: seen.append(eqn.primitive.name))
     want = [p for p in structure.primitives_outside_kernels(closed) if p not in CALLS]
-    assert seen == want, (
-        f"{fn.display} called on_eqn for {seen}\n  expected (every bound primitive, jit and custom_* "
-        f"sub-programs recursed into, in evaluation order) {want}\n  program: {_describe(program)}")
+    checks.assert_equal(seen, want, fn=fn, what="the primitives it called on_eqn for (every bound primitive, "
+                        "jit and custom_* sub-programs recursed into, in evaluation order)",
+                        note=f"closed_jaxpr = jax.make_jaxpr(f)(x, x), f: {_describe(program)}")

@@ -7,7 +7,7 @@ import jax.numpy as jnp
 import pytest
 from jax import lax
 
-from pytest_tpucourse import references, structure
+from pytest_tpucourse import checks, references, structure
 from pytest_tpucourse import strategies as tst
 
 
@@ -66,11 +66,9 @@ def test_count_primitives(impl, name):
     x = tst.random_array((16, 8), "float32", 0)
     got = impl.primitives.count_primitives(fn, x)
     want = Counter(structure.primitives_outside_kernels(jax.make_jaxpr(fn)(x)))
-    display = impl.primitives.count_primitives.display
-    assert isinstance(got, dict), f"{display} should return a dict, got {type(got).__name__}"
-    wrong = {p: (got.get(p, 0), n) for p, n in want.items() if got.get(p, 0) != n}
-    extra = {p: n for p, n in got.items() if p not in want}
-    assert not wrong and not extra, (
-        f"{display} miscounts the {name!r} program: (got, expected) per primitive "
-        f"{dict(sorted(wrong.items()))}" + (f", primitives that are not there {extra}" if extra else "")
-        + f"\n  expected {dict(sorted(want.items()))}\n  reproduce: count_primitives({name}, x(16, 8) float32)")
+    graded = impl.primitives.count_primitives
+    note = f"the program is PROGRAMS[{name!r}] of exercises/ch02/test_primitives.py"
+    if not isinstance(got, dict):
+        checks.fail(graded, f"{graded.display} should return a dict, got {type(got).__name__}", note=note)
+    checks.assert_equal(dict(got), dict(sorted(want.items())), fn=graded,
+                        what=f"the primitive counts of the {name!r} program", note=note)

@@ -60,16 +60,17 @@ def _reference(dn):
         lambda x, y: lax.dot_general(x, y, dn, preferred_element_type=jnp.float32).astype(x.dtype))
 
 
-def _check_parsed(fn, parsed, want, repro):
-    assert isinstance(parsed, list) and len(parsed) == len(want), (
-        f"{fn.display} should return a list of {len(want)} dict(s), one per dot_general, got "
-        f"{type(parsed).__name__}{f' of {len(parsed)}' if isinstance(parsed, list) else ''}\n  reproduce: {repro}")
+def _check_parsed(fn, parsed, want, note):
+    if not (isinstance(parsed, list) and len(parsed) == len(want)):
+        checks.fail(fn, f"{fn.display} should return a list of {len(want)} dict(s), one per dot_general, got "
+                        f"{type(parsed).__name__}{f' of {len(parsed)}' if isinstance(parsed, list) else ''}",
+                    note=note)
     for k, (got, expected) in enumerate(zip(parsed, want)):
-        wrong = {key: (tuple(got.get(key, ())) if isinstance(got, dict) else None, value)
-                 for key, value in expected.items()
-                 if not isinstance(got, dict) or tuple(got.get(key, ("missing",))) != tuple(value)}
-        assert not wrong, (f"{fn.display}: dot_general #{k} is misread, (got, expected): {wrong}"
-                           f"\n  reproduce: {repro}")
+        if not isinstance(got, dict):
+            checks.fail(fn, f"{fn.display}: dot_general #{k} should be a dict, got {type(got).__name__}", note=note)
+        read = {key: tuple(got[key]) if key in got else "missing" for key in expected}
+        checks.assert_equal(read, {key: tuple(value) for key, value in expected.items()}, fn=fn,
+                            what=f"dot_general #{k} as read", note=note)
 
 
 @given(problem=dot_problems(), seed=tst.seeds())
@@ -84,8 +85,8 @@ def test_parse_dot_generals(impl, problem, seed):
     parsed = fn(text)
     out_shape = tuple(jax.eval_shape(lambda x, y: lax.dot_general(x, y, dn), lhs, rhs).shape)
     want = dict(_dims(dn), lhs_shape=lhs_shape, rhs_shape=rhs_shape, out_shape=out_shape)
-    _check_parsed(fn, parsed, [want], f"parse_dot_generals(StableHLO of lax.dot_general(x{lhs_shape}, "
-                                      f"y{rhs_shape}, {dn}))")
+    _check_parsed(fn, parsed, [want], f"the text is the StableHLO of lax.dot_general(x, y, {dn}) on x "
+                                      f"{lhs_shape}, y {rhs_shape}")
 
 
 def test_parse_dot_generals_in_attention(impl):
@@ -99,22 +100,20 @@ def test_parse_dot_generals_in_attention(impl):
                   lhs_shape=(2, 4, 16, 8), rhs_shape=(2, 4, 24, 8), out_shape=(2, 4, 16, 24))
     pv = dict(lhs_batch=(0, 1), rhs_batch=(0, 1), lhs_contracting=(3,), rhs_contracting=(2,),
               lhs_shape=(2, 4, 16, 24), rhs_shape=(2, 4, 24, 8), out_shape=(2, 4, 16, 8))
-    _check_parsed(fn, parsed, [scores, pv], "parse_dot_generals(StableHLO of attention, q (2, 4, 16, 8), "
-                                            "k and v (2, 4, 24, 8))")
+    _check_parsed(fn, parsed, [scores, pv], "the text is the StableHLO of attention on q (2, 4, 16, 8), "
+                                            "k and v (2, 4, 24, 8)")
 
 
 def _check_einsum(impl, problem, seed):
     lhs_shape, rhs_shape, dn = problem
     fn = impl.dot_general.dot_general_to_einsum
     spec = fn(len(lhs_shape), len(rhs_shape), dn)
-    assert isinstance(spec, str) and "->" in spec, (
-        f"{fn.display} should return an explicit einsum spec like 'abc,acd->abd', got {spec!r}")
+    if not (isinstance(spec, str) and "->" in spec):
+        checks.fail(fn, f"{fn.display} should return an explicit einsum spec like 'abc,acd->abd', got {spec!r}")
     lhs, rhs = _operands(lhs_shape, rhs_shape, seed)
     checks.assert_matches_reference(
         checks.graded(lambda x, y: jnp.einsum(spec, x, y), f"jnp.einsum({spec!r}) from {fn.display}"),
-        (lhs, rhs), reference=_reference(dn), require_kernel=False,
-        repro=f"dot_general_to_einsum({len(lhs_shape)}, {len(rhs_shape)}, {dn}) for x{lhs_shape}, "
-              f"y{rhs_shape}, seed {seed}")
+        (lhs, rhs), reference=_reference(dn), require_kernel=False)
 
 
 @given(problem=dot_problems(), seed=tst.seeds())
@@ -132,8 +131,9 @@ def test_decode_any_dot_general(impl, problem, seed):
     lhs_shape, rhs_shape, dn = problem
     lhs, rhs = _operands(lhs_shape, rhs_shape, seed)
     parsed = impl.dot_general.parse_dot_generals(_text(lhs, rhs, dn))
-    assert isinstance(parsed, list) and len(parsed) == 1 and isinstance(parsed[0], dict), (
-        f"{impl.dot_general.parse_dot_generals.display} should return one dict here, got {parsed!r}")
+    if not (isinstance(parsed, list) and len(parsed) == 1 and isinstance(parsed[0], dict)):
+        checks.fail(impl.dot_general.parse_dot_generals,
+                    f"{impl.dot_general.parse_dot_generals.display} should return one dict here, got {parsed!r}")
     p = parsed[0]
     decoded = ((tuple(p["lhs_contracting"]), tuple(p["rhs_contracting"])),
                (tuple(p["lhs_batch"]), tuple(p["rhs_batch"])))

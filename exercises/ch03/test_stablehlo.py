@@ -4,7 +4,7 @@ import jax
 import jax.numpy as jnp
 import pytest
 
-from pytest_tpucourse import references
+from pytest_tpucourse import checks, references
 from pytest_tpucourse import strategies as tst
 
 # (name, function, input shapes, ops its StableHLO must contain)
@@ -25,14 +25,19 @@ def test_stablehlo_text(impl, program):
     fn = impl.stablehlo.stablehlo_text
     text = fn(f, *args)
     where = f"{fn.display}, for {name} on shapes {shapes}"
-    assert isinstance(text, str), f"{where}: should return a str, got {type(text).__name__}"
-    assert "HloModule" not in text, (
-        f"{where}: returned XLA's optimised HLO (it starts 'HloModule'); the exercise asks for "
-        f"StableHLO, the program before XLA compiles it: .lower(...).as_text(), no .compile()")
-    assert text.lstrip().startswith("module @") and "func.func public @main" in text, (
-        f"{where}: is not a StableHLO module (expected 'module @...' with 'func.func public @main'); "
-        f"it starts {text.strip()[:80]!r}")
+    note = f"the function is PROGRAMS {name!r} of exercises/ch03/test_stablehlo.py"
+    if not isinstance(text, str):
+        checks.fail(fn, f"{where}: should return a str, got {type(text).__name__}", note=note)
+    if "HloModule" in text:
+        checks.fail(fn, f"{where}: returned XLA's optimised HLO (it starts 'HloModule'); the exercise asks for "
+                        f"StableHLO, the program before XLA compiles it: .lower(...).as_text(), no .compile()",
+                    note=note)
+    if not (text.lstrip().startswith("module @") and "func.func public @main" in text):
+        checks.fail(fn, f"{where}: is not a StableHLO module (expected 'module @...' with 'func.func public "
+                        f"@main'); it starts {text.strip()[:80]!r}", note=note)
     missing = [op for op in ops if op not in text]
-    assert not missing, f"{where}: the text has no {', '.join(missing)}"
+    if missing:
+        checks.fail(fn, f"{where}: the text has no {', '.join(missing)}", note=note)
     types = "".join(f"tensor<{'x'.join(map(str, s))}xf32>" for s in shapes[:1])
-    assert types in text, f"{where}: the text has no operand of type {types}: lowered for other inputs?"
+    if types not in text:
+        checks.fail(fn, f"{where}: the text has no operand of type {types}: lowered for other inputs?", note=note)

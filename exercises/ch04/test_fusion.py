@@ -45,7 +45,7 @@ def test_gelu_bias_values(impl, dtype):
     x = tst.random_array((256, 512), dtype, 0, scale=2.0)
     b = tst.random_array((512,), dtype, 1)
     checks.assert_matches_reference(impl.fusion.gelu_bias, (x, b), reference=GELU_BIAS,
-                                    require_kernel=False, repro=f"gelu_bias(x(256, 512), b(512,)) {dtype}")
+                                    require_kernel=False)
 
 
 def test_gelu_bias_is_one_fusion(impl):
@@ -53,16 +53,16 @@ def test_gelu_bias_is_one_fusion(impl):
     b = tst.random_array((512,), "bfloat16", 1)
     impl.fusion.gelu_bias(x, b)
     kernels = _kernels(_entry(impl.fusion.gelu_bias.resolve(), x, b))
-    assert len(kernels) == 1 and kernels[0][0] == "fusion", (
-        f"{impl.fusion.gelu_bias.display} compiles to {len(kernels)} kernel(s), expected exactly one "
-        f"fusion:\n  " + "\n  ".join(k[2] for k in kernels))
+    if not (len(kernels) == 1 and kernels[0][0] == "fusion"):
+        checks.fail(impl.fusion.gelu_bias, f"{impl.fusion.gelu_bias.display} compiles to {len(kernels)} kernel(s), "
+                    f"expected exactly one fusion:\n  " + "\n  ".join(k[2] for k in kernels))
 
 
 def test_naive_attention_values(impl):
     cfg = tst.AttentionConfig(1, 2, 2, 128, 128, 64, False, "float32")
     q, k, v = cfg.arrays(0)
     checks.assert_matches_reference(impl.fusion.naive_attention, (q, k, v), reference=references.ATTENTION,
-                                    require_kernel=False, repro=f"naive_attention(q, k, v): {cfg}")
+                                    require_kernel=False)
 
 
 def test_naive_attention_materialises_the_scores(impl):
@@ -73,8 +73,11 @@ def test_naive_attention_materialises_the_scores(impl):
     impl.fusion.naive_attention(q, k, v)
     kernels = _kernels(_entry(impl.fusion.naive_attention.resolve(), q, k, v))
     listing = "\n  ".join(k[2] for k in kernels)
-    assert len(kernels) >= 2, (f"{impl.fusion.naive_attention.display} compiles to {len(kernels)} kernel; "
-                               f"naive attention cannot be one fusion:\n  {listing}")
+    fn = impl.fusion.naive_attention
+    if len(kernels) < 2:
+        checks.fail(fn, f"{fn.display} compiles to {len(kernels)} kernel; naive attention cannot be one "
+                        f"fusion:\n  {listing}")
     square = [k for k in kernels if re.search(rf"\[(?:\d+,)*{s},{s}\]", k[1])]
-    assert square, (f"{impl.fusion.naive_attention.display}: no kernel writes an (.., {s}, {s}) score "
-                    f"buffer; write attention the obvious way (scores, softmax, P·V):\n  {listing}")
+    if not square:
+        checks.fail(fn, f"{fn.display}: no kernel writes an (.., {s}, {s}) score buffer; write attention the "
+                        f"obvious way (scores, softmax, P·V):\n  {listing}")

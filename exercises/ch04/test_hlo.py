@@ -4,6 +4,7 @@ import jax
 import jax.numpy as jnp
 import pytest
 
+from pytest_tpucourse import checks
 from pytest_tpucourse import strategies as tst
 
 # Optimised HLO as XLA:CPU printed it (JAX 0.10.2), metadata trimmed: tanh(x) * 2 + 1.
@@ -72,8 +73,9 @@ def test_count_fusions(impl, case):
     name, text, want = case
     fn = impl.hlo.count_fusions
     got = fn(text)
-    assert got == want, (f"{fn.display} counts {got} fusions in the {name!r} module, expected {want} "
-                         f"(fusion instructions, not fused computations)")
+    checks.assert_equal(got, want, fn=fn, what=f"the fusions it counts in the {name!r} module (fusion "
+                        f"instructions, not fused computations)",
+                        note=f"the text is SNIPPETS {name!r} of exercises/ch04/test_hlo.py")
 
 
 def test_optimized_hlo(impl):
@@ -82,10 +84,15 @@ def test_optimized_hlo(impl):
     fn = impl.hlo.optimized_hlo
     text = fn(f, x)
     where = f"{fn.display} for tanh(x) * 2 + 1 on x(128, 256) f32"
-    assert isinstance(text, str), f"{where}: should return a str, got {type(text).__name__}"
-    assert text.startswith("HloModule") and "ENTRY" in text, (
-        f"{where}: is not an optimised HLO module ('HloModule ...' with an ENTRY computation); it "
-        f"starts {text[:60]!r}. StableHLO (.lower(...).as_text()) is the program before XLA.")
-    assert "fusion(" in text, f"{where}: has no fusion: was it compiled?"
+    note = "f = lambda x: jnp.tanh(x) * 2.0 + 1.0"
+    if not isinstance(text, str):
+        checks.fail(fn, f"{where}: should return a str, got {type(text).__name__}", note=note)
+    if not (text.startswith("HloModule") and "ENTRY" in text):
+        checks.fail(fn, f"{where}: is not an optimised HLO module ('HloModule ...' with an ENTRY computation); "
+                        f"it starts {text[:60]!r}. StableHLO (.lower(...).as_text()) is the program before XLA.",
+                    note=note)
+    if "fusion(" not in text:
+        checks.fail(fn, f"{where}: has no fusion: was it compiled?", note=note)
     count = impl.hlo.count_fusions(text)
-    assert count == 1, f"{impl.hlo.count_fusions.display}: {count} fusions in tanh(x) * 2 + 1, expected 1"
+    checks.assert_equal(count, 1, fn=impl.hlo.count_fusions, what="the fusions in tanh(x) * 2 + 1",
+                        note="the text is optimized_hlo(f, x) of the test")

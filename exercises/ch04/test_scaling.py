@@ -7,7 +7,7 @@ import pytest
 from hypothesis import example, given
 from hypothesis import strategies as st
 
-from pytest_tpucourse import references
+from pytest_tpucourse import checks, references
 from pytest_tpucourse import strategies as tst
 
 SEQ_LENS = (256, 512, 1024, 2048)
@@ -21,26 +21,30 @@ def test_fit_exponent_recovers_known_exponents(impl, p, c, noise, seed):
     fn = impl.scaling.fit_exponent
     got = fn(ns, values)
     tol = 1e-6 if noise == 0 else 0.05
-    assert isinstance(got, (float, np.floating)) and abs(got - p) <= tol, (
-        f"{fn.display} returns {got!r} for values = {c:.3g} * n**{p:.4f} "
-        f"(log-normal noise {noise}), expected {p:.4f} within {tol}")
+    if not (isinstance(got, (float, np.floating)) and abs(got - p) <= tol):
+        checks.fail(fn, f"{fn.display} returns {got!r} for values = {c:.3g} * n**{p:.4f} "
+                        f"(log-normal noise {noise}), expected {p:.4f} within {tol}")
 
 
 def test_fit_exponent_with_a_lower_order_term(impl):
     """n² + 64·n: the fit over a sweep must say ~2, not the ratio of the first two points."""
     ns = np.array(SEQ_LENS, dtype=np.float64)
-    got = impl.scaling.fit_exponent(ns, ns ** 2 + 64 * ns)
-    assert 1.8 <= got <= 2.0, f"{impl.scaling.fit_exponent.display} returns {got} for n² + 64·n over {SEQ_LENS}"
+    fn = impl.scaling.fit_exponent
+    got = fn(ns, ns ** 2 + 64 * ns)
+    if not 1.8 <= got <= 2.0:
+        checks.fail(fn, f"{fn.display} returns {got} for n² + 64·n over {SEQ_LENS}, expected 1.8 to 2.0")
 
 
 def test_bytes_accessed_is_xlas_estimate(impl):
     x = tst.random_array((256, 512), "float32", 0)
     f = lambda x: jnp.tanh(x) * 2.0  # noqa: E731
-    got = impl.scaling.bytes_accessed(f, x)
+    fn = impl.scaling.bytes_accessed
+    got = fn(f, x)
     want = jax.jit(f).lower(x).compile().cost_analysis()["bytes accessed"]
-    assert got == pytest.approx(want), (
-        f"{impl.scaling.bytes_accessed.display} gives {got} for tanh(x) * 2 on x(256, 512) f32; XLA's "
-        f"cost analysis says {want} bytes accessed (one read and one write of 512 KiB)")
+    if got != pytest.approx(want):
+        checks.fail(fn, f"{fn.display} gives {got} for tanh(x) * 2 on x(256, 512) f32; XLA's cost analysis says "
+                        f"{want} bytes accessed (one read and one write of 512 KiB)",
+                    note="f = lambda x: jnp.tanh(x) * 2.0")
 
 
 def _sweep(impl, function):
@@ -54,9 +58,10 @@ def _sweep(impl, function):
 def test_naive_attention_bytes_grow_as_n_squared(impl):
     values = _sweep(impl, references.attention_floor)
     p = impl.scaling.fit_exponent(np.array(SEQ_LENS), np.array(values))
-    assert 1.8 <= p <= 2.2, (
-        f"naive attention's bytes accessed {values} over S = {SEQ_LENS} (D = 64) fit S**{p:.2f}; expected "
-        f"an exponent in [1.8, 2.2]: the (S, S) scores are written and read back")
+    if not 1.8 <= p <= 2.2:
+        checks.fail(impl.scaling.fit_exponent,
+                    f"naive attention's bytes accessed {values} over S = {SEQ_LENS} (D = 64) fit S**{p:.2f}; "
+                    f"expected an exponent in [1.8, 2.2]: the (S, S) scores are written and read back")
 
 
 def test_a_row_op_bytes_grow_linearly(impl):
@@ -65,4 +70,6 @@ def test_a_row_op_bytes_grow_linearly(impl):
         return references.LAYERNORM.floor(q, k[0, 0, 0], v[0, 0, 0])
     values = _sweep(impl, row_op)
     p = impl.scaling.fit_exponent(np.array(SEQ_LENS), np.array(values))
-    assert 0.8 <= p <= 1.2, f"layer norm's bytes accessed {values} over S = {SEQ_LENS} fit S**{p:.2f}, expected ~1"
+    if not 0.8 <= p <= 1.2:
+        checks.fail(impl.scaling.fit_exponent,
+                    f"layer norm's bytes accessed {values} over S = {SEQ_LENS} fit S**{p:.2f}, expected ~1")

@@ -66,8 +66,7 @@ def block_triples(draw):
 
 
 def test_check_block_agrees_on_the_corner_cases(impl):
-    blockspecs.assert_rule_matches_lowering(impl.legality.check_block, CORNERS,
-                                            repro="the CORNERS of exercises/ch06/test_legality.py")
+    blockspecs.assert_rule_matches_lowering(impl.legality.check_block, CORNERS)
 
 
 def test_check_block_on_the_tiles_the_compiler_enforces(impl):
@@ -75,7 +74,7 @@ def test_check_block_on_the_tiles_the_compiler_enforces(impl):
     impl.legality.check_block(*DTYPE_TILES[0])  # a stub is reported as TODO, with or without the extra
     tpu_compile.skip_unless_available()
     blockspecs.assert_rule_matches_lowering(impl.legality.check_block, DTYPE_TILES, compiler="v5e",
-                                            repro="DTYPE_TILES of exercises/ch06/test_legality.py")
+                                            note="the triples: DTYPE_TILES of exercises/ch06/test_legality.py")
 
 
 @given(batch=st.lists(block_triples(), min_size=25, max_size=25))

@@ -20,22 +20,25 @@ CASES = (
 )
 
 
-@given(case=tst.few(*CASES), seed=tst.seeds())
-@example(case=CASES[0], seed=0)
-@example(case=CASES[1], seed=0)
-@example(case=CASES[2], seed=0)
-def test_sum_leading_axis_matches_reference(impl, case, seed):
+def _check(impl, case, seed):
     length, m, n, blocks, dtype = case
     x = tst.random_array((length, m, n), dtype, seed, offset=1.0)
     checks.assert_matches_reference(
-        impl.reduction.sum_leading_axis, (x,), kwargs=blocks, reference=references.SUM_LEADING_AXIS,
-        repro=f"sum_leading_axis(x{(length, m, n)}, **{blocks}) {dtype}, seed {seed}")
+        impl.reduction.sum_leading_axis, (x,), kwargs=blocks, reference=references.SUM_LEADING_AXIS)
+
+
+@given(case=tst.few(*CASES), seed=tst.seeds())
+@example(case=CASES[1], seed=0)
+@example(case=CASES[2], seed=0)  # CASES[0] at seed 0: the race test
+def test_sum_leading_axis_matches_reference(impl, case, seed):
+    _check(impl, case, seed)
 
 
 def test_sum_leading_axis_has_no_race_on_two_cores(impl):
-    """Two simulated TensorCores split the parallel axes: the reduced axis must not be one."""
-    x = tst.random_array((32, 16, 128), "float32", 0)
-    tpu_checks.assert_no_races(impl.reduction.sum_leading_axis, x, bl=8, bm=16, bn=128)
+    """Two simulated TensorCores split the parallel axes: the reduced axis must not be one.
+    The same call's values are checked too (a ragged last L block)."""
+    with tpu_checks.checking_races(impl.reduction.sum_leading_axis):
+        _check(impl, CASES[0], 0)
 
 
 @pytest.mark.parametrize("dtype", ["float32", "bfloat16"])

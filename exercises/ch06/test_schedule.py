@@ -60,7 +60,7 @@ def test_schedule_matches_the_pipeline(impl, name):
     grid, in_specs, out_specs, in_shapes, out_shapes = CASES[name]
     block_skipping.assert_schedule_matches(
         impl.schedule.pipeline_schedule, grid, in_specs, out_specs, in_shapes, out_shapes,
-        repro=f"pipeline_schedule(*CASES[{name!r}]) in exercises/ch06/test_schedule.py")
+        note=f"the arguments are CASES[{name!r}] of exercises/ch06/test_schedule.py")
 
 
 def test_matmul_hbm_bytes_equal_the_closed_form(impl):
@@ -69,4 +69,4 @@ def test_matmul_hbm_bytes_equal_the_closed_form(impl):
     block_skipping.assert_schedule_matches(
         impl.schedule.pipeline_schedule, *matmul_case(*sizes, dtype="bfloat16"),
         hbm_bytes=matmul_hbm_bytes(*sizes, itemsize=2), record=False,
-        repro=f"pipeline_schedule(*matmul_case{sizes}, dtype='bfloat16')")
+        note=f"the arguments are matmul_case{sizes}, dtype='bfloat16' of exercises/ch06/test_schedule.py")

@@ -19,7 +19,6 @@ from hypothesis import example, given
 from hypothesis import strategies as st
 
 from pytest_tpucourse import checks, chip_checks, chips, tpu_compile, vmem_footprint
-from pytest_tpucourse.outcomes import WrongResult
 
 MiB = 2**20
 TPUS = [chips.get_chip(name) for name in chips.TPU_CHIPS]
@@ -45,9 +44,7 @@ def roofline_seconds(m, k, n, bm, bn, dtype, chip):
 
 def _check(impl, chip, m, k, n, dtype, limit):
     fn = impl.blocks.pick_blocks
-    call = (f"pick_blocks({m}, {k}, {n}, dtype={dtype!r}, peak_flops={chip.peak_flops:.4g}, "
-            f"hbm_bandwidth={chip.hbm_bandwidth:.4g}, mxu_width={chip.mxu_width}, "
-            f"vmem_limit_bytes={limit})  # {chip.name}")
+    note = f"the figures of a {chip.name}"
     width = chip.mxu_width
     kwargs = dict(dtype=dtype, peak_flops=chip.peak_flops, hbm_bandwidth=chip.hbm_bandwidth,
                   mxu_width=width, vmem_limit_bytes=limit)
@@ -55,28 +52,28 @@ def _check(impl, chip, m, k, n, dtype, limit):
             if footprint(*b, dtype) <= limit]
     if not fits:
         checks.assert_rejects(fn, (m, k, n), kwargs=kwargs, error=ValueError,
-                              mentions=("vmem_limit_bytes",), repro=call + ": no legal blocks fit")
+                              mentions=("vmem_limit_bytes",), note=f"{note}: no legal blocks fit")
         return
     picked = fn(m, k, n, **kwargs)
     try:
         bm, bk, bn = (int(b) for b in picked)
     except (TypeError, ValueError):
-        raise WrongResult(f"{fn.display} returned {picked!r}; expected (bm, bk, bn).\n  reproduce: {call}") from None
+        checks.fail(fn, f"{fn.display} returned {picked!r}; expected (bm, bk, bn).", note=note)
     for name, dim, block in (("bm", m, bm), ("bk", k, bk), ("bn", n, bn)):
         if block not in legal(dim, width):
-            raise WrongResult(f"{fn.display} picked {name}={block} for a dimension of {dim}: blocks are "
-                              f"multiples of the {width}-wide MXU that divide it, or the whole "
-                              f"dimension ({legal(dim, width)}).\n  reproduce: {call}")
+            checks.fail(fn, f"{fn.display} picked {name}={block} for a dimension of {dim}: blocks are "
+                            f"multiples of the {width}-wide MXU that divide it, or the whole "
+                            f"dimension ({legal(dim, width)}).", note=note)
     needed = footprint(bm, bk, bn, dtype)
     if needed > limit:
-        raise WrongResult(f"{fn.display} picked ({bm}, {bk}, {bn}), which needs {needed:,} bytes of VMEM "
-                          f"(x, y and the output twice each, plus the f32 accumulator): more than "
-                          f"vmem_limit_bytes={limit:,}.\n  reproduce: {call}")
+        checks.fail(fn, f"{fn.display} picked ({bm}, {bk}, {bn}), which needs {needed:,} bytes of VMEM "
+                        f"(x, y and the output twice each, plus the f32 accumulator): more than "
+                        f"vmem_limit_bytes={limit:,}.", note=note)
     best = min(roofline_seconds(m, k, n, a, c, dtype, chip) for a, c in fits)
     checks.assert_close(np.float64(roofline_seconds(m, k, n, bm, bn, dtype, chip)), best,
                         fn=fn, dtype="float64", tol=0.05,
                         what=f"roofline time of the picked blocks ({bm}, {bk}, {bn}) against the best that fits",
-                        repro=call)
+                        note=note)
 
 
 @given(chip=st.sampled_from(TPUS), m=st.sampled_from(DIMS), k=st.sampled_from(DIMS),
@@ -111,8 +108,7 @@ def test_refuses_when_nothing_fits(impl):
         impl.blocks.pick_blocks, (512, 512, 512),
         kwargs=dict(dtype="bfloat16", peak_flops=v5e.peak_flops, hbm_bandwidth=v5e.hbm_bandwidth,
                     mxu_width=128, vmem_limit_bytes=64 * 1024),
-        error=ValueError, mentions=("vmem_limit_bytes",),
-        repro="pick_blocks(512, 512, 512, ..., vmem_limit_bytes=65536): the smallest blocks need 256 KiB")
+        error=ValueError, mentions=("vmem_limit_bytes",), note="the smallest legal blocks need 256 KiB")
 
 
 # One shape per chip, compiled (libtpu 0.0.42.1) with vmem_limit_bytes set to the limit the
@@ -138,5 +134,4 @@ def test_picked_blocks_compile_under_the_limit(impl, name, m, k, n, limit):
     tpu_compile.skip_unless_available()
     chip_checks.assert_blocks_compile(
         fn, tuple(int(b) for b in picked), m, k, n, dtype="bfloat16", chip=name, vmem_limit_bytes=limit,
-        repro=f"pick_blocks({m}, {k}, {n}, dtype='bfloat16', ..., mxu_width={chip.mxu_width}, "
-              f"vmem_limit_bytes={limit})  # {name}")
+        note=f"compiled for {name}")

@@ -15,22 +15,21 @@ from hypothesis import example, given
 from hypothesis import strategies as st
 
 from pytest_tpucourse import checks, chips, roofline
-from pytest_tpucourse.outcomes import WrongResult
 
 ALL_CHIPS = [chips.get_chip(name) for name in chips.KNOWN_CHIPS]
 
 
-def _pair(fn, out, repro):
+def _pair(fn, out, note=""):
     try:
         first, second = out
     except (TypeError, ValueError):
-        raise WrongResult(f"{fn.display} returned {out!r}; expected a pair.\n  reproduce: {repro}") from None
+        checks.fail(fn, f"{fn.display} returned {out!r}; expected a pair.", note=note)
     return first, second
 
 
-def _close(fn, got, want, what, repro):
+def _close(fn, got, want, what, note=""):
     checks.assert_close(np.float64(got) if isinstance(got, (int, float)) else got, np.float64(want),
-                        fn=fn, dtype="float64", what=what, repro=repro)
+                        fn=fn, dtype="float64", what=what, note=note)
 
 
 @given(chip=st.sampled_from(ALL_CHIPS), intensity=st.floats(0.01, 1e4), nbytes=st.integers(1, 10**12))
@@ -39,15 +38,15 @@ def _close(fn, got, want, what, repro):
 def test_bottleneck_against_the_roofline(impl, chip, intensity, nbytes):
     fn = impl.bottleneck.bottleneck
     flops = intensity * nbytes
-    repro = f"bottleneck({flops!r}, {nbytes}, peak_flops={chip.peak_flops!r}, hbm_bandwidth={chip.hbm_bandwidth!r})"
+    note = f"the figures of a {chip.name}"
     unit, factor = _pair(fn, fn(flops, nbytes, peak_flops=chip.peak_flops,
-                                hbm_bandwidth=chip.hbm_bandwidth), repro)
+                                hbm_bandwidth=chip.hbm_bandwidth), note)
     want = roofline.predict(chip, roofline.Cost(flops=flops, bytes=nbytes))
     if unit != want.bound:
-        raise WrongResult(f"{fn.display} says {unit!r}; at {intensity:.3g} FLOP/byte against {chip.name}'s "
-                          f"ridge of {chip.ridge:.1f} the step is {want.bound}-bound.\n  reproduce: {repro}")
+        checks.fail(fn, f"{fn.display} says {unit!r}; at {intensity:.3g} FLOP/byte against {chip.name}'s "
+                        f"ridge of {chip.ridge:.1f} the step is {want.bound}-bound.", note=note)
     slower, faster = sorted((want.compute_seconds, want.memory_seconds), reverse=True)
-    _close(fn, factor, slower / faster, "how many times longer the slower unit takes", repro)
+    _close(fn, factor, slower / faster, "how many times longer the slower unit takes", note)
 
 
 MATMULS = [  # (m, k, n, bm, bk, bn): unequal blocks, a single k step, k steps > 1
@@ -60,13 +59,13 @@ MATMULS = [  # (m, k, n, bm, bk, bn): unequal blocks, a single k step, k steps >
 @pytest.mark.parametrize("m, k, n, bm, bk, bn", MATMULS)
 def test_matmul_steps_add_up_to_the_kernel(impl, m, k, n, bm, bk, bn, itemsize):
     fn = impl.bottleneck.matmul_step
-    repro = f"matmul_step({bm}, {bk}, {bn}, k={k}, itemsize={itemsize}) for {m}x{k}x{n}"
-    flops, nbytes = _pair(fn, fn(bm, bk, bn, k=k, itemsize=itemsize), repro)
+    note = f"a step of the {m}x{k}x{n} matmul"
+    flops, nbytes = _pair(fn, fn(bm, bk, bn, k=k, itemsize=itemsize), note)
     steps = (m // bm) * (n // bn) * (k // bk)
-    _close(fn, flops * steps, 2 * m * k * n, "FLOPs summed over the grid", repro)
+    _close(fn, flops * steps, 2 * m * k * n, "FLOPs summed over the grid", note)
     traffic = itemsize * (m * k * (n // bn) + k * n * (m // bm) + m * n)
     _close(fn, nbytes * steps, traffic, "HBM bytes summed over the grid (x per column block, y per "
-           "row block, the output once)", repro)
+           "row block, the output once)", note)
 
 
 ATTENTION = [  # (q_len, kv_len, block_q, block_kv, head_dim)
@@ -78,12 +77,11 @@ ATTENTION = [  # (q_len, kv_len, block_q, block_kv, head_dim)
 @pytest.mark.parametrize("q_len, kv_len, block_q, block_kv, head_dim", ATTENTION)
 def test_attention_steps_add_up_to_the_forward(impl, q_len, kv_len, block_q, block_kv, head_dim, itemsize):
     fn = impl.bottleneck.attention_step
-    repro = (f"attention_step({block_q}, {block_kv}, {head_dim}, kv_len={kv_len}, itemsize={itemsize}) "
-             f"for q_len {q_len}")
-    flops, nbytes = _pair(fn, fn(block_q, block_kv, head_dim, kv_len=kv_len, itemsize=itemsize), repro)
+    note = f"a step of one head's forward with q_len {q_len}"
+    flops, nbytes = _pair(fn, fn(block_q, block_kv, head_dim, kv_len=kv_len, itemsize=itemsize), note)
     steps = (q_len // block_q) * (kv_len // block_kv)
-    _close(fn, flops * steps, 4 * q_len * kv_len * head_dim, "FLOPs summed over one head's grid", repro)
+    _close(fn, flops * steps, 4 * q_len * kv_len * head_dim, "FLOPs summed over one head's grid", note)
     traffic = (itemsize * (2 * q_len * head_dim + 2 * kv_len * head_dim * (q_len // block_q))
                + 4 * q_len)
     _close(fn, nbytes * steps, traffic, "HBM bytes summed over one head's grid (q, out and the f32 "
-           "logsumexp once; k and v once per q block)", repro)
+           "logsumexp once; k and v once per q block)", note)

@@ -28,8 +28,7 @@ def _check(impl, blocks, scratch, expected, what):
     fn = impl.vmem.vmem_footprint
     got = fn(blocks, scratch)
     checks.assert_close(np.asarray(got), np.int64(expected), fn=fn, dtype="int64",
-                        what=f"VMEM bytes of {what}",
-                        repro=f"vmem_footprint({blocks!r}, {scratch!r})")
+                        what=f"VMEM bytes of {what}")
 
 
 def _as_exercise(buffers):
@@ -168,8 +167,7 @@ def test_footprint_the_compiler_counts(impl):
         blocks, scratch = _as_exercise(buffers)
         answers.append((impl.vmem.vmem_footprint(blocks, scratch), blocks, scratch))
     tpu_compile.skip_unless_available()
-    for (what, build, operands, limit), (got, blocks, scratch) in zip(COMPILED, answers):
+    for (what, build, operands, limit), (_, blocks, scratch) in zip(COMPILED, answers):
         args = [jax.ShapeDtypeStruct(shape, jnp.dtype(dtype)) for shape, dtype in operands]
-        chip_checks.assert_footprint_matches_compiler(
-            impl.vmem.vmem_footprint, got, build(limit), args, what=what,
-            repro=f"vmem_footprint({blocks!r}, {scratch!r})")
+        got = impl.vmem.vmem_footprint(blocks, scratch)  # again: the reproduction is the call judged
+        chip_checks.assert_footprint_matches_compiler(impl.vmem.vmem_footprint, got, build(limit), args, what=what)

@@ -89,7 +89,7 @@ def _check(impl, hlo, source, truth=None):
         checks.assert_matches_reference(
             checks.graded(lambda a, b, s=spec: jnp.einsum(s, a, b), f"jnp.einsum({spec!r}) from {fn.display}"),
             (x, y), reference=_reference(instruction, numbers), require_kernel=False,
-            repro=f"{mine['name']} in {source}")
+            note=f"the einsum it gives for {mine['name']} in {source}")
 
 
 def _numbers(decoded):

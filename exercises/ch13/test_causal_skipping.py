@@ -5,8 +5,9 @@ Skipping cannot change a value, so it is graded through two effects a kernel tha
 computes every block and masks it cannot fake:
 
   - fetches: the blocks each kernel input's index map brings into VMEM, evaluated over
-    the grid in its order (pytest_tpucourse.block_skipping): k and v blocks past the
-    diagonal must never be copied;
+    the grid in its order (pytest_tpucourse.block_skipping): no k or v block may be
+    copied for a (q block, kv block) pair the mask empties, with equal and unequal
+    block sizes;
   - poison: with q_len < kv_len, keys from q_len on are seen by no query (top-left
     alignment); they are NaN here, and a kernel that computes on them returns NaN
     (0 · NaN is NaN in P·V). The matmuls must also sit under a condition.
@@ -22,9 +23,14 @@ from pytest_tpucourse import strategies as tst
 from pytest_tpucourse.references import Reference
 
 BLOCKS = dict(block_q=128, block_kv=128)
+Q_TWICE_KV, KV_TWICE_Q = tst.unequal_blocks(("block_q", "block_kv"), (256, 128))
 # q blocks 0..3 need kv blocks 0..3; kv blocks 4..7 (keys 512..1023) are never needed.
 POISONED = tst.AttentionConfig(batch=1, heads=2, kv_heads=2, q_len=512, kv_len=1024, head_dim=64,
                                causal=True, dtype="float32")
+# More queries than keys: rows 512.. see every key; the diagonal crosses the first blocks.
+# (The fetch log tells q-shaped operands from k-shaped ones by their lengths, so no case
+# is square.)
+TALLER = dataclasses.replace(POISONED, q_len=768, kv_len=512)
 BLOCK_SIZES = [(64, 64), (64, 128), (128, 64), (128, 128), (128, 384), (384, 128), (256, 96)]
 
 
@@ -63,19 +69,19 @@ def test_block_arithmetic(impl, function, table, block_q, block_kv):
     sizes = dict(block_q=block_q, block_kv=block_kv)
     checks.assert_matches_reference(
         getattr(impl.causal_skipping, function), (blocks,), kwargs=sizes, require_kernel=False,
-        reference=_table_reference(table).bind(**sizes),
-        repro=f"{function}(jnp.arange(16), block_q={block_q}, block_kv={block_kv})")
+        reference=_table_reference(table).bind(**sizes))
 
 
-@pytest.mark.parametrize("cfg", [POISONED, dataclasses.replace(POISONED, kv_len=512)],
-                         ids=["q_len<kv_len", "square"])
-def test_causal_forward_never_fetches_blocks_above_the_diagonal(impl, cfg):
-    """The k and v blocks each kernel input's index map brings into VMEM, over the grid in
-    its order: none past the keys any query sees, at most one copy per block pair needed."""
+@pytest.mark.parametrize("blocks", [BLOCKS, Q_TWICE_KV, KV_TWICE_Q],
+                         ids=["128-128", "256-128", "128-256"])
+@pytest.mark.parametrize("cfg", [POISONED, TALLER], ids=["q_len<kv_len", "q_len>kv_len"])
+def test_causal_forward_never_fetches_blocks_above_the_diagonal(impl, cfg, blocks):
+    """The blocks each kernel input's index map brings into VMEM, over the grid in its
+    order: no k or v block copied for a q block that sees none of its keys (past the
+    diagonal, or past the keys any query sees)."""
     q, k, v = cfg.arrays(0)
     block_skipping.assert_causal_attention_skips_fetches(
-        impl.forward.flash_forward, (q, k, v), kwargs=dict(causal=True, **BLOCKS),
-        repro=f"flash_forward(q, k, v, causal=True, **{BLOCKS}): {cfg}")
+        impl.forward.flash_forward, (q, k, v), kwargs=dict(causal=True, **blocks), note=str(cfg))
 
 
 def test_causal_forward_never_computes_blocks_above_the_diagonal(impl):
@@ -83,27 +89,14 @@ def test_causal_forward_never_computes_blocks_above_the_diagonal(impl):
     block_skipping.assert_compute_is_conditional(
         impl.forward.flash_forward, (q, k, v), kwargs=dict(causal=True, **BLOCKS),
         why="Blocks wholly above the diagonal contribute nothing; computing and masking "
-            "them costs as much as non-causal attention.",
-        repro=f"flash_forward(q, k, v, causal=True, **{BLOCKS}): {POISONED}")
+            "them costs as much as non-causal attention.")
 
 
-def _first_keys(op, q_len):
-    """attention with only the keys a top-left causal query can see (the first q_len)."""
-    def restricted(q, k, v, **kwargs):
-        return op(q, k[:, :, :q_len], v[:, :, :q_len], **kwargs)
-    return restricted
-
-
-def test_causal_forward_ignores_poisoned_blocks_above_the_diagonal(impl):
-    q, k, v = POISONED.arrays(2)
-    poison = jnp.arange(POISONED.kv_len)[None, None, :, None] >= POISONED.q_len
-    k, v = jnp.where(poison, jnp.nan, k), jnp.where(poison, jnp.nan, v)
-    reference = Reference(
-        "attention over the keys a causal query sees",
-        oracle=_first_keys(references.ATTENTION_WITH_LSE.oracle, POISONED.q_len),
-        floor=_first_keys(references.ATTENTION_WITH_LSE.floor, POISONED.q_len)).bind(causal=True)
+@pytest.mark.parametrize("blocks", [BLOCKS, KV_TWICE_Q], ids=["128-128", "128-256"])
+def test_causal_forward_ignores_poisoned_blocks_above_the_diagonal(impl, blocks):
+    q, k, v = block_skipping.poison_unseen_keys(*POISONED.arrays(2))
+    reference = block_skipping.seen_keys_reference(references.ATTENTION_WITH_LSE, POISONED.q_len)
     checks.assert_matches_reference(
-        impl.forward.flash_forward, (q, k, v), kwargs=dict(causal=True, **BLOCKS),
-        reference=reference, names=("out", "lse"),
-        repro=f"flash_forward(q, k, v, causal=True, **{BLOCKS}) with k, v = NaN from key "
-              f"{POISONED.q_len} on: {POISONED}")
+        impl.forward.flash_forward, (q, k, v), kwargs=dict(causal=True, **blocks),
+        reference=reference.bind(causal=True), names=("out", "lse"),
+        note=f"k and v are NaN from key {POISONED.q_len} on, where no causal query looks: {POISONED}")

@@ -18,7 +18,7 @@ import json
 import jax
 import numpy as np
 
-from pytest_tpucourse import block_skipping, tpu_compile, vmem_footprint
+from pytest_tpucourse import block_skipping, checks, tpu_compile, vmem_footprint
 from pytest_tpucourse import strategies as tst
 from pytest_tpucourse.outcomes import WrongResult
 
@@ -41,12 +41,9 @@ def _candidates(impl, problem):
 def _footprints(impl, problem, config):
     """VMEM bytes of each kernel of forward + backward at these blocks (course model)."""
     blocks = impl.forward.BlockSizes.resolve()(config["block_q"], config["block_kv"])
-    attention = impl.backward.window_attention
     q = jax.ShapeDtypeStruct(problem["q_shape"], problem["dtype"])
     k = jax.ShapeDtypeStruct(problem["k_shape"], problem["dtype"])
-    grad = attention.derived(lambda f: jax.grad(
-        lambda *a: f(*a, window=problem["window"], blocks=blocks).astype("float32").sum(),
-        argnums=(0, 1, 2)), f"the gradient of {attention.display}")
+    grad = checks.gradient(impl.backward.window_attention, window=problem["window"], blocks=blocks)
     return [vmem_footprint.footprint_bytes(b) for b in vmem_footprint.kernel_buffers(grad.jaxpr(q, k, k))]
 
 

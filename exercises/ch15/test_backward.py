@@ -7,7 +7,6 @@ runs Pallas kernels of its own, holds no (Sq, Skv) array outside them, fetches a
 computes only the band in both backward kernels, has no race, and lowers for a TPU.
 """
 
-import jax
 import pytest
 
 from pytest_tpucourse import block_skipping, capstone, checks, references, structure, tpu_checks
@@ -31,11 +30,7 @@ def _default(impl):
 
 def _gradient(impl, **kwargs):
     """(dq, dk, dv) of sum(window_attention(q, k, v, **kwargs)), graded as window_attention."""
-    fn = impl.backward.window_attention
-    return fn.derived(
-        lambda function: jax.grad(lambda *a: function(*a, **kwargs).astype("float32").sum(),
-                                  argnums=(0, 1, 2)),
-        f"the gradient of {fn.display}")
+    return checks.gradient(impl.backward.window_attention, **kwargs)
 
 
 def check_grads(impl, case, reference, seed=0):
@@ -45,8 +40,7 @@ def check_grads(impl, case, reference, seed=0):
         impl.backward.window_attention, (q, k, v), kwargs=dict(blocks=blocks, **case.kwargs),
         reference=reference.bind(**case.kwargs), argnames=("dq", "dk", "dv"), seed=seed,
         check_custom_vjp=case.dtype == "float32",
-        repro=f"jax.vjp(window_attention, q, k, v, blocks={blocks}, {case.kwargs}): {case}, "
-              f"seed {seed}")
+        note=f"q, k, v = capstone case ({case}).arrays({seed})")
 
 
 @pytest.mark.parametrize("case", GRAD_CASES, ids=[c.name for c in GRAD_CASES])
@@ -73,9 +67,11 @@ def test_backward_is_pallas_kernels(impl):
 def test_backward_has_no_score_matrix_in_hbm(impl):
     case = STRUCTURE_CASE
     q, k, v = case.arrays(1)
-    structure.assert_no_score_matrix_outside_kernels(
-        _gradient(impl, blocks=_blocks(impl, case), **case.kwargs), q, k, v,
-        q_len=case.q_len, kv_len=case.kv_len, what=" (forward and backward)")
+    structure.assert_no_value_as_large_as(
+        _gradient(impl, blocks=_blocks(impl, case), **case.kwargs), (q, k, v),
+        elements=case.q_len * case.kv_len,
+        what=f"one head's ({case.q_len}, {case.kv_len}) score matrix, in the forward or the backward",
+        note=f"capstone case ({case})")
 
 
 def test_backward_fetches_only_the_band(impl):
@@ -83,10 +79,10 @@ def test_backward_fetches_only_the_band(impl):
     case = STRUCTURE_CASE
     window = case.kwargs["window"]
     q, k, v = case.arrays(1)
-    block_skipping.assert_fetches_meet_the_mask(
+    block_skipping.assert_attention_skips_fetches(
         _gradient(impl, blocks=_blocks(impl, case), **case.kwargs), (q, k, v),
-        needed=lambda rows, keys: keys.start <= rows.stop - 1 and keys.stop - 1 > rows.start - window,
-        repro=f"jax.grad of window_attention: {case}")
+        mask=f"a window of {window} keys", empty=block_skipping.sliding_window_empty(window),
+        note=f"capstone case ({case})")
 
 
 def test_backward_computes_only_the_band(impl):
@@ -95,7 +91,7 @@ def test_backward_computes_only_the_band(impl):
     block_skipping.assert_compute_is_conditional(
         _gradient(impl, blocks=_blocks(impl, case), **case.kwargs), (q, k, v),
         why="In both backward kernels a step outside the band must skip its matmuls.",
-        repro=f"jax.grad of window_attention: {case}")
+        note=f"capstone case ({case})")
 
 
 def test_backward_has_no_race_on_two_cores(impl):

@@ -18,11 +18,6 @@ FETCH_CASES = [CASES[1], capstone._window_case("q shorter, kv blocks smaller", 5
                                                 "float32", 128, 64, 200)]
 
 
-def band_pairs(window):
-    """needed(rows, keys) for blocks: some row r and key c with r - window < c <= r."""
-    return lambda rows, keys: keys.start <= rows.stop - 1 and keys.stop - 1 > rows.start - window
-
-
 def _blocks(impl, case):
     return impl.forward.BlockSizes.resolve()(case.block_q, case.block_kv)
 
@@ -33,7 +28,7 @@ def check_forward(impl, case, reference, seed=0):
     checks.assert_matches_reference(
         impl.forward.window_forward, (q, k, v), kwargs=dict(blocks=blocks, **case.kwargs),
         reference=reference.bind(**case.kwargs), names=("out", "lse"),
-        repro=f"window_forward(q, k, v, blocks={blocks}, {case.kwargs}): {case}, seed {seed}")
+        note=f"q, k, v = capstone case ({case}).arrays({seed})")
 
 
 @pytest.mark.parametrize("case", CASES, ids=[c.name for c in CASES])
@@ -60,17 +55,17 @@ def test_forward_refuses(impl, q_len, kv_len, window):
     named = str(window) if window < 1 else str(q_len if q_len % 128 or q_len > kv_len else kv_len)
     checks.assert_rejects(
         impl.forward.window_forward, (q, k, k), kwargs=dict(window=window, blocks=blocks),
-        error=ValueError, mentions=(named,),
-        repro=f"window_forward(q{q.shape}, k{k.shape}, v, window={window}, blocks={blocks})")
+        error=ValueError, mentions=(named,))
 
 
 @pytest.mark.parametrize("case", FETCH_CASES, ids=["bq64-bkv128", "bq128-bkv64"])
 def test_forward_fetches_only_the_band(impl, case):
     """Every k and v block copied into VMEM holds a key some row of its q block sees."""
     q, k, v = case.arrays(0)
-    block_skipping.assert_fetches_meet_the_mask(
-        impl.forward.window_forward, (q, k, v), needed=band_pairs(case.kwargs["window"]),
-        kwargs=dict(blocks=_blocks(impl, case), **case.kwargs), repro=str(case))
+    block_skipping.assert_attention_skips_fetches(
+        impl.forward.window_forward, (q, k, v), mask=f"a window of {case.kwargs['window']} keys",
+        empty=block_skipping.sliding_window_empty(case.kwargs["window"]),
+        kwargs=dict(blocks=_blocks(impl, case), **case.kwargs), note=f"capstone case ({case})")
 
 
 def test_forward_computes_only_the_band(impl):
@@ -78,15 +73,17 @@ def test_forward_computes_only_the_band(impl):
     q, k, v = case.arrays(0)
     block_skipping.assert_compute_is_conditional(
         impl.forward.window_forward, (q, k, v), kwargs=dict(blocks=_blocks(impl, case), **case.kwargs),
-        why="A step whose kv block lies outside the band must skip its matmuls.", repro=str(case))
+        why="A step whose kv block lies outside the band must skip its matmuls.",
+        note=f"capstone case ({case})")
 
 
 def test_forward_has_no_score_matrix_in_hbm(impl):
     case = FETCH_CASES[1]
     q, k, v = case.arrays(0)
-    structure.assert_no_score_matrix_outside_kernels(
-        impl.forward.window_forward, q, k, v, q_len=case.q_len, kv_len=case.kv_len,
-        blocks=_blocks(impl, case), **case.kwargs)
+    structure.assert_no_value_as_large_as(
+        impl.forward.window_forward, (q, k, v), elements=case.q_len * case.kv_len,
+        what=f"one head's ({case.q_len}, {case.kv_len}) score matrix",
+        kwargs=dict(blocks=_blocks(impl, case), **case.kwargs), note=f"capstone case ({case})")
 
 
 def test_forward_has_no_race_on_two_cores(impl):

@@ -87,6 +87,7 @@ def select(requested: str) -> Backend:
     if requested not in INTERPRET_MODES:
         raise ValueError(f"interpret mode must be one of {INTERPRET_MODES}, got {requested!r}")
     platform = jax.default_backend()
+    jax_internals.read_interpret_mode_when_called()  # a kernel built at import obeys the mode too
     if requested == "fast":
         mode = "fast-interpret"
         pltpu.set_tpu_interpret_mode(True)
@@ -131,6 +132,7 @@ def use_compilation_cache(directory: Path | None) -> Path | None:
 def restore() -> None:
     """Undo select(): kernels run as JAX runs them without this plugin."""
     jax_internals.clear_global_interpret_mode()
+    jax_internals.restore_interpret_mode_reading()
 
 
 def reset_after_failure() -> None:

@@ -9,16 +9,19 @@ and the file to edit.
 from __future__ import annotations
 
 import contextlib
+import functools
 from pathlib import Path
 from typing import TYPE_CHECKING
 
-from ..course import Exercise
+from ..course import SOLUTIONS, Exercise
 from ..outcomes import LearnerCodeError, Todo
 from . import backend
-from .compiled import call_key, compiled_or_eager
+from ..reproduction import last_call, remember, reproduction
+from .compiled import compiled_or_eager
 from .context import GradingContext, active
 from .deadline import DeadlineExceeded
-from .messages import deadline_message, describe_exception, raised_in, relative
+from .messages import (deadline_message, describe_exception, exception_headline, out_of_bounds_detail,
+                       raised_in, relative)
 from .vmem import ScratchTooLarge
 
 if TYPE_CHECKING:
@@ -56,24 +59,23 @@ class GradedFunction:
         return self._function
 
     def __call__(self, *args, **kwargs):
-        import jax
-
         function, context = self.resolve(), self.context
+        remember(self, "call", args, kwargs)
 
-        def run():
+        def eager():
             context.vmem.check(function, args, kwargs)
-            return jax.block_until_ready(compiled_or_eager(
-                lambda: context.programs.get(function, kwargs, "call")(*args),
-                lambda: function(*args, **kwargs), args))
+            return function(*args, **kwargs)
 
         with self._guarded():
-            return context.deadline.call(run, key=call_key(function, args, kwargs, exact=True))
+            return self._run(lambda: context.programs.get(function, kwargs, "call"), args, eager,
+                             check=lambda: context.vmem.check(function, args, kwargs), function=function)
 
     def jaxpr(self, *args, **kwargs):
         """The closed jaxpr of a call with these arguments (kwargs are static)."""
         import jax
 
         function = self.resolve()
+        remember(self, "call", args, kwargs)
         with self._guarded():
             return self.context.deadline.call(
                 lambda: jax.make_jaxpr(lambda *a: function(*a, **kwargs))(*args))
@@ -83,20 +85,68 @@ class GradedFunction:
         import jax
 
         function, context = self.resolve(), self.context
+        remember(self, "vjp", args, kwargs)
 
-        def run():
+        def eager():
             context.vmem.check(function, args, kwargs)
-
-            def eager():
-                outputs, pullback = jax.vjp(lambda *a: function(*a, **kwargs), *args)
-                return outputs, pullback(cotangents)
-
-            return jax.block_until_ready(compiled_or_eager(
-                lambda: context.programs.get(function, kwargs, "vjp")(tuple(args), cotangents),
-                eager, args))
+            outputs, pullback = jax.vjp(lambda *a: function(*a, **kwargs), *args)
+            return outputs, pullback(cotangents)
 
         with self._guarded():
-            return context.deadline.call(run)
+            return self._run(lambda: context.programs.get(function, kwargs, "vjp"), (tuple(args), cotangents),
+                             eager, check=lambda: context.vmem.check(function, args, kwargs), function=function)
+
+    def _run(self, program, call_args, eager, *, check, function):
+        """The call within the deadline: its program compiled first, outside the deadline.
+
+        Tracing runs the learner's Python (a loop in it must meet the deadline, and so must
+        the VMEM check, which traces too); lowering and compiling are JAX's and XLA's work,
+        slow under load or for a big program, and are never counted as the call's time.
+        Arguments that are not all jax.Arrays, and a program that fails to trace or compile,
+        run eagerly, where the learner's error shows as their code raised it.
+        """
+        import jax
+
+        deadline, key = self.context.deadline, self._hang_key(function)
+        compiled = self._compiled_ahead(program, call_args, check, key)
+        if compiled is None:
+            return deadline.call(lambda: jax.block_until_ready(eager()), key=key)
+        return deadline.call(lambda: jax.block_until_ready(compiled_or_eager(compiled, eager, call_args)),
+                             key=key)
+
+    def _compiled_ahead(self, program, call_args, check, key):
+        """A thunk running the compiled program, or None where the call must run eagerly."""
+        import jax
+
+        if not all(isinstance(leaf, jax.Array) for leaf in jax.tree.leaves(call_args)):
+            return None
+        jitted = program()
+        bound = jitted.keywords if isinstance(jitted, functools.partial) else {}
+        jitted = jitted.func if isinstance(jitted, functools.partial) else jitted
+
+        def trace():
+            check()
+            return jitted.trace(*call_args, **bound)
+
+        try:
+            traced = self.context.deadline.call(trace, key=key)
+        except (DeadlineExceeded, ScratchTooLarge):
+            raise
+        except Exception:
+            return None
+        try:
+            executable = traced.lower().compile()
+        except Exception:
+            return None
+        return lambda: executable(*call_args, **bound)
+
+    def _hang_key(self, function):
+        """What a hang is remembered by: the graded function (its later calls fail at once)."""
+        try:
+            hash(function)
+        except TypeError:
+            return None
+        return function
 
     @contextlib.contextmanager
     def _guarded(self):
@@ -108,13 +158,30 @@ class GradedFunction:
             raise self._outcome(error) from None
 
     def _outcome(self, error: Exception) -> Exception:
+        again = reproduction(self)
         if isinstance(error, DeadlineExceeded):
-            return LearnerCodeError(deadline_message(self.display, error))
+            return LearnerCodeError(deadline_message(self.display, error) + again)
         if isinstance(error, ScratchTooLarge):
-            return LearnerCodeError(f"{self.display} {error}; nothing was run.")
+            return LearnerCodeError(f"{self.display} {error}; nothing was run." + again)
+        described = describe_exception(error, self._path, self._course_root)
+        detail = out_of_bounds_detail(described, self._program_of_last_call(), self._course_root)
         return LearnerCodeError(
-            f"{self.display} raised:\n" + describe_exception(error, self._path, self._course_root)
-        )
+            f"{self.display} raised:\n" + described + (f"\n{detail}" if detail else "") + again,
+            headline=exception_headline(self.display, error, self._path, self._course_root))
+
+    def _program_of_last_call(self):
+        """The jaxpr of the latest call, for a report that needs the kernels' BlockSpecs."""
+        call = last_call(self)
+        if call is None:
+            return None
+        try:
+            import jax
+
+            function = self.resolve()
+            return self.context.deadline.call(
+                lambda: jax.make_jaxpr(lambda *a: function(*a, **call.kwargs))(*call.args))
+        except Exception:
+            return None
 
     def derived(self, make, display: str) -> "GradedFunction":
         """A function built from this one (its gradient, say), graded as this one's code.
@@ -150,6 +217,9 @@ class DerivedFunction(GradedFunction):
     def _outcome(self, error: Exception) -> Exception:
         return self._base._outcome(error)
 
+    def _hang_key(self, function):
+        return self._base._hang_key(self._base.resolve())
+
 
 class LearnerFunction(GradedFunction):
     """A function in the graded tree: imported on first use; a stub is TODO.
@@ -180,7 +250,28 @@ class LearnerFunction(GradedFunction):
                 f"{relative(self.path, self.module.course_root)} has no function {self.name}(); "
                 f"the graded tests call {self.module._name}.{self.name}(...)."
             )
+        self._refuse_code_from_elsewhere(function)
         return function
+
+    def _refuse_code_from_elsewhere(self, function) -> None:
+        """The graded function must be code of the graded tree, and a learner's tree must not
+        load the shipped solutions: either would be marked done for code that is not theirs."""
+        root, course_root = self.module.tree_root, self.module.course_root
+        origin = defined_in(function)
+        if origin is not None and not _inside(origin, root):
+            raise LearnerCodeError(
+                f"{self.display} is defined in {relative(origin, course_root)}, outside the graded tree "
+                f"{relative(root, course_root)}/: the graded function must be written in "
+                f"{relative(self.path, course_root)} itself.")
+        if self.module.is_learners:
+            loaded = (_loaded_from(course_root / SOLUTIONS)
+                      or _module_global_from(getattr(function, "__globals__", {}), course_root / SOLUTIONS))
+            if loaded is not None:
+                raise LearnerCodeError(
+                    f"{relative(self.path, course_root)} (or a module it imports) loads "
+                    f"{relative(loaded, course_root)}: your exercises are graded on your own code. "
+                    f"`tpucourse solution {self.module.chapter_id}.{self.module._name}` shows a solution "
+                    f"once the exercise is done.")
 
     def _outcome(self, error: Exception) -> Exception:
         if isinstance(error, NotImplementedError) and raised_in(error, self.path):
@@ -198,3 +289,62 @@ class LearnerFunction(GradedFunction):
 
     def __repr__(self) -> str:
         return f"<learner function {self.display}>"
+
+
+def defined_in(function) -> Path | None:
+    """The file a function's code comes from, seen through the wrappers a learner may use
+    (jax.jit, jax.custom_vjp, functools.partial and wraps, a callable object); None if unknown."""
+    seen = set()
+    while function is not None and id(function) not in seen:
+        seen.add(id(function))
+        code = getattr(function, "__code__", None)
+        if code is not None:
+            return Path(code.co_filename)
+        inner = next((getattr(function, name) for name in ("__wrapped__", "fun", "func", "__func__")
+                      if getattr(function, name, None) is not None), None)
+        if inner is None:
+            call = getattr(type(function), "__call__", None)
+            inner = call if getattr(call, "__code__", None) is not None else None
+        function = inner
+    return None
+
+
+def _inside(path: Path, root: Path) -> bool:
+    try:
+        Path(path).resolve().relative_to(Path(root).resolve())
+    except ValueError:
+        return False
+    return True
+
+
+_loaded_seen: dict = {}  # folder -> (how many modules were loaded when last looked, what was found)
+
+
+def _module_global_from(namespace: dict, folder: Path) -> Path | None:
+    """A module object in `namespace` whose file is under `folder`: one loaded by path
+    (importlib.util's spec_from_file_location) never enters sys.modules."""
+    import os
+    import types
+
+    prefix = str(Path(folder).resolve()) + os.sep
+    return next((Path(file) for value in list(namespace.values()) if isinstance(value, types.ModuleType)
+                 and (file := getattr(value, "__file__", None)) and os.path.abspath(file).startswith(prefix)),
+                None)
+
+
+def _loaded_from(folder: Path) -> Path | None:
+    """A module loaded from `folder` in this process, if any (looked for again only when
+    modules were imported since)."""
+    import os
+    import sys
+
+    count = len(sys.modules)
+    seen = _loaded_seen.get(folder)
+    if seen is not None and seen[0] == count:
+        return seen[1]
+    prefix = str(Path(folder).resolve()) + os.sep
+    found = next((Path(file) for module in list(sys.modules.values())
+                  if (file := getattr(module, "__file__", None)) and os.path.abspath(file).startswith(prefix)),
+                 None)
+    _loaded_seen[folder] = (count, found)
+    return found

@@ -7,6 +7,13 @@ exercises spent most of its first run doing that (docs/speed.md has the times
 before and after). Code that cannot be traced (Python control flow
 on values, NumPy calls on arrays) or that fails in any way is run again eagerly,
 so the learner sees the error of their code as written, never a tracer's.
+
+A program that runs a kernel under interpret mode on a CPU is compiled with
+`KERNEL_PROGRAM_OPTIONS`, its own compiler options: such a program is mostly host
+callbacks and loops, XLA compiles it two to three times faster without its
+optimisations, and it runs as fast (docs/speed.md). Every other program (the checker's
+oracles and floors, pure-JAX exercises) compiles with XLA's defaults, so its optimised
+HLO, which some exercises read, and its persistent-cache key stay what they were.
 """
 
 from __future__ import annotations
@@ -14,8 +21,16 @@ from __future__ import annotations
 import functools
 import hashlib
 
+from .. import jax_internals
 from . import backend
 
+# XLA's CPU compiler options for kernel programs under interpret mode. Each shortens the
+# compile of the course's kernels without slowing their runs (bench/compile_options.py):
+KERNEL_PROGRAM_OPTIONS = {
+    "xla_backend_optimization_level": 0,  # LLVM's optimisation level
+    "xla_llvm_disable_expensive_passes": True,
+    "xla_cpu_use_fusion_emitters": False,  # the older elemental emitters: a fraction of the compile
+}
 
 
 class CompiledPrograms:
@@ -41,15 +56,76 @@ class CompiledPrograms:
         program = None if key is None else self._programs.get((key, kind))
         if program is None:
             if kind == "call":
-                program = jax.jit(lambda *args, **traced: function(*args, **static, **traced))
+                program = Program(jax.jit(lambda *args, **traced: function(*args, **static, **traced)))
             else:
                 def vjp(args, cotangents, **traced):
                     outputs, pullback = jax.vjp(lambda *a: function(*a, **static, **traced), *args)
                     return outputs, pullback(cotangents)
-                program = jax.jit(vjp)
+                program = Program(jax.jit(vjp))
             if key is not None:  # a setting that cannot be keyed: compiled for this call alone
                 self._programs[(key, kind)] = program
         return functools.partial(program, **dynamic) if dynamic else program
+
+
+class Program:
+    """A jitted function, compiled once per call signature, with the options its content calls for.
+
+    Called like the jitted function. The first call with a signature (the arrays' shapes,
+    dtypes and placements, and the JAX settings a trace depends on, the interpret mode among
+    them) traces it, compiles it (with KERNEL_PROGRAM_OPTIONS where it runs a kernel under
+    interpret mode on a CPU) and keeps the executable; later calls run that executable.
+    """
+
+    def __init__(self, jitted):
+        self.jitted = jitted
+        self._executables: dict = {}
+
+    def __call__(self, *args, **traced):
+        return self.compiled(*args, **traced)(*args, **traced)
+
+    def compiled(self, *args, **traced):
+        """The executable for these arguments, compiled on first use (a jax.stages.Compiled)."""
+        key = _signature(args, traced)
+        executable = None if key is None else self._executables.get(key)
+        if executable is None:
+            stage = self.jitted.trace(*args, **traced)
+            options = KERNEL_PROGRAM_OPTIONS if runs_interpreted_kernel(stage.jaxpr, args, traced) else None
+            executable = stage.lower().compile(compiler_options=options)
+            if key is not None:
+                self._executables[key] = executable
+        return executable
+
+    def lower(self, *args, **traced):
+        """The jitted function's lowering, compiled with XLA's defaults (for reading its HLO)."""
+        return self.jitted.lower(*args, **traced)
+
+
+def runs_interpreted_kernel(closed_jaxpr, args=(), traced=None) -> bool:
+    """Whether a traced program runs a pallas_call under interpret mode on a CPU device."""
+    import jax
+
+    from ..structure import count_pallas_calls
+
+    if jax_internals.interpret_mode_in_effect() is None:
+        return False
+    devices = {d for leaf in jax.tree.leaves((args, traced or {})) if isinstance(leaf, jax.Array)
+               for d in leaf.sharding.device_set}
+    platforms = {d.platform for d in devices} or {jax.default_backend()}
+    return platforms == {"cpu"} and count_pallas_calls(closed_jaxpr) > 0
+
+
+def _signature(args, traced):
+    """What jit keys a compiled program on, for these arguments: None if they cannot be keyed."""
+    import jax
+
+    try:
+        leaves, tree = jax.tree.flatten((args, traced))
+        key = (tree, tuple((leaf.shape, leaf.dtype, leaf.weak_type, leaf.sharding) for leaf in leaves),
+               jax_internals.jit_cache_context())
+        hash(key)
+    except Exception:
+        return None
+    return key
 
 
 def compiled_or_eager(compiled, eager, args):

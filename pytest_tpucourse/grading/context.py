@@ -28,6 +28,9 @@ class GradingContext:
     # function on a few shapes many times, and the trace costs about as much as one
     # interpret-mode call of a small kernel.
     kernel_calls: set = field(default_factory=set)
+    # The latest call of each graded function (by display), for the reproduction line of a
+    # check that fails (reproduction.py).
+    calls: dict = field(default_factory=dict)
 
 
 _active: list[GradingContext] = []

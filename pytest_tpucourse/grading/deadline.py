@@ -21,8 +21,17 @@ the report.
 
 One case survives all three: a loop compiled by XLA that touches no Ref
 (`lax.while_loop` on scalars inside a kernel). Nothing can interrupt it inside
-the process; the worker thread is left behind (a daemon thread: the run still
-exits) and keeps one CPU core busy until the run ends. The message says so.
+the process; the worker thread is left behind (a daemon thread) and keeps one CPU
+core busy. Such a thread would also keep the process from exiting (JAX's thread
+pools are joined at exit), so `left_running` tells the session, which ends the
+process itself once the run is over and its summary and state file are written.
+
+A graded function that passed its deadline once is not run again in this run: each
+later call fails at once with the same report (hypothesis replays a failing example,
+and a chapter's tests call one function many times; each would wait out the deadline).
+
+Compiling is not running: the graded call compiles its program before the deadline
+starts (grading/calls.py), so a slow compile under load is never reported as a hang.
 
 The calling thread's thread-local JAX settings (a `force_tpu_interpret_mode`,
 `enable_x64` or mesh context around the call) are carried into the worker.
@@ -32,9 +41,11 @@ from __future__ import annotations
 
 import contextlib
 import ctypes
+import os
 import threading
 
 from .. import jax_internals
+from .interrupts import CTRL_C
 
 DEFAULT_SECONDS = 60.0
 GRACE_SECONDS = 5.0  # how long the aborted call gets to unwind
@@ -42,17 +53,26 @@ GRACE_SECONDS = 5.0  # how long the aborted call gets to unwind
 
 class DeadlineExceeded(Exception):
     """The call did not finish in time; `still_running` says whether its thread was stopped,
-    `repeated` that the same call already passed its deadline earlier in the run."""
+    `repeated` that the same graded function already passed its deadline earlier in the run
+    (in `first_test`), so it was not run again."""
 
     def __init__(self, seconds: float, still_running: bool, repeated: bool = False,
-                 set_by: str = "--kernel-timeout"):
+                 set_by: str = "--kernel-timeout", first_test: str | None = None):
         self.seconds = seconds
         self.still_running = still_running
         self.repeated = repeated
         self.set_by = set_by  # what set the deadline in force, for the report
+        self.first_test = first_test  # the test whose call first passed the deadline
         self.waits: list = []  # jax_internals.BlockedWait of each blocked device
         self.deadlock = False  # every device was blocked for good: stopped before the deadline
         super().__init__(f"did not finish within {seconds:g} s")
+
+    def again(self) -> DeadlineExceeded:
+        """The same report for a later call of the same function, which is not run."""
+        error = DeadlineExceeded(self.seconds, self.still_running, repeated=True, set_by=self.set_by,
+                                 first_test=self.first_test)
+        error.waits, error.deadlock = self.waits, self.deadlock
+        return error
 
 
 class _Stop(BaseException):
@@ -68,9 +88,16 @@ class Deadline:
             raise ValueError(f"a deadline must be positive (or 0 for none), got {seconds}")
         self.seconds = seconds or None
         self.set_by = "--kernel-timeout"  # what set the deadline in force, for the report
-        # Calls (by key) that already passed their deadline: hypothesis replays a failing
-        # example, and waiting out the same hang twice would only double the wait.
+        # Graded functions (by key) that passed their deadline, with the report of that call.
         self._hung: dict = {}
+        # Worker threads that could not be stopped (compiled loops), still running.
+        self._left_behind: list[threading.Thread] = []
+
+    @property
+    def left_running(self) -> bool:
+        """A graded call could not be stopped and is still running: the process cannot exit
+        normally (its thread would be waited for), the session ends it."""
+        return any(thread.is_alive() for thread in self._left_behind)
 
     @contextlib.contextmanager
     def at_most(self, seconds: float, set_by: str):
@@ -88,18 +115,14 @@ class Deadline:
     def call(self, function, *args, key=None, **kwargs):
         """function(*args, **kwargs) within the deadline, or DeadlineExceeded.
 
-        key: identifies the call (compiled.call_key(..., exact=True)); a call whose key
-        already passed its deadline in this run fails at once instead of hanging again.
+        key: the graded function the call runs (hashable); once a call with this key has
+        passed its deadline, every later one fails at once with the same report.
         """
+        if key is not None and key in self._hung:
+            raise self._hung[key].again()
         seconds = self.seconds
         if seconds is None:
             return function(*args, **kwargs)
-        if key is not None and key in self._hung:
-            earlier = self._hung[key]
-            error = DeadlineExceeded(earlier.seconds, earlier.still_running, repeated=True,
-                                     set_by=earlier.set_by)
-            error.waits, error.deadlock = earlier.waits, earlier.deadlock
-            raise error
         settings = jax_internals.thread_local_settings()
         outcome: dict = {}
 
@@ -112,19 +135,18 @@ class Deadline:
 
         worker = threading.Thread(target=work, name="tpucourse-graded-call", daemon=True)
         worker.start()
-        deadlock = jax_internals.join_watching(worker, seconds)
+        try:
+            deadlock = jax_internals.join_watching(worker, seconds, between=CTRL_C.check)
+        except KeyboardInterrupt:
+            self._stop(worker, grace=0.0)  # Ctrl-C: the run stops now, however the call ends
+            raise
         if worker.is_alive():
             waits = deadlock if deadlock is not None else jax_internals.snapshot()
-            jax_internals.abort_tpu_interpreter()
-            worker.join(1.0)
-            if worker.is_alive():
-                _raise_in(worker, _Stop)
-                worker.join(GRACE_SECONDS)
-            still_running = worker.is_alive()
-            jax_internals.forget_abandoned_calls()
-            error = DeadlineExceeded(seconds, still_running, set_by=self.set_by)
+            still_running = self._stop(worker, GRACE_SECONDS)
+            error = DeadlineExceeded(seconds, still_running, set_by=self.set_by,
+                                     first_test=current_test())
             error.waits, error.deadlock = waits, deadlock is not None
-            if key is not None:
+            if key is not None and deadlock is None:
                 self._hung[key] = error
             raise error
         if "error" in outcome:
@@ -134,6 +156,25 @@ class Deadline:
             finally:
                 del error
         return outcome.get("value")
+
+    def _stop(self, worker: threading.Thread, grace: float) -> bool:
+        """Stop a graded call's thread; whether it is still running (it is then left behind)."""
+        jax_internals.abort_tpu_interpreter()
+        worker.join(1.0)
+        if worker.is_alive() and grace > 0:
+            _raise_in(worker, _Stop)
+            worker.join(grace)
+        still_running = worker.is_alive()
+        if still_running:
+            self._left_behind.append(worker)
+        jax_internals.forget_abandoned_calls()
+        return still_running
+
+
+def current_test() -> str | None:
+    """The node id of the test running now (pytest's PYTEST_CURRENT_TEST), or None."""
+    running = os.environ.get("PYTEST_CURRENT_TEST")
+    return running.rsplit(" (", 1)[0] if running else None
 
 
 def _raise_in(thread: threading.Thread, exception: type[BaseException]) -> None:

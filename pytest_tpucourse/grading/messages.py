@@ -3,6 +3,7 @@ a hang, and the report of a test that ended in a GradingOutcome."""
 
 from __future__ import annotations
 
+import re
 import traceback
 from pathlib import Path
 
@@ -20,21 +21,28 @@ def deadline_message(display: str, error: deadline.DeadlineExceeded) -> str:
                  f"{error.seconds:g} s deadline)."]
     else:
         lines = [
-            f"{display} did not finish within {error.seconds:g} s ({error.set_by}): a wait that "
-            f"nothing signals (a DMA or semaphore wait without its start or signal), or a loop "
-            f"(pl.loop, lax.while_loop) that never ends.",
+            f"{display} did not finish within {error.seconds:g} s ({error.set_by}; compiling is not "
+            f"counted): a wait that nothing signals (a DMA or semaphore wait without its start or "
+            f"signal), a loop (pl.loop, lax.while_loop) that never ends, or a computation that runs "
+            f"longer than that.",
         ]
     waits = jax_internals.summary_lines(error.waits)
     if waits:
         lines.append("  What the simulated devices were doing:")
         lines.extend(f"    {line}" for line in waits)
     if error.repeated:
-        lines.append("  It hung earlier in this run with exactly these arguments: not run again.")
+        where = f" (in {error.first_test})" if error.first_test else ""
+        lines.append(f"  It passed its deadline earlier in this run{where}: not run again, so each of its "
+                     f"tests fails at once until the hang is fixed.")
     elif error.still_running:
-        lines.append("  It is a compiled loop that cannot be interrupted: it keeps one CPU core busy "
-                     "until this pytest run ends; the other tests still run.")
-    else:
+        lines.append("  It is a compiled loop that cannot be interrupted: it keeps one CPU core busy until "
+                     "this run ends, which it does by itself after its last test, once the summary and "
+                     "your progress are written. The other tests still run; this function's fail at once.")
+    elif error.deadlock:
         lines.append("  It was stopped; the other tests still run.")
+    else:
+        lines.append("  It was stopped; the other tests still run, and this function's other tests "
+                     "fail at once with this report.")
     return "\n".join(lines)
 
 
@@ -71,6 +79,16 @@ def describe_exception(error: BaseException, learner_path: Path | None,
     return "\n".join(lines)
 
 
+def exception_headline(display: str, error: BaseException, learner_path: Path | None,
+                       course_root: Path | None) -> str:
+    """One line for a learner's exception: `add() in ... raised ValueError: ... (file.py:12)`."""
+    message = (_root_message(error).splitlines() or [""])[0].strip()
+    frames = [f for f in traceback.extract_tb(error.__traceback__)
+              if learner_path is not None and Path(f.filename).resolve() == learner_path.resolve()]
+    where = f" ({relative(Path(frames[-1].filename), course_root)}:{frames[-1].lineno})" if frames else ""
+    return f"{display} raised {message}{where}"
+
+
 def _root_message(error: BaseException) -> str:
     text = str(error)
     if type(error).__name__ == "JaxRuntimeError" or "Traceback (most recent call last)" in text:
@@ -91,15 +109,26 @@ def relative(path: Path, base: Path | None) -> str:
         return str(path)
 
 
-def outcome_report(error: BaseException) -> tuple[str, bool] | None:
-    """(the report's text, whether it is a TODO) of a test that raised a GradingOutcome, or
-    None: the outcome's message and hypothesis' falsifying example (the reproducer) are
-    the whole report, with no traceback into the plugin."""
+def outcome_report(error: BaseException) -> tuple[str, bool, str] | None:
+    """(the report's text, whether it is a TODO, its headline) of a test that raised a
+    GradingOutcome, or None. The outcome's message is the whole report, with no traceback into
+    the plugin; hypothesis' own notes are left out where the message carries the reproduction
+    (the drawn example is in it), and its advice to decorate the test (@reproduce_failure,
+    @seed) always is: graded tests are not the learner's to edit."""
     outcome = _grading_outcome(error)
     if outcome is None:
         return None
-    notes = getattr(error, "__notes__", [])
-    return "\n".join([outcome.render(), *_useful_notes(notes)]), isinstance(outcome, Todo)
+    text = outcome.render()
+    notes = [] if REPRODUCTION_MARK in text else _useful_notes(getattr(error, "__notes__", []))
+    return "\n".join([text, *notes]), isinstance(outcome, Todo), outcome.headline
+
+
+REPRODUCTION_MARK = "\n  reproduce ("  # where reproduction.py's lines start in a message
+
+
+def without_reproduction(text: str) -> str:
+    """A report without its reproduction lines: what two tests failing the same way share."""
+    return text.split(REPRODUCTION_MARK, 1)[0].split("\n  its inputs (", 1)[0]
 
 
 def _grading_outcome(error: BaseException) -> GradingOutcome | None:
@@ -114,11 +143,117 @@ def _grading_outcome(error: BaseException) -> GradingOutcome | None:
     return None
 
 
+_HYPOTHESIS_ADVICE = ("@reproduce_failure", "reproduce_failure(", "@seed(", "--hypothesis-seed",
+                      "You can add @seed", "You can reproduce this example")
+
+
 def _useful_notes(notes: list[str]) -> list[str]:
-    """Hypothesis' falsifying example, without fixture noise."""
+    """Hypothesis' falsifying example, without fixture noise or advice to edit the test."""
     kept = []
     for note in notes:
-        lines = [line for line in str(note).splitlines() if "impl=" not in line and "mesh=factory" not in line]
-        if lines:
+        lines = [line for line in str(note).splitlines()
+                 if "impl=" not in line and "mesh=factory" not in line
+                 and not any(advice in line for advice in _HYPOTHESIS_ADVICE)]
+        if any(line.strip() for line in lines):
             kept.append("\n".join(lines))
     return kept
+
+
+# ---------------------------------------------------------------- the TPU lowering's refusals
+
+_BLOCK_REFUSED = re.compile(r"Block spec for (?P<origin>\S+) in pallas_call (?P<kernel>\S+) at (?P<at>\S+?)[ ,]")
+_UNLOWERED = re.compile(r"Unimplemented primitive in Pallas TPU lowering(?: for \w+)?: (?P<primitive>\w+)")
+_JAX_NOISE = re.compile(r"\s*(Please file (?:a bug|an issue) at \S+|See details at \S+|Pallas encountered an "
+                        r"internal verification error\.)")
+
+
+def lowering_explanation(error: BaseException, program, course_root: Path | None) -> list[str] | None:
+    """The TPU lowering's refusal of a program in the course's words, or None where it is none
+    of the common ones: a block shape (naming the BlockSpec's line, the array and the rule), a
+    matmul accumulating in fewer than 32 bits, an operation Mosaic has no lowering for.
+
+    program: the closed jaxpr the lowering was given (to find the refused block's BlockSpec).
+    """
+    from .. import blockspecs, jax_internals, structure
+
+    text = str(error)
+    refused = _BLOCK_REFUSED.search(text)
+    if refused is not None and program is not None:
+        for eqn in structure.pallas_call_eqns(program):
+            grid = jax_internals.kernel_grid(eqn)
+            for operand in (*grid.inputs, *grid.outputs):
+                if operand.origin != refused["origin"]:
+                    continue
+                if not jax_internals.kernel_source(eqn).endswith(refused["at"]):
+                    continue
+                sizes = tuple(jax_internals.block_dim(d)[0] for d in operand.block_shape)
+                block = tuple(None if d is None or type(d).__name__ == "Squeezed" else size
+                              for d, size in zip(operand.block_shape, sizes))
+                dtype = _dtype_name(operand.dtype)
+                why = blockspecs.explain(operand.array_shape, block, dtype, text)
+                at = _where(operand.index_map_at, course_root)
+                return [f"The BlockSpec {at}cuts {operand.name} of kernel {refused['kernel']} (a "
+                        f"{tuple(operand.array_shape)} {dtype} array) into blocks of {sizes}: {why}.",
+                        "A TPU block's last two dimensions must be multiples of (8, 128), or the array's "
+                        "own dimensions."]
+    if "Expected matmul acc to be 32-bit" in text:
+        return ["A matmul inside a TPU kernel accumulates in 32 bits: ask for it with "
+                "jnp.dot(a, b, preferred_element_type=jnp.float32) (or int32), keep the running sum in a "
+                "float32 scratch, and cast only the result."]
+    unlowered = _UNLOWERED.search(text)
+    if unlowered is not None:
+        return [f"`{unlowered['primitive']}` has no Mosaic (TPU) lowering: a kernel cannot use it. Write it "
+                f"from operations that lower (elementwise math, reductions, jnp.dot, loops over blocks)."]
+    return None
+
+
+def _dtype_name(dtype) -> str:
+    import numpy as np
+
+    return np.dtype(dtype).name
+
+
+def lowering_text(error: BaseException, max_lines: int = MAX_MESSAGE_LINES) -> list[str]:
+    """The lowering's own words, without JAX's advice to file a bug."""
+    lines = [_JAX_NOISE.sub("", line) for line in str(error).splitlines()]
+    lines = [line for line in lines if line.strip()]
+    lines = lines[:max_lines] + (["..."] if len(lines) > max_lines else [])
+    return [f"{type(error).__name__}: {line}" if i == 0 else line for i, line in enumerate(lines)]
+
+
+def _where(source: str, course_root: Path | None) -> str:
+    """'<lambda> at /course/exercises/ch11/matmul.py:41' -> 'at exercises/ch11/matmul.py:41 '."""
+    _, _, location = source.rpartition(" at ")
+    if not location:
+        return ""
+    path, _, line = location.rpartition(":")
+    return f"at {relative(Path(path), course_root)}:{line} " if path else f"at {location} "
+
+
+_OUT_OF_BOUNDS = re.compile(r'Out-of-bounds block index \((?P<index>[^)]*)\) for (?P<kind>input|output) "(?P<ref>\w+)"'
+                            r'.*?has shape \((?P<padded>[^)]*)\)')
+
+
+def out_of_bounds_detail(text: str, program, course_root: Path | None = None) -> str | None:
+    """TPU interpret mode names the padded array in an out-of-bounds error ((16, 384) for a
+    (13, 342) array in (8, 128) blocks): the line that gives the array as passed, and its blocks."""
+    from .. import jax_internals, structure
+
+    found = _OUT_OF_BOUNDS.search(text)
+    if found is None or program is None:
+        return None
+    for eqn in structure.pallas_call_eqns(program):
+        names = list(getattr(jax_internals.kernel_jaxpr(eqn).debug_info, "arg_names", None) or ())
+        if found["ref"] not in names:
+            continue
+        grid = jax_internals.kernel_grid(eqn)
+        position = names.index(found["ref"])
+        operands = (*grid.inputs, *grid.outputs)
+        if position >= len(operands):
+            return None
+        operand = operands[position]
+        block = tuple(jax_internals.block_dim(d)[0] for d in operand.block_shape)
+        return (f"  {found['ref']} is your {tuple(operand.array_shape)} array; the interpreter pads it to whole "
+                f"{block} blocks, ({found['padded']}), and block index ({found['index']}) lies past even that: "
+                f"check the index map of its BlockSpec{' ' + _where(operand.index_map_at, course_root).strip() if operand.index_map_at else ''}.")
+    return None

@@ -12,6 +12,8 @@ from __future__ import annotations
 
 import hashlib
 import importlib
+import importlib.util
+import re
 import sys
 import types
 from dataclasses import dataclass
@@ -21,7 +23,7 @@ from ..course import EXERCISES, SOLUTIONS, Course, module_in_tree
 from ..outcomes import LearnerCodeError
 from .calls import LearnerFunction
 from .context import GradingContext
-from .messages import describe_exception, relative
+from .messages import describe_exception, exception_headline, relative
 
 
 @dataclass(frozen=True)
@@ -109,6 +111,18 @@ class LearnerModule:
     def course_root(self) -> Path:
         return self._course.root
 
+    @property
+    def tree_root(self) -> Path:
+        return self._tree.root
+
+    @property
+    def chapter_id(self) -> str:
+        return self._chapter_id
+
+    @property
+    def is_learners(self) -> bool:
+        return self._tree.is_learners
+
     def __getattr__(self, function_name: str) -> LearnerFunction:
         if function_name.startswith("_"):
             raise AttributeError(function_name)
@@ -130,8 +144,24 @@ class LearnerModule:
             sys.modules.pop(qualified, None)
             raise LearnerCodeError(
                 f"importing {relative(self.path, self.course_root)} failed:\n"
-                + describe_exception(error, self.path, self.course_root)
+                + describe_exception(error, self.path, self.course_root),
+                headline=exception_headline(f"importing {relative(self.path, self.course_root)}", error,
+                                            self.path, self.course_root).replace(" raised ", " failed: ", 1),
             ) from None
+
+
+def import_file(path: Path) -> types.ModuleType:
+    """The module at `path`, outside a graded run (`tpucourse compile`, a reproduction at the
+    prompt): a file in a tree's chNN/ folder is imported as its chapter's package, as the
+    graded tests import it, so `from . import other` works; any other file on its own."""
+    path = Path(path).resolve()
+    if re.fullmatch(r"ch\d\d", path.parent.name):
+        package = _chapter_package(GradedTree("impl-root", path.parent.parent), path.parent.name)
+        return importlib.import_module(f"{package}.{path.stem}")
+    spec = importlib.util.spec_from_file_location(f"_tpucourse_file_{path.stem}", path)
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module
 
 
 def _chapter_package(tree: GradedTree, chapter_id: str) -> str:

@@ -1,4 +1,4 @@
-"""`tpucourse progress`, `tpucourse hint` and `tpucourse reset`: where am I, what next, start over.
+"""`tpucourse progress`, `hint`, `solution` and `reset`: where am I, what next, show me, start over.
 
 Results come only from the state file the plugin writes after each pytest run of
 the learner's exercises/ tree (state.py); gate statuses only from the gate records
@@ -17,6 +17,7 @@ from ..course import (EXERCISES, Course, CourseDataError, Exercise, find_course_
 from ..gates import criteria, report
 from ..gates import records as rec
 from . import self_test, state
+from .next_up import next_exercise, shipped
 from .status import Status
 
 
@@ -40,21 +41,6 @@ def _read_state(course: Course) -> dict:
         return state.read(course.root)
     except state.CorruptState as error:
         raise CommandError(str(error)) from None
-
-
-def _shipped(course: Course, exercise: Exercise) -> bool:
-    return (course.root / exercise.test_path).is_file()
-
-
-def next_exercise(course: Course, data: dict, chapter_id: str | None = None) -> Exercise | None:
-    """The first shipped exercise (of a chapter, or of the course) not seen done."""
-    for chapter in course.chapters:
-        if chapter_id is not None and chapter.id != chapter_id:
-            continue
-        for exercise in chapter.exercises:
-            if _shipped(course, exercise) and state.exercise_status(course.root, data, exercise) != Status.DONE:
-                return exercise
-    return None
 
 
 # ---------------------------------------------------------------- progress
@@ -81,26 +67,29 @@ def progress_lines(course: Course, data: dict, all_records) -> list[str]:
     for chapter in course.chapters:
         kind = "layer" if chapter.kind == "layer" else f"stage {chapter.stage}"
         head = f"{chapter.id}  {chapter.title:<28} {kind:<8}"
-        shipped = [e for e in chapter.exercises if _shipped(course, e)]
-        if not shipped:
+        graded = [e for e in chapter.exercises if shipped(course, e)]
+        if not graded:
             head += "  no exercises yet"
         else:
-            statuses = [state.exercise_status(course.root, data, e) for e in shipped]
+            statuses = [state.exercise_status(course.root, data, e) for e in graded]
             done = statuses.count(Status.DONE)
-            head += f"  {done}/{len(shipped)} exercises"
-            if done == len(shipped):
+            head += f"  {done}/{len(graded)} exercises"
+            if done == len(graded):
                 complete += 1
         if chapter.gate is not None:
             head += f"  gate {chapter.gate:02d}: {gate_label(all_records, chapter.gate)}"
         lines.append(head)
-        for exercise in shipped:
+        for exercise in graded:
             status = state.exercise_status(course.root, data, exercise)
             entry = data["exercises"].get(exercise.key, {})
             line = f"      {status.mark}  {exercise.name}"
             if status in (Status.FAILED, Status.TODO) and entry.get("message"):
-                line += f": {entry['message']}"
+                failed = entry.get("tests_failed", 0)
+                line += f": {entry['message']}" + (f"  [{failed} tests failed]" if failed > 1 else "")
             elif status == Status.CHANGED:
                 line += ": passed, then edited: run its tests again"
+            if data.get("solutions_read", {}).get(exercise.key, {}).get("before_done"):
+                line += "  (its solution was read before it was done)"
             elif status == Status.PARTIAL:
                 line += f": {entry.get('tests_passed')}/{entry.get('tests_total')} tests passed, the rest not run"
             lines.append(line)
@@ -183,6 +172,32 @@ def hint(args) -> int:
         print(f"(run `tpucourse hint {exercise.key}` again for hint {number + 1})")
     else:
         print("(that was the last hint; `--all` lists them all; the chapter's README.md explains the idea)")
+    return 0
+
+
+# ---------------------------------------------------------------- solution
+
+def solution(args) -> int:
+    """Print an exercise's shipped solution: once a run has seen the exercise done, or with
+    --force, which the state file keeps and `tpucourse progress` shows."""
+    course = course_here()
+    data = _read_state(course)
+    if "." not in (args.exercise or ""):
+        raise CommandError(f"give chNN.exercise, e.g. ch11.matmul (got {args.exercise!r})")
+    exercise = resolve_exercise(course, data, args.exercise)
+    path = course.root / exercise.solution_path
+    if not path.is_file():
+        raise CommandError(f"{exercise.solution_path} is not in this checkout")
+    status = state.exercise_status(course.root, data, exercise)
+    if status != Status.DONE and not args.force:
+        raise CommandError(
+            f"{exercise.key} is {status.words}: its solution is shown once a run of exercises/ sees it "
+            f"done. `tpucourse hint {exercise.key}` helps; `--force` shows it now, and "
+            f"`tpucourse progress` will say so")
+    stamp = {"date": state.now(), "before_done": status != Status.DONE}
+    state.update(course.root, lambda d: d.setdefault("solutions_read", {}).setdefault(exercise.key, stamp))
+    print(f"# {exercise.solution_path}" + ("  (read before the exercise was done)" if stamp["before_done"] else ""))
+    print(path.read_text(encoding="utf-8"), end="")
     return 0
 
 

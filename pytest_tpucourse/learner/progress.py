@@ -5,6 +5,11 @@ all a pytest-xdist controller sees of a test, so the same code serves a plain
 run and a distributed one. An exercise counts as done only when every graded
 test collected for it ran and passed in this run: a run that deselected some
 (`-k`, `--lf`) never claims it.
+
+For the learner's own tree the summary counts as `tpucourse progress` does: the state
+file merged with this run (the run writes it first), and "next" follows next_up.py, so
+a run of one exercise, `progress` and `hint` never disagree. Other trees (--solutions,
+--impl-root) are summarised from this run alone.
 """
 
 from __future__ import annotations
@@ -26,7 +31,11 @@ class ExerciseResults:
     skipped: set[str] = field(default_factory=set)
     deselected: set[str] = field(default_factory=set)
     unseen_tests: bool = False  # a filter (--lf, file::test ids) may have dropped tests unseen
-    first_message: str = ""
+    messages: dict[str, int] = field(default_factory=dict)  # each failure's headline: how many tests
+
+    @property
+    def first_message(self) -> str:
+        return next(iter(self.messages), "")
 
     @property
     def ran(self) -> bool:
@@ -110,64 +119,92 @@ class RunProgress:
                 entry.skipped.add(nodeid)
             elif report.when == "call":
                 entry.passed.add(nodeid)
-            if (is_todo or report.failed) and not entry.first_message:
-                entry.first_message = message
+            if is_todo or report.failed:
+                headline = message.strip() or "failed"
+                entry.messages[headline] = entry.messages.get(headline, 0) + 1
 
     def chapters_seen(self):
         seen = {r.exercise.chapter for r in self.results.values()}
         return [c for c in self.course.chapters if c.id in seen]
 
-    def summary_lines(self, tree_description: str, learner_tree: bool,
-                      gates_passed: int | None = None, only_ran: bool = False) -> list[str]:
-        """only_ran (a --gates run): leave out exercises none of whose tests ran, and
-        chapters with none left, instead of listing every deselected one as not run."""
+    def summary_lines(self, tree_description: str, *, learner_state: dict | None = None,
+                      learner_tree: bool = False, gates_passed: int | None = None,
+                      only_ran: bool = False) -> list[str]:
+        """The closing summary. learner_state: the learner's state file after this run was
+        written to it; chapter counts and "next" then come from it (next_up.py), as in
+        `tpucourse progress`. only_ran (a --gates run): leave out exercises none of whose
+        tests ran, and chapters with none left, instead of listing every one as not run."""
+        from . import next_up, state
+
+        merged = learner_state is not None
         lines = [f"graded: {tree_description}"]
-        complete = 0
         shown = 0
-        next_up: ExerciseResults | None = None
         for chapter in self.chapters_seen():
             entries = [self.results.get(e.key) for e in chapter.exercises]
-            done = sum(1 for e in entries if e is not None and e.status == Status.DONE)
-            if chapter.exercises and done == len(chapter.exercises):
-                complete += 1
+            if merged:
+                shipped = [e for e in chapter.exercises if next_up.shipped(self.course, e)]
+                done = sum(1 for e in shipped if state.exercise_status(self.course.root, learner_state, e)
+                           == Status.DONE)
+                total = len(shipped)
+            else:
+                done = sum(1 for e in entries if e is not None and e.status == Status.DONE)
+                total = len(chapter.exercises)
             if only_ran:
                 entries = [e for e in entries if e is not None and e.ran]
                 if not entries:
                     continue
             shown += 1
-            lines.append(f"{chapter.label}: {done}/{len(chapter.exercises)} exercises")
-            for entry in entries:
-                if entry is None:
-                    continue
-                lines.append(_exercise_line(entry))
-                if next_up is None and entry.status in (Status.TODO, Status.FAILED):
-                    next_up = entry
-        who = "your progress" if learner_tree else "this tree"
+            lines.append(f"{chapter.label}: {done}/{total} exercises")
+            lines.extend(_exercise_line(entry) for entry in entries if entry is not None)
         if shown or not only_ran:
-            lines.append(
-                f"course: {complete}/{self.course.chapters_total} chapters ({who}, from this run)"
-            )
+            complete = (self._chapters_complete(learner_state) if merged
+                        else sum(1 for c in self.chapters_seen()
+                                 if c.exercises and all(self.results.get(e.key) is not None
+                                                        and self.results[e.key].status == Status.DONE
+                                                        for e in c.exercises)))
+            who = "your progress" if learner_tree else "this tree, from this run"
+            lines.append(f"course: {complete}/{self.course.chapters_total} chapters ({who})")
         if gates_passed is not None:
             lines.append(
                 f"gates: {gates_passed}/{self.course.gates_total} gates passed "
                 f"(measured on hardware, from the gate records)"
             )
-        if learner_tree and next_up is not None:
-            ex = next_up.exercise
-            lines.append(f"next: {ex.key}: edit {ex.module_path}, then pytest {ex.test_path}")
+        if merged:
+            upcoming = next_up.next_exercise(self.course, learner_state)
+            if upcoming is None:
+                lines.append("next: every shipped exercise is done")
+            else:
+                lines.append(f"next: {upcoming.key}: edit {upcoming.module_path}, then pytest {upcoming.test_path}")
         return lines
+
+    def _chapters_complete(self, data: dict) -> int:
+        from . import next_up, state
+
+        complete = 0
+        for chapter in self.course.chapters:
+            shipped = [e for e in chapter.exercises if next_up.shipped(self.course, e)]
+            if shipped and all(state.exercise_status(self.course.root, data, e) == Status.DONE for e in shipped):
+                complete += 1
+        return complete
+
+
+MESSAGES_SHOWN = 3
 
 
 def _exercise_line(entry: ExerciseResults) -> str:
     ran = len(entry.passed | entry.failed | entry.todo)
-    line = (
-        f"  {entry.status.mark:4}  {entry.exercise.name:<18} "
-        f"{len(entry.passed)}/{len(entry.collected | entry.deselected)} tests passed"
-    )
+    total = len(entry.collected | entry.deselected)
+    if entry.status == Status.NOT_RUN and not entry.skipped:
+        return f"  {entry.status.mark:4}  {entry.exercise.name:<18} not run ({total} tests not selected)"
+    line = f"  {entry.status.mark:4}  {entry.exercise.name:<18} {len(entry.passed)}/{total} tests passed"
     if entry.status == Status.PARTIAL:
         line += f" ({ran} ran)"
-    if entry.status in (Status.TODO, Status.FAILED) and entry.first_message:
-        line += "\n        " + entry.first_message.strip().splitlines()[0].removeprefix("TODO: ")
+    if entry.status in (Status.TODO, Status.FAILED):
+        shown = list(entry.messages.items())[:MESSAGES_SHOWN]
+        for message, count in shown:
+            line += "\n        " + message.removeprefix("TODO: ") + (f"  [{count} tests]" if count > 1 else "")
+        if len(entry.messages) > MESSAGES_SHOWN:
+            line += f"\n        ... and {len(entry.messages) - MESSAGES_SHOWN} more different failures"
     if entry.status == Status.TODO and entry.exercise.hints:
         line += f"\n        hint: {entry.exercise.hints[0]}"
     return line

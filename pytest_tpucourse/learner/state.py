@@ -122,36 +122,46 @@ def now() -> str:
     return dt.datetime.now(dt.timezone.utc).replace(microsecond=0).isoformat()
 
 
-def record_results(course_root: Path, results) -> dict:
-    """Store what a run of the learner's tree showed: {exercise key: ExerciseResults}.
+def record_results(course, results) -> dict:
+    """Store what a run of the learner's tree showed: {exercise key: ExerciseResults}, and the
+    chapter the learner now works in (next_up.py).
 
     Exercises the run did not touch keep their earlier entry. A partial run (some
     tests not run, none failed) does not replace an earlier done: it neither shows
     the exercise complete nor shows it broken.
     """
+    from .next_up import chapter_worked_in
+
     stamp = now()
 
     def change(data):
+        touched = []
         for key, entry in results.items():
             status = entry.status
             if status == Status.NOT_RUN:
                 continue
+            if entry.exercise.chapter not in touched:
+                touched.append(entry.exercise.chapter)
             previous = data["exercises"].get(key)
             if status == Status.PARTIAL and previous is not None and previous["status"] == Status.DONE:
                 continue
             exercise = entry.exercise
-            message = entry.first_message.strip().splitlines()[0] if entry.first_message.strip() else ""
             data["exercises"][key] = {
                 "status": status,
                 "tree": EXERCISES,
                 "tests_passed": len(entry.passed),
+                "tests_failed": len(entry.failed | entry.todo),
                 "tests_total": len(entry.collected | entry.deselected),
-                "message": message.removeprefix("TODO: "),
-                "module_sha256": file_digest(Path(course_root) / exercise.module_path),
+                "message": entry.first_message.removeprefix("TODO: "),
+                "module_sha256": file_digest(Path(course.root) / exercise.module_path),
                 "date": stamp,
             }
+        order = [c.id for c in course.chapters]
+        worked_in = chapter_worked_in(course, data, sorted(touched, key=order.index))
+        if worked_in is not None:
+            data["working_chapter"] = worked_in
 
-    return update(course_root, change)
+    return update(course.root, change)
 
 
 def exercise_status(course_root: Path, data: dict, exercise) -> Status:

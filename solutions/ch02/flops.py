@@ -1,4 +1,4 @@
-"""FLOPs of a traced program, from its dot_generals.
+"""FLOPs a traced program executes, from its dot_generals.
 
 Every matmul-like op in a jaxpr is a `dot_general`. Its params hold
 `dimension_numbers = ((lhs_contracting, rhs_contracting), (lhs_batch, rhs_batch))`.
@@ -8,8 +8,13 @@ multiply and one add per contracted element, so
     flops(dot_general) = 2 * prod(output shape) * prod(lhs contracting sizes)
 
 (2mkn for an (m, k) @ (k, n) matmul). Elementwise ops are ignored: on a TPU the
-MXU does the dots and everything else is noise in the FLOP count. Dots inside
-sub-programs (jit, custom_jvp, cond branches) count once per appearance.
+MXU does the dots and everything else is noise in the FLOP count.
+
+The count is what runs, not what is written: a `scan` body runs `length` times;
+a `cond` runs one branch, so it costs its most expensive branch (an upper bound
+when the branches differ); a `while_loop`'s trip count is a run-time value, so a
+while loop whose body or condition holds a dot has no count and raises a
+ValueError. Other sub-programs (jit, custom_jvp, custom_vjp) run once.
 """
 
 import math
@@ -18,23 +23,32 @@ from jax.extend import core as jex_core
 
 
 def dot_flops(closed_jaxpr) -> int:
-    """2 * prod(out dims) * prod(contracting dims), summed over every dot_general, nested ones too."""
+    """FLOPs the program's dot_generals execute: 2 * prod(out dims) * prod(contracting dims) each."""
     return _flops(closed_jaxpr.jaxpr)
 
 
 def _flops(jaxpr) -> int:
     total = 0
     for eqn in jaxpr.eqns:
-        if eqn.primitive.name == "dot_general":
+        name = eqn.primitive.name
+        subs = [value.jaxpr if isinstance(value, jex_core.ClosedJaxpr) else value
+                for param in eqn.params.values()
+                for value in (param if isinstance(param, (tuple, list)) else (param,))
+                if isinstance(value, (jex_core.ClosedJaxpr, jex_core.Jaxpr))]
+        if name == "dot_general":
             (lhs_contracting, _), _ = eqn.params["dimension_numbers"]
             lhs_shape = eqn.invars[0].aval.shape
             out_shape = eqn.outvars[0].aval.shape
             contracted = math.prod(lhs_shape[d] for d in lhs_contracting)
             total += 2 * math.prod(out_shape) * contracted
-        for param in eqn.params.values():
-            for value in param if isinstance(param, (tuple, list)) else (param,):
-                if isinstance(value, jex_core.ClosedJaxpr):
-                    total += _flops(value.jaxpr)
-                elif isinstance(value, jex_core.Jaxpr):
-                    total += _flops(value)
+        elif name == "cond":  # its sub-jaxprs are its branches
+            total += max(_flops(branch) for branch in subs)
+        elif name == "scan":  # its one sub-jaxpr is the body
+            total += eqn.params["length"] * _flops(subs[0])
+        elif name == "while":  # cond_jaxpr and body_jaxpr
+            if any(_flops(sub) for sub in subs):
+                raise ValueError("a while_loop runs its dots a number of times known only when it "
+                                 "runs: its FLOPs cannot be counted from the program")
+        else:
+            total += sum(_flops(sub) for sub in subs)
     return total

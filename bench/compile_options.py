@@ -1,0 +1,99 @@
+"""XLA's CPU compile of kernel programs under TPU interpret mode, with and without the compiler
+options the plugin gives them (grading/compiled.py, KERNEL_PROGRAM_OPTIONS).
+
+    python bench/compile_options.py              # 4 rounds, the three kernels below
+    python bench/compile_options.py --rounds 6
+
+For each kernel of the shipped solutions (ch11 matmul; ch13 forward; ch13 VJP, three
+kernels), each option set compiles a fresh program `--rounds` times: the median CPU seconds
+of `.compile()` alone (traced and lowered before the clock starts), the median CPU seconds of
+a call of the compiled program, and whether its result equals the default compile's bit for
+bit (LLVM at -O0 may round differently; the checker's tolerance judges the values). Prints a
+Markdown table for docs/speed.md. Nothing here is a kernel's speed on a TPU.
+"""
+
+from __future__ import annotations
+
+import argparse
+import statistics
+import sys
+import time
+import types
+from pathlib import Path
+
+REPO = Path(__file__).resolve().parents[1]
+
+
+def kernels():
+    """(name, function, args) of the solutions' kernels, as the graded tests call them."""
+    import importlib
+
+    import jax
+    import numpy as np
+
+    package = types.ModuleType("bench_solutions")
+    package.__path__ = [str(REPO / "solutions")]
+    sys.modules["bench_solutions"] = package
+    matmul = importlib.import_module("bench_solutions.ch11.matmul").matmul
+    flash_forward = importlib.import_module("bench_solutions.ch13.forward").flash_forward
+    flash_attention = importlib.import_module("bench_solutions.ch13.backward").flash_attention
+    rng = np.random.default_rng(0)
+
+    def array(*shape):
+        return jax.numpy.asarray(rng.standard_normal(shape), jax.numpy.float32)
+
+    x, y, q = array(128, 1024), array(1024, 128), array(1, 2, 256, 128)
+
+    def vjp(q, k, v):
+        out, pullback = jax.vjp(lambda *a: flash_attention(*a, causal=True), q, k, v)
+        return pullback(out)
+
+    return [
+        ("ch11 matmul (128, 1024) x (1024, 128) f32, blocks 128", lambda a, b: matmul(a, b, bm=128, bk=128, bn=128), (x, y)),
+        ("ch13 forward (1, 2, 256, 128) f32 causal", lambda a, b, c: flash_forward(a, b, c, causal=True), (q, q, q)),
+        ("ch13 VJP (1, 2, 256, 128) f32 causal", vjp, (q, q, q)),
+    ]
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--rounds", type=int, default=4)
+    args = parser.parse_args()
+
+    import jax
+    import numpy as np
+    from jax.experimental.pallas import tpu as pltpu
+
+    from pytest_tpucourse.grading.compiled import KERNEL_PROGRAM_OPTIONS
+
+    option_sets = {"XLA's defaults": None, "KERNEL_PROGRAM_OPTIONS": KERNEL_PROGRAM_OPTIONS}
+    pltpu.set_tpu_interpret_mode(pltpu.InterpretParams(random_seed=0))
+    print(f"jax {jax.__version__}, TPU interpret mode, median of {args.rounds} rounds, "
+          f"{time.strftime('%Y-%m-%d', time.gmtime())}")
+    print()
+    print("| kernel | options | compile (CPU) | call (CPU) | same bits |")
+    print("|---|---|---|---|---|")
+    for name, function, call_args in kernels():
+        compiles = {label: [] for label in option_sets}
+        calls = {label: [] for label in option_sets}
+        results = {}
+        for _ in range(args.rounds):
+            for label, options in option_sets.items():
+                lowered = jax.jit(lambda *a: function(*a), compiler_options=options).trace(*call_args).lower()
+                start = time.process_time()
+                executable = lowered.compile()
+                compiles[label].append(time.process_time() - start)
+                results[label] = jax.block_until_ready(executable(*call_args))
+                start = time.process_time()
+                jax.block_until_ready(executable(*call_args))
+                calls[label].append(time.process_time() - start)
+        reference = jax.tree.leaves(results["XLA's defaults"])
+        for label in option_sets:
+            same = all(np.array_equal(np.asarray(a), np.asarray(b))
+                       for a, b in zip(reference, jax.tree.leaves(results[label])))
+            print(f"| {name} | {label} | {statistics.median(compiles[label]):.2f} s | "
+                  f"{statistics.median(calls[label]):.3f} s | {'yes' if same else 'no'} |", flush=True)
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,206 @@
+"""A warm worker that runs pytest on the real chapters, several runs at a time.
+
+Started by tests/chapter_runs.py as `python tests/chapter_worker.py --jobs N`. It imports
+pytest, its plugins, JAX, NumPy, hypothesis and the course's package once, then forks one
+child per requested run: each child is a fresh pytest process, as `python -m pytest`
+would start it, without paying Python's start and those imports again (about 2 s of the
+3-5 s a mutant run takes). JAX's backends are never started here, so the children fork
+from a process with no XLA threads, and each child starts its own backend as a
+subprocess run would (its own CPU device count, its own compiled programs).
+
+Protocol (JSON, one object per line): stdin takes
+  {"id": ..., "cwd": DIR, "args": [...], "stop_files": [...]}
+and stdout answers {"id": ..., "ret": EXIT_CODE, "seconds": WALL} when the run ends; the
+run's stdout and stderr are DIR/stdout.txt and DIR/stderr.txt. At most N runs at a time.
+
+stop_files: test files (names, `test_matmul.py`) whose remaining tests are skipped once
+one of their tests failed. A mutant only has to fail each file it names once; the files
+it must pass still run every test.
+
+With --spawn the runs are `python -m pytest` subprocesses instead of forks (the same
+protocol; for platforms without fork, and to measure what the warm start saves).
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import select
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+STOP_FILES_ENV = "TPUCOURSE_STOP_FILES"  # --spawn: the stop files, for the -p plugin below
+
+
+class StopFileAtFirstFailure:
+    """Skip the rest of a test file once one of its tests failed (for the files named)."""
+
+    def __init__(self, files):
+        self.files = set(files)
+        self.failed: set[str] = set()
+
+    def pytest_runtest_setup(self, item):
+        import pytest
+
+        if item.path.name in self.failed:
+            pytest.skip(f"{item.path.name} already failed once: the mutant is caught there")
+
+    def pytest_runtest_logreport(self, report):
+        name = report.nodeid.split("::", 1)[0].rsplit("/", 1)[-1]
+        if report.when == "call" and report.failed and name in self.files:
+            self.failed.add(name)
+
+
+def pytest_configure(config):
+    """Loaded with -p chapter_worker in --spawn runs: the stop files come from the environment."""
+    files = [f for f in os.environ.get(STOP_FILES_ENV, "").split(",") if f]
+    if files:
+        config.pluginmanager.register(StopFileAtFirstFailure(files), "tpucourse-stop-files")
+
+
+# pytest rewrites the asserts of plugin modules it imports; the worker imported them already,
+# which pytest reports as a warning in every run. Their asserts are not the graded tests'.
+PRELOADED_PLUGINS_NOT_REWRITTEN = (
+    "-W", "ignore:Module already imported so cannot be rewritten:pytest.PytestAssertRewriteWarning")
+
+
+def preload() -> None:
+    """Import what every run imports, without starting JAX's backends."""
+    from importlib.metadata import entry_points
+
+    import pytest  # noqa: F401
+
+    for entry in entry_points(group="pytest11"):
+        try:
+            entry.load()
+        except Exception:  # a broken plugin fails in the run itself, as it would unpreloaded
+            pass
+    import hypothesis.extra.numpy  # noqa: F401
+    import hypothesis.strategies  # noqa: F401
+    import jax  # noqa: F401
+    import jax.experimental.pallas.tpu  # noqa: F401
+    import jax.numpy  # noqa: F401
+    import jax.test_util  # noqa: F401
+    import numpy  # noqa: F401
+
+    import pytest_tpucourse
+    import pkgutil
+    import importlib
+
+    for module in pkgutil.walk_packages(pytest_tpucourse.__path__, "pytest_tpucourse."):
+        try:
+            importlib.import_module(module.name)
+        except Exception:
+            pass
+
+
+def run_forked(job: dict) -> int:
+    """Fork a child that runs pytest for `job`; returns its pid."""
+    sys.stdout.flush()
+    sys.stderr.flush()
+    pid = os.fork()
+    if pid:
+        return pid
+    code = 3
+    try:
+        os.chdir(job["cwd"])
+        null = os.open(os.devnull, os.O_RDONLY)
+        os.dup2(null, 0)
+        for fd, name in ((1, "stdout.txt"), (2, "stderr.txt")):
+            out = os.open(name, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o644)
+            os.dup2(out, fd)
+            os.close(out)
+        os.environ.update(job.get("env", {}))
+        sys.path[0] = os.getcwd()  # as `python -m pytest` run from the job's directory
+        sys.argv = [sys.argv[0]]
+        import pytest
+
+        plugins = [StopFileAtFirstFailure(job["stop_files"])] if job.get("stop_files") else []
+        code = int(pytest.main([*PRELOADED_PLUGINS_NOT_REWRITTEN, *job["args"]], plugins=plugins))
+    except SystemExit as exit_:
+        code = exit_.code if isinstance(exit_.code, int) else 1
+    except BaseException:
+        import traceback
+
+        traceback.print_exc()
+    finally:
+        import atexit
+
+        try:
+            atexit._run_exitfuncs()  # what a normal exit runs: the TPU compiler child is closed
+        finally:
+            sys.stdout.flush()
+            sys.stderr.flush()
+            os._exit(code)
+
+
+def run_spawned(job: dict) -> subprocess.Popen:
+    env = {**os.environ, **job.get("env", {})}
+    args = list(job["args"])
+    if job.get("stop_files"):
+        env[STOP_FILES_ENV] = ",".join(job["stop_files"])
+        env["PYTHONPATH"] = os.pathsep.join(filter(None, [str(Path(__file__).parent),
+                                                          env.get("PYTHONPATH")]))
+        args = ["-p", "chapter_worker", *args]
+    cwd = Path(job["cwd"])
+    return subprocess.Popen([sys.executable, "-m", "pytest", *args], cwd=cwd, env=env,
+                            stdin=subprocess.DEVNULL, stdout=open(cwd / "stdout.txt", "wb"),
+                            stderr=open(cwd / "stderr.txt", "wb"))
+
+
+def serve(jobs: int, spawn: bool) -> None:
+    queue: list[dict] = []
+    running: dict = {}  # pid or Popen -> (job, start)
+    pending = b""
+    stdin = sys.stdin.fileno()
+    open_input = True
+
+    def answer(job, code, start):
+        print(json.dumps({"id": job["id"], "ret": code, "seconds": time.perf_counter() - start}), flush=True)
+
+    while open_input or queue or running:
+        while queue and len(running) < jobs:
+            job = queue.pop(0)
+            handle = run_spawned(job) if spawn else run_forked(job)
+            running[handle] = (job, time.perf_counter())
+        if open_input:
+            ready, _, _ = select.select([stdin], [], [], 0.05)
+            if ready:
+                chunk = os.read(stdin, 65536)
+                if not chunk:
+                    open_input = False
+                pending += chunk
+                *lines, pending = pending.split(b"\n")
+                queue.extend(json.loads(line) for line in lines if line.strip())
+        else:
+            time.sleep(0.05)
+        for handle in list(running):
+            if spawn:
+                code = handle.poll()
+                if code is None:
+                    continue
+            else:
+                pid, status = os.waitpid(handle, os.WNOHANG)
+                if pid == 0:
+                    continue
+                code = os.waitstatus_to_exitcode(status)
+            job, start = running.pop(handle)
+            answer(job, code, start)
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--jobs", type=int, default=1)
+    parser.add_argument("--spawn", action="store_true", help="python -m pytest subprocesses, no fork")
+    args = parser.parse_args()
+    if not args.spawn:
+        preload()
+    print(json.dumps({"ready": True}), flush=True)
+    serve(max(1, args.jobs), args.spawn)
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,112 @@
+"""What keeps grading fast, shown to keep its checks: cheap compiles of kernel programs only,
+values and races from one call, dev draws over compiled cases, a mutant's file stopped at its
+first failure (docs/speed.md has the times)."""
+
+import functools
+import textwrap
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+import pytest
+from jax.experimental import pallas as pl
+from jax.experimental.pallas import tpu as pltpu
+
+from pytest_tpucourse import checks, tpu_checks
+from pytest_tpucourse.grading.compiled import CompiledPrograms, runs_interpreted_kernel
+from pytest_tpucourse.outcomes import WrongResult
+
+from .chapter_worker import StopFileAtFirstFailure
+
+
+def _copy_kernel(x_ref, o_ref):
+    o_ref[...] = x_ref[...]
+
+
+def blocked_copy(x, *, semantics="parallel", out_block=None):
+    """A copy of x in (8, 128) blocks; out_block=(0, 0) makes every step write one block."""
+    out_map = (lambda i: out_block) if out_block else (lambda i: (i, 0))
+    return pl.pallas_call(
+        _copy_kernel, out_shape=jax.ShapeDtypeStruct(x.shape, x.dtype), grid=(x.shape[0] // 8,),
+        in_specs=[pl.BlockSpec((8, 128), lambda i: (i, 0))],
+        out_specs=pl.BlockSpec((8, 128), out_map),
+        compiler_params=pltpu.CompilerParams(dimension_semantics=(semantics,)))(x)
+
+
+def test_only_programs_that_run_an_interpreted_kernel_get_the_cheap_compile():
+    x = jnp.ones((32, 128), jnp.float32)
+    kernel = jax.make_jaxpr(blocked_copy)(x)
+    plain = jax.make_jaxpr(lambda a: jnp.tanh(a) * 2)(x)
+    with pltpu.force_tpu_interpret_mode(pltpu.InterpretParams(random_seed=0)):
+        assert runs_interpreted_kernel(kernel, (x,))
+        assert not runs_interpreted_kernel(plain, (x,))
+    with pltpu.force_tpu_interpret_mode(None):  # natively on a TPU: the TPU's own compiler
+        assert not runs_interpreted_kernel(kernel, (x,))
+
+
+def test_a_program_compiles_once_per_signature_and_interpret_setting():
+    programs = CompiledPrograms()
+    program = programs.get(blocked_copy, {})
+    x = jnp.arange(32 * 128, dtype=jnp.float32).reshape(32, 128)
+    with pltpu.force_tpu_interpret_mode(pltpu.InterpretParams(random_seed=0)):
+        np.testing.assert_array_equal(program(x), x)
+        np.testing.assert_array_equal(program(x + 1), x + 1)  # same signature: no new compile
+        assert len(program._executables) == 1
+        program(jnp.ones((16, 128), jnp.float32))  # a new shape compiles
+        assert len(program._executables) == 2
+    with tpu_checks.checking_races(checks.graded(blocked_copy, "copy() in test")):
+        np.testing.assert_array_equal(program(x), x)  # a race-detecting program of its own
+    assert len(program._executables) == 3
+
+
+def test_values_and_races_come_from_one_call():
+    x = jnp.ones((32, 128), jnp.float32)
+    racy = checks.graded(functools.partial(blocked_copy, out_block=(0, 0)), "copy() in test")
+    with pytest.raises(WrongResult, match="(?s)data race under TPU interpret mode with 2 TensorCores.*RACE"):
+        with tpu_checks.checking_races(racy):
+            racy(x)  # the values of one block are right; the race is what fails it
+
+    wrong = checks.graded(lambda a: blocked_copy(a) + 1, "copy() in test")
+    with pytest.raises(WrongResult, match=r"(?s)output is wrong.*\(under TPU interpret mode with 2 "
+                                          r"TensorCores per device \(detect_races=True\)\)"):
+        with tpu_checks.checking_races(wrong):
+            checks.assert_close(wrong(x), np.ones((32, 128)), fn=wrong, dtype=np.float32)
+
+
+@pytest.mark.parametrize("profile, one_case", [("dev", True), ("ci", False)])
+def test_dev_draws_the_cases_its_explicit_examples_compiled(fake_course, profile, one_case):
+    fake_course.test_file("""
+        from hypothesis import example, given
+        from pytest_tpucourse import strategies as tst
+
+        SEEN = []
+
+        @given(case=tst.few((8, 128), (16, 256), (24, 384)), dtype=tst.dtypes(), seed=tst.seeds())
+        @example(case=(16, 256), dtype="float32", seed=0)
+        def test_draws(case, dtype, seed):
+            SEEN.append((case, dtype))
+
+        def test_what_was_drawn():
+            print("DRAWN", sorted(set(SEEN)))
+            assert len(SEEN) > 3
+    """)
+    result = fake_course.run("-s", "-p", "no:randomly", "--hypothesis-profile", profile)
+    result.assert_outcomes(passed=2)
+    drawn = next(line for line in result.outlines if "DRAWN" in line).split("DRAWN", 1)[1].strip()
+    if one_case:  # new seeds on the shape and dtype the example compiled
+        assert drawn == "[((16, 256), 'float32')]"
+    else:
+        assert drawn != "[((16, 256), 'float32')]"
+
+
+def test_a_file_a_mutant_must_fail_stops_at_its_first_failure(pytester):
+    body = textwrap.dedent("""
+        def test_1(): assert False
+        def test_2(): assert False
+        def test_3(): pass
+    """)
+    pytester.makepyfile(test_caught=body, test_passing_elsewhere=body)
+    result = pytester.runpytest("-p", "no:randomly",
+                                plugins=[StopFileAtFirstFailure(["test_caught.py"])])
+    result.assert_outcomes(failed=3, passed=1, skipped=2)  # the other file runs to its end
+    result.stdout.fnmatch_lines(["*test_caught.py::test_1 *", "*test_passing_elsewhere.py::test_2 *"])
