@@ -12,7 +12,8 @@ before it (top-left alignment: row r is position r whatever the two lengths). Wr
 
 Both must work on Python ints and on traced int32 scalars (index maps and
 pl.program_id pass those): use jnp.maximum / jnp.minimum, not max() / min().
-widest() is given: the band's grid length, from your functions.
+at_step(), clamped() and widest() are given: a kernel's block at a band step, an index
+map's clamped block, and the band's grid length, all from your two functions.
 """
 
 import jax
@@ -29,6 +30,21 @@ def q_blocks(kv_block, *, block_q: int, block_kv: int, window: int, num_q_blocks
 
     first > last when no query sees the block (keys past the last query row)."""
     raise NotImplementedError("write q_blocks(): the first and last q block that sees a kv block")
+
+
+def at_step(blocks, index, step, **sizes):
+    """(block, in band) at band step `step` of block `index`: blocks(index) is (first, last),
+    the step works on first + step, which lies in the band while it is <= last."""
+    first, last = blocks(index, **sizes)
+    return first + step, first + step <= last
+
+
+def clamped(blocks, index, step, **sizes):
+    """The block an index map fetches at band step `step`: first + step, held at the band's
+    last block once past it (and never below 0 or past the array's last block)."""
+    first, last = blocks(index, **sizes)
+    count = sizes.get("num_kv_blocks", sizes.get("num_q_blocks"))
+    return jnp.clip(jnp.minimum(first + step, last), 0, count - 1)
 
 
 def widest(blocks, count: int, **sizes) -> int:

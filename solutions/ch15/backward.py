@@ -17,7 +17,7 @@ Two kernels, each keeping one gradient resident in VMEM, each walking only the b
     "arbitrary". A kv block no query sees (keys past the last row) runs no step and
     writes zero gradients.
 
-The window mask is the forward's (forward.band_mask): the backward must mask exactly
+The window mask is the forward's (forward.scores): the backward must mask exactly
 what the forward masked, or P differs from the probabilities the forward used.
 P and dS are rounded to the input dtype before their matmuls; every product
 accumulates in f32.
@@ -34,34 +34,36 @@ from . import autotune, band, forward
 from .forward import BlockSizes
 
 
-def _probabilities(q, k, lse, *, scale, window, q_start, kv_start):
-    s = jax.lax.dot_general(q, k, (((1,), (1,)), ((), ())),
-                            preferred_element_type=jnp.float32) * scale
-    return jnp.exp(forward.band_mask(s, q_start, kv_start, window) - lse)
+def _pair(q_ref, k_ref, v_ref, do_ref, lse_ref, delta_ref, *, scale, window, row0, col0):
+    """P and dS = P ∘ (dO Vᵀ - Δ) of one (q block, kv block) pair, P recomputed from lse."""
+    p = jnp.exp(forward.scores(q_ref[...], k_ref[...], scale=scale, window=window, row0=row0,
+                               col0=col0) - lse_ref[...])
+    dp = jax.lax.dot_general(do_ref[...], v_ref[...], (((1,), (1,)), ((), ())),
+                             preferred_element_type=jnp.float32)
+    return p, p * (dp - delta_ref[...])
 
 
-def _ds(p, do, v, delta):
-    dp = jax.lax.dot_general(do, v, (((1,), (1,)), ((), ())), preferred_element_type=jnp.float32)
-    return p * (dp - delta)
+def _rows_contracted(a, b):
+    """aᵀ b over the block's rows (the q rows), a rounded to b's dtype for the MXU."""
+    return jax.lax.dot_general(a.astype(b.dtype), b, (((0,), (0,)), ((), ())),
+                               preferred_element_type=jnp.float32)
 
 
 def dq_kernel(q_ref, k_ref, v_ref, do_ref, lse_ref, delta_ref, dq_ref, acc_ref, *,
               scale: float, window: int, block_q: int, block_kv: int, num_kv_blocks: int):
-    i, t = pl.program_id(2), pl.program_id(3)
-    first, last = band.kv_blocks(i, block_q=block_q, block_kv=block_kv, window=window,
-                                 num_kv_blocks=num_kv_blocks)
-    j = first + t
+    i, t = pl.program_id(2), pl.program_id(3)  # q block i resident, its band streaming
+    j, in_band = band.at_step(band.kv_blocks, i, t, block_q=block_q, block_kv=block_kv,
+                              window=window, num_kv_blocks=num_kv_blocks)
 
     @pl.when(t == 0)
     def _init():
         acc_ref[...] = jnp.zeros(acc_ref.shape, jnp.float32)
 
-    @pl.when(j <= last)
+    @pl.when(in_band)
     def _step():
-        q, k, v, do = q_ref[...], k_ref[...], v_ref[...], do_ref[...]
-        p = _probabilities(q, k, lse_ref[...], scale=scale, window=window,
-                           q_start=i * block_q, kv_start=j * block_kv)
-        ds = _ds(p, do, v, delta_ref[...])
+        k = k_ref[...]
+        _, ds = _pair(q_ref, k_ref, v_ref, do_ref, lse_ref, delta_ref, scale=scale,
+                      window=window, row0=i * block_q, col0=j * block_kv)
         acc_ref[...] += jnp.dot(ds.astype(k.dtype), k, preferred_element_type=jnp.float32)
 
     @pl.when(t == pl.num_programs(3) - 1)
@@ -71,26 +73,21 @@ def dq_kernel(q_ref, k_ref, v_ref, do_ref, lse_ref, delta_ref, dq_ref, acc_ref, 
 
 def dkv_kernel(q_ref, k_ref, v_ref, do_ref, lse_ref, delta_ref, dk_ref, dv_ref, dk_acc, dv_acc, *,
                scale: float, window: int, block_q: int, block_kv: int, num_q_blocks: int):
-    j, t = pl.program_id(2), pl.program_id(3)
-    first, last = band.q_blocks(j, block_q=block_q, block_kv=block_kv, window=window,
-                                num_q_blocks=num_q_blocks)
-    i = first + t
+    j, t = pl.program_id(2), pl.program_id(3)  # kv block j resident, the q blocks seeing it streaming
+    i, in_band = band.at_step(band.q_blocks, j, t, block_q=block_q, block_kv=block_kv,
+                              window=window, num_q_blocks=num_q_blocks)
 
     @pl.when(t == 0)
     def _init():
         dk_acc[...] = jnp.zeros(dk_acc.shape, jnp.float32)
         dv_acc[...] = jnp.zeros(dv_acc.shape, jnp.float32)
 
-    @pl.when(i <= last)
+    @pl.when(in_band)
     def _step():
-        q, k, v, do = q_ref[...], k_ref[...], v_ref[...], do_ref[...]
-        p = _probabilities(q, k, lse_ref[...], scale=scale, window=window,
-                           q_start=i * block_q, kv_start=j * block_kv)
-        dv_acc[...] += jax.lax.dot_general(p.astype(do.dtype), do, (((0,), (0,)), ((), ())),
-                                           preferred_element_type=jnp.float32)
-        ds = _ds(p, do, v, delta_ref[...])
-        dk_acc[...] += jax.lax.dot_general(ds.astype(q.dtype), q, (((0,), (0,)), ((), ())),
-                                           preferred_element_type=jnp.float32)
+        p, ds = _pair(q_ref, k_ref, v_ref, do_ref, lse_ref, delta_ref, scale=scale,
+                      window=window, row0=i * block_q, col0=j * block_kv)
+        dv_acc[...] += _rows_contracted(p, do_ref[...])   # dV += Pᵀ dO
+        dk_acc[...] += _rows_contracted(ds, q_ref[...])   # dK += dSᵀ Q
 
     @pl.when(t == pl.num_programs(3) - 1)
     def _flush():
@@ -108,49 +105,43 @@ def window_backward(q, k, v, out, lse, do, *, window: int, scale: float | None =
     scale = head_dim ** -0.5 if scale is None else scale
     n_q, n_kv = q_len // block_q, kv_len // block_kv
     delta = jnp.sum(out.astype(jnp.float32) * do.astype(jnp.float32), axis=-1, keepdims=True)
-    lse = lse[..., None]
+    operands = (q, k, v, do, lse[..., None], delta)
     common = dict(scale=scale, window=window, block_q=block_q, block_kv=block_kv)
     by_q = dict(block_q=block_q, block_kv=block_kv, window=window, num_kv_blocks=n_kv)
     by_kv = dict(block_q=block_q, block_kv=block_kv, window=window, num_q_blocks=n_q)
 
-    # dq: q block i resident, the kv blocks of its band stream past.
-    def kv_index(b, h, i, t):
-        first, last = band.kv_blocks(i, **by_q)
-        return b, h, jnp.minimum(first + t, last), 0
+    def specs(q_index, kv_index):
+        """BlockSpecs of (q, k, v, dO, lse, Δ) for the two index maps."""
+        q_rows = pl.BlockSpec((None, None, block_q, head_dim), q_index)
+        kv_rows = pl.BlockSpec((None, None, block_kv, head_dim), kv_index)
+        stat = pl.BlockSpec((None, None, block_q, 1), q_index)
+        return [q_rows, kv_rows, kv_rows, q_rows, stat, stat]
 
-    q_rows = pl.BlockSpec((None, None, block_q, head_dim), lambda b, h, i, t: (b, h, i, 0))
-    q_stat = pl.BlockSpec((None, None, block_q, 1), lambda b, h, i, t: (b, h, i, 0))
-    kv_rows = pl.BlockSpec((None, None, block_kv, head_dim), kv_index)
+    # dq: q block i resident, the kv blocks of its band stream past.
+    resident_q = lambda b, h, i, t: (b, h, i, 0)  # noqa: E731
+    band_kv = lambda b, h, i, t: (b, h, band.clamped(band.kv_blocks, i, t, **by_q), 0)  # noqa: E731
     dq = pl.pallas_call(
         functools.partial(dq_kernel, **common, num_kv_blocks=n_kv),
-        out_shape=jax.ShapeDtypeStruct(q.shape, q.dtype),
         grid=(batch, heads, n_q, band.widest(band.kv_blocks, n_q, **by_q)),
-        in_specs=[q_rows, kv_rows, kv_rows, q_rows, q_stat, q_stat],
-        out_specs=q_rows,
+        in_specs=specs(resident_q, band_kv),
+        out_specs=pl.BlockSpec((None, None, block_q, head_dim), resident_q),
+        out_shape=jax.ShapeDtypeStruct(q.shape, q.dtype),
         scratch_shapes=[pltpu.VMEM((block_q, head_dim), jnp.float32)],
-        compiler_params=pltpu.CompilerParams(
-            dimension_semantics=("parallel", "parallel", "parallel", "arbitrary")),
-    )(q, k, v, do, lse, delta)
+        compiler_params=forward.BAND_SEMANTICS,
+    )(*operands)
 
     # dk, dv: kv block j resident, the q blocks that see it stream past.
-    def q_index(b, h, j, t):
-        first, last = band.q_blocks(j, **by_kv)
-        return b, h, jnp.minimum(jnp.minimum(first + t, last), n_q - 1), 0
-
-    kv_block = pl.BlockSpec((None, None, block_kv, head_dim), lambda b, h, j, t: (b, h, j, 0))
-    q_block = pl.BlockSpec((None, None, block_q, head_dim), q_index)
-    q_block_stat = pl.BlockSpec((None, None, block_q, 1), q_index)
+    band_q = lambda b, h, j, t: (b, h, band.clamped(band.q_blocks, j, t, **by_kv), 0)  # noqa: E731
+    resident_kv = pl.BlockSpec((None, None, block_kv, head_dim), lambda b, h, j, t: (b, h, j, 0))
     dk, dv = pl.pallas_call(
         functools.partial(dkv_kernel, **common, num_q_blocks=n_q),
-        out_shape=(jax.ShapeDtypeStruct(k.shape, k.dtype), jax.ShapeDtypeStruct(v.shape, v.dtype)),
         grid=(batch, heads, n_kv, band.widest(band.q_blocks, n_kv, **by_kv)),
-        in_specs=[q_block, kv_block, kv_block, q_block, q_block_stat, q_block_stat],
-        out_specs=(kv_block, kv_block),
-        scratch_shapes=[pltpu.VMEM((block_kv, head_dim), jnp.float32),
-                        pltpu.VMEM((block_kv, head_dim), jnp.float32)],
-        compiler_params=pltpu.CompilerParams(
-            dimension_semantics=("parallel", "parallel", "parallel", "arbitrary")),
-    )(q, k, v, do, lse, delta)
+        in_specs=specs(band_q, lambda b, h, j, t: (b, h, j, 0)),
+        out_specs=(resident_kv, resident_kv),
+        out_shape=(jax.ShapeDtypeStruct(k.shape, k.dtype), jax.ShapeDtypeStruct(v.shape, v.dtype)),
+        scratch_shapes=[pltpu.VMEM((block_kv, head_dim), jnp.float32)] * 2,
+        compiler_params=forward.BAND_SEMANTICS,
+    )(*operands)
     return dq, dk, dv
 
 

@@ -42,6 +42,21 @@ def q_blocks(kv_block, *, block_q: int, block_kv: int, window: int, num_q_blocks
     return first, last
 
 
+def at_step(blocks, index, step, **sizes):
+    """(block, in band) at band step `step` of block `index`: blocks(index) is (first, last),
+    the step works on first + step, which lies in the band while it is <= last."""
+    first, last = blocks(index, **sizes)
+    return first + step, first + step <= last
+
+
+def clamped(blocks, index, step, **sizes):
+    """The block an index map fetches at band step `step`: first + step, held at the band's
+    last block once past it (and never below 0 or past the array's last block)."""
+    first, last = blocks(index, **sizes)
+    count = sizes.get("num_kv_blocks", sizes.get("num_q_blocks"))
+    return jnp.clip(jnp.minimum(first + step, last), 0, count - 1)
+
+
 def widest(blocks, count: int, **sizes) -> int:
     """The most blocks that `blocks(index, **sizes)` spans over indices 0..count-1: the
     length of the band's grid axis (at least 1)."""

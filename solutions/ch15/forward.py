@@ -9,11 +9,12 @@ r - window < c <= r (band.py). Returns out (B, H, Sq, D) in q's dtype and lse
 Schedule. Grid (B, H, Sq / block_q, band): the last axis does not walk every kv
 block, only the widest band a q block needs (band.widest), so the grid has
 O(S · window) steps rather than O(S²). At band step t, q block i works on kv block
-first(i) + t. The index map clamps that block to last(i): a q block whose band is
-narrower than the widest one repeats its last block, the pipeline issues no copy
-for a block index that did not change, and pl.when skips the compute. The band
-axis carries the online softmax state (m, l, acc in VMEM scratch, as chapter 13
-derives it), so it is "arbitrary"; the other three axes are "parallel".
+first(i) + t. The index map clamps that block to last(i) (band.clamped): a q block
+whose band is narrower than the widest one repeats its last block, the pipeline
+issues no copy for a block index that did not change, and pl.when skips the
+compute. The band axis carries the online softmax state (m, l, acc in VMEM
+scratch, as chapter 13 derives it), so it is "arbitrary"; the other three axes are
+"parallel" (BAND_SEMANTICS, shared with the backward's kernels).
 
 Only the blocks the band's two edges cross need the elementwise mask; it is applied
 to every block, which costs a compare and a select per score and keeps one code path.
@@ -35,6 +36,9 @@ from jax.experimental.pallas import tpu as pltpu
 from . import band
 
 NEG_INF = float("-inf")
+# Grid (batch, head, resident block, band step): the band axis carries a running sum.
+BAND_SEMANTICS = pltpu.CompilerParams(
+    dimension_semantics=("parallel", "parallel", "parallel", "arbitrary"))
 
 
 @dataclasses.dataclass(frozen=True)
@@ -71,12 +75,32 @@ def band_mask(s, row0, col0, window: int):
     return jnp.where((cols <= rows) & (cols > rows - window), s, NEG_INF)
 
 
+def scores(q, k, *, scale: float, window: int, row0, col0):
+    """q kᵀ · scale on the MXU (inputs as stored, f32 out), masked to the band."""
+    s = jax.lax.dot_general(q, k, (((1,), (1,)), ((), ())), preferred_element_type=jnp.float32)
+    return band_mask(s * scale, row0, col0, window)
+
+
+def fold_block(s, v, m_ref, l_ref, acc_ref) -> None:
+    """Fold one block of masked scores s and its values v into its rows' running state."""
+    m_old = m_ref[...]
+    m_now = jnp.maximum(m_old, s.max(axis=1, keepdims=True))
+    # Rows with no key of the band so far keep m = -inf; shifting them by 0 avoids -inf - -inf.
+    shift = jnp.where(m_now == NEG_INF, 0.0, m_now)
+    rescale = jnp.exp(m_old - shift)  # exp(x - m_old) · exp(m_old - shift) = exp(x - shift)
+    p = jnp.exp(s - shift)
+    l_ref[...] = rescale * l_ref[...] + p.sum(axis=1, keepdims=True)
+    # P rounded to v's dtype to feed the MXU; the product accumulates in f32.
+    acc_ref[...] = rescale * acc_ref[...] + jnp.dot(p.astype(v.dtype), v,
+                                                    preferred_element_type=jnp.float32)
+    m_ref[...] = m_now
+
+
 def forward_kernel(q_ref, k_ref, v_ref, o_ref, lse_ref, m_ref, l_ref, acc_ref, *,
                    scale: float, window: int, block_q: int, block_kv: int, num_kv_blocks: int):
     i, t = pl.program_id(2), pl.program_id(3)
-    first, last = band.kv_blocks(i, block_q=block_q, block_kv=block_kv, window=window,
-                                 num_kv_blocks=num_kv_blocks)
-    j = first + t
+    j, in_band = band.at_step(band.kv_blocks, i, t, block_q=block_q, block_kv=block_kv,
+                              window=window, num_kv_blocks=num_kv_blocks)
 
     @pl.when(t == 0)
     def _init():
@@ -84,22 +108,11 @@ def forward_kernel(q_ref, k_ref, v_ref, o_ref, lse_ref, m_ref, l_ref, acc_ref, *
         l_ref[...] = jnp.zeros(l_ref.shape, jnp.float32)
         acc_ref[...] = jnp.zeros(acc_ref.shape, jnp.float32)
 
-    @pl.when(j <= last)
+    @pl.when(in_band)
     def _step():
-        q, k, v = q_ref[...], k_ref[...], v_ref[...]
-        s = jax.lax.dot_general(q, k, (((1,), (1,)), ((), ())),
-                                preferred_element_type=jnp.float32) * scale
-        s = band_mask(s, i * block_q, j * block_kv, window)
-        m_prev = m_ref[...]
-        m_new = jnp.maximum(m_prev, jnp.max(s, axis=1, keepdims=True))
-        # A row none of whose keys so far lie in the band keeps m = -inf: shift it by 0.
-        m_safe = jnp.where(m_new == NEG_INF, 0.0, m_new)
-        alpha = jnp.exp(m_prev - m_safe)
-        p = jnp.exp(s - m_safe)
-        l_ref[...] = alpha * l_ref[...] + jnp.sum(p, axis=1, keepdims=True)
-        acc_ref[...] = alpha * acc_ref[...] + jnp.dot(p.astype(v.dtype), v,
-                                                      preferred_element_type=jnp.float32)
-        m_ref[...] = m_new
+        s = scores(q_ref[...], k_ref[...], scale=scale, window=window, row0=i * block_q,
+                   col0=j * block_kv)
+        fold_block(s, v_ref[...], m_ref, l_ref, acc_ref)
 
     @pl.when(t == pl.num_programs(3) - 1)
     def _flush():
@@ -119,25 +132,19 @@ def window_forward(q: jax.Array, k: jax.Array, v: jax.Array, *, window: int,
     scale = head_dim ** -0.5 if scale is None else scale
     sizes = dict(block_q=block_q, block_kv=block_kv, window=window, num_kv_blocks=kv_len // block_kv)
     steps = band.widest(band.kv_blocks, q_len // block_q, **sizes)
-
-    def kv_index(b, h, i, t):  # past the band's end: stay on its last block (no new copy)
-        first, last = band.kv_blocks(i, **sizes)
-        return b, h, jnp.minimum(first + t, last), 0
-
-    q_spec = pl.BlockSpec((None, None, block_q, head_dim), lambda b, h, i, t: (b, h, i, 0))
-    kv_spec = pl.BlockSpec((None, None, block_kv, head_dim), kv_index)
-    lse_spec = pl.BlockSpec((None, None, block_q, 1), lambda b, h, i, t: (b, h, i, 0))
+    per_row = lambda b, h, i, t: (b, h, i, 0)  # noqa: E731 - the resident q block
+    in_band = lambda b, h, i, t: (b, h, band.clamped(band.kv_blocks, i, t, **sizes), 0)  # noqa: E731
+    rows = pl.BlockSpec((None, None, block_q, head_dim), per_row)
+    keys = pl.BlockSpec((None, None, block_kv, head_dim), in_band)
     out, lse = pl.pallas_call(
         functools.partial(forward_kernel, scale=scale, **sizes),
+        grid=(batch, heads, q_len // block_q, steps),
+        in_specs=[rows, keys, keys],
+        out_specs=(rows, pl.BlockSpec((None, None, block_q, 1), per_row)),
         out_shape=(jax.ShapeDtypeStruct(q.shape, q.dtype),
                    jax.ShapeDtypeStruct((batch, heads, q_len, 1), jnp.float32)),
-        grid=(batch, heads, q_len // block_q, steps),
-        in_specs=[q_spec, kv_spec, kv_spec],
-        out_specs=(q_spec, lse_spec),
-        scratch_shapes=[pltpu.VMEM((block_q, 1), jnp.float32),
-                        pltpu.VMEM((block_q, 1), jnp.float32),
-                        pltpu.VMEM((block_q, head_dim), jnp.float32)],
-        compiler_params=pltpu.CompilerParams(
-            dimension_semantics=("parallel", "parallel", "parallel", "arbitrary")),
+        scratch_shapes=[pltpu.VMEM(shape, jnp.float32)
+                        for shape in ((block_q, 1), (block_q, 1), (block_q, head_dim))],
+        compiler_params=BAND_SEMANTICS,
     )(q, k, v)
     return out, lse[..., 0]
