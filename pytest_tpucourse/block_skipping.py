@@ -183,13 +183,22 @@ def sliding_window_empty(window: int):
         (first_key > last_row) | (last_key <= first_row - window))
 
 
-def assert_attention_skips_fetches(fn, args, *, empty, mask: str, kwargs=None,
-                                   note: str = "") -> None:
+BAND_ADVICE = ("Clamp the k and v index maps into the band of kv blocks the q block needs: past "
+               "its last block the block index stops changing, and the pipeline copies nothing "
+               "more.",
+               "Clamp the q-side index maps (q, dO and the row statistics) into the band of q "
+               "blocks that see the kv block: past its last block the block index stops "
+               "changing, and the pipeline copies nothing more.")
+
+
+def assert_attention_skips_fetches(fn, args, *, empty, mask: str, kwargs=None, note: str = "",
+                                   advice: tuple[str, str] | None = None) -> None:
     """No kernel of an attention fn copies a block for a pair of blocks the mask empties.
 
     empty(first_row, last_row, first_key, last_key), on arrays of the blocks' bounds
     (inclusive): True where no row of the q block sees any key of the kv block. mask: the
-    mask's name in the message ("causal masking").
+    mask's name in the message ("causal masking"). advice: (for a wasted k/v copy, for a
+    wasted q-side copy), the causal advice when None (BAND_ADVICE for a band).
 
     fn(q, k, v, ...) with q (..., Sq, D) and k, v (..., Skv, D), Sq != Skv; fn may be the
     forward or its gradient, whose program holds the backward's kernels too. In every
@@ -238,7 +247,8 @@ def assert_attention_skips_fetches(fn, args, *, empty, mask: str, kwargs=None,
             wasted = np.flatnonzero(f.step_copies & empty_pair & (last_axis > 0))
             if wasted.size:
                 raise WrongResult(_wasted_copy_message(fn, f, side, wasted[0], grid, row_start,
-                                                       block_q, key_start, keys, q_len, mask, suffix))
+                                                       block_q, key_start, keys, q_len, mask,
+                                                       advice, suffix))
     if not streamed_any:
         raise WrongResult(f"{fn.display}: no Pallas kernel walks k and v (or q) block by block "
                           f"along the sequence (blocks shorter than {kv_len} keys or {q_len} "
@@ -254,7 +264,7 @@ def _varies_along_last_axis(f: OperandFetches, grid) -> bool:
 
 
 def _wasted_copy_message(fn, f, side, step, grid, row_start, block_q, key_start, keys, q_len,
-                         mask, suffix) -> str:
+                         mask, advice, suffix) -> str:
     axis = len(f.shape) - 2
     start, size = int(f.step_starts[step, axis]), f.block_sizes[axis]
     first_row, last_row = int(row_start[step]), min(int(row_start[step]) + block_q, q_len) - 1
@@ -263,11 +273,12 @@ def _wasted_copy_message(fn, f, side, step, grid, row_start, block_q, key_start,
     point = tuple(int(i) for i in np.unravel_index(step, grid))
     what = (f"the block of keys {start}..{start + size - 1}" if side == "kv"
             else f"the block of rows {start}..{start + size - 1}")
-    advice = ("Clamp the k and v index maps at the last kv block the q block needs: the block "
-              "index stops changing, and the pipeline copies nothing more." if side == "kv" else
+    causal = ("Clamp the k and v index maps at the last kv block the q block needs: the block "
+              "index stops changing, and the pipeline copies nothing more.",
               "Clamp the q-side index maps (q, dO and the row statistics) to the first q block "
               "that sees the kv block: the block index stops changing, and the pipeline copies "
               "nothing more.")
+    advice = (advice or causal)[0 if side == "kv" else 1]
     kernel = f"kernel {f.kernel}" + (f" ({f.kernel_name})" if f.kernel_name else "")
     return (f"{fn.display} copies {what} of {kernel} input {f.operand} {f.shape} "
             f"(blocks of {f.block_sizes}) into VMEM at grid step {point} of {grid}, where "
