@@ -8,9 +8,19 @@ different question: v4 and v5p run both cores as one device (megacore), while on
 v2, v3 and v7x every TensorCore is its own device. `Chip.per_device()` answers it;
 a kernel timed on one device is judged against that.
 
-JAX has no ICI figures; they come from "How to Scale Your Model" (jax-ml/scaling-book,
-part 2, "How to Think About TPUs"). GPU figures are NVIDIA's datasheets (SXM parts,
-dense bf16, no sparsity). Where sources disagree the comment says so.
+Peak rates depend on the dtype (`Chip.peaks`): bf16 for every chip, and int8, fp8 or int4
+where JAX's table gives a non-zero rate; a dtype a chip has no published rate for is
+refused (`Chip.peak_for`), never quietly given the bf16 peak.
+
+JAX has no ICI figures. The per-link one-way figures the course predicts with come from
+"How to Scale Your Model" (jax-ml/scaling-book, part 2, "How to Think About TPUs"); Google
+Cloud's TPU pages publish a bidirectional ICI bandwidth per chip (`ici_chip_bandwidth`).
+For v5e, v5p and v6e the book's per-link figure times the ports times two directions is
+exactly 90% of Google's per-chip figure (v5e: 4.5e10 x 4 x 2 = 3.6e11 against 4.0e11); the
+book gives no reason. The course keeps the book's figures, which its chapters' worked
+numbers use; a collective measured up to 10% faster than predicted is still consistent
+with Google's. GPU figures are NVIDIA's datasheets (SXM parts, dense, no sparsity). Where
+sources disagree the comment says so; docs/gates.md ("Sources that conflict") lists each.
 
 More chips can be added without editing this file, through the
 `pytest_tpucourse_register_chips` hook (see hookspecs.py).
@@ -22,7 +32,7 @@ import functools
 from dataclasses import dataclass, field, replace
 
 TPU_CHIPS = ("v2", "v3", "v4", "v5e", "v5p", "v6e", "v7x")
-GPU_CHIPS = ("a100", "h100", "h200")
+GPU_CHIPS = ("a100", "a100-40gb", "h100", "h200")
 KNOWN_CHIPS = TPU_CHIPS + GPU_CHIPS
 # The chip a run is for when nothing names one and no accelerator is detected: gate
 # predictions, roofline markers, the VMEM budget and the TPU lowering check all use it.
@@ -34,6 +44,23 @@ JAX_CHIP_VERSIONS = {"v2": "v2", "v3": "v3", "v4": "v4", "v5e": "v5e", "v5p": "v
 JAX_TPU_INFO = "jax pltpu.get_tpu_info_for_chip (per TensorCore, x cores)"
 SCALING_BOOK = "How to Scale Your Model (jax-ml/scaling-book), part 2, TPU table"
 SCALING_BOOK_ICI = "How to Scale Your Model (jax-ml/scaling-book), part 2, interconnect table"
+GOOGLE_ICI = "Google Cloud TPU docs, bidirectional inter-chip interconnect (ICI) bandwidth per chip"
+
+# The dtype families a peak rate is published for, as numpy spells the dtypes.
+_DTYPE_FAMILY = {"bfloat16": "bfloat16", "bf16": "bfloat16", "float16": "float16", "int8": "int8",
+                 "uint8": "int8", "int4": "int4", "uint4": "int4", "float32": "float32"}
+
+
+def dtype_family(dtype) -> str:
+    """'bfloat16', 'float16', 'int8', 'int4', 'float8' or 'float32' for a dtype; ValueError otherwise."""
+    name = getattr(dtype, "name", None) or getattr(dtype, "__name__", None) or str(dtype)
+    name = name.strip().lower()
+    if name.startswith("float8"):
+        return "float8"
+    if name not in _DTYPE_FAMILY:
+        raise ValueError(f"unknown dtype {dtype!r}; the roofline knows bfloat16, float16, float8_*, "
+                         f"int8, int4 and float32")
+    return _DTYPE_FAMILY[name]
 
 
 @dataclass(frozen=True)
@@ -55,12 +82,24 @@ class Chip:
     sources: dict = field(default_factory=dict, compare=False)
     mxu_width: int | None = None  # an MXU is mxu_width x mxu_width (TPU: 128 up to v5p, 256 from v6e)
     mxus: int | None = None  # MXUs per TensorCore
+    peaks: dict = field(default_factory=dict, compare=False)  # dtype family -> FLOP/s per chip
+    ici_chip_bandwidth: float | None = None  # bidirectional, bytes/s, per chip (Google's figure)
 
     def __post_init__(self):
         for what in ("peak_flops", "hbm_bandwidth"):
             value = getattr(self, what)
             if not (isinstance(value, (int, float)) and value > 0):
                 raise ValueError(f"chip {self.name!r}: {what} must be a positive number, got {value!r}")
+        if not self.peaks:  # a chip registered with one figure: peak_flops is its bf16 rate
+            object.__setattr__(self, "peaks", {"bfloat16": self.peak_flops})
+
+    def peak_for(self, dtype) -> float:
+        """FLOP/s for matmuls in this dtype; ValueError where no rate is published."""
+        family = dtype_family(dtype)
+        if family not in self.peaks:
+            raise ValueError(f"{self.name}: no published {family} peak (known: {', '.join(self.peaks)}); "
+                             f"the roofline cannot bound {family} compute on it")
+        return self.peaks[family]
         if self.cores < 1 or self.cores_per_device < 1 or self.cores % self.cores_per_device:
             raise ValueError(
                 f"chip {self.name!r}: cores_per_device ({self.cores_per_device}) must divide "
@@ -84,15 +123,17 @@ class Chip:
         return replace(
             self, name=f"{self.name} (one of {n} devices)", peak_flops=self.peak_flops / n,
             hbm_bandwidth=self.hbm_bandwidth / n, hbm_bytes=self.hbm_bytes / n,
-            cores=self.cores_per_device,
+            cores=self.cores_per_device, peaks={k: v / n for k, v in self.peaks.items()},
         )
 
 
 def _tpu(name: str, cores: int, cores_per_device: int, *, ici_links, ici_link_bandwidth,
-         topology: str, ici_source: str) -> Chip:
+         topology: str, ici_source: str, ici_chip_bandwidth: float | None = None) -> Chip:
     from jax.experimental.pallas import tpu as pltpu
 
     core = pltpu.get_tpu_info_for_chip(pltpu.ChipVersion(JAX_CHIP_VERSIONS[name]), 1)
+    rates = {"bfloat16": core.bf16_ops_per_second, "int8": core.int8_ops_per_second,
+             "float8": core.fp8_ops_per_second, "int4": core.int4_ops_per_second}
     return Chip(
         name=name, kind="tpu",
         peak_flops=core.bf16_ops_per_second * cores,
@@ -103,8 +144,10 @@ def _tpu(name: str, cores: int, cores_per_device: int, *, ici_links, ici_link_ba
         ici_links=ici_links, ici_link_bandwidth=ici_link_bandwidth, topology=topology,
         sources={"peak_flops": JAX_TPU_INFO, "hbm_bandwidth": JAX_TPU_INFO,
                  "hbm_bytes": JAX_TPU_INFO, "vmem_bytes": JAX_TPU_INFO, "ici": ici_source,
-                 "mxu": JAX_TPU_INFO},
+                 "mxu": JAX_TPU_INFO, "peaks": JAX_TPU_INFO + "; a rate of 0 there is unpublished",
+                 **({"ici_chip_bandwidth": GOOGLE_ICI} if ici_chip_bandwidth else {})},
         mxu_width=core.mxu_column_size, mxus=core.num_mxus,
+        peaks={k: v * cores for k, v in rates.items() if v > 0}, ici_chip_bandwidth=ici_chip_bandwidth,
     )
 
 
@@ -113,8 +156,10 @@ def _builtin_tpus() -> list[Chip]:
         # v2: 2 cores, each its own device. Per-link ICI bandwidth not in the scaling book.
         _tpu("v2", 2, 1, ici_links=4, ici_link_bandwidth=None, topology="2D torus",
              ici_source="Google Cloud TPU docs, system architecture (2D torus); per-link rate unpublished"),
-        # v3: 2 cores, each its own device. HBM: JAX 2 x 4.125e11 = 8.25e11 B/s; the
-        # scaling book says 9.0e11 (conflict; JAX's figure is used).
+        # v3: 2 cores, each its own device. bf16: JAX 2 x 7e13 = 1.4e14 FLOP/s (the scaling
+        # book agrees); Google's Cloud TPU v3 page says 123 TFLOPS per chip. HBM: JAX 2 x
+        # 4.125e11 = 8.25e11 B/s; the scaling book and Google's page say 9.0e11. Both
+        # conflicts: JAX's figures are used, as for every chip (docs/gates.md).
         _tpu("v3", 2, 1, ici_links=4, ici_link_bandwidth=1e11, topology="2D torus",
              ici_source=SCALING_BOOK + ": v3 1e11 B/s one-way per link"),
         # v4: megacore, both cores one device. HBM 2 x 6.15e11 = 1.23e12 (scaling book 1.2e12).
@@ -123,46 +168,66 @@ def _builtin_tpus() -> list[Chip]:
         # v5e: one core. HBM 8.20e11 B/s (JAX); Cloud docs say 819 GB/s, the scaling book
         # 8.1e11. JAX's figure reproduces the course's floors (add 4096^2 bf16: 122.8 us;
         # 819 GB/s gives 122.9 us).
+        # Google: 400 GB/s bidirectional ICI per chip over 4 ports (the book: 90% of it).
         _tpu("v5e", 1, 1, ici_links=4, ici_link_bandwidth=4.5e10, topology="2D torus",
-             ici_source=SCALING_BOOK + ": v5e 4.5e10 B/s one-way per link, 2D torus"),
+             ici_source=SCALING_BOOK + ": v5e 4.5e10 B/s one-way per link, 2D torus",
+             ici_chip_bandwidth=4.0e11),
         # v5p: megacore. bf16 2 x 2.295e14 = 4.59e14 (agrees with the scaling book). HBM:
         # JAX 2 x 1.23e12 = 2.46e12 B/s; the scaling book says 2.8e12 and Cloud docs
         # 2765 GB/s (conflict; JAX's figure is used).
+        # Google: 1200 GB/s bidirectional ICI per chip (6 links x 2 x 9e10 = 90% of it).
         _tpu("v5p", 2, 2, ici_links=6, ici_link_bandwidth=9e10, topology="3D torus",
-             ici_source=SCALING_BOOK + ": v5p 9e10 B/s one-way per link, 3D torus"),
+             ici_source=SCALING_BOOK + ": v5p 9e10 B/s one-way per link, 3D torus",
+             ici_chip_bandwidth=1.2e12),
         # v6e: one core. bf16 9.2e14, HBM 1.64e12 (scaling book 1.6e12).
+        # Google: 800 GB/s bidirectional ICI per chip over 4 ports (the book: 90% of it).
         _tpu("v6e", 1, 1, ici_links=4, ici_link_bandwidth=9e10, topology="2D torus",
-             ici_source=SCALING_BOOK + ": v6e 9e10 B/s one-way per link, 2D torus"),
+             ici_source=SCALING_BOOK + ": v6e 9e10 B/s one-way per link, 2D torus",
+             ici_chip_bandwidth=8.0e11),
         # v7x (Ironwood): 2 cores, each its own JAX device (JAX refuses 2 cores per device).
         # Per chip 2 x 1.155e15 = 2.31e15 bf16, 7.4e12 B/s. ICI: the scaling book's
-        # interconnect table lists TPU7x at 9.0e10 B/s one-way per link (1.8e11 bidi).
+        # interconnect table lists TPU7x at 9.0e10 B/s one-way per link (1.8e11 bidi). Google's
+        # TPU7x page: 1200 GB/s bidirectional ICI per chip; it states no port count, so
+        # ici_links stays None (a per-chip total is not divided by a guessed port count).
         _tpu("v7x", 2, 1, ici_links=None, ici_link_bandwidth=9e10, topology="3D torus",
              ici_source=SCALING_BOOK_ICI + ": TPU7x 9.0e10 B/s one-way per link; 3D torus per "
-             "Google Cloud TPU7x docs"),
+             "Google Cloud TPU7x docs", ici_chip_bandwidth=1.2e12),
     ]
 
 
 def _builtin_gpus() -> list[Chip]:
     nvlink = "NVIDIA datasheet: NVLink, 25 GB/s one-way per link"
+    a100 = "NVIDIA A100 datasheet (SXM)"
+    a100_peaks = {"bfloat16": 312e12, "float16": 312e12, "int8": 624e12}
+    hopper_peaks = {"bfloat16": 989.5e12, "float16": 989.5e12, "float8": 1979e12, "int8": 1979e12}
     return [
-        # NVIDIA A100 Tensor Core GPU datasheet, A100 80GB SXM: BF16 Tensor Core 312 TFLOPS
-        # (624 with sparsity), HBM2e 2,039 GB/s, 80 GB; NVLink 600 GB/s = 12 links.
+        # NVIDIA A100 Tensor Core GPU datasheet, A100 80GB SXM: BF16/FP16 Tensor Core 312 TFLOPS
+        # (624 with sparsity), INT8 624 TOPS dense, no FP8; HBM2e 2,039 GB/s, 80 GB; NVLink
+        # 600 GB/s = 12 links. F32 is refused: TF32 tensor cores (156) or FP32 (19.5) depends
+        # on the matmul precision.
         Chip("a100", "gpu", 312e12, 2.039e12, 80e9, ici_links=12, ici_link_bandwidth=25e9,
-             topology="NVLink/NVSwitch, all-to-all within a node",
-             sources={"peak_flops": "NVIDIA A100 datasheet (SXM 80GB)", "hbm_bandwidth":
-                      "NVIDIA A100 datasheet (SXM 80GB)", "ici": nvlink}),
+             topology="NVLink/NVSwitch, all-to-all within a node", peaks=a100_peaks,
+             sources={"peak_flops": a100 + " 80GB", "hbm_bandwidth": a100 + " 80GB", "ici": nvlink,
+                      "peaks": a100 + ", dense"}),
+        # The A100 40GB SXM: the same compute, HBM2 1,555 GB/s and 40 GB. Its device kind says
+        # "40GB"; read as the 80 GB part its memory floors would be 24% too low.
+        Chip("a100-40gb", "gpu", 312e12, 1.555e12, 40e9, ici_links=12, ici_link_bandwidth=25e9,
+             topology="NVLink/NVSwitch, all-to-all within a node", peaks=a100_peaks,
+             sources={"peak_flops": a100 + " 40GB", "hbm_bandwidth": a100 + " 40GB", "ici": nvlink,
+                      "peaks": a100 + ", dense"}),
         # NVIDIA H100 Tensor Core GPU datasheet, H100 SXM: BF16 Tensor Core 1,979 TFLOPS
-        # with sparsity, so 989.5 dense; HBM3 3.35 TB/s, 80 GB; NVLink 900 GB/s = 18 links.
+        # with sparsity, so 989.5 dense; FP8 and INT8 3,958 with sparsity, 1,979 dense; HBM3
+        # 3.35 TB/s, 80 GB; NVLink 900 GB/s = 18 links.
         Chip("h100", "gpu", 989.5e12, 3.35e12, 80e9, ici_links=18, ici_link_bandwidth=25e9,
-             topology="NVLink/NVSwitch, all-to-all within a node",
+             topology="NVLink/NVSwitch, all-to-all within a node", peaks=hopper_peaks,
              sources={"peak_flops": "NVIDIA H100 datasheet (SXM), sparse/2", "hbm_bandwidth":
-                      "NVIDIA H100 datasheet (SXM)", "ici": nvlink}),
-        # NVIDIA H200 Tensor Core GPU datasheet, H200 SXM: BF16 1,979 TFLOPS with sparsity
-        # (989.5 dense, the same die as H100); HBM3e 4.8 TB/s, 141 GB; NVLink 900 GB/s.
+                      "NVIDIA H100 datasheet (SXM)", "ici": nvlink, "peaks": "NVIDIA H100 datasheet (SXM), sparse/2"}),
+        # NVIDIA H200 Tensor Core GPU datasheet, H200 SXM: the H100's compute (BF16 1,979 and
+        # FP8/INT8 3,958 with sparsity); HBM3e 4.8 TB/s, 141 GB; NVLink 900 GB/s.
         Chip("h200", "gpu", 989.5e12, 4.8e12, 141e9, ici_links=18, ici_link_bandwidth=25e9,
-             topology="NVLink/NVSwitch, all-to-all within a node",
+             topology="NVLink/NVSwitch, all-to-all within a node", peaks=hopper_peaks,
              sources={"peak_flops": "NVIDIA H200 datasheet (SXM), sparse/2", "hbm_bandwidth":
-                      "NVIDIA H200 datasheet (SXM)", "ici": nvlink}),
+                      "NVIDIA H200 datasheet (SXM)", "ici": nvlink, "peaks": "NVIDIA H200 datasheet (SXM), sparse/2"}),
     ]
 
 
@@ -223,7 +288,8 @@ def chip_for_device(platform: str, device_kind: str, registry: ChipRegistry | No
     """Our name for the chip a JAX device is, or None (a CPU, or hardware we have no figures for).
 
     GPU figures are for SXM parts: a PCIe or NVL card has other clocks and bandwidth,
-    so it is not recognised rather than mislabelled.
+    so it is not recognised rather than mislabelled. An A100 whose kind says 40GB is the
+    40 GB part (other HBM), never the 80 GB one.
     """
     for name in registry.names if registry is not None else ():
         if device_kind.strip() in registry.get(name).device_kinds:
@@ -234,9 +300,10 @@ def chip_for_device(platform: str, device_kind: str, registry: ChipRegistry | No
         kind = device_kind.lower()
         if "pcie" in kind or "nvl" in kind:
             return None
+        words = kind.replace("-", " ").split()
         for name in GPU_CHIPS:
-            if name in kind.replace("-", " ").split() or f"nvidia {name}" in kind:
-                return name
+            if name in words or f"nvidia {name}" in kind:
+                return "a100-40gb" if name == "a100" and "40gb" in words else name
     return None
 
 

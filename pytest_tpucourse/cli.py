@@ -4,6 +4,8 @@
     tpucourse roofline --chip v5e --plot roofline.png      # needs the `plot` extra
     tpucourse mesh --chip v5e --topology 4x4 --op all-gather --bytes 1GiB   # a collective, hop by hop
     tpucourse bench                                        # bench/records.jsonl -> bench/README.md
+    tpucourse records check [--repair]                     # bad lines and rejected rows, path:line
+    tpucourse records link https://github.com/...          # gate 05's upstream link, self-reported
     tpucourse blockspec --shape 1000x384 --block 128x128 --dtype bfloat16   # the BlockSpec sandbox
     tpucourse timeline exchange-deadlock --devices 4       # a schedule's semaphore timeline
     tpucourse progress | hint ch11.matmul | solution ch11.matmul | reset ch11.matmul | watch ch11
@@ -34,11 +36,11 @@ def main(argv=None) -> int:
     r.add_argument("--shape", help="e.g. 4096x4096x4096")
     r.add_argument("--dtype", default="bfloat16")
     r.add_argument("--plot", metavar="PNG", help="draw the chip's roofline with the op and the records' points")
-    r.add_argument("--records", default=str(rec.DEFAULT_PATH), help="records whose points the plot shows")
+    r.add_argument("--records", default=str(rec.PUBLISHED_PATH), help="records whose points the plot shows")
 
-    b = subcommands.add_parser("bench", help="regenerate bench/README.md from the gate records")
-    b.add_argument("--records", default=str(rec.DEFAULT_PATH))
-    b.add_argument("--output", default=None, help="default: README.md next to the records")
+    from .gates import commands as gate_commands
+
+    gate_commands.add_parsers(subcommands)
 
     m = subcommands.add_parser("mesh", help="a collective over a TPU slice, hop by hop, and its predicted time")
     m.add_argument("--chip", default=chips.DEFAULT_CHIP, help=", ".join(chips.TPU_CHIPS))
@@ -101,30 +103,40 @@ def main(argv=None) -> int:
     from . import blockspecs, timeline, xray_render
     from .learner import commands, self_test, watch
 
-    handlers = {"roofline": _roofline, "bench": _bench, "mesh": ici.mesh_command,
+    handlers = {"roofline": _roofline, "bench": gate_commands.bench, "records": gate_commands.records,
+                "mesh": ici.mesh_command,
                 "blockspec": blockspecs.main, "progress": commands.progress, "hint": commands.hint,
                 "reset": commands.reset, "solution": commands.solution, "tick": self_test.tick, "watch": watch.main, "xray": xray_render.main,
                 "compile": compile_command.run, "timeline": timeline.command}
     try:
         return handlers[args.command](args)
-    except (ValueError, rec.CorruptRecords, commands.CommandError) as error:
+    except (ValueError, commands.CommandError) as error:
         print(f"tpucourse {args.command}: {error}", file=sys.stderr)
         return 2
 
 
 def _roofline(args) -> int:
     chip = chips.get_chip(args.chip)
+    device = chip.per_device()  # what one JAX device gets: what gate rows are judged against
+    per_device = device is not chip
     prediction = None
     if args.op or args.shape:
         if not (args.op and args.shape):
             raise ValueError("give --op and --shape together")
         cost = roofline.op_cost(args.op, roofline.parse_shape(args.shape), args.dtype)
-        prediction = roofline.predict(chip, cost)
-        print(f"{args.op} {args.shape} {args.dtype} (roofline prediction)")
+        prediction = roofline.predict(device, cost, args.dtype)
+        where = f", one JAX device: {chip.name} runs each of its {chip.devices_per_chip} devices apart" \
+            if per_device else ""
+        print(f"{args.op} {args.shape} {args.dtype} (roofline prediction{where})")
         print("\n".join(prediction.lines()))
     else:
-        print(f"{chip.name}: peak {chip.peak_flops:.3g} FLOP/s, HBM {chip.hbm_bandwidth:.3g} B/s, "
-              f"ridge {chip.ridge:.1f} FLOP/byte")
+        peak = device.peak_for(args.dtype)
+        print(f"{device.name}: peak {peak:.3g} FLOP/s ({args.dtype}), HBM {device.hbm_bandwidth:.3g} B/s, "
+              f"ridge {peak / device.hbm_bandwidth:.1f} FLOP/byte")
+        if per_device:
+            print(f"{chip.name} per chip ({chip.devices_per_chip} JAX devices): peak "
+                  f"{chip.peak_for(args.dtype):.3g} FLOP/s, HBM {chip.hbm_bandwidth:.3g} B/s; gate rows "
+                  f"are judged per device")
     if args.plot:
         try:
             from . import plot
@@ -132,20 +144,11 @@ def _roofline(args) -> int:
             print(f"tpucourse roofline: --plot needs matplotlib (pip install 'pytest-tpucourse[plot]'): {error}",
                   file=sys.stderr)
             return 2
-        points = [r for r in rec.read(args.records) if r.chip == chip.name] if Path(args.records).exists() else []
-        plot.roofline_png(chip, args.plot, prediction=prediction, records=points)
+        from .gates import report
+
+        points = [r for r in report.load([args.records], chips.ChipRegistry()).accepted if r.chip == chip.name]
+        plot.roofline_png(device, args.plot, prediction=prediction, records=points)
         print(f"wrote {args.plot}")
-    return 0
-
-
-def _bench(args) -> int:
-    from .gates import report
-
-    path = Path(args.records)
-    output = Path(args.output) if args.output else path.parent / "README.md"
-    all_records = rec.read(path)
-    output.write_text(report.bench_readme(all_records), encoding="utf-8")
-    print(f"wrote {output} from {len(all_records)} records in {path}")
     return 0
 
 

@@ -11,11 +11,21 @@ package does not ship:
 
 Its name is then accepted by --chip and @pytest.mark.roofline(chip=...), and a
 device whose jax device_kind is listed is detected as it.
+
+No hook names the device: what gate tests run on is what `jax.devices()` reports,
+read once when the run starts. A plugin answering the retired `pytest_tpucourse_device`
+is refused with a usage error (`refuse_retired`), since a hook that can name the device
+could turn a CPU run into measured rows. Its name stays known to pluggy (`Retired`) only
+so that the refusal is that short message rather than pluggy's "unknown hook" traceback;
+nothing ever calls it.
 """
 
 from __future__ import annotations
 
 import pytest
+
+RETIRED = {"pytest_tpucourse_device": "the device gate tests run on is what jax.devices() reports; "
+                                      "no hook can name it (a hook that could would turn a CPU into a TPU)"}
 
 
 @pytest.hookspec
@@ -23,11 +33,19 @@ def pytest_tpucourse_register_chips():
     """Return an iterable of `pytest_tpucourse.chips.Chip` to add to the registry."""
 
 
-@pytest.hookspec(firstresult=True)
-def pytest_tpucourse_device(config):
-    """Return (platform, device_kind) of the device gate tests run on, or None for JAX's own.
+class Retired:
+    """Hook names that are no longer extension points; implementing one is a usage error."""
 
-    platform is what jax.default_backend() says ("cpu", "gpu", "tpu"). The first
-    non-None result wins. Measured records are written only for an accelerator
-    platform; a plugin that answers this hook vouches for the hardware.
-    """
+    @staticmethod
+    @pytest.hookspec(firstresult=True)
+    def pytest_tpucourse_device(config):
+        """Retired: never called. The device is what jax.devices() reports."""
+
+
+def refuse_retired(plugin, name: str | None = None) -> None:
+    """A usage error for a plugin (a conftest.py, say) that implements a retired hook."""
+    for hook, why in RETIRED.items():
+        if hasattr(plugin, hook):
+            where = getattr(plugin, "__file__", None) or name or repr(plugin)
+            raise pytest.UsageError(f"{where} defines {hook}, which is not a hook of pytest-tpucourse: {why}. "
+                                    f"Remove it.")

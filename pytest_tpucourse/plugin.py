@@ -21,10 +21,21 @@ from .grading.messages import outcome_report
 from .session import OPTIONS, SESSION, CourseSession, RunOptions, run_chip
 
 
+GATE_RESULTS = pytest.StashKey[list]()
+
+
 def pytest_addhooks(pluginmanager) -> None:
     from . import hookspecs
 
     pluginmanager.add_hookspecs(hookspecs)
+    pluginmanager.add_hookspecs(hookspecs.Retired)
+
+
+def pytest_plugin_registered(plugin, manager) -> None:
+    """A conftest.py loaded during collection that answers a retired hook is refused too."""
+    from . import hookspecs
+
+    hookspecs.refuse_retired(plugin)
 
 
 def pytest_addoption(parser: pytest.Parser) -> None:
@@ -69,7 +80,8 @@ def pytest_addoption(parser: pytest.Parser) -> None:
     )
     group.addoption(
         "--records", metavar="PATH", default=None,
-        help="gate records file to append to (default: bench/records.jsonl in the course checkout)",
+        help="gate records file to append to (default: .tpucourse/records.jsonl in the course checkout, "
+        "not tracked; bench/records.jsonl takes only --solutions rows)",
     )
     if importlib.util.find_spec("xdist") is None:  # say what -n needs instead of "unrecognized arguments"
         group.addoption("-n", "--numprocesses", dest="tpucourse_numprocesses", default=None,
@@ -108,26 +120,18 @@ def impl(request: pytest.FixtureRequest):
 
 
 @pytest.fixture
-def tpucourse_timer(request: pytest.FixtureRequest):
-    """A factory for the timers gate tests use on hardware (pytest-benchmark underneath).
+def gate_run(request: pytest.FixtureRequest):
+    """Measures and records this @gate test: predictions off-chip, measurements on the chip.
 
-    factory() times with the test's `benchmark` fixture; factory("floor") with another
-    pytest-benchmark fixture reported as test[floor] (a trio times three targets).
+    Its results decide the test's outcome in the report (pytest_runtest_makereport): awaiting
+    hardware and not runnable are skips, a failed criterion a failure.
     """
-    def factory(label=None):
-        bench = (request.getfixturevalue("benchmark") if label is None
-                 else timer.labelled_benchmark(request, label))
-        return timer.BenchmarkTimer(bench)
-    return factory
-
-
-@pytest.fixture
-def gate_run(request: pytest.FixtureRequest, tpucourse_timer):
-    """Writes this @gate test's records: predictions off-chip, measurements on the chip."""
     session = request.config.stash.get(SESSION, None)
     if request.node.get_closest_marker("gate") is None or session is None:
         pytest.fail("gate_run is for @pytest.mark.gate tests inside a course checkout", pytrace=False)
-    return session.gate_run(request.node, request.path, tpucourse_timer)
+    run = session.gate_run(request.node, request.path, timer.BenchmarkStore(request))
+    request.node.stash[GATE_RESULTS] = run.results
+    return run
 
 
 @pytest.fixture(scope="session")
@@ -210,12 +214,29 @@ def pytest_runtest_makereport(item: pytest.Item, call: pytest.CallInfo):
     found = outcome_report(call.excinfo.value) if call.excinfo else None
     if found is not None:
         report.longrepr, report.tpucourse_todo, report.tpucourse_headline = found
+    if call.when == "call" and report.passed:
+        _gate_outcome(item, report)  # a gate test that returned takes the outcome its results say
     session = item.config.stash.get(SESSION, None)
     if report.failed and session is not None:
         session.reported(item, report, outcome=found is not None)
         if call.when == "call":
             backend.reset_after_failure()  # a failing kernel's simulated TPU state must not leak
     return report
+
+
+def _gate_outcome(item: pytest.Item, report: pytest.TestReport) -> None:
+    """A gate test that returned normally takes the outcome its gate results say."""
+    from .gates.run import test_outcome
+
+    decided = test_outcome(item.stash.get(GATE_RESULTS, ()))
+    if decided is None:
+        return
+    report.outcome, message = decided
+    if report.outcome == "skipped":
+        path, line, _ = item.location
+        report.longrepr = (str(item.path), (line or 0) + 1, f"Skipped: {message}")
+    else:
+        report.longrepr = message
 
 
 def pytest_report_teststatus(report: pytest.TestReport, config: pytest.Config):

@@ -5,7 +5,9 @@
 The larger term names the bound (compute or memory). Arithmetic intensity is
 FLOPs per HBM byte; the chip's ridge point is peak / bandwidth, the intensity
 above which an op is compute-bound. HBM bytes count each operand read once and
-the result written once: the best any schedule can do.
+the result written once: the best any schedule can do. The peak is the chip's
+rate for the op's dtype (bf16 unless told): a dtype the chip publishes no rate
+for is refused rather than given the bf16 peak.
 
 FLOPs and bytes come from analytic counts (`matmul_cost`, `elementwise_cost`),
 from a marker's arguments, or from `pl.estimate_cost` of the floor implementation.
@@ -75,19 +77,24 @@ class Prediction:
         ]
 
 
-def predict(chip: Chip, cost: Cost) -> Prediction:
+def predict(chip: Chip, cost: Cost, dtype="bfloat16") -> Prediction:
+    """The floor of `cost` on `chip` at its peak for `dtype` (ValueError where none is published)."""
+    peak = chip.peak_for(dtype)
     return Prediction(
         chip=chip.name, flops=float(cost.flops), bytes=float(cost.bytes),
-        compute_seconds=cost.flops / chip.peak_flops,
+        compute_seconds=cost.flops / peak,
         memory_seconds=cost.bytes / chip.hbm_bandwidth,
-        ridge=chip.ridge,
+        ridge=peak / chip.hbm_bandwidth,
     )
 
 
 def itemsize(dtype) -> int:
     import numpy as np
 
-    return np.dtype(_numpy_dtype(dtype)).itemsize
+    try:
+        return np.dtype(_numpy_dtype(dtype)).itemsize
+    except TypeError:
+        raise ValueError(f"unknown dtype {dtype!r}") from None
 
 
 def matmul_cost(m: int, k: int, n: int, dtype) -> Cost:
@@ -241,8 +248,11 @@ def _positive(**dims) -> None:
 
 
 def _numpy_dtype(dtype):
-    if str(dtype) in ("bfloat16", "bf16"):
-        import ml_dtypes
+    import ml_dtypes
 
+    name = str(dtype)
+    if name in ("bfloat16", "bf16"):
         return ml_dtypes.bfloat16
+    if hasattr(ml_dtypes, name):  # float8_e4m3fn, int4, ...
+        return getattr(ml_dtypes, name)
     return dtype

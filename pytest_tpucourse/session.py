@@ -22,12 +22,13 @@ from pathlib import Path
 
 import pytest
 
-from . import chips
+from . import chips, hookspecs
 from .course import Course, CourseDataError, find_course_root, load_course
 from .gates import markers, report
 from .gates.criteria import gate
 from .gates import records as rec
 from .gates.run import GateContext, GateRun, gate_context
+from .gates.provenance import module_hashes, provenance, tree_label
 from .grading import backend, context
 from .grading.context import GradingContext
 from .grading.deadline import Deadline
@@ -64,6 +65,8 @@ class RunOptions:
 
     @classmethod
     def from_config(cls, config: pytest.Config) -> RunOptions:
+        for plugin in config.pluginmanager.get_plugins():
+            hookspecs.refuse_retired(plugin)
         try:
             registry = chips.ChipRegistry(
                 chip for found in config.hook.pytest_tpucourse_register_chips() for chip in found or ())
@@ -115,6 +118,7 @@ class CourseSession:
         self.progress = RunProgress(course)
         self._deselected_here: list[str] = []
         self._problem: str | None = None
+        self._harness = None  # the gates' timing harness, made on first use on an accelerator
         self._reported: dict = {}  # (exercise, report without its reproduction) -> the test that had it
         self.exitstatus: int | None = None
 
@@ -140,19 +144,23 @@ class CourseSession:
         try:
             with tpu_compile.quiet_libtpu_startup():  # JAX's backends start here, libtpu with them
                 backend.force_cpu_devices(options.cpu_devices)
+                device = backend.device_facts()  # read once, before any graded module is imported
         except ValueError as error:
             raise pytest.UsageError(f"--cpu-devices: {error}") from None
+        except RuntimeError as error:  # JAX_PLATFORMS names a backend this machine lacks
+            first = str(error).strip().splitlines()[0] if str(error).strip() else type(error).__name__
+            raise pytest.UsageError(f"JAX could not start its backend ({first}); check JAX_PLATFORMS "
+                                    f"(JAX_PLATFORMS=tpu needs a TPU and jax[tpu])") from None
         profile = _load_hypothesis_profile(options.hypothesis_profile)
         tree = graded_tree(root, options.solutions, options.impl_root)
         run_backend = backend.select(options.interpret)
         jax_cache = backend.use_compilation_cache(
             None if options.jax_cache == "none" else root / options.jax_cache)
-        platform, device_kind = (config.hook.pytest_tpucourse_device(config=config)
-                                 or (run_backend.platform, run_backend.device_kind))
+        records_path = _records_path(options, root, tree)
         try:
-            gates = gate_context(options.registry, options.chip, platform, device_kind,
-                                 Path(options.records or root / rec.DEFAULT_PATH), root,
-                                 strict=options.chip_required)
+            gates = gate_context(options.registry, options.chip, device, records_path, root,
+                                 strict=options.chip_required, interpret_requested=options.interpret != "auto",
+                                 kernels_native=run_backend.mode == "native")
         except chips.ChipMismatch as error:
             raise pytest.UsageError(f"--chip: {error}") from None
         try:
@@ -195,11 +203,22 @@ class CourseSession:
             f"compilation cache {self.jax_cache or 'off'}",
         ]
         if self.options.gates:
-            where = (f"measured on {self.gates.device_kind}" if self.gates.on_accelerator
-                     else "predicted only: nothing is timed off-chip")
-            lines.append(f"tpucourse: gates for chip {self.gates.chip.name} ({where}); "
-                         f"records {self.gates.records_path}")
+            if not self.gates.on_accelerator:
+                where = "predicted only: nothing is timed off-chip"
+            elif self.gates.interpret_requested:
+                where = f"on {self.gates.device_kind}, but interpret mode: nothing is timed"
+            else:
+                where = f"measured on {self.gates.device_kind}"
+            lines.append(f"tpucourse: gates for chip {self.gates.chip.name} ({where}); records "
+                         f"{_shown(self.gates.records_path, self.course.root)} (rows of {self.tree_label})")
+            if self.gates.on_accelerator and self.gates.interpret_requested:
+                lines.append(f"tpucourse: WARNING --interpret {self.options.interpret} on "
+                             f"{self.gates.device_kind}: gate speed criteria are not timed in this run")
         return lines
+
+    @property
+    def tree_label(self) -> str:
+        return tree_label(self.tree.kind, self.tree.root, self.course.root)
 
     def implementation(self, path: Path) -> Implementation:
         """The graded tree's modules for the chapter of the test file at `path`."""
@@ -209,15 +228,33 @@ class CourseSession:
                         pytrace=False)
         return Implementation(self.tree, self.course, chapter.id, self.grading)
 
-    def gate_run(self, item: pytest.Item, path: Path, timer_factory) -> GateRun:
-        """The object a @gate test writes its records with."""
+    def gate_run(self, item: pytest.Item, path: Path, store) -> GateRun:
+        """The object a @gate test measures and records with.
+
+        Its thresholds and device are the ones captured when the run started; its rows carry
+        the graded tree, and, when the test grades code (asks for `impl`), the sha256 of each
+        module of the chapter it grades.
+        """
+        from .gates import timer
+
+        gates = self.gates
+        if gates.chip is None:
+            raise pytest.UsageError(f"{item.nodeid}: no chip for gate records: pass --chip")
         number = markers.gate_number(item)
         chapter = self.course.chapter_of_path(path)
-        return self.gates.run_for(gate=number, chapter=chapter.id if chapter else gate(number).chapter,
-                                  test_id=item.nodeid, timer_factory=timer_factory,
-                                  marker_cost=markers.roofline_cost(item),
-                                  interpreted=self.backend.mode != "native",
-                                  graded=self.tree.describe(self.course.root))
+        chapter_id = chapter.id if chapter else gate(number).chapter
+        label = self.tree_label
+        modules = (module_hashes(self.tree.chapter_dir(chapter_id), f"{label.removeprefix('impl-root:')}/{chapter_id}")
+                   if "impl" in getattr(item, "fixturenames", ()) else {})
+        if gates.on_accelerator and self._harness is None:
+            self._harness = timer.harness_for(gates.platform)
+        return GateRun(gate=gates.gates[number], chapter=chapter_id, test_id=item.nodeid, chip=gates.chip,
+                       device=gates.device,
+                       provenance=provenance(gates.platform, gates.device_kind, self.course.root, label, modules),
+                       records_path=gates.records_path, harness=self._harness, store=store,
+                       marker_cost=markers.roofline_cost(item), kernels_native=gates.kernels_native,
+                       interpret_requested=gates.interpret_requested, live_device=backend.device_facts,
+                       root=self.course.root)
 
     def seed_examples(self, item: pytest.Item) -> None:
         """A graded property test draws the same examples, run after run, until the graded
@@ -297,18 +334,12 @@ class CourseSession:
     @pytest.hookimpl(trylast=True)
     def pytest_sessionfinish(self, session: pytest.Session, exitstatus) -> None:
         """A worker hands back its deselections; the process that saw every report (a plain
-        run, or the xdist controller) fails a --gates run on corrupt records (a silently
-        skipped row would be a lie) and saves a run of exercises/ to the state file."""
+        run, or the xdist controller) saves a run of exercises/ to the state file."""
         self.exitstatus = int(session.exitstatus)
         workeroutput = getattr(session.config, "workeroutput", None)
         if workeroutput is not None:
             workeroutput[WORKER_DESELECTED] = self._deselected_here
             return
-        if self.options.gates:
-            try:
-                rec.read(self.gates.records_path)
-            except rec.CorruptRecords:
-                session.exitstatus = pytest.ExitCode.TESTS_FAILED
         if self.tree.is_learners and self.progress.results:
             try:
                 state.record_results(self.course, self.progress.results)
@@ -323,14 +354,17 @@ class CourseSession:
         if not (self.progress.results or show_gates):
             return
         terminalreporter.write_sep("=", "tpucourse")
-        try:
-            all_records = rec.read(self.gates.records_path)
-            passed = report.gates_passed(all_records)
-        except rec.CorruptRecords as error:
-            terminalreporter.write_line(f"gate records unreadable: {error}", red=True)
-            all_records, passed = [], None
-        if show_gates and passed is not None:
-            for line in report.gate_table_lines(all_records, self.gates.chip.name):
+        loaded = report.load([self.gates.records_path], self.options.registry, tree=self.tree_label,
+                             gates=self.gates.gates)
+        for line in loaded.problems()[:20]:
+            terminalreporter.write_line(f"gate records: {_shown_text(line, self.course.root)}", red=True)
+        if loaded.problems():
+            terminalreporter.write_line(f"gate records: {len(loaded.problems())} bad lines or rejected rows, "
+                                        f"not counted; see `tpucourse records check`", red=True)
+        passed = report.gates_passed(loaded.accepted, course_root=self.course.root, gates=self.gates.gates)
+        if show_gates:
+            for line in report.gate_table_lines(loaded.accepted, self.gates.chip.name, course_root=self.course.root,
+                                                tree=self.tree_label, gates=self.gates.gates):
                 terminalreporter.write_line(line)
         learner_state = None
         if self.tree.is_learners and not self._problem:
@@ -342,6 +376,29 @@ class CourseSession:
                                                 learner_state=learner_state, learner_tree=self.tree.is_learners,
                                                 gates_passed=passed, only_ran=self.options.gates):
             terminalreporter.write_line(line)
+
+
+def _records_path(options: RunOptions, root: Path, tree: GradedTree) -> Path:
+    """--records, else .tpucourse/records.jsonl (untracked). The course's published file takes
+    only rows of its reference solutions."""
+    path = Path(options.records) if options.records else root / rec.DEFAULT_PATH
+    published = (root / rec.PUBLISHED_PATH).resolve()
+    if path.resolve() == published and tree.kind != "solutions":
+        raise pytest.UsageError(f"--records {options.records}: {rec.PUBLISHED_PATH} holds the course's records of "
+                                f"its reference solutions (--solutions); rows of {tree.kind} go to "
+                                f"{rec.DEFAULT_PATH}")
+    return path
+
+
+def _shown(path: Path, root: Path) -> str:
+    try:
+        return Path(path).resolve().relative_to(Path(root).resolve()).as_posix()
+    except ValueError:
+        return str(path)
+
+
+def _shown_text(text: str, root: Path) -> str:
+    return text.replace(str(Path(root).resolve()) + "/", "")
 
 
 def run_chip(config: pytest.Config) -> str:

@@ -91,10 +91,23 @@ def preload() -> None:
     import importlib
 
     for module in pkgutil.walk_packages(pytest_tpucourse.__path__, "pytest_tpucourse."):
+        if module.name in STARTS_JAX:
+            continue
         try:
             importlib.import_module(module.name)
         except Exception:
             pass
+
+
+# Modules whose import starts JAX's backends (the Python prompt's setup): a child forked after
+# that inherits an XLA client whose compile threads it does not have, and waits on them forever.
+STARTS_JAX = {"pytest_tpucourse.prompt"}
+
+
+def backends_started() -> bool:
+    from jax._src import xla_bridge  # private in jax 0.10.2: tests only
+
+    return xla_bridge.backends_are_initialized()
 
 
 def run_forked(job: dict) -> int:
@@ -151,6 +164,11 @@ def run_spawned(job: dict) -> subprocess.Popen:
                             stderr=open(cwd / "stderr.txt", "wb"))
 
 
+# A run that has not ended after this long is stopped and answered as failed (exit code 124),
+# so that a hung run fails its test instead of holding the whole suite until CI's limit.
+RUN_TIMEOUT_SECONDS = 1200
+
+
 def serve(jobs: int, spawn: bool) -> None:
     queue: list[dict] = []
     running: dict = {}  # pid or Popen -> (job, start)
@@ -178,17 +196,31 @@ def serve(jobs: int, spawn: bool) -> None:
         else:
             time.sleep(0.05)
         for handle in list(running):
+            job, start = running[handle]
             if spawn:
                 code = handle.poll()
-                if code is None:
-                    continue
             else:
                 pid, status = os.waitpid(handle, os.WNOHANG)
-                if pid == 0:
+                code = None if pid == 0 else os.waitstatus_to_exitcode(status)
+            if code is None:
+                if time.perf_counter() - start < RUN_TIMEOUT_SECONDS:
                     continue
-                code = os.waitstatus_to_exitcode(status)
-            job, start = running.pop(handle)
+                code = _stop_hung_run(handle, spawn, job)
+            running.pop(handle)
             answer(job, code, start)
+
+
+def _stop_hung_run(handle, spawn: bool, job: dict) -> int:
+    """Kill a run past RUN_TIMEOUT_SECONDS; its stderr says so."""
+    if spawn:
+        handle.kill()
+        handle.wait()
+    else:
+        os.kill(handle, 9)
+        os.waitpid(handle, 0)
+    with open(Path(job["cwd"]) / "stderr.txt", "a") as stderr:
+        stderr.write(f"\nchapter worker: the run did not end within {RUN_TIMEOUT_SECONDS} s and was killed\n")
+    return 124
 
 
 def main() -> None:
@@ -196,10 +228,15 @@ def main() -> None:
     parser.add_argument("--jobs", type=int, default=1)
     parser.add_argument("--spawn", action="store_true", help="python -m pytest subprocesses, no fork")
     args = parser.parse_args()
-    if not args.spawn:
+    spawn = args.spawn
+    if not spawn:
         preload()
+        if backends_started():  # forking now would deadlock the children: start each afresh
+            print("chapter worker: JAX started while preloading; runs are spawned, not forked",
+                  file=sys.stderr, flush=True)
+            spawn = True
     print(json.dumps({"ready": True}), flush=True)
-    serve(max(1, args.jobs), args.spawn)
+    serve(max(1, args.jobs), spawn)
 
 
 if __name__ == "__main__":

@@ -41,13 +41,16 @@ def chapter_runner(request, tmp_path_factory):
 
 
 _RUNNER = pytest.StashKey[ChapterRunner]()
-_MUTANT_CATCHES: dict[str, bool] = {}
+_MUTANT_CATCHES: dict[str, bool] = {}  # "chNN.name": caught by its caught_by files
+_EQUIVALENTS_PASSED: dict[str, bool] = {}  # "chNN.name": passed every file that observes it
 
 
 def pytest_runtest_logreport(report):
     props = dict(report.user_properties)
     if report.when == "call" and "mutant" in props:
         _MUTANT_CATCHES[props["mutant"]] = bool(props["mutant_caught"])
+    if report.when == "call" and "equivalent" in props:
+        _EQUIVALENTS_PASSED[props["equivalent"]] = bool(props["equivalent_passed"])
 
 
 def pytest_terminal_summary(terminalreporter, config):
@@ -68,6 +71,11 @@ def pytest_terminal_summary(terminalreporter, config):
     total = len(_MUTANT_CATCHES)
     terminalreporter.write_sep("=", "mutants")
     terminalreporter.write_line(f"mutants caught: {caught}/{total} ({100 * caught / total:.0f}%)")
+    for chapter in sorted({name.split(".")[0] for name in (*_MUTANT_CATCHES, *_EQUIVALENTS_PASSED)}):
+        mutants = [v for k, v in _MUTANT_CATCHES.items() if k.startswith(chapter + ".")]
+        equivalents = [v for k, v in _EQUIVALENTS_PASSED.items() if k.startswith(chapter + ".")]
+        terminalreporter.write_line(f"  {chapter}: {sum(mutants)}/{len(mutants)} mutants caught, "
+                                    f"{sum(equivalents)}/{len(equivalents)} equivalents pass")
     for name, was_caught in sorted(_MUTANT_CATCHES.items()):
         if not was_caught:
             terminalreporter.write_line(f"  ESCAPED  {name}")

@@ -2,10 +2,11 @@
 
 import pytest
 
-from pytest_tpucourse import cli
+from pytest_tpucourse import cli, roofline
+from pytest_tpucourse.gates import criteria
 from pytest_tpucourse.gates import records as rec
 
-from .test_records import MEASURED, make_record
+from .gate_helpers import MEASURED, gate_run, make_record
 
 
 def test_roofline_prints_floor_bound_intensity_ridge(capsys):
@@ -39,36 +40,80 @@ def test_plot_needs_the_extra_or_draws(capsys, tmp_path):
         assert code == 0 and png.stat().st_size > 0
 
 
-def test_bench_page_marks_predictions_and_keeps_failures(tmp_path):
-    path = tmp_path / "records.jsonl"
-    rec.append(path, make_record(date="2026-11-01T00:00:00+00:00"))
-    rec.append(path, make_record(op="matmul", shapes=[(8, 4096), (4096, 4096)]))
-    rec.append(path, make_record(**{**MEASURED, "verdict": "fail"}, value=2e-4, date="2026-11-02T00:00:00+00:00"))
+ADD = ("add", [(4096, 4096), (4096, 4096)], "bfloat16")
+
+
+def _course_rows(tmp_path, **run):
+    """A run of the reference solutions writing tmp_path/r.jsonl through the real writer (a fake harness)."""
+    return gate_run(tmp_path, tree="solutions", **run)
+
+
+def test_bench_page_marks_predictions_and_keeps_failures(tmp_path, capsys):
+    path = tmp_path / "r.jsonl"
+    run = _course_rows(tmp_path, gate=0, seconds={"floor": 2e-4})  # add: 1.63x its 122.8 us floor
+    run.measure_floor("roofline-predicts", *ADD, roofline.elementwise_cost((4096, 4096), "bfloat16"),
+                      lambda x: x, lambda seed: (float(seed),))
+    run.predict("roofline-predicts", "matmul", [(8, 4096), (4096, 4096)], "bfloat16",
+                roofline.matmul_cost(8, 4096, 4096, "bfloat16"))
+    rec.append(path, make_record())  # a row of the learner's tree: never on the course's page
     assert cli.main(["bench", "--records", str(path)]) == 0
     page = (tmp_path / "README.md").read_text()
     assert "| 00 | roofline-predicts | add | 4096×4096 · 4096×4096 | bfloat16 | floor | measured median | 200.0 µs |" in page
-    assert "| 00 | roofline-predicts | matmul | 8×4096 · 4096×4096 | bfloat16 | floor | predicted floor | 122.8 µs |" in page
+    assert "| 00 | roofline-predicts | matmul | 8×4096 · 4096×4096 | bfloat16 | floor | predicted floor | 41.1 µs |" in page
     assert "## Failures (kept forever)" in page and "gate 00 roofline-predicts: add bfloat16 floor, measured" in page
+    assert "Gates passed: 0/6" in page and "from 3 rows of the reference solutions" in capsys.readouterr().out
+
+
+def test_bench_reports_a_bad_line_and_a_rejected_row_on_the_page(tmp_path, capsys):
+    path = tmp_path / "records.jsonl"
+    forged = make_record(**{**MEASURED, "tree": "solutions", "device_kind": "cpu"}, value=1.3e-4,
+                         samples=[1.3e-4] * 12, spread=0.0, ratio_to_floor=1.06)
+    path.write_text("oops\n" + forged.to_json() + "\n")
+    assert cli.main(["bench", "--records", str(path)]) == 0
+    assert "2 rows rejected or unreadable (listed on the page)" in capsys.readouterr().out
+    page = (tmp_path / "README.md").read_text()
+    assert "records.jsonl:1: not a valid row" in page
+    assert "records.jsonl:2: rejected measured floor row of gate 00 roofline-predicts (add): device kind 'cpu'" in page
     assert "Gates passed: 0/6" in page
 
 
-def test_bench_reports_a_corrupt_file(tmp_path, capsys):
-    path = tmp_path / "records.jsonl"
-    path.write_text("oops\n")
-    assert cli.main(["bench", "--records", str(path)]) == 2
-    assert f"{path}:1: not a valid row" in capsys.readouterr().err
+def test_a_public_link_is_recorded_as_self_reported(fake_course, monkeypatch, capsys):
+    monkeypatch.chdir(fake_course.pytester.path)
+    url = "https://github.com/jax-ml/jax/pull/1"
+    assert cli.main(["records", "link", url]) == 0
+    assert "(self-reported)" in capsys.readouterr().out
+    [row] = rec.read(fake_course.pytester.path / rec.DEFAULT_PATH).records
+    assert (row.gate, row.criterion, row.method, row.value, row.unit) == (5, "upstream", "self-reported", url, "url")
+    assert cli.main(["records", "link", "not a url"]) == 2
+    assert cli.main(["records", "link", url, "--criterion", "beats-xla"]) == 2
+
+
+def test_records_check_against_a_trusted_run(tmp_path, capsys):
+    mine, trusted = tmp_path / "mine", tmp_path / "trusted"
+    slot = criteria.gate(1).criterion("fused-beats-unfused").slots[0]
+    for where, kernel_seconds in ((mine, 7e-5), (trusted, 2e-4)):  # the trusted run fails what mine passed
+        run = gate_run(where, gate=1, seconds={"floor": 1e-4, "kernel": kernel_seconds})
+        run.measure_trio("fused-beats-unfused", slot.op, slot.shapes, slot.dtype, roofline.Cost(1e9, 1e6),
+                         floor=lambda x: x, kernel=lambda x: x, ceiling=None, inputs=lambda seed: (float(seed),))
+    assert cli.main(["records", "check", str(mine / "r.jsonl"), "--against", str(trusted / "r.jsonl")]) == 0
+    out = capsys.readouterr().out
+    assert "gate 01 fused-beats-unfused matmul_bias_gelu on v5e: contradicted: the trusted run failed it" in out
 
 
 def test_bench_page_shows_a_trio_and_a_not_runnable_kernel(tmp_path):
-    path = tmp_path / "records.jsonl"
-    gpu = dict(MEASURED, platform="gpu", device_kind="NVIDIA H200", chip="h200", gate=3, criterion="beats-xla")
-    rec.append(path, make_record(**{**gpu, "verdict": "reference"}, spread=1e-6, ratio_to_floor=1.0))
-    rec.append(path, make_record(**{**gpu, "verdict": "not-runnable"}, implementation="kernel", value=None))
+    path = tmp_path / "r.jsonl"
+    slot = criteria.gate(3).criterion("beats-xla").slots[0]
+    run = _course_rows(tmp_path, gate=3, platform="gpu", device_kind="NVIDIA H200", chip="h200",
+                       seconds={"floor": 1.228e-4})
+    run.measure_trio("beats-xla", slot.op, slot.shapes, slot.dtype, roofline.Cost(1e9, 1e6),
+                     floor=lambda x: x, kernel=lambda x: x, ceiling=None, inputs=lambda seed: (float(seed),))
     assert cli.main(["bench", "--records", str(path)]) == 0
     page = (tmp_path / "README.md").read_text()
-    assert "| 03 | beats-xla | add | 4096×4096 · 4096×4096 | bfloat16 | floor | measured median | 122.8 µs | 1.0 µs | 1.00× |" in page
+    shapes = " · ".join("×".join(map(str, s)) for s in slot.shapes)
+    assert f"| 03 | beats-xla | {slot.op} | {shapes} | bfloat16 | floor | measured median | 122.8 µs |" in page
     assert "| kernel | measured median | not runnable here |" in page
-    assert "| 03 The priesthood kernels | Flash attention beats XLA decisively at target shapes | not runnable here |" in page
+    assert "| 03 The priesthood kernels | Flash attention beats XLA decisively at target shapes | project's | " \
+           "not runnable here |" in page
     png = tmp_path / "h200.png"
     try:
         import matplotlib  # noqa: F401

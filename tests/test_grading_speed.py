@@ -3,7 +3,10 @@ values and races from one call, dev draws over compiled cases, a mutant's file s
 first failure (docs/speed.md has the times)."""
 
 import functools
+import subprocess
+import sys
 import textwrap
+from pathlib import Path
 
 import jax
 import jax.numpy as jnp
@@ -59,6 +62,18 @@ def test_a_program_compiles_once_per_signature_and_interpret_setting():
     assert len(program._executables) == 3
 
 
+def test_a_graded_call_runs_its_compiled_program_once_per_signature():
+    """Graded calls go through the run's compiled programs (never op by op), traced within the
+    deadline and compiled outside it."""
+    fn = checks.graded(blocked_copy, "copy() in test")
+    x = jnp.arange(32 * 128, dtype=jnp.float32).reshape(32, 128)
+    with pltpu.force_tpu_interpret_mode(pltpu.InterpretParams(random_seed=0)):
+        np.testing.assert_array_equal(fn(x), x)
+        np.testing.assert_array_equal(fn(x + 1), x + 1)
+    program = fn.context.programs.get(blocked_copy, {})
+    assert len(program._executables) == 1
+
+
 def test_values_and_races_come_from_one_call():
     x = jnp.ones((32, 128), jnp.float32)
     racy = checks.graded(functools.partial(blocked_copy, out_block=(0, 0)), "copy() in test")
@@ -110,3 +125,13 @@ def test_a_file_a_mutant_must_fail_stops_at_its_first_failure(pytester):
                                 plugins=[StopFileAtFirstFailure(["test_caught.py"])])
     result.assert_outcomes(failed=3, passed=1, skipped=2)  # the other file runs to its end
     result.stdout.fnmatch_lines(["*test_caught.py::test_1 *", "*test_passing_elsewhere.py::test_2 *"])
+
+
+def test_the_chapter_worker_preloads_without_starting_jax():
+    """Runs are forked from the worker: a child of a process whose XLA client exists waits
+    forever on compile threads it does not have."""
+    preload = ("import sys; sys.path.insert(0, 'tests'); import chapter_worker as w; w.preload(); "
+               "print('started' if w.backends_started() else 'not started')")
+    done = subprocess.run([sys.executable, "-c", preload], cwd=Path(__file__).resolve().parents[1],
+                          capture_output=True, text=True, timeout=300)
+    assert done.stdout.strip().splitlines()[-1] == "not started", done.stdout + done.stderr

@@ -5,11 +5,12 @@ import subprocess
 
 import pytest
 
-from pytest_tpucourse import cli
+from pytest_tpucourse import cli, roofline
+from pytest_tpucourse.gates import criteria
 from pytest_tpucourse.learner import state
 from pytest_tpucourse.gates import records as rec
 
-from .test_records import MEASURED, make_record
+from .gate_helpers import gate_run, make_record
 from .test_state import GRADED_TEST
 
 
@@ -29,12 +30,14 @@ def tpucourse(capsys, *argv):
 def test_progress_before_any_run_claims_nothing(course, capsys):
     code, out, _ = tpucourse(capsys, "progress")
     assert code == 0
-    assert "ch11  Pallas fundamentals          stage 1   0/1 exercises  gate 01: awaiting hardware" in out
+    assert "ch11  Pallas fundamentals          stage 1   0/1 exercises  gate 01: no gate test yet" in out
     assert "      ----  double" in out
     assert "your progress: 0/15 chapters" in out and "gates: 0/6 gates passed" in out
     assert "next: ch11.double: Return 2 * x." in out
     assert "  run   pytest exercises/ch11/test_double.py" in out
     assert "  stuck? tpucourse hint ch11.double" in out
+    course.test_file("", "test_gate01.py")  # the chapter has a gate test now, with nothing recorded
+    assert "gate 01: awaiting hardware" in tpucourse(capsys, "progress")[1]
 
 
 def test_progress_follows_runs_and_distrusts_edits(course, capsys):
@@ -53,16 +56,23 @@ def test_progress_follows_runs_and_distrusts_edits(course, capsys):
     assert "0/1 exercises" in out and "edit  double: passed, then edited: run its tests again" in out
 
 
-def test_progress_shows_gate_statuses_from_the_records(course, capsys):
+def test_progress_shows_gate_statuses_from_the_records(course, capsys, tmp_path):
     path = course.pytester.path / rec.DEFAULT_PATH
     path.parent.mkdir()
+    correct = criteria.gate(1).criterion("correct").slots[0]
     rec.append(path, make_record(gate=1, criterion="correct", chapter="ch11", implementation="kernel",
-                                 method="off-chip-verified", statistic="relative-error", value=1e-5,
-                                 unit="relative error", verdict="pass", interpret=True))
+                                 op=correct.op, shapes=correct.shapes, method="off-chip-verified",
+                                 statistic="checks-passed", value=1.0, unit="check", verdict="pass",
+                                 interpret=True))
     out = tpucourse(capsys, "progress")[1]
     assert "gate 01: off-chip verified, awaiting hardware" in out
-    rec.append(path, make_record(**{**MEASURED, "verdict": "fail"}, gate=1, criterion="matmul-near-xla",
-                                 chapter="ch11", implementation="kernel", op="matmul", value=2e-4))
+    # a measured run of the matmul at 4096³ on a v5e stand-in, twice XLA's time: a fail row
+    matmul = criteria.gate(1).criterion("matmul-near-xla").slots[0]
+    run = gate_run(tmp_path, gate=1, seconds={"floor": 1e-4, "kernel": 2e-4})
+    run.measure_trio("matmul-near-xla", matmul.op, matmul.shapes, matmul.dtype, roofline.Cost(1e9, 1e6),
+                     floor=lambda x: x, kernel=lambda x: x, ceiling=None, inputs=lambda seed: (float(seed),))
+    with path.open("a") as records:
+        records.write((tmp_path / "r.jsonl").read_text())
     out = tpucourse(capsys, "progress")[1]
     assert "gate 01: failed (v5e: matmul-near-xla)" in out and "gates: 0/6 gates passed" in out
 

@@ -51,12 +51,12 @@ print("ready", flush=True)
 n = 0
 while True:
     n += 1
-    state.update(root, lambda d: d["hints"].__setitem__("big", [n] * 20000))
+    state.update(root, lambda d: d["exercises"].__setitem__("ch11.big", {"status": "failed", "runs": [n] * 20000}))
 """
 
 
 def test_a_writer_killed_mid_write_leaves_a_whole_file(tmp_path):
-    state.update(tmp_path, lambda d: d["hints"].__setitem__("big", [0]))
+    state.update(tmp_path, lambda d: d["exercises"].__setitem__("ch11.big", {"status": "failed", "runs": [0]}))
     for delay in (0.3, 0.45, 0.6):
         writer = subprocess.Popen([sys.executable, "-c", KILLED_WRITER, str(tmp_path)], stdout=subprocess.PIPE)
         assert writer.stdout.readline().strip() == b"ready"
@@ -64,15 +64,26 @@ def test_a_writer_killed_mid_write_leaves_a_whole_file(tmp_path):
         writer.send_signal(signal.SIGKILL)
         writer.wait()
         data = state.read(tmp_path)  # raises CorruptState if half-written
-        assert len(set(data["hints"]["big"])) == 1
+        assert len(set(data["exercises"]["ch11.big"]["runs"])) == 1
     leftovers = [p.name for p in (tmp_path / ".tpucourse").iterdir() if p.name.endswith(".tmp")]
-    assert len(leftovers) <= 1  # at most the temp file of the killed write; never the state itself
+    assert len(leftovers) <= 3  # at most one temp file per killed write; never the state itself
 
 
 def test_a_corrupt_state_file_is_named_not_guessed(tmp_path):
     (tmp_path / ".tpucourse").mkdir()
     (tmp_path / ".tpucourse" / "state.json").write_text("{oops")
     with pytest.raises(state.CorruptState, match=r"state.json is not valid JSON.*delete it"):
+        state.read(tmp_path)
+
+
+@pytest.mark.parametrize("fields", [
+    {"exercises": []}, {"exercises": {"ch11.double": "done"}}, {"exercises": {"ch11.double": {"status": "great"}}},
+    {"hints": {"ch11.double": "2"}}, {"hints": {"ch11.double": True}}, {"hints": []},
+])
+def test_a_wrongly_typed_state_file_is_named_not_a_traceback(tmp_path, fields):
+    (tmp_path / ".tpucourse").mkdir()
+    (tmp_path / ".tpucourse" / "state.json").write_text(json.dumps({"version": state.VERSION, **fields}))
+    with pytest.raises(state.CorruptState, match=r"state.json has fields of the wrong type.*delete it"):
         state.read(tmp_path)
 
 

@@ -1,37 +1,33 @@
-"""Gate 00, The machine: the roofline predicts this chip.
+"""Gate 00, The machine: the roofline predicts this chip. Run: pytest --gates --chip=v5e
 
-XLA's own matmul, skinny matmul and add, measured on the detected chip, must land
-within gates.GATE0_BAND of their roofline floors. On a CPU each writes its
-prediction and is skipped as awaiting hardware. Run: pytest --gates --chip=v5e
+XLA's own matmul, skinny matmul and add (the criterion's three slots, in
+pytest_tpucourse/gates/criteria.py), timed on the detected chip, must land within
+criteria.GATE0_BAND of their roofline floors: the whole 95% interval of the ratio, not
+just its median. On a CPU each writes its prediction and is skipped as awaiting hardware.
 """
 
 import pytest
 
 from pytest_tpucourse import roofline
+from pytest_tpucourse import strategies as tst
+from pytest_tpucourse.gates import criteria
 
-CASES = (
-    ("matmul", ((4096, 4096), (4096, 4096))),
-    ("matmul", ((8, 4096), (4096, 4096))),
-    ("add", ((4096, 4096), (4096, 4096))),
-)
+CRITERION = criteria.gate(0).criterion("roofline-predicts")
 
 
-def _inputs(shapes, sets=3):
-    import jax
-    import jax.numpy as jnp
-
-    keys = jax.random.split(jax.random.key(0), sets * len(shapes))
-    it = iter(keys)
-    return [tuple(jax.random.normal(next(it), s, jnp.bfloat16) for s in shapes) for _ in range(sets)]
+def _slot_id(slot) -> str:
+    return f"{slot.op}-{'x'.join(str(d) for d in slot.shapes[0])}"
 
 
 @pytest.mark.gate(0)
-@pytest.mark.parametrize("op, shapes", CASES, ids=["matmul-4096", "matmul-skinny-8", "add-4096"])
-def test_xla_floor_is_predicted(gate_run, op, shapes):
+@pytest.mark.parametrize("slot", CRITERION.slots, ids=_slot_id)
+def test_xla_floor_is_predicted(gate_run, slot):
     import jax
     import jax.numpy as jnp
 
-    cost = roofline.operand_cost(op, shapes, "bfloat16")
-    fn = jax.jit(jnp.matmul if op == "matmul" else jnp.add)
-    input_sets = _inputs(shapes) if gate_run.on_accelerator else []
-    gate_run.measure_floor("roofline-predicts", op, shapes, "bfloat16", cost, fn, input_sets)
+    def inputs(seed):  # built only on a chip: nothing is timed off it
+        return tuple(tst.random_array(shape, slot.dtype, 10 * seed + i) for i, shape in enumerate(slot.shapes))
+
+    cost = roofline.operand_cost(slot.op, slot.shapes, slot.dtype)
+    fn = jax.jit(jnp.matmul if slot.op == "matmul" else jnp.add)
+    gate_run.measure_floor(CRITERION.id, slot.op, slot.shapes, slot.dtype, cost, fn, inputs)

@@ -9,6 +9,7 @@ these criteria are the project's (docs/gates.md):
   off-chip-verified row; natively on 4 or more chips, a measured one.
 - communication-hidden: the collective matmul on 4 chips within 1.15x of its compute
   alone, the same kernel on one chip given the gathered x (no communication at all).
+  Both are checked against XLA's all-gather matmul before and after timing.
   On a CPU the roofline floor of one chip's compute is predicted and the test is
   skipped as awaiting hardware; on fewer than 4 chips "needs 4 chips" is recorded as
   not runnable, never a pass.
@@ -21,9 +22,11 @@ import pytest
 
 from pytest_tpucourse import checks, collectives, roofline, tpu_checks
 from pytest_tpucourse import strategies as tst
+from pytest_tpucourse.gates import criteria
 
 pytestmark = pytest.mark.kernel_timeout(60)
 
+GATE = criteria.gate(4)
 DEVICES = 4
 DTYPE = "bfloat16"
 # The timed problem. Per chip a step multiplies a (128, 256) chunk by w_j (256, 8192):
@@ -52,8 +55,9 @@ def _correctness_cases(mesh):
 
 @pytest.mark.gate(4)
 def test_collectives_are_correct(gate_run, impl, mesh):
-    shapes = [(64, 256), (4 * 4 * 16, 256), (256, 512)]
-    gate_run.needs_devices("correct", "collectives", shapes, DTYPE, DEVICES)
+    [slot] = GATE.criterion("correct").slots
+    if not gate_run.has_devices("correct", slot.op, slot.shapes, slot.dtype, DEVICES):
+        return  # recorded as "needs 4 chips", not runnable: the test is reported skipped
     cases = _correctness_cases(mesh(DEVICES))
 
     def check():
@@ -63,25 +67,30 @@ def test_collectives_are_correct(gate_run, impl, mesh):
                 checks.assert_matches_reference, fn, args, kwargs=kwargs, reference=reference.bind(**kwargs)))
             tpu_checks.assert_no_races(fn, *args, cores=1, why=tpu_checks.RACE_BETWEEN_DEVICES, **kwargs)
 
-    gate_run.verify("correct", "collectives", shapes, DTYPE, check)
+    gate_run.verify("correct", slot.op, slot.shapes, slot.dtype, check)
 
 
 @pytest.mark.gate(4)
 def test_communication_hidden_behind_compute(gate_run, impl):
-    shapes = [(M, K), (K, N)]
-    runnable = gate_run.on_accelerator and jax.device_count() >= DEVICES
-    kernel = compute_alone = None
-    kernel_inputs, alone_inputs = [], []
-    if runnable:
+    [slot] = GATE.criterion("communication-hidden").slots
+    kernel = compute_alone = kernel_reference = alone_reference = None
+    if gate_run.on_accelerator and jax.device_count() >= DEVICES:  # built only where it can run
         fn = impl.collective_matmul.all_gather_matmul.resolve()
         ring = jax.make_mesh((DEVICES,), ("x",), devices=jax.devices()[:DEVICES])
         one = jax.make_mesh((1,), ("x",), devices=jax.devices()[:1])
         kernel = jax.jit(functools.partial(fn, mesh=ring, axis_name="x"))
         compute_alone = jax.jit(functools.partial(fn, mesh=one, axis_name="x"))
-        kernel_inputs = [(tst.random_array((M, K), DTYPE, 2 * i), tst.random_array((K, N), DTYPE, 2 * i + 1))
-                         for i in range(3)]
-        alone_inputs = [(x, w[:, :N // DEVICES]) for x, w in kernel_inputs]
+        kernel_reference = jax.jit(functools.partial(collectives.ALL_GATHER_MATMUL.floor, mesh=ring, axis_name="x"))
+        alone_reference = jax.jit(functools.partial(collectives.ALL_GATHER_MATMUL.floor, mesh=one, axis_name="x"))
+
+    def kernel_inputs(seed):
+        return tst.random_array((M, K), DTYPE, 2 * seed), tst.random_array((K, N), DTYPE, 2 * seed + 1)
+
+    def alone_inputs(seed):  # the whole x and one chip's columns of w
+        x, w = kernel_inputs(seed)
+        return x, w[:, :N // DEVICES]
+
     gate_run.measure_against_compute_alone(
-        "communication-hidden", "all-gather-matmul", shapes, DTYPE,
-        roofline.matmul_cost(M, K, N // DEVICES, DTYPE), kernel=kernel, compute_alone=compute_alone,
-        kernel_inputs=kernel_inputs, compute_alone_inputs=alone_inputs, devices=DEVICES)
+        "communication-hidden", slot.op, slot.shapes, slot.dtype, roofline.matmul_cost(M, K, N // DEVICES, DTYPE),
+        kernel=kernel, compute_alone=compute_alone, kernel_inputs=kernel_inputs, compute_alone_inputs=alone_inputs,
+        kernel_reference=kernel_reference, compute_alone_reference=alone_reference, devices=DEVICES)

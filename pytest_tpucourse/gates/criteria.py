@@ -1,9 +1,12 @@
-"""The six gates: criteria in the course's words, the numbers that judge them, and their status.
+"""The six gates: criteria, the numbers that judge them, the measurements each needs, and their status.
 
 Gates live here as data rather than in course.toml: course.toml says which stage
 chapter closes which gate (tests/test_gates.py checks the two agree), while a
 criterion carries thresholds that code applies to measured ratios, and keeping
 the number next to its reason is the point.
+
+Whose words: only gate 05's criteria are the course's own (the capstone page); the
+criteria of gates 00-04 are the project's wording of each stage's promise (`words`).
 
 The numbers:
   DECISIVELY = 1.25: "beats XLA decisively" means at least 1.25x faster than the XLA
@@ -19,13 +22,23 @@ The numbers:
     the published figures' rounding and timer resolution); above 1.5 the run is timing
     something besides the op (dispatch, transfer, a cold cache) or XLA is reaching less
     than two thirds of the bound resource, which the roofline cannot then predict.
+A speed criterion is judged on the 95% confidence interval of the ratio, not on its
+median alone: it passes only when the whole interval lies inside the passing range, so
+a tie never "beats" anything (judge.py).
 
-A criterion's status comes only from records (records.py; report.py reads a run's statuses):
-  pass              every row that speaks for it was measured on the chip and passed
+Slots: a criterion names every measurement it needs (op, operand shapes, dtype); it
+passes only when each slot has a passing measured row. Gate 05's slots are the
+learner's target shapes, declared by chapter 15; until then it cannot pass.
+
+A criterion's status comes only from records (judge.py re-judges every row it reads):
+  pass              every slot's latest measurement was made on the chip and passed
+  pass (older code) it passed, but a graded module changed since (the rows carry hashes)
   pass (off-chip)   a correctness criterion verified under interpret mode; not a gate pass
-  fail              some row that speaks for it failed
-  awaiting hardware nothing measured yet (predictions only, or no rows)
+  linked (self-reported)  a public criterion: a link recorded by `tpucourse records link`
+  fail              some slot's latest measurement failed
   not runnable here the kernel cannot run on this chip (a TPU Pallas kernel on a GPU)
+  awaiting hardware nothing measured yet (predictions only, or no rows)
+  no gate test yet  the gate's chapter has no gate test, so nothing can write its rows
 Reference rows (a floor or ceiling timed next to a kernel) judge the kernel's row;
 they never decide a criterion themselves.
 """
@@ -38,25 +51,42 @@ DECISIVELY = 1.25
 STRIKING_DISTANCE = 1.15
 GATE0_BAND = (0.95, 1.5)
 
-PASS, PASS_OFF_CHIP, FAIL, AWAITING = "pass", "pass (off-chip)", "fail", "awaiting hardware"
-NOT_RUNNABLE = "not runnable here"
+PASS, PASS_OLDER_CODE, PASS_OFF_CHIP = "pass", "pass (older code)", "pass (off-chip)"
+SELF_REPORTED, FAIL, AWAITING = "linked (self-reported)", "fail", "awaiting hardware"
+NOT_RUNNABLE, NO_GATE_TEST = "not runnable here", "no gate test yet"
+SATISFIED = (PASS, SELF_REPORTED)  # what a criterion must show for its gate to count as passed
+
+
+@dataclass(frozen=True)
+class Slot:
+    """One measurement a criterion needs: an op on operands of these shapes and dtype."""
+
+    op: str
+    shapes: tuple[tuple[int, ...], ...]
+    dtype: str
+
+    @classmethod
+    def of(cls, op: str, shapes, dtype: str) -> Slot:
+        return cls(op, tuple(tuple(int(d) for d in s) for s in shapes), str(dtype))
+
+    def describe(self) -> str:
+        return f"{self.op} {' · '.join('×'.join(map(str, s)) for s in self.shapes)} {self.dtype}"
 
 
 @dataclass(frozen=True)
 class Criterion:
     id: str
-    text: str  # the course's words
+    text: str
     kind: str  # "correctness", "speed" or "public"
     ratio_of: str | None = None  # speed: what a time is divided by: "roofline", "floor", "ceiling",
     #                                "compute-alone" (gate 04: the kernel's own compute, no communication)
     ratio_range: tuple[float, float] | None = None  # speed: the passing ratios, inclusive
+    slots: tuple[Slot, ...] | None = None  # None: not declared yet (the criterion cannot pass)
 
-    def judge(self, ratio: float) -> str:
-        """pass or fail for a measured time ratio (speed criteria only)."""
-        if self.ratio_range is None:
-            raise ValueError(f"criterion {self.id} is not judged by a time ratio")
-        low, high = self.ratio_range
-        return PASS if low <= ratio <= high else FAIL
+    @property
+    def judged_implementation(self) -> str:
+        """The implementation whose rows carry this criterion's verdict."""
+        return "floor" if self.ratio_of == "roofline" else "kernel"
 
 
 @dataclass(frozen=True)
@@ -65,6 +95,7 @@ class Gate:
     chapter: str
     title: str
     criteria: tuple[Criterion, ...]
+    words: str  # "course" (the course states the criteria) or "project" (the project's wording)
 
     def criterion(self, criterion_id: str) -> Criterion:
         for c in self.criteria:
@@ -73,55 +104,88 @@ class Gate:
         raise KeyError(f"gate {self.number:02d} has no criterion {criterion_id!r}; "
                        f"it has {', '.join(c.id for c in self.criteria)}")
 
+    @property
+    def label(self) -> str:
+        return f"gate {self.number:02d}"
 
-_CORRECT = Criterion("correct", "Correct under the differential suite", "correctness")
+    def test_file(self) -> str:
+        """Where the gate's tests live, relative to the course root."""
+        return f"exercises/{self.chapter}/test_gate{self.number:02d}.py"
 
 
-def _beats_xla_decisively(what: str) -> Criterion:
+BF16 = "bfloat16"
+N = 4096
+MATMUL_4096 = ((N, N), (N, N))
+ATTENTION_TARGETS = ((2, 16, 4096), (1, 8, 8192))  # (batch, heads, sequence); head_dim 128
+ATTENTION_HEAD_DIM = 128
+
+
+def attention_op(causal: bool, backward: bool) -> str:
+    """The op name gate 03's speed rows carry: attention[-causal]-fwd or -fwd-bwd."""
+    return f"attention{'-causal' if causal else ''}-{'fwd-bwd' if backward else 'fwd'}"
+
+
+def _attention_speed_slots() -> tuple[Slot, ...]:
+    return tuple(Slot.of(attention_op(causal, backward), [(b, h, s, ATTENTION_HEAD_DIM)] * 3, BF16)
+                 for backward in (False, True) for b, h, s in ATTENTION_TARGETS for causal in (False, True))
+
+
+def _correct(*slots: Slot) -> Criterion:
+    return Criterion("correct", "Correct under the differential suite", "correctness", slots=slots or None)
+
+
+def _beats_xla_decisively(what: str, slots) -> Criterion:
     return Criterion("beats-xla", f"{what} beats XLA decisively at target shapes", "speed",
-                     ratio_of="floor", ratio_range=(0.0, 1 / DECISIVELY))
-
-
-def _striking_distance_of_ceiling(what: str) -> Criterion:
-    return Criterion("near-ceiling", f"{what} within striking distance of the hand-tuned ceiling",
-                     "speed", ratio_of="ceiling", ratio_range=(0.0, STRIKING_DISTANCE))
+                     ratio_of="floor", ratio_range=(0.0, 1 / DECISIVELY), slots=slots)
 
 
 GATES: tuple[Gate, ...] = (
     Gate(0, "ch10", "The machine", (
         Criterion("roofline-predicts", "The roofline predicts this chip: XLA's matmul, skinny "
                   "matmul and add measured within the band of their floors", "speed",
-                  ratio_of="roofline", ratio_range=GATE0_BAND),
-    )),
+                  ratio_of="roofline", ratio_range=GATE0_BAND,
+                  slots=(Slot.of("matmul", MATMUL_4096, BF16), Slot.of("matmul", ((8, N), (N, N)), BF16),
+                         Slot.of("add", MATMUL_4096, BF16))),
+    ), words="project"),
     Gate(1, "ch11", "Pallas fundamentals", (
-        _CORRECT,
+        _correct(Slot.of("matmul+fused", ((512, 1024), (1024, 512), (512,)), BF16)),
         Criterion("matmul-near-xla", "Matmul within striking distance of XLA at 4096³", "speed",
-                  ratio_of="floor", ratio_range=(0.0, STRIKING_DISTANCE)),
-        Criterion("fused-beats-unfused", "The fused kernel beats XLA's unfused sequence", "speed",
-                  ratio_of="floor", ratio_range=(0.0, 1.0)),
-    )),
+                  ratio_of="floor", ratio_range=(0.0, STRIKING_DISTANCE),
+                  slots=(Slot.of("matmul", MATMUL_4096, BF16),)),
+        Criterion("fused-beats-unfused", "The fused matmul + bias + GELU kernel beats XLA's unfused "
+                  "sequence (three separately compiled calls)", "speed",
+                  ratio_of="floor", ratio_range=(0.0, 1.0),
+                  slots=(Slot.of("matmul_bias_gelu", ((N, N), (N, N), (N,)), BF16),)),
+    ), words="project"),
     Gate(2, "ch12", "The IR stack", (
-        # The course states no criterion for gate 02; this one is the project's.
         Criterion("ir-mapped", "The x-ray and the narration are correct on the chip's own "
-                  "compilation", "correctness"),
-    )),
+                  "compilation", "correctness",
+                  slots=(Slot.of("mlp_block", ((256, 512), (512, 256), (1, 256)), BF16),)),
+    ), words="project"),
     Gate(3, "ch13", "The priesthood kernels", (
-        _CORRECT,
-        _beats_xla_decisively("Flash attention"),
-        _striking_distance_of_ceiling("Flash attention"),
-    )),
+        _correct(*(Slot.of(f"flash_attention{'-causal' if causal else ''}", [(1, 2, 512, 128)] * 3, BF16)
+                   for causal in (False, True))),
+        _beats_xla_decisively("Flash attention", _attention_speed_slots()),
+        Criterion("near-ceiling", "Flash attention within striking distance of the tuned ceiling: JAX's "
+                  "Pallas flash attention at the best block sizes of a sweep on the chip", "speed",
+                  ratio_of="ceiling", ratio_range=(0.0, STRIKING_DISTANCE), slots=_attention_speed_slots()),
+    ), words="project"),
     Gate(4, "ch14", "Distributed Pallas", (
-        _CORRECT,
+        _correct(Slot.of("collectives", ((64, 256), (4 * 4 * 16, 256), (256, 512)), BF16)),
         Criterion("communication-hidden", "Communication hidden behind compute: the collective "
                   "matmul within striking distance of its compute alone", "speed",
-                  ratio_of="compute-alone", ratio_range=(0.0, STRIKING_DISTANCE)),
-    )),
+                  ratio_of="compute-alone", ratio_range=(0.0, STRIKING_DISTANCE),
+                  slots=(Slot.of("all-gather-matmul", ((512, 256), (256, 4 * 8192)), BF16),)),
+    ), words="project"),
     Gate(5, "ch15", "Capstone: shipped upstream", (
-        _CORRECT,
-        _beats_xla_decisively("The kernel"),
-        _striking_distance_of_ceiling("The kernel"),
+        # The course's own words (the capstone page); its second line holds two baselines, so
+        # it is judged as two criteria. The slots are the learner's target shapes (chapter 15).
+        _correct(),
+        _beats_xla_decisively("The kernel", None),
+        Criterion("near-ceiling", "The kernel within striking distance of the hand-tuned ceiling",
+                  "speed", ratio_of="ceiling", ratio_range=(0.0, STRIKING_DISTANCE)),
         Criterion("upstream", "The upstream submission exists in public", "public"),
-    )),
+    ), words="course"),
 )
 
 
@@ -137,23 +201,6 @@ def is_gate_number(number) -> bool:
 
 
 def gate(number: int) -> Gate:
-    if not isinstance(number, int) or number not in GATE_NUMBERS:
+    if not is_gate_number(number):
         raise ValueError(f"no gate {number!r}: gates are {gate_range()}")
     return GATES[number]
-
-
-def criterion_status(criterion: Criterion, rows: list) -> str:
-    """Status of one criterion from the rows that speak for it (records.current)."""
-    rows = [r for r in rows if r.verdict != "reference"]
-    if any(r.verdict == "fail" for r in rows):
-        return FAIL
-    if any(r.verdict == "not-runnable" for r in rows):
-        return NOT_RUNNABLE
-    measured = [r for r in rows if r.method == "measured"]
-    if measured and len(measured) == len(rows):
-        return PASS
-    if criterion.kind == "correctness" and rows and all(
-        r.method in ("off-chip-verified", "measured") for r in rows
-    ):
-        return PASS_OFF_CHIP
-    return AWAITING

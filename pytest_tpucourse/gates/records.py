@@ -1,22 +1,27 @@
-"""Gate records: one JSON line per measurement, appended to bench/records.jsonl.
+"""Gate records: one JSON line per measurement, appended to a records file.
 
 Every row says what its number is (`method`):
   roofline-predicted  a floor computed from the chip's figures; it never passes or fails
   off-chip-verified   a correctness result under interpret mode (or on a CPU); no time
-  measured            run natively on the chip the row names
+  measured            run natively on the chip the row names, with its raw timing samples
+  self-reported       a public link recorded by `tpucourse records link` (gate 05's upstream
+                      submission): the learner's word, never a speed
 
-The honesty rule is enforced where a row is made: `Record` refuses `measured` from a
-CPU or from interpret mode, refuses a prediction with a verdict, and refuses a time
-from an off-chip run. A measured floor, ceiling or compute-alone timed next to a
-kernel is a `reference` (it judges the kernel's row, never a criterion); an implementation that
-cannot run on the hardware is `not-runnable`, with no value, never a pass. The
-schema is docs/records-schema.json; docs/gates.md explains it.
+and whose code it speaks for (`tree`): "exercises" (the learner's own), "solutions" (the
+course's reference solutions) or "impl-root:<label>". The learner's rows live in
+.tpucourse/records.jsonl (not tracked by git); bench/records.jsonl holds only the course's
+rows of its reference solutions (DEFAULT_PATH, PUBLISHED_PATH).
 
-Appends are safe from several processes (pytest -n) and from Ctrl-C: the line is
-written with one write() under an exclusive flock, then fsync'd; a line cut short
-by a killed machine is reported by the reader, with path and line number, never
-skipped. Rows are never rewritten or deleted: a later measured row replaces an
-earlier one only in the report (`current`).
+The honesty rule is enforced where a row is made: `Record` refuses `measured` from a CPU
+or from interpret mode, refuses a prediction with a verdict, and refuses a time from an
+off-chip run. Rows are judged again when they are read (judge.py): nothing a row says
+about itself is trusted.
+
+Appends are safe from several processes (pytest -n) and from Ctrl-C: the line is written
+with one write() under an exclusive flock, then fsync'd. Reading never stops at a bad
+line: `read` returns the rows it could parse and every line it could not, with its line
+number and why. `repair` moves those lines to a side file; nothing else ever rewrites the
+file, so failures stay on file.
 """
 
 from __future__ import annotations
@@ -30,35 +35,32 @@ import os
 import uuid
 from dataclasses import dataclass, field
 from pathlib import Path
+from urllib.parse import urlparse
 
-from .. import chips
 from .criteria import GATE_NUMBERS, gate_range
 
-SCHEMA_VERSION = 1
-METHODS = ("roofline-predicted", "off-chip-verified", "measured")
+SCHEMA_VERSION = 2
+METHODS = ("roofline-predicted", "off-chip-verified", "measured", "self-reported")
 VERDICTS = ("pass", "fail", "pending", "reference", "not-runnable")
-# reference:    a floor or ceiling timed next to a kernel so the kernel can be judged; it
-#               neither passes nor fails a criterion itself
+# reference:    a floor, ceiling or compute-alone timed next to a kernel so the kernel can be
+#               judged; it neither passes nor fails a criterion itself
 # not-runnable: the implementation cannot run on this hardware (a TPU Pallas kernel on a
-#               GPU); the row carries no value and is never a pass
+#               GPU, too few chips); the row carries no value and is never a pass
 IMPLEMENTATIONS = ("floor", "kernel", "ceiling", "compute-alone")
 # compute-alone: the compute of a distributed kernel with no communication at all (gate 04's
-#               collective matmul is judged against the matmul of the already-gathered input);
-#               like a floor or a ceiling it is a reference that judges the kernel
+#               collective matmul is judged against the matmul of the already-gathered input)
 ACCELERATORS = ("tpu", "gpu")
-DEFAULT_PATH = Path("bench") / "records.jsonl"
+TREES = ("exercises", "solutions")  # or "impl-root:<label>"
+TIMED_OUTPUT_CHECK = "timed-output-check"  # statistic of a row whose timed output was wrong
+PUBLIC_LINK = "public-link"  # statistic of a self-reported link row
+
+DEFAULT_PATH = Path(".tpucourse") / "records.jsonl"  # rows of every run; the learner's progress reads it
+PUBLISHED_PATH = Path("bench") / "records.jsonl"  # the course's rows of its reference solutions
+SIDE_SUFFIX = ".bad-lines.jsonl"  # where `repair` moves the lines no reader can use
 
 
 class HonestyError(ValueError):
     """A row would claim more than the run behind it showed."""
-
-
-class CorruptRecords(ValueError):
-    """A records file holds a line that is not a valid row."""
-
-    def __init__(self, path, line: int, reason: str):
-        super().__init__(f"{path}:{line}: {reason}")
-        self.path, self.line, self.reason = path, line, reason
 
 
 @dataclass(frozen=True)
@@ -67,40 +69,58 @@ class Record:
     criterion: str
     chapter: str
     test_id: str
+    tree: str  # whose code: exercises, solutions, impl-root:<label>
     implementation: str
     op: str
     shapes: tuple[tuple[int, ...], ...]
     dtype: str
-    chip: str
+    chip: str  # "" only for a self-reported link, which holds for every chip
     method: str
-    statistic: str  # "floor", "median", "relative-error", ...
-    value: float | None  # None only for a not-runnable row
+    statistic: str  # "floor", "median", "checks-passed", "timed-output-check", "public-link"
+    value: float | str | None  # None only for a not-runnable row; a str only for a public link
     unit: str  # "s" for times
     verdict: str
     platform: str  # what ran it: cpu, gpu, tpu
     device_kind: str
     interpret: bool  # a Pallas interpreter ran the kernel
-    spread: float | None = None  # interquartile range, same unit as value
+    run_id: str = ""  # one measurement: the floor, kernel and ceiling rows timed together share it
+    spread: float | None = None  # interquartile range of the samples, same unit as value
+    samples: tuple[float, ...] | None = None  # measured times: seconds per call, one per round
     ratio_to_floor: float | None = None
     ratio_to_ceiling: float | None = None
     ratio_to_compute_alone: float | None = None
+    ratio_ci: tuple[float, float] | None = None  # 95% interval of the judged ratio
+    cost: dict | None = None  # {"flops": ..., "bytes": ...}: what a roofline floor is computed from
     date: str = ""
     jax: str = ""
     jaxlib: str = ""
     libtpu: str | None = None
     git_commit: str | None = None
-    host: str = ""
+    git_dirty: bool | None = None
+    modules: dict = field(default_factory=dict)  # graded module path (relative) -> sha256
     notes: str = ""
     id: str = field(default_factory=lambda: uuid.uuid4().hex)
     schema_version: int = SCHEMA_VERSION
 
     def __post_init__(self):
         object.__setattr__(self, "shapes", tuple(tuple(int(d) for d in s) for s in self.shapes))
+        if self.samples is not None:
+            object.__setattr__(self, "samples", tuple(float(s) for s in self.samples))
+        if self.ratio_ci is not None:
+            object.__setattr__(self, "ratio_ci", tuple(float(r) for r in self.ratio_ci))
         if not self.date:
             object.__setattr__(self, "date", utc_now())
+        self._check_types()
         _one_of("method", self.method, METHODS)
         _one_of("verdict", self.verdict, VERDICTS)
         _one_of("implementation", self.implementation, IMPLEMENTATIONS)
+        if not (self.tree in TREES or (self.tree.startswith("impl-root:") and len(self.tree) > 10)):
+            raise ValueError(f"tree must be exercises, solutions or impl-root:<label>, got {self.tree!r}")
+        if not isinstance(self.gate, int) or isinstance(self.gate, bool) or self.gate not in GATE_NUMBERS:
+            raise ValueError(f"gate must be {gate_range()}, got {self.gate!r}")
+        if self.method == "self-reported":
+            self._check_link()
+            return
         if self.verdict == "not-runnable":
             if self.method != "measured" or self.implementation == "floor" or self.value is not None:
                 raise ValueError(f"{self.test_id}: a not-runnable row is a kernel or ceiling on real "
@@ -109,20 +129,13 @@ class Record:
               or not math.isfinite(self.value)):
             raise ValueError(f"{self.test_id}: value must be a finite number, got {self.value!r}")
         if self.verdict == "reference" and (self.method != "measured" or self.implementation == "kernel"):
-            raise ValueError(f"{self.test_id}: a reference row is a measured floor or ceiling, "
-                             f"got a {self.method} {self.implementation}")
-        if not isinstance(self.gate, int) or self.gate not in GATE_NUMBERS:
-            raise ValueError(f"gate must be {gate_range()}, got {self.gate!r}")
+            raise ValueError(f"{self.test_id}: a reference row is a measured floor, ceiling or "
+                             f"compute-alone, got a {self.method} {self.implementation}")
         if self.method == "measured":
             if self.platform not in ACCELERATORS or self.interpret:
                 raise HonestyError(
                     f"{self.test_id}: {'an interpret-mode' if self.interpret else 'a ' + self.platform} run "
                     f"cannot write a measured row; it says nothing about {self.chip} speed"
-                )
-            detected = chips.chip_for_device(self.platform, self.device_kind)
-            if detected is not None and detected != self.chip:
-                raise HonestyError(
-                    f"{self.test_id}: measured on {self.device_kind!r} ({detected}) but labelled {self.chip}"
                 )
         elif self.method == "roofline-predicted":
             if self.verdict != "pending":
@@ -134,29 +147,92 @@ class Record:
             )
         if self.verdict == "pending" and self.method != "roofline-predicted":
             raise ValueError(f"{self.test_id}: only predictions are pending; a {self.method} row passes or fails")
+        if self.samples is not None and self.method != "measured":
+            raise HonestyError(f"{self.test_id}: only a measured row carries timing samples")
+
+    def _check_types(self) -> None:
+        """A hand-edited row of the wrong types is refused here, not met later as a traceback."""
+        for name, expected in _FIELD_TYPES.items():
+            value, types = getattr(self, name), _as_tuple(expected)
+            if not isinstance(value, types) or (isinstance(value, bool) and bool not in types):
+                raise ValueError(f"{name} has the wrong type: {value!r}")
+        if self.ratio_ci is not None and len(self.ratio_ci) != 2:
+            raise ValueError(f"ratio_ci is a (low, high) pair, got {self.ratio_ci!r}")
+        if self.cost is not None and not (set(self.cost) == {"flops", "bytes"} and all(
+                isinstance(v, (int, float)) and not isinstance(v, bool) and v >= 0 for v in self.cost.values())):
+            raise ValueError(f"cost is {{'flops': n, 'bytes': n}}, got {self.cost!r}")
+        if not all(isinstance(k, str) and isinstance(v, str) for k, v in self.modules.items()):
+            raise ValueError("modules maps a module path to its sha256")
+
+    def _check_link(self) -> None:
+        if self.statistic != PUBLIC_LINK or self.unit != "url" or self.verdict != "pass":
+            raise ValueError("a self-reported row is a public link: statistic public-link, unit url, verdict pass")
+        check_public_url(self.value)
 
     @property
     def slot(self) -> tuple:
         """What a row is a measurement of; a measured row replaces a prediction in its slot."""
         return (self.gate, self.criterion, self.op, self.shapes, self.dtype, self.chip, self.implementation)
 
+    @property
+    def is_timing(self) -> bool:
+        return self.method == "measured" and self.unit == "s" and self.value is not None
+
     def to_json(self) -> str:
         row = dataclasses.asdict(self)
         row["shapes"] = [list(s) for s in self.shapes]
+        for name in ("samples", "ratio_ci"):
+            if row[name] is not None:
+                row[name] = list(row[name])
         return json.dumps(row, sort_keys=True, allow_nan=False)
 
     @classmethod
     def from_dict(cls, row: dict) -> Record:
+        if not isinstance(row, dict):
+            raise ValueError(f"a row is a JSON object, got {type(row).__name__}")
+        if row.get("schema_version") != SCHEMA_VERSION:
+            raise ValueError(f"schema_version {row.get('schema_version')!r}, expected {SCHEMA_VERSION}")
         names = {f.name for f in dataclasses.fields(cls)}
         unknown = set(row) - names
         if unknown:
             raise ValueError(f"unknown fields {sorted(unknown)}")
-        if row.get("schema_version") != SCHEMA_VERSION:
-            raise ValueError(f"schema_version {row.get('schema_version')!r}, expected {SCHEMA_VERSION}")
         try:
             return cls(**row)
-        except TypeError as error:  # a required field is missing
+        except TypeError as error:  # a required field is missing, or a wrongly typed one
             raise ValueError(str(error)) from None
+
+
+_NUMBER = (int, float)
+_FIELD_TYPES = {
+    "criterion": str, "chapter": str, "test_id": str, "tree": str, "op": str, "dtype": str, "chip": str,
+    "statistic": str, "unit": str, "platform": str, "device_kind": str, "interpret": bool, "run_id": str,
+    "spread": _NUMBER + (type(None),), "ratio_to_floor": _NUMBER + (type(None),),
+    "ratio_to_ceiling": _NUMBER + (type(None),), "ratio_to_compute_alone": _NUMBER + (type(None),),
+    "cost": (dict, type(None)), "date": str, "jax": str, "jaxlib": str, "libtpu": (str, type(None)),
+    "git_commit": (str, type(None)), "git_dirty": (bool, type(None)), "modules": dict, "notes": str,
+    "id": str,
+}
+
+
+def _as_tuple(types) -> tuple:
+    return types if isinstance(types, tuple) else (types,)
+
+
+def check_public_url(url) -> str:
+    """A public link is an https URL with a host and no spaces; anything else is refused."""
+    parsed = urlparse(url) if isinstance(url, str) else None
+    if parsed is None or parsed.scheme != "https" or not parsed.netloc or any(c.isspace() for c in url):
+        raise ValueError(f"a public link is an https:// URL, got {url!r}")
+    return url
+
+
+def link_record(url: str, *, gate: int, criterion: str, chapter: str, tree: str = "exercises",
+                notes: str = "") -> Record:
+    """The row `tpucourse records link` writes: a public link, self-reported, never a speed."""
+    return Record(gate=gate, criterion=criterion, chapter=chapter, test_id="tpucourse records link",
+                  tree=tree, implementation="kernel", op="public-link", shapes=(), dtype="", chip="",
+                  method="self-reported", statistic=PUBLIC_LINK, value=check_public_url(url), unit="url",
+                  verdict="pass", platform="", device_kind="", interpret=False, notes=notes)
 
 
 def utc_now() -> str:
@@ -165,12 +241,8 @@ def utc_now() -> str:
 
 def append(path, record: Record) -> None:
     """Append one row: one write() under an exclusive lock, then fsync."""
-    path = Path(path)
-    path.parent.mkdir(parents=True, exist_ok=True)
     line = (record.to_json() + "\n").encode("utf-8")
-    fd = os.open(path, os.O_RDWR | os.O_APPEND | os.O_CREAT, 0o644)
-    try:
-        fcntl.flock(fd, fcntl.LOCK_EX)
+    with _locked(Path(path)) as fd:
         size = os.fstat(fd).st_size
         if size and os.pread(fd, 1, size - 1) != b"\n":
             # A writer died mid-line: start on a fresh line so this row stays whole
@@ -180,55 +252,139 @@ def append(path, record: Record) -> None:
         if written != len(line):
             raise OSError(f"{path}: short write ({written} of {len(line)} bytes)")
         os.fsync(fd)
-    finally:
-        os.close(fd)  # closing releases the lock
 
 
-def read(path) -> list[Record]:
-    """Every row of a records file; a bad line raises CorruptRecords naming it."""
+class _locked:
+    """An exclusive lock on the records file itself. `repair` replaces the file by renaming;
+    a writer that locked the replaced file sees its inode gone and locks the new one."""
+
+    def __init__(self, path: Path):
+        self.path = path
+
+    def __enter__(self) -> int:
+        self.path.parent.mkdir(parents=True, exist_ok=True)
+        while True:
+            fd = os.open(self.path, os.O_RDWR | os.O_APPEND | os.O_CREAT, 0o644)
+            fcntl.flock(fd, fcntl.LOCK_EX)
+            try:
+                if os.stat(self.path).st_ino == os.fstat(fd).st_ino:
+                    self.fd = fd
+                    return fd
+            except FileNotFoundError:
+                pass
+            os.close(fd)
+
+    def __exit__(self, *exc) -> None:
+        os.close(self.fd)  # closing releases the lock
+
+
+@dataclass(frozen=True)
+class Located:
+    """A row and where it was read from."""
+
+    record: Record
+    path: Path
+    line: int
+
+    @property
+    def where(self) -> str:
+        return f"{self.path}:{self.line}"
+
+
+@dataclass(frozen=True)
+class BadLine:
+    """A line no reader can use: torn, not JSON, not a row, or a repeated row id."""
+
+    path: Path
+    line: int
+    reason: str
+    text: bytes
+
+    def __str__(self) -> str:
+        return f"{self.path}:{self.line}: {self.reason}"
+
+
+@dataclass(frozen=True)
+class Readout:
+    rows: tuple[Located, ...]
+    bad: tuple[BadLine, ...]
+
+    @property
+    def records(self) -> list[Record]:
+        return [r.record for r in self.rows]
+
+    def __add__(self, other: Readout) -> Readout:
+        return Readout(self.rows + other.rows, self.bad + other.bad)
+
+
+EMPTY = Readout((), ())
+
+
+def read(path) -> Readout:
+    """Every row of a records file that parses, and every line that does not (path:line, why)."""
     path = Path(path)
     if not path.exists():
-        return []
-    records, seen = [], set()
-    with open(path, "rb") as handle:
-        data = handle.read()
+        return EMPTY
+    data = path.read_bytes()
     lines = data.split(b"\n")
+    rows, bad, seen = [], [], set()
     for number, raw in enumerate(lines, start=1):
         if not raw.strip():
             continue
         if number == len(lines):
-            raise CorruptRecords(path, number, "the last line has no newline: a write was cut short")
+            bad.append(BadLine(path, number, "the last line has no newline: a write was cut short", raw))
+            continue
         try:
             record = Record.from_dict(json.loads(raw))
         except (ValueError, UnicodeDecodeError) as error:  # JSONDecodeError is a ValueError
-            raise CorruptRecords(path, number, f"not a valid row: {error}") from None
+            bad.append(BadLine(path, number, f"not a valid row: {_short(error)}", raw))
+            continue
         if record.id in seen:
-            raise CorruptRecords(path, number, f"row id {record.id} appears twice")
+            bad.append(BadLine(path, number, f"row id {record.id} appears twice", raw))
+            continue
         seen.add(record.id)
-        records.append(record)
-    return records
+        rows.append(Located(record, path, number))
+    return Readout(tuple(rows), tuple(bad))
 
 
-_RANK = {"roofline-predicted": 0, "off-chip-verified": 1, "measured": 2}
+def side_file(path) -> Path:
+    path = Path(path)
+    return path.with_name(path.name + SIDE_SUFFIX)
 
 
-def current(records) -> list[Record]:
-    """The row that speaks for each slot: the latest of its most trustworthy method.
+def repair(path) -> list[BadLine]:
+    """Move every bad line of a records file to its side file; keep every row that parses.
 
-    A measured row replaces the predicted (or off-chip) row of its slot; among
-    measured rows the latest wins. Older rows stay in the file and in `history`.
+    Nothing is deleted: a bad line goes to `<file>.bad-lines.jsonl` with its line number and
+    why, before the records file is replaced (under its lock, by rename) without it.
     """
-    best: dict[tuple, Record] = {}
-    for record in records:
-        held = best.get(record.slot)
-        if held is None or (_RANK[record.method], record.date) >= (_RANK[held.method], held.date):
-            best[record.slot] = record
-    return list(best.values())
+    path = Path(path)
+    with _locked(path):
+        readout = read(path)
+        if not readout.bad:
+            return []
+        side = side_file(path)
+        with open(side, "a", encoding="utf-8") as out:
+            for b in readout.bad:
+                out.write(json.dumps({"file": path.name, "line": b.line, "why": b.reason,
+                                      "text": b.text.decode("utf-8", "backslashreplace")}) + "\n")
+            out.flush()
+            os.fsync(out.fileno())
+        bad_numbers = {b.line for b in readout.bad}
+        kept = [raw for number, raw in enumerate(path.read_bytes().split(b"\n"), start=1)
+                if raw.strip() and number not in bad_numbers]
+        temporary = path.with_name(path.name + ".repairing")
+        with open(temporary, "wb") as out:
+            out.write(b"".join(raw + b"\n" for raw in kept))
+            out.flush()
+            os.fsync(out.fileno())
+        os.replace(temporary, path)
+    return list(readout.bad)
 
 
-def failures(records) -> list[Record]:
-    """Every failed row ever written (the report shows them; nothing deletes them)."""
-    return [r for r in records if r.verdict == "fail"]
+def _short(error: Exception, limit: int = 200) -> str:
+    text = str(error)
+    return text if len(text) <= limit else text[:limit] + "..."
 
 
 def _one_of(what: str, value, allowed) -> None:

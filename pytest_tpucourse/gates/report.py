@@ -1,42 +1,172 @@
-"""What the records say: every gate's status per chip, the terminal gate table and bench/README.md."""
+"""What the records say: rows read and re-judged, every gate's status per chip, the gate table and
+bench/README.md.
+
+Statuses are computed only from rows that survive re-judging (judge.py), and only from the
+rows of one graded tree: the learner's progress reads "exercises" rows, the course's page
+"solutions" rows. Bad lines and rejected rows are listed with their path and line, never
+silently dropped.
+"""
 
 from __future__ import annotations
 
-from . import criteria
+from dataclasses import dataclass
+from pathlib import Path
+
+from ..course import EXERCISES
+from . import criteria, judge
 from . import records as rec
+from .provenance import module_hashes
 
-_METHOD_LABEL = {"roofline-predicted": "predicted", "off-chip-verified": "off-chip", "measured": "measured"}
+_METHOD_LABEL = {"roofline-predicted": "predicted", "off-chip-verified": "off-chip", "measured": "measured",
+                 "self-reported": "self-reported"}
 
 
-def gate_statuses(all_records, chip: str) -> dict[int, dict[str, str]]:
-    """{gate number: {criterion id: status}} for one chip, from every row ever written."""
-    current = [r for r in rec.current(all_records) if r.chip == chip]
+@dataclass(frozen=True)
+class Loaded:
+    """Rows read from records files and re-judged."""
+
+    accepted: tuple[rec.Record, ...]
+    rejected: tuple[judge.Rejected, ...]
+    bad: tuple[rec.BadLine, ...]
+
+    def problems(self) -> list[str]:
+        """One line per bad line and rejected row, with its path and line."""
+        return [str(b) for b in self.bad] + [str(r) for r in self.rejected]
+
+
+def load(paths, registry, tree: str | None = None, gates=None) -> Loaded:
+    """Read records files, keep the rows of `tree` (all when None), re-judge them."""
+    readout = rec.EMPTY
+    for path in paths:
+        readout = readout + rec.read(path)
+    rows = [row for row in readout.rows if tree is None or row.record.tree == tree]
+    judged = judge.judge_rows(rows, registry, gates)
+    return Loaded(tuple(judged.records), judged.rejected, readout.bad)
+
+
+def current_modules(course_root: Path, tree: str = EXERCISES) -> dict[str, str]:
+    """sha256 of every graded module now in a tree's chapters, keyed as rows key them."""
+    found = {}
+    base = Path(course_root) / tree
+    for chapter_dir in sorted(base.glob("ch[0-9][0-9]")) if base.is_dir() else ():
+        found.update(module_hashes(chapter_dir, f"{tree}/{chapter_dir.name}"))
+    return found
+
+
+@dataclass(frozen=True)
+class LearnerGates:
+    """The learner's gates for `tpucourse progress`: only the rows of their own exercises/ runs,
+    re-judged; a pass of code edited since shows as older code. The course's own records of its
+    reference solutions (bench/) are never counted here."""
+
+    records: tuple[rec.Record, ...]
+    current: dict
+    course_root: Path
+    problems: tuple[str, ...]
+
+    def label(self, number: int) -> str:
+        return gate_label(self.records, number, current=self.current, course_root=self.course_root)
+
+    def passed(self) -> int:
+        return gates_passed(self.records, current=self.current, course_root=self.course_root)
+
+    def notes(self) -> list[str]:
+        lines = [f"gate records: {p}" for p in self.problems[:10]]
+        if self.problems:
+            lines.append(f"gate records: {len(self.problems)} bad lines or rejected rows, not counted; "
+                         f"run `tpucourse records check` (--repair moves unreadable lines aside)")
+        lines.append(f"the course's own gate records of its reference solutions: {rec.PUBLISHED_PATH.parent}/"
+                     f"README.md (never counted as yours)")
+        return lines
+
+
+def learner_gates(course_root: Path) -> LearnerGates:
+    from .. import chips
+    from .provenance import relative_text
+
+    loaded = load([Path(course_root) / rec.DEFAULT_PATH], chips.ChipRegistry(), tree=EXERCISES)
+    return LearnerGates(loaded.accepted, current_modules(course_root), Path(course_root),
+                        tuple(relative_text(p, course_root) for p in loaded.problems()))
+
+
+def _has_gate_test(g: criteria.Gate, course_root: Path | None) -> bool:
+    return course_root is None or (Path(course_root) / g.test_file()).is_file()
+
+
+def gate_statuses(records, chip: str, *, current: dict | None = None, course_root: Path | None = None,
+                  gates=None) -> dict[int, dict[str, str]]:
+    """{gate number: {criterion id: status}} for one chip, from accepted rows."""
+    gates = gates if gates is not None else criteria.GATES
+    rows = [r for r in records if r.chip == chip or r.method == "self-reported"]
     table = {}
-    for g in criteria.GATES:
-        rows = [r for r in current if r.gate == g.number]
-        table[g.number] = {c.id: criteria.criterion_status(c, [r for r in rows if r.criterion == c.id])
+    for g in gates:
+        mine = [r for r in rows if r.gate == g.number]
+        if not mine and not _has_gate_test(g, course_root):
+            table[g.number] = {c.id: criteria.NO_GATE_TEST for c in g.criteria}
+            continue
+        table[g.number] = {c.id: judge.criterion_status(c, [r for r in mine if r.criterion == c.id], current)
                            for c in g.criteria}
     return table
 
 
-def gates_passed(all_records) -> int:
-    """Gates whose every criterion passed on measured rows, on some chip."""
-    chip_names = {r.chip for r in all_records}
-    passed = set()
-    for chip in chip_names:
-        for number, statuses in gate_statuses(all_records, chip).items():
-            if all(s == criteria.PASS for s in statuses.values()):
-                passed.add(number)
-    return len(passed)
+def _chips(records) -> list[str]:
+    return sorted({r.chip for r in records if r.chip})
 
 
-def gate_table_lines(all_records, chip: str) -> list[str]:
-    statuses = gate_statuses(all_records, chip)
-    lines = [f"gates for {chip} (pass only on measured rows; off-chip results are not gate passes)"]
-    for g in criteria.GATES:
+def passed_on(records, number: int, *, current: dict | None = None, course_root: Path | None = None,
+              gates=None) -> list[str]:
+    """The chips on which every criterion of a gate is satisfied (measured passes, a public link)."""
+    return [chip for chip in _chips(records)
+            if all(s in criteria.SATISFIED for s in gate_statuses(
+                records, chip, current=current, course_root=course_root, gates=gates)[number].values())]
+
+
+def gates_passed(records, *, current: dict | None = None, course_root: Path | None = None, gates=None) -> int:
+    """Gates whose every criterion is satisfied on some chip."""
+    gates = gates if gates is not None else criteria.GATES
+    return sum(1 for g in gates if passed_on(records, g.number, current=current, course_root=course_root,
+                                              gates=gates))
+
+
+def gate_label(records, number: int, *, current: dict | None = None, course_root: Path | None = None) -> str:
+    """One gate in a word or two for `tpucourse progress`, from its statuses on every chip."""
+    if (course_root is not None and not _has_gate_test(criteria.gate(number), course_root)
+            and not any(r.gate == number for r in records)):
+        return criteria.NO_GATE_TEST
+    per_chip = {chip: gate_statuses(records, chip, current=current, course_root=course_root)[number]
+                for chip in _chips(records)}
+    passed = passed_on(records, number, current=current, course_root=course_root)
+    if passed:
+        linked = any(s == criteria.SELF_REPORTED for s in per_chip[passed[0]].values())
+        return f"passed on hardware ({', '.join(passed)})" + ("; upstream link self-reported" if linked else "")
+    older = [chip for chip, statuses in per_chip.items()
+             if all(s in criteria.SATISFIED + (criteria.PASS_OLDER_CODE,) for s in statuses.values())]
+    if older:
+        return f"passed on hardware (older code: a graded module changed since; {', '.join(older)})"
+    failed = sorted({f"{chip}: {c}" for chip, statuses in per_chip.items()
+                     for c, s in statuses.items() if s == criteria.FAIL})
+    if failed:
+        return f"failed ({'; '.join(failed)})"
+    if any(s == criteria.PASS_OFF_CHIP for statuses in per_chip.values() for s in statuses.values()):
+        return "off-chip verified, awaiting hardware"
+    return criteria.AWAITING
+
+
+def gate_table_lines(records, chip: str, *, course_root: Path | None = None, tree: str = "",
+                     gates=None) -> list[str]:
+    gates = gates if gates is not None else criteria.GATES
+    statuses = gate_statuses(records, chip, course_root=course_root, gates=gates)
+    whose = f", rows of {tree}" if tree else ""
+    lines = [f"gates for {chip} (pass only on measured rows; off-chip results are not gate passes{whose})"]
+    for g in gates:
         lines.append(f"gate {g.number:02d} {g.title} ({g.chapter})")
         for c in g.criteria:
-            lines.append(f"  {statuses[g.number][c.id]:<17}  {c.text}")
+            status = statuses[g.number][c.id]
+            mine = [r for r in records if r.gate == g.number and r.criterion == c.id and r.chip == chip]
+            missing = judge.missing_slots(c, mine)
+            detail = (f" ({len(c.slots) - len(missing)}/{len(c.slots)} slots measured)"
+                      if c.slots and 0 < len(missing) < len(c.slots) else "")
+            lines.append(f"  {status:<17}  {c.text}{detail}")
     return lines
 
 
@@ -48,52 +178,84 @@ def _ratio(value) -> str:
     return "" if value is None else f"{value:.2f}×"
 
 
-def bench_readme(all_records) -> str:
-    """bench/README.md: per chip, the gate table and the rows that speak for each slot."""
+def _value(r: rec.Record) -> str:
+    if r.value is None:
+        return "not runnable here"
+    if r.method == "self-reported":
+        return str(r.value)
+    return _us(r.value) if r.unit == "s" else f"{r.value:.3g} {r.unit}"
+
+
+def _latest_per_slot(records) -> list[rec.Record]:
+    """The latest row of each slot, a measurement before an off-chip result before a prediction."""
+    rank = {"roofline-predicted": 0, "off-chip-verified": 1, "measured": 2, "self-reported": 2}
+    best: dict[tuple, rec.Record] = {}
+    for r in records:
+        held = best.get(r.slot)
+        if held is None or (rank[r.method], r.date) >= (rank[held.method], held.date):
+            best[r.slot] = r
+    return list(best.values())
+
+
+def bench_readme(loaded: Loaded, *, course_root: Path | None = None, source: str = "records.jsonl") -> str:
+    """bench/README.md: the course's records of its reference solutions, per chip."""
+    records = list(loaded.accepted)
+    current = current_modules(course_root, "solutions") if course_root is not None else None
     out = [
-        "# Gate records",
+        "# Gate records of the course's reference solutions",
         "",
-        "Generated by `tpucourse bench` from `records.jsonl`; do not edit by hand.",
+        f"Generated by `tpucourse bench` from `{source}`; do not edit by hand. These rows are the",
+        "course's own (`--solutions` runs), never a learner's: `tpucourse progress` shows only the rows",
+        "of your `exercises/` runs, kept in `.tpucourse/records.jsonl`.",
+        "",
         "Every number says what it is: **predicted** (roofline floor from the chip's figures),",
-        "**off-chip** (correct under interpret mode, no time), or **measured** (run on the chip;",
-        "median and interquartile range). A measured row replaces the prediction holding its slot;",
-        "failed rows are never deleted and are listed below.",
+        "**off-chip** (correct under interpret mode, no time), or **measured** (run on the chip; the",
+        "median of the rounds, their interquartile range, and the 95% interval of the judged ratio).",
+        "Every row was re-judged when this page was made; rows that failed re-judging are listed",
+        "as rejected. Failed rows are never deleted and are listed below.",
         "",
     ]
-    chip_names = sorted({r.chip for r in all_records})
+    chip_names = _chips(records)
     if not chip_names:
-        out.append("No records yet: run `pytest --gates --chip=v5e`.")
-    out.append(f"Gates passed: {gates_passed(all_records)}/{len(criteria.GATES)} (measured rows only).")
+        out.append("No records yet: run `pytest --gates --solutions --chip=v5e --records bench/records.jsonl`.")
+    out.append(f"Gates passed: {gates_passed(records, current=current, course_root=course_root)}/"
+               f"{len(criteria.GATES)} (measured rows only).")
     out.append("")
     for chip in chip_names:
-        statuses = gate_statuses(all_records, chip)
-        out += [f"## {chip}", "", "| gate | criterion | status |", "|---|---|---|"]
+        statuses = gate_statuses(records, chip, current=current, course_root=course_root)
+        out += [f"## {chip}", "", "| gate | criterion | whose words | status |", "|---|---|---|---|"]
         for g in criteria.GATES:
             for c in g.criteria:
-                out.append(f"| {g.number:02d} {g.title} | {c.text} | {statuses[g.number][c.id]} |")
-        rows = sorted((r for r in rec.current(all_records) if r.chip == chip),
+                out.append(f"| {g.number:02d} {g.title} | {c.text} | {g.words}'s | {statuses[g.number][c.id]} |")
+        rows = sorted((r for r in _latest_per_slot(records) if r.chip == chip),
                       key=lambda r: (r.gate, r.criterion, r.op, r.shapes, r.implementation))
         out += ["", "| gate | criterion | op | shapes | dtype | implementation | what | value | spread | "
-                "÷ floor | ÷ ceiling | verdict | date | jax | commit |",
-                "|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|"]
+                "rounds | ÷ floor | ÷ ceiling | 95% interval | verdict | date | jax | commit |",
+                "|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|"]
         for r in rows:
-            if r.value is None:
-                value = "not runnable here"
-            else:
-                value = _us(r.value) if r.unit == "s" else f"{r.value:.3g} {r.unit}"
+            interval = "" if r.ratio_ci is None else f"[{r.ratio_ci[0]:.3g}, {r.ratio_ci[1]:.3g}]"
             out.append(
-                f"| {r.gate:02d} | {r.criterion} | {r.op} | {' · '.join('×'.join(map(str, s)) for s in r.shapes)} | {r.dtype} | "
-                f"{r.implementation} | {_METHOD_LABEL[r.method]} {r.statistic} | {value} | "
-                f"{_us(r.spread) if r.unit == 's' else ''} | {_ratio(r.ratio_to_floor)} | "
-                f"{_ratio(r.ratio_to_ceiling)} | {r.verdict} | {r.date[:10]} | {r.jax} | "
-                f"{(r.git_commit or '')[:10]} |"
+                f"| {r.gate:02d} | {r.criterion} | {r.op} | {' · '.join('×'.join(map(str, s)) for s in r.shapes)} | "
+                f"{r.dtype} | {r.implementation} | {_METHOD_LABEL[r.method]} {r.statistic} | {_value(r)} | "
+                f"{_us(r.spread) if r.unit == 's' else ''} | {len(r.samples) if r.samples else ''} | "
+                f"{_ratio(r.ratio_to_floor)} | {_ratio(r.ratio_to_ceiling)} | {interval} | {r.verdict} | "
+                f"{r.date[:10]} | {r.jax} | {(r.git_commit or '')[:10]} |"
             )
         out.append("")
-    failed = rec.failures(all_records)
+    links = [r for r in records if r.method == "self-reported"]
+    if links:
+        out += ["## Public links (self-reported)", ""]
+        out += [f"- gate {r.gate:02d} {r.criterion}: {r.value} ({r.date[:10]})" for r in links]
+        out.append("")
     out += ["## Failures (kept forever)", ""]
+    failed = [r for r in records if r.verdict == "fail"]
     if not failed:
         out.append("None recorded.")
     for r in failed:
         out.append(f"- {r.date} {r.chip} gate {r.gate:02d} {r.criterion}: {r.op} {r.dtype} "
-                   f"{r.implementation}, {_METHOD_LABEL[r.method]} {r.value:.4g} {r.unit} ({r.test_id})")
+                   f"{r.implementation}, {_METHOD_LABEL[r.method]} {r.statistic} ({r.test_id})")
+    problems = loaded.problems()
+    if problems:
+        out += ["", "## Rejected rows and unreadable lines", ""]
+        out += [f"- {line}" for line in problems]
     return "\n".join(out) + "\n"

@@ -1,58 +1,116 @@
-"""The gate test's one object for writing honest rows (`gate_run`), and what a run's gates share.
+"""The gate test's one object for measuring and recording (`gate_run`), and what a run's gates share.
 
-A gate test asks for the `gate_run` fixture. On an accelerator it times the target
-(timer.py) and writes a measured row with the median and interquartile range. On a
-CPU nothing is timed: it writes the roofline prediction for the chip and the test
-is skipped as awaiting hardware.
+Measure, judge and record are separate: the harness (timer.py) measures, `judge.py` turns
+samples into verdicts, `records.py` writes rows. A GateRun ties them for one gate test and
+returns a `GateResult` for each call; it never skips or fails the test itself. The plugin's
+report hook turns the results into the test's outcome: "awaiting hardware" and "not runnable
+here" into a skip, a failed criterion into a failure (`test_outcome`).
 
 Three ways to measure:
   measure_floor  gate 0: XLA's op against its roofline floor.
+  measure_trio   a kernel between the XLA floor and the public ceiling, timed in the same
+                 rounds; the kernel row is judged by the gate's speed criteria from its
+                 round-by-round ratios, the floor and ceiling rows are references. The ceiling
+                 may be a sweep of candidates (block sizes): the fastest on the chip is used.
   measure_against_compute_alone
-                 gate 4: a distributed kernel on several chips against its own compute
-                 with no communication; fewer chips than it needs is recorded as
-                 "needs N chips", not runnable, never a pass.
-  measure_trio   a kernel between the XLA floor and the public ceiling
-                 (jax.experimental.pallas.ops.tpu), all three timed in the same run,
-                 one row each; the kernel row is judged by the gate's speed criteria
-                 from the measured ratios, the floor and ceiling rows are references.
-                 A TPU Pallas kernel on a GPU is recorded as not runnable, never as a pass.
+                 gate 4: a distributed kernel on several chips against its own compute with
+                 no communication; fewer chips than it needs is "not runnable", never a pass.
+Before anything is timed, every timed implementation but the floor is checked against its
+reference on every input set it will be timed on, and again after timing on inputs of a
+fresh seed: an implementation whose output is wrong (zeros at the timed size, a cached
+answer) gets a fail row and never a time.
+
+Nothing is timed off an accelerator, or when the run asked for an interpreter
+(`--interpret tpu|fast`): the roofline floor is recorded as a prediction instead.
 """
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+import uuid
+from dataclasses import dataclass, field
 from pathlib import Path
 
-import pytest
-
 from .. import chips
-from . import criteria as gate_criteria
-from . import records as rec
+from ..grading.backend import DeviceFacts
 from ..roofline import Cost, predict
-from .provenance import Provenance, provenance
+from . import criteria as gate_criteria
+from . import judge, stats, timer
+from . import records as rec
+from .provenance import Provenance, relative_text
+
+INPUT_SETS = 3  # input sets each implementation is timed on, rotating
+NOTHING_TIMED = "nothing timed"  # a result status: interpret mode on an accelerator
+
+
+@dataclass(frozen=True)
+class GateResult:
+    """What one measurement or verification showed: a status (criteria.py's words), why, its rows."""
+
+    status: str
+    message: str
+    rows: tuple[rec.Record, ...] = ()
+
+
+def test_outcome(results) -> tuple[str, str] | None:
+    """("failed" | "skipped", message) for a gate test's results, or None when it passed."""
+    failed = [r.message for r in results if r.status == gate_criteria.FAIL]
+    if failed:
+        return "failed", "\n".join(failed)
+    waiting = [r.message for r in results if r.status in (gate_criteria.AWAITING, gate_criteria.NOT_RUNNABLE,
+                                                           NOTHING_TIMED)]
+    if waiting:
+        return "skipped", "; ".join(dict.fromkeys(waiting))
+    return None
 
 
 class GateRun:
-    """Writes the rows of one gate test; judges measured ones by the gate's criterion."""
+    """Measures, judges and records the rows of one gate test."""
 
-    def __init__(self, *, gate: int, chapter: str, test_id: str, chip: chips.Chip,
-                 on_accelerator: bool, provenance: Provenance, records_path: Path, timer_factory,
-                 marker_cost: Cost | None = None, interpreted: bool = True, graded: str = ""):
-        self.gate = gate_criteria.gate(gate)
+    def __init__(self, *, gate: gate_criteria.Gate, chapter: str, test_id: str, chip: chips.Chip,
+                 device: DeviceFacts, provenance: Provenance, records_path: Path, harness=None,
+                 store=None, marker_cost: Cost | None = None, kernels_native: bool = False,
+                 interpret_requested: bool = False, live_device=None, root: Path | None = None):
+        self.gate = gate  # from the thresholds captured when the run started
         self.chapter = chapter
         self.test_id = test_id
         self.chip = chip
-        self.on_accelerator = on_accelerator
+        self.device = device
         self.provenance = provenance
         self.records_path = Path(records_path)
-        self._timer_factory = timer_factory
+        self.harness = harness
+        self.store = store
         self.marker_cost = marker_cost  # from the test's @pytest.mark.roofline(flops=, bytes=)
-        self.interpreted = interpreted  # kernels ran under a Pallas interpreter in this session
-        self.graded = graded  # which tree the kernels came from, for the rows' notes
+        self.kernels_native = kernels_native  # Pallas kernels run compiled on this chip
+        self.interpret_requested = interpret_requested  # --interpret tpu|fast: nothing is timed
+        self._live_device = live_device  # reads the device again when a measured row is written
+        self.root = root
+        self.results: list[GateResult] = []
+
+    # ------------------------------------------------------------ what the run is
+
+    @property
+    def on_accelerator(self) -> bool:
+        return self.device.is_accelerator
 
     @property
     def platform(self) -> str:
-        return self.provenance.platform
+        return self.device.platform
+
+    def _why_nothing_is_timed(self, op: str, dtype: str, what: str) -> GateResult | None:
+        if not self.on_accelerator:
+            return GateResult(gate_criteria.AWAITING,
+                              f"awaiting hardware: {op} {dtype} {what} predicted for {self.chip.name}; "
+                              f"nothing is timed off-chip")
+        if self.interpret_requested:
+            return GateResult(NOTHING_TIMED, f"interpret mode: nothing is timed ({op} {dtype} on "
+                                             f"{self.device.device_kind}; run without --interpret to time it)")
+        return None
+
+    def _finish(self, result: GateResult) -> GateResult:
+        self.results.append(result)
+        return result
+
+    # ------------------------------------------------------------ rows
 
     def _cost(self, cost: Cost | None) -> Cost:
         if cost is not None and self.marker_cost is not None and cost != self.marker_cost:
@@ -67,101 +125,135 @@ class GateRun:
 
     def _record(self, **fields) -> rec.Record:
         p = self.provenance
-        row = rec.Record(gate=self.gate.number, chapter=self.chapter, test_id=self.test_id,
-                         chip=self.chip.name, platform=p.platform, device_kind=p.device_kind,
-                         jax=p.jax, jaxlib=p.jaxlib, libtpu=p.libtpu, git_commit=p.git_commit,
-                         host=p.host, **fields)
+        if fields.get("method") == "measured":
+            self._check_live_device()
+        notes = fields.pop("notes", "")
+        row = rec.Record(gate=self.gate.number, chapter=self.chapter, test_id=self.test_id, tree=p.tree,
+                         chip=self.chip.name, platform=p.platform, device_kind=p.device_kind, jax=p.jax,
+                         jaxlib=p.jaxlib, libtpu=p.libtpu, git_commit=p.git_commit, git_dirty=p.git_dirty,
+                         modules=p.modules, notes=relative_text(notes, self.root)[:1000] if self.root else notes,
+                         **fields)
         rec.append(self.records_path, row)
         return row
 
+    def _check_live_device(self) -> None:
+        """A measured row needs the device JAX reports now to be the one the run started on."""
+        if self._live_device is None:
+            return
+        now = self._live_device()
+        if (now.platform, now.device_kind) != (self.device.platform, self.device.device_kind):
+            raise rec.HonestyError(
+                f"{self.test_id}: this process runs on {now.platform} ({now.device_kind}), but the gate "
+                f"run says {self.device.platform} ({self.device.device_kind}): something rewrote the "
+                f"run's device after it started; nothing is recorded as measured")
+
+    def _slot_cost(self, cost: Cost) -> dict:
+        return {"flops": float(cost.flops), "bytes": float(cost.bytes)}
+
     def predict(self, criterion: str, op: str, shapes, dtype: str, cost: Cost | None = None,
-                implementation: str = "floor") -> rec.Record | None:
+                implementation: str | None = None) -> rec.Record | None:
         """Write the roofline floor for this chip, unless the same prediction already holds the slot.
 
         cost None: the test's roofline marker gives it. implementation: the slot the prediction
-        holds until a measurement replaces it ("compute-alone" for gate 04).
+        holds until a measurement replaces it (by default the floor; gate 04: compute-alone).
         """
-        self.gate.criterion(criterion)
+        c = self.gate.criterion(criterion)
         cost = self._cost(cost)
-        floor = predict(self.chip.per_device(), cost).floor_seconds
+        implementation = implementation or ("compute-alone" if c.ratio_of == "compute-alone" else "floor")
+        prediction = predict(self.chip.per_device(), cost, dtype)
         slot = (self.gate.number, criterion, op, tuple(map(tuple, shapes)), dtype, self.chip.name, implementation)
-        if any(r.slot == slot and r.method == "roofline-predicted" and r.value == floor
-               for r in rec.read(self.records_path)):
+        if any(r.slot == slot and r.method == "roofline-predicted" and r.value == prediction.floor_seconds
+               and r.tree == self.provenance.tree for r in rec.read(self.records_path).records):
             return None  # the same prediction is on file (a measurement may hold the slot since)
         return self._record(criterion=criterion, implementation=implementation, op=op, shapes=shapes,
-                            dtype=dtype, method="roofline-predicted", statistic="floor", value=floor,
-                            unit="s", verdict="pending", interpret=False,
-                            notes=f"{predict(self.chip.per_device(), cost).bound}-bound")
+                            dtype=dtype, method="roofline-predicted", statistic="floor",
+                            value=prediction.floor_seconds, unit="s", verdict="pending", interpret=False,
+                            cost=self._slot_cost(cost), run_id=uuid.uuid4().hex,
+                            notes=f"{prediction.bound}-bound")
 
-    def verify(self, criterion: str, op: str, shapes, dtype: str, check, notes: str = "") -> rec.Record | None:
+    # ------------------------------------------------------------ correctness
+
+    def verify(self, criterion: str, op: str, shapes, dtype: str, check, notes: str = "") -> GateResult:
         """A correctness criterion: run `check()` (the graded checks at the gate's problem).
 
         Writes one kernel row, pass or fail: `off-chip-verified` under interpret mode or
-        on a CPU, `measured` when the kernel ran natively on the chip. A failure is
-        recorded before it is re-raised, so it stays on file. Code not written yet (TODO)
-        verifies nothing and writes no row. notes: what the check ran on, kept in the row.
+        on a CPU, `measured` when the kernel ran natively on the chip. Code not written yet
+        (TODO) verifies nothing, writes no row, and is reported as TODO.
         """
         from ..outcomes import GradingOutcome, Todo
 
         c = self.gate.criterion(criterion)
         if c.kind != "correctness":
             raise ValueError(f"gate {self.gate.number:02d} criterion {c.id} is not a correctness criterion")
-        native = self.on_accelerator and not self.interpreted
+        native = self.on_accelerator and self.kernels_native
         common = dict(criterion=criterion, implementation="kernel", op=op, shapes=shapes, dtype=dtype,
                       method="measured" if native else "off-chip-verified", statistic="checks-passed",
-                      unit="check", interpret=not native)
-        where = f"graded tree {self.graded}; " if self.graded else ""
-        where += f"{notes}; " if notes else ""
+                      unit="check", interpret=not native, run_id=uuid.uuid4().hex)
+        where = f"{notes}; " if notes else ""
         try:
             check()
         except Todo:
             raise
         except (GradingOutcome, AssertionError) as failure:
-            first = str(failure).strip().splitlines()[0] if str(failure).strip() else type(failure).__name__
-            self._record(value=0.0, verdict="fail", notes=f"{where}{first}"[:500], **common)
-            raise
-        return self._record(value=1.0, verdict="pass", notes=f"{where}the chapter's differential checks",
-                            **common)
+            text = failure.render() if isinstance(failure, GradingOutcome) else str(failure)
+            text = text.strip() or type(failure).__name__
+            row = self._record(value=0.0, verdict="fail", notes=f"{where}{text.splitlines()[0]}", **common)
+            return self._finish(GateResult(gate_criteria.FAIL, text, (row,)))
+        row = self._record(value=1.0, verdict="pass", notes=f"{where}the chapter's differential checks", **common)
+        status = gate_criteria.PASS if native else gate_criteria.PASS_OFF_CHIP
+        return self._finish(GateResult(status, f"{c.id}: {status}", (row,)))
 
-    def measure_floor(self, criterion: str, op: str, shapes, dtype: str, cost: Cost | None, fn, input_sets):
+    # ------------------------------------------------------------ gate 0
+
+    def measure_floor(self, criterion: str, op: str, shapes, dtype: str, cost: Cost | None, fn,
+                      inputs) -> GateResult:
         """Gate 0: time XLA's op and judge it against its roofline floor on this chip.
 
-        On a CPU: writes the prediction and skips the test (awaiting hardware).
+        inputs(seed) builds one input set; it is called only when something is timed.
         """
         c = self.gate.criterion(criterion)
+        if c.ratio_of != "roofline":
+            raise ValueError(f"gate {self.gate.number:02d} criterion {c.id} is not judged against a roofline floor")
         cost = self._cost(cost)
         self.predict(criterion, op, shapes, dtype, cost)
-        if not self.on_accelerator:
-            pytest.skip(f"awaiting hardware: {op} {dtype} roofline floor predicted for {self.chip.name}; "
-                        f"nothing is timed off-chip")
-        floor = predict(self.chip.per_device(), cost).floor_seconds
-        stats = self._timer_factory().measure(fn, input_sets)
-        ratio = stats.median / floor
-        verdict = c.judge(ratio)
-        self._record(criterion=criterion, implementation="floor", op=op, shapes=shapes, dtype=dtype,
-                     method="measured", statistic="median", value=stats.median, unit="s",
-                     spread=stats.iqr, ratio_to_floor=ratio, verdict=verdict, interpret=False,
-                     notes=f"{stats.rounds} rounds over {len(input_sets)} input sets")
-        if verdict == gate_criteria.FAIL:
-            low, high = c.ratio_range
-            pytest.fail(f"{op} {dtype} {shapes} on {self.chip.name}: measured {stats.median * 1e6:.1f} us "
-                        f"is {ratio:.2f}x its roofline floor {floor * 1e6:.1f} us, outside "
-                        f"[{low}, {high}]", pytrace=False)
-        return stats
+        waiting = self._why_nothing_is_timed(op, dtype, "roofline floor")
+        if waiting:
+            return self._finish(waiting)
+        self.store.require()
+        floor = predict(self.chip.per_device(), cost, dtype).floor_seconds
+        try:
+            timing = self.harness.measure({"floor": fn}, [inputs(seed) for seed in range(INPUT_SETS)])["floor"]
+        except timer.TimingError as error:
+            return self._finish(GateResult(gate_criteria.FAIL, f"{op} on {self.chip.name}: {error}"))
+        judged = judge.judge_ratios([s / floor for s in timing.samples], c.ratio_range)
+        s = timing.summary
+        try:
+            row = self._record(criterion=criterion, implementation="floor", op=op, shapes=shapes, dtype=dtype,
+                               method="measured", statistic="median", value=s.median, unit="s", spread=s.iqr,
+                               samples=timing.samples, ratio_to_floor=judged.median, ratio_ci=judged.interval,
+                               verdict=judged.verdict, interpret=False, cost=self._slot_cost(cost),
+                               run_id=uuid.uuid4().hex, notes=timing.describe())
+        except rec.HonestyError as error:
+            return self._finish(GateResult(gate_criteria.FAIL, str(error)))
+        self.store.store(None, timing)
+        low, high = c.ratio_range
+        message = (f"{op} {dtype} {list(map(tuple, shapes))} on {self.chip.name}: measured {s.median * 1e6:.1f} us "
+                   f"is {judged.median:.2f}x its roofline floor {floor * 1e6:.1f} us (95% interval "
+                   f"{_interval(judged.interval)}); the band is [{low}, {high}]")
+        return self._finish(GateResult(judged.verdict, message, (row,)))
+
+    # ------------------------------------------------------------ a kernel between floor and ceiling
 
     def measure_trio(self, criteria, op: str, shapes, dtype: str, cost: Cost | None, *, floor, kernel,
-                     ceiling, input_sets, tpu_only=("kernel", "ceiling")) -> dict:
-        """Time floor (XLA), kernel and ceiling in one run; judge the kernel by `criteria`.
+                     ceiling, inputs, tpu_only=("kernel", "ceiling")) -> GateResult:
+        """Time floor (XLA), kernel and ceiling in the same rounds; judge the kernel by `criteria`.
 
-        criteria: a speed criterion id of this gate, or several; each is judged from the
-        measured kernel time divided by the floor's or the ceiling's (Criterion.ratio_of).
-        For each criterion one row per implementation is written: the kernel row carries
-        the verdict and both ratios; floor and ceiling rows are references. kernel or
-        ceiling None, or named in tpu_only on a non-TPU platform, is not runnable here: a
-        not-runnable row is written and the test is skipped, never passed.
-
-        On a CPU nothing is timed: the roofline floor is predicted for each criterion and
-        the test is skipped as awaiting hardware. Returns {implementation: Stats | None}.
+        criteria: a speed criterion id of this gate, or several, each judged from the kernel's
+        round-by-round ratios to the floor or the ceiling (Criterion.ratio_of). ceiling: a
+        function, or {label: function} candidates (a block-size sweep) of which the fastest
+        correct one on this chip is the ceiling. kernel or ceiling None, or named in tpu_only
+        off a TPU, is not runnable here: a not-runnable row is written, never a pass.
+        inputs(seed) builds one input set: operands for all three.
         """
         criteria = (criteria,) if isinstance(criteria, str) else tuple(criteria)
         judged = [self.gate.criterion(c) for c in criteria]
@@ -169,91 +261,180 @@ class GateRun:
             if c.kind != "speed" or c.ratio_of not in ("floor", "ceiling"):
                 raise ValueError(f"gate {self.gate.number:02d} criterion {c.id} is not judged against "
                                  f"a measured floor or ceiling")
-            if c.ratio_of == "ceiling" and ceiling is None:
+            if c.ratio_of == "ceiling" and not ceiling:
                 raise ValueError(f"gate {self.gate.number:02d} criterion {c.id} needs a ceiling kernel")
         if floor is None:
             raise ValueError(f"{self.test_id}: measure_trio needs the XLA floor implementation")
         cost = self._cost(cost)
         for c in judged:
             self.predict(c.id, op, shapes, dtype, cost)
-        if not self.on_accelerator:
-            pytest.skip(f"awaiting hardware: {op} {dtype} roofline floor predicted for {self.chip.name}; "
-                        f"floor, kernel and ceiling are timed only on the chip")
-        if not input_sets:
-            raise ValueError(f"{self.test_id}: measure_trio needs at least one input set")
+        waiting = self._why_nothing_is_timed(op, dtype, "roofline floor")
+        if waiting:
+            return self._finish(waiting)
+        self.store.require()
 
-        fns = {"floor": floor, "kernel": kernel, "ceiling": ceiling}
-        runnable = {name: fn is not None and not (name in tpu_only and self.platform != "tpu")
-                    for name, fn in fns.items()}
-        stats = {name: self._timer_factory(None if name == "kernel" else name).measure(fns[name], input_sets)
-                 if runnable[name] else None for name in ("floor", "kernel", "ceiling")}
-        t_floor, t_ceiling = stats["floor"].median, stats["ceiling"].median if stats["ceiling"] else None
+        run_id = uuid.uuid4().hex
+        common = dict(op=op, shapes=shapes, dtype=dtype, method="measured", interpret=False, run_id=run_id)
+        rows, problems = [], []
+        users = {"kernel": judged, "ceiling": [c for c in judged if c.ratio_of == "ceiling"]}
 
-        def ratios(seconds):
-            return seconds / t_floor, (seconds / t_ceiling if t_ceiling else None)
+        def not_runnable(name: str, why: str) -> None:
+            for c in users[name]:
+                rows.append(self._record(criterion=c.id, implementation=name, statistic="median", value=None,
+                                         unit="s", verdict="not-runnable", notes=f"not runnable here: {why}",
+                                         **common))
 
-        failures = []
+        def check_failed(name: str, message: str) -> None:
+            for c in users[name]:
+                rows.append(self._record(criterion=c.id, implementation=name, statistic=rec.TIMED_OUTPUT_CHECK,
+                                         value=0.0, unit="check", verdict="fail", notes=message, **common))
+            problems.append(message)
+
+        fns = {"floor": floor}
+        for name, fn in (("kernel", kernel), ("ceiling", ceiling)):
+            if name == "ceiling" and not users["ceiling"]:
+                continue
+            if fn is None or (name in tpu_only and self.platform != "tpu"):
+                not_runnable(name, "not given" if fn is None
+                             else f"a TPU Pallas kernel cannot run on {self.device.device_kind}")
+            else:
+                fns[name] = fn
+        try:
+            input_sets = [inputs(seed) for seed in range(INPUT_SETS)]
+            expected = [floor(*args) for args in input_sets]
+            sweep_notes = ""
+            if isinstance(fns.get("ceiling"), dict):
+                fns["ceiling"], sweep_notes = self._tune_ceiling(fns["ceiling"], input_sets, expected, dtype)
+                if fns["ceiling"] is None:
+                    check_failed("ceiling", f"no ceiling candidate was correct: {sweep_notes}")
+                    del fns["ceiling"]
+            for name in [n for n in ("kernel", "ceiling") if n in fns]:
+                wrong = _wrong_output(name, fns[name], input_sets, expected, dtype)
+                if wrong:
+                    check_failed(name, f"before timing: {wrong}")
+                    del fns[name]
+            if problems:  # a wrong kernel or ceiling: its fail row stands and nothing is timed
+                return self._finish(self._trio_result(op, dtype, shapes, problems, rows, judged))
+            # A kernel that cannot run here still leaves XLA's floor (and the ceiling) worth timing:
+            # they are references on this chip, and the kernel's row says it is not runnable.
+            try:
+                timings = self.harness.measure(fns, input_sets)
+            except timer.ImplementationFailed as failure:
+                check_failed(failure.name if failure.name in users else "kernel", f"while timing: {failure}")
+                return self._finish(self._trio_result(op, dtype, shapes, problems, rows, judged))
+            fresh = int(run_id[:8], 16)
+            fresh_inputs = [inputs(fresh)]
+            fresh_expected = [floor(*fresh_inputs[0])]
+            for name in [n for n in ("kernel", "ceiling") if n in fns]:
+                wrong = _wrong_output(name, fns[name], fresh_inputs, fresh_expected, dtype)
+                if wrong:
+                    check_failed(name, f"after timing, on inputs of seed {fresh}: {wrong}")
+                    del timings[name]
+            for name, timing in timings.items():
+                self.store.store(None if name == "kernel" else name, timing)
+            rows += self._trio_rows(judged, timings, common, sweep_notes)
+        except rec.HonestyError as error:
+            return self._finish(GateResult(gate_criteria.FAIL, str(error), tuple(rows)))
+        return self._finish(self._trio_result(op, dtype, shapes, problems, rows, judged))
+
+    def _trio_rows(self, judged, timings, common, sweep_notes: str) -> list[rec.Record]:
+        rows = []
+        floor = timings["floor"].samples
+        ceiling = timings["ceiling"].samples if "ceiling" in timings else None
         for c in judged:
-            common = dict(criterion=c.id, op=op, shapes=shapes, dtype=dtype, method="measured", unit="s",
-                          interpret=False)
-            for name in ("floor", "ceiling", "kernel"):
-                if fns[name] is None and name == "ceiling":
-                    continue  # no public kernel for this op: nothing to record
-                s_ = stats[name]
-                if s_ is None:
-                    why = ("not given" if fns[name] is None
-                           else f"a TPU Pallas kernel cannot run on {self.provenance.device_kind}")
-                    self._record(implementation=name, statistic="median", value=None,
-                                 verdict="not-runnable", notes=f"not runnable here: {why}", **common)
+            for name in ("floor", "ceiling"):
+                if name not in timings or (name == "ceiling" and c.ratio_of != "ceiling"):
                     continue
-                to_floor, to_ceiling = ratios(s_.median)
-                if name == "kernel":
-                    if c.ratio_of == "ceiling" and to_ceiling is None:
-                        continue  # the ceiling's not-runnable row speaks for this criterion
-                    verdict = c.judge(to_floor if c.ratio_of == "floor" else to_ceiling)
-                    if verdict == gate_criteria.FAIL:
-                        failures.append(f"{c.id}: kernel {s_.median * 1e6:.1f} us is "
-                                        f"{to_floor if c.ratio_of == 'floor' else to_ceiling:.2f}x the "
-                                        f"{c.ratio_of}, outside [{c.ratio_range[0]}, {c.ratio_range[1]:.3g}]")
-                else:
-                    verdict = "reference"
-                self._record(implementation=name, statistic="median", value=s_.median, spread=s_.iqr,
-                             ratio_to_floor=to_floor, ratio_to_ceiling=to_ceiling, verdict=verdict,
-                             notes=f"{s_.rounds} rounds over {len(input_sets)} input sets", **common)
+                t = timings[name]
+                to_floor = stats.median(stats.paired_ratios(t.samples, floor))
+                notes = t.describe() + (f"; {sweep_notes}" if name == "ceiling" and sweep_notes else "")
+                rows.append(self._record(criterion=c.id, implementation=name, statistic="median",
+                                         value=t.summary.median, unit="s", spread=t.summary.iqr,
+                                         samples=t.samples, ratio_to_floor=to_floor, verdict="reference",
+                                         notes=notes, **common))
+            if "kernel" not in timings or (c.ratio_of == "ceiling" and ceiling is None):
+                continue
+            t = timings["kernel"]
+            ratios = {"floor": stats.paired_ratios(t.samples, floor)}
+            if ceiling is not None and c.ratio_of == "ceiling":
+                ratios["ceiling"] = stats.paired_ratios(t.samples, ceiling)
+            verdict = judge.judge_ratios(ratios[c.ratio_of], c.ratio_range)
+            to = {name: stats.median(r) for name, r in ratios.items()}
+            rows.append(self._record(criterion=c.id, implementation="kernel", statistic="median",
+                                     value=t.summary.median, unit="s", spread=t.summary.iqr, samples=t.samples,
+                                     ratio_to_floor=to["floor"], ratio_to_ceiling=to.get("ceiling"),
+                                     ratio_ci=verdict.interval, verdict=verdict.verdict, notes=t.describe(),
+                                     **common))
+        return rows
+
+    def _trio_result(self, op, dtype, shapes, problems, rows, judged) -> GateResult:
+        where = f"{op} {dtype} {list(map(tuple, shapes))} on {self.chip.name}"
+        failures = list(problems)
+        for r in rows:
+            if r.implementation == "kernel" and r.verdict == "fail" and r.statistic == "median":
+                c = self.gate.criterion(r.criterion)
+                ratio = r.ratio_to_floor if c.ratio_of == "floor" else r.ratio_to_ceiling
+                failures.append(f"{c.id}: kernel {r.value * 1e6:.1f} us is {ratio:.2f}x the {c.ratio_of} (95% "
+                                f"interval {_interval(r.ratio_ci)}), not inside [{c.ratio_range[0]}, "
+                                f"{c.ratio_range[1]:.3g}]")
         if failures:
-            pytest.fail(f"{op} {dtype} {shapes} on {self.chip.name}: " + "; ".join(failures), pytrace=False)
-        if stats["kernel"] is None:
-            timed = " and ".join(name for name in ("floor", "ceiling") if stats[name] is not None)
-            pytest.skip(f"kernel not runnable on {self.provenance.device_kind} ({self.chip.name}): "
-                        f"recorded as not runnable; measured: {timed}")
-        return stats
+            return GateResult(gate_criteria.FAIL, f"{where}: " + "; ".join(dict.fromkeys(failures)), tuple(rows))
+        blocked = [r for r in rows if r.verdict == "not-runnable"]
+        if blocked:
+            timed = sorted({r.implementation for r in rows if r.statistic == "median" and r.value is not None})
+            return GateResult(gate_criteria.NOT_RUNNABLE,
+                              f"{'kernel' if any(r.implementation == 'kernel' for r in blocked) else 'ceiling'} "
+                              f"not runnable on {self.device.device_kind} ({self.chip.name}): recorded as not "
+                              f"runnable; measured: {' and '.join(timed) or 'nothing'}", tuple(rows))
+        passed = ", ".join(f"{c.id} pass" for c in judged)
+        return GateResult(gate_criteria.PASS, f"{where}: {passed}", tuple(rows))
 
-    def needs_devices(self, criterion: str, op: str, shapes, dtype: str, count: int) -> None:
-        """On an accelerator with fewer than `count` devices: a not-runnable row ("needs N chips")
-        and a skip, never a pass. Off an accelerator nothing: simulated devices stand in."""
-        import jax
+    def _tune_ceiling(self, candidates: dict, input_sets, expected, dtype):
+        """The fastest correct candidate on this chip, and the sweep as notes for the ceiling row."""
+        correct, notes = {}, []
+        for label, fn in candidates.items():
+            wrong = _wrong_output(f"ceiling {label}", fn, input_sets, expected, dtype)
+            if wrong:
+                notes.append(f"{label}: wrong or failed ({wrong.splitlines()[0][:120]})")
+            else:
+                correct[label] = fn
+        if not correct:
+            return None, "; ".join(notes)
+        timings = self.harness.measure(correct, input_sets) if len(correct) > 1 else None
+        if timings is None:
+            best = next(iter(correct))
+        else:
+            best = min(timings, key=lambda label: timings[label].summary.median)
+            notes = [f"{label}: {t.summary.median * 1e6:.1f} us" for label, t in timings.items()] + notes
+        return correct[best], f"ceiling tuned over {len(candidates)} block sizes ({'; '.join(notes)}): chose {best}"
 
+    # ------------------------------------------------------------ gate 4
+
+    def has_devices(self, criterion: str, op: str, shapes, dtype: str, count: int) -> bool:
+        """False, with a not-runnable row ("needs N chips"), on an accelerator with fewer than `count`
+        devices. Off an accelerator True: simulated devices stand in."""
         self.gate.criterion(criterion)
-        have = jax.device_count()
+        have = self.device.device_count
         if not self.on_accelerator or have >= count:
-            return
-        why = f"needs {count} chips; this run has {have} {self.provenance.device_kind}"
-        self._record(criterion=criterion, implementation="kernel", op=op, shapes=shapes, dtype=dtype,
-                     method="measured", statistic="median", value=None, unit="s", verdict="not-runnable",
-                     interpret=False, notes=f"not runnable here: {why}")
-        pytest.skip(f"{op} on {self.chip.name}: {why}; recorded as not runnable")
+            return True
+        why = f"needs {count} chips; this run has {have} {self.device.device_kind}"
+        row = self._record(criterion=criterion, implementation="kernel", op=op, shapes=shapes, dtype=dtype,
+                           method="measured", statistic="median", value=None, unit="s", verdict="not-runnable",
+                           interpret=False, run_id=uuid.uuid4().hex, notes=f"not runnable here: {why}")
+        self._finish(GateResult(gate_criteria.NOT_RUNNABLE, f"{op} on {self.chip.name}: {why}; recorded as "
+                                                            f"not runnable", (row,)))
+        return False
 
     def measure_against_compute_alone(self, criterion: str, op: str, shapes, dtype: str, cost: Cost | None,
                                       *, kernel, compute_alone, kernel_inputs, compute_alone_inputs,
-                                      devices: int) -> dict:
+                                      kernel_reference, compute_alone_reference, devices: int) -> GateResult:
         """Gate 04: time a distributed kernel on `devices` chips and its compute alone; judge the ratio.
 
-        compute_alone: the same work per chip with no communication at all (for the collective
-        matmul, the learner's own kernel on a one-device ring, given the gathered input). Both are
-        timed in this run, on this chip; the kernel row carries ratio_to_compute_alone and the
-        verdict, the compute-alone row is a reference. On a CPU the roofline floor of the per-chip
-        compute is predicted and the test is skipped as awaiting hardware; with fewer than
-        `devices` chips a not-runnable row is written ("needs N chips").
+        compute_alone: the same work per chip with no communication at all. Each is checked
+        against its XLA reference before and after timing; both are timed in the same rounds.
+        kernel_inputs(seed), compute_alone_inputs(seed) build one input set each. On a CPU the
+        roofline floor of one chip's compute is predicted; with fewer than `devices` chips a
+        not-runnable row is written ("needs N chips").
         """
         c = self.gate.criterion(criterion)
         if c.kind != "speed" or c.ratio_of != "compute-alone":
@@ -261,76 +442,156 @@ class GateRun:
                              f"compute-alone time")
         cost = self._cost(cost)
         self.predict(criterion, op, shapes, dtype, cost, implementation="compute-alone")
-        if not self.on_accelerator:
-            pytest.skip(f"awaiting hardware: {op} {dtype} roofline floor of one chip's compute predicted "
-                        f"for {self.chip.name}; the kernel and its compute alone are timed only on chips")
-        self.needs_devices(criterion, op, shapes, dtype, devices)
-        if self.platform != "tpu":
-            self._record(criterion=criterion, implementation="kernel", op=op, shapes=shapes, dtype=dtype,
-                         method="measured", statistic="median", value=None, unit="s", verdict="not-runnable",
-                         interpret=False, notes=f"not runnable here: a TPU Pallas kernel cannot run on "
-                                                f"{self.provenance.device_kind}")
-            pytest.skip(f"a TPU Pallas kernel cannot run on {self.provenance.device_kind}: recorded as "
-                        f"not runnable")
-        if not kernel_inputs or not compute_alone_inputs:
-            raise ValueError(f"{self.test_id}: measure_against_compute_alone needs input sets for both")
-        alone = self._timer_factory("compute-alone").measure(compute_alone, compute_alone_inputs)
-        mine = self._timer_factory(None).measure(kernel, kernel_inputs)
-        ratio = mine.median / alone.median
-        verdict = c.judge(ratio)
+        waiting = self._why_nothing_is_timed(op, dtype, "roofline floor of one chip's compute")
+        if waiting:
+            return self._finish(waiting)
+        if not self.has_devices(criterion, op, shapes, dtype, devices):
+            return self.results[-1]
+        run_id = uuid.uuid4().hex
         common = dict(criterion=criterion, op=op, shapes=shapes, dtype=dtype, method="measured",
-                      statistic="median", unit="s", interpret=False)
-        self._record(implementation="compute-alone", value=alone.median, spread=alone.iqr,
-                     verdict="reference", notes=f"one chip, no communication; {alone.rounds} rounds over "
-                                                f"{len(compute_alone_inputs)} input sets", **common)
-        self._record(implementation="kernel", value=mine.median, spread=mine.iqr,
-                     ratio_to_compute_alone=ratio, verdict=verdict,
-                     notes=f"{devices} chips; {mine.rounds} rounds over {len(kernel_inputs)} input sets",
-                     **common)
-        if verdict == gate_criteria.FAIL:
-            low, high = c.ratio_range
-            pytest.fail(f"{op} {dtype} {shapes} on {devices} {self.chip.name} chips: {mine.median * 1e6:.1f} us "
-                        f"is {ratio:.2f}x its compute alone ({alone.median * 1e6:.1f} us), outside "
-                        f"[{low}, {high}]", pytrace=False)
-        return {"kernel": mine, "compute-alone": alone}
+                      interpret=False, run_id=run_id)
+        if self.platform != "tpu":
+            row = self._record(implementation="kernel", statistic="median", value=None, unit="s",
+                               verdict="not-runnable", notes=f"not runnable here: a TPU Pallas kernel cannot "
+                                                             f"run on {self.device.device_kind}", **common)
+            return self._finish(GateResult(gate_criteria.NOT_RUNNABLE, f"a TPU Pallas kernel cannot run on "
+                                           f"{self.device.device_kind}: recorded as not runnable", (row,)))
+        self.store.require()
+        both = {"kernel": (kernel, kernel_inputs, kernel_reference),
+                "compute-alone": (compute_alone, compute_alone_inputs, compute_alone_reference)}
+        try:
+            sets = {name: [build(seed) for seed in range(INPUT_SETS)] for name, (_, build, _) in both.items()}
+            for name, (fn, _, reference) in both.items():
+                wrong = _wrong_output(name, fn, sets[name], [reference(*a) for a in sets[name]], dtype)
+                if wrong:
+                    return self._finish(self._check_failure(name, f"before timing: {wrong}", common))
+            try:
+                timings = _measure_apart(self.harness, {name: both[name][0] for name in both}, sets)
+            except timer.ImplementationFailed as failure:
+                return self._finish(self._check_failure(failure.name, f"while timing: {failure}", common))
+            fresh = int(run_id[:8], 16)
+            for name, (fn, build, reference) in both.items():
+                args = build(fresh)
+                wrong = _wrong_output(name, fn, [args], [reference(*args)], dtype)
+                if wrong:
+                    return self._finish(self._check_failure(name, f"after timing, on inputs of seed {fresh}: "
+                                                                  f"{wrong}", common))
+            mine, alone = timings["kernel"], timings["compute-alone"]
+            verdict = judge.judge_ratios(stats.paired_ratios(mine.samples, alone.samples), c.ratio_range)
+            for name, t in timings.items():
+                self.store.store(None if name == "kernel" else name, t)
+            rows = (self._record(implementation="compute-alone", statistic="median", value=alone.summary.median,
+                                 unit="s", spread=alone.summary.iqr, samples=alone.samples, verdict="reference",
+                                 notes=f"one chip, no communication; {alone.describe()}", **common),
+                    self._record(implementation="kernel", statistic="median", value=mine.summary.median, unit="s",
+                                 spread=mine.summary.iqr, samples=mine.samples,
+                                 ratio_to_compute_alone=verdict.median, ratio_ci=verdict.interval,
+                                 verdict=verdict.verdict, notes=f"{devices} chips; {mine.describe()}", **common))
+        except rec.HonestyError as error:
+            return self._finish(GateResult(gate_criteria.FAIL, str(error)))
+        low, high = c.ratio_range
+        message = (f"{op} {dtype} {list(map(tuple, shapes))} on {devices} {self.chip.name} chips: "
+                   f"{mine.summary.median * 1e6:.1f} us is {verdict.median:.2f}x its compute alone "
+                   f"({alone.summary.median * 1e6:.1f} us; 95% interval {_interval(verdict.interval)}); "
+                   f"the range is [{low}, {high}]")
+        return self._finish(GateResult(verdict.verdict, message, rows))
+
+    def _check_failure(self, name: str, message: str, common: dict) -> GateResult:
+        row = self._record(implementation=name, statistic=rec.TIMED_OUTPUT_CHECK, value=0.0, unit="check",
+                           verdict="fail", notes=message, **common)
+        return GateResult(gate_criteria.FAIL, message, (row,))
+
+
+def _measure_apart(harness, fns: dict, sets: dict) -> dict:
+    """Gate 04's kernel and compute alone take different inputs: each is timed on its own sets,
+    in the same interleaved rounds (a wrapper picks each one's operands by round)."""
+    names = list(fns)
+    bundles = [tuple(sets[name][i] for name in names) for i in range(INPUT_SETS)]
+    wrapped = {name: (lambda fn, k: (lambda *bundle: fn(*bundle[k])))(fns[name], k) for k, name in enumerate(names)}
+    return harness.measure(wrapped, bundles)
+
+
+def _wrong_output(name: str, fn, input_sets, expected, dtype: str) -> str | None:
+    """Why fn's outputs on these inputs are not its reference's (values only), or None.
+
+    The bound is twice the tolerance rule's ceiling for the output's dtype: a kernel and a
+    floor each within the rule of the float64 truth are within twice it of each other. It
+    catches zeros, garbage and another input's answer, not a last-bit difference.
+    """
+    import jax
+    import numpy as np
+
+    from .. import tolerance
+
+    for i, (args, want) in enumerate(zip(input_sets, expected)):
+        try:
+            got = jax.block_until_ready(fn(*args))
+        except Exception as error:  # the learner's kernel, at the timed size
+            return f"{name} raised {type(error).__name__}: {str(error).strip().splitlines()[0] if str(error).strip() else ''}"
+        got_leaves, got_tree = jax.tree.flatten(got)
+        want_leaves, want_tree = jax.tree.flatten(want)
+        if got_tree != want_tree:
+            return f"{name} returned {got_tree}, expected {want_tree} (input set {i})"
+        for j, (g, w) in enumerate(zip(got_leaves, want_leaves)):
+            g, w = np.asarray(g), np.asarray(w)
+            what = f"{name} output {j} on input set {i}"
+            if g.shape != w.shape or g.dtype != w.dtype:
+                return f"{what} is {g.dtype}{list(g.shape)}, expected {w.dtype}{list(w.shape)}"
+            if not np.issubdtype(w.dtype, np.floating) and w.dtype.name != "bfloat16":
+                if not np.array_equal(g, w):
+                    return f"{what} differs from its reference"
+                continue
+            bound = 2 * tolerance.CEILING.get(w.dtype.name, 1e-2)
+            error = tolerance.relative_error(g.astype(np.float64), w.astype(np.float64))
+            if not error <= bound:
+                return (f"{what} is wrong at the timed size: relative error {error:.3g} against its reference "
+                        f"(bound {bound:.0e})")
+    return None
+
+
+def _interval(interval) -> str:
+    return "none: too few rounds" if interval is None else f"[{interval[0]:.3g}, {interval[1]:.3g}]"
 
 
 @dataclass(frozen=True)
 class GateContext:
-    """What every gate test of a run shares: the chip, the device, where rows go."""
+    """What every gate test of a run shares: the chip, the device read at the start, the thresholds
+    captured at the start, where rows go."""
 
     registry: chips.ChipRegistry
     chip: chips.Chip | None  # None: an accelerator we have no figures for, gates not asked for
-    platform: str
-    device_kind: str
+    device: DeviceFacts
     records_path: Path
     root: Path
+    gates: tuple = field(default_factory=judge.snapshot)
+    interpret_requested: bool = False
+    kernels_native: bool = False
 
     @property
     def on_accelerator(self) -> bool:
-        return self.platform in rec.ACCELERATORS
+        return self.device.is_accelerator
 
-    def run_for(self, *, gate: int, chapter: str, test_id: str, timer_factory,
-                marker_cost: Cost | None = None, interpreted: bool = True, graded: str = "") -> GateRun:
-        if self.chip is None:
-            raise pytest.UsageError(f"{test_id}: no chip for gate records: pass --chip")
-        return GateRun(gate=gate, chapter=chapter, test_id=test_id, chip=self.chip,
-                       on_accelerator=self.on_accelerator,
-                       provenance=provenance(self.platform, self.device_kind, self.root),
-                       records_path=self.records_path, timer_factory=timer_factory,
-                       marker_cost=marker_cost, interpreted=interpreted, graded=graded)
+    @property
+    def platform(self) -> str:
+        return self.device.platform
+
+    @property
+    def device_kind(self) -> str:
+        return self.device.device_kind
 
 
-def gate_context(registry: chips.ChipRegistry, requested: str | None, platform: str, device_kind: str,
-                 records_path: Path, root: Path, *, strict: bool) -> GateContext:
+def gate_context(registry: chips.ChipRegistry, requested: str | None, device: DeviceFacts,
+                 records_path: Path, root: Path, *, strict: bool, interpret_requested: bool = False,
+                 kernels_native: bool = False) -> GateContext:
     """Resolve the run's chip. strict: a chip that cannot be named for this device is an error."""
     try:
-        name = chips.chip_for_run(requested, platform, device_kind, registry)
+        name = chips.chip_for_run(requested, device.platform, device.device_kind, registry)
     except chips.ChipMismatch:
         if strict:
             raise
         name = None
-    if name is None and platform == "cpu":
+    if name is None and device.platform == "cpu":
         name = chips.DEFAULT_CHIP
-    return GateContext(registry=registry, chip=registry.get(name) if name else None, platform=platform,
-                       device_kind=device_kind, records_path=records_path, root=root)
+    return GateContext(registry=registry, chip=registry.get(name) if name else None, device=device,
+                       records_path=records_path, root=root, interpret_requested=interpret_requested,
+                       kernels_native=kernels_native)

@@ -1,72 +1,275 @@
-"""Timing on hardware with pytest-benchmark's fixture.
+"""Timing on the chip: device time, interleaved rounds, a confidence interval; pytest-benchmark keeps it.
 
-Pedantic mode: every call waits with block_until_ready, each input set is called
-once first so compilation is never timed, and the rounds rotate through several
-input sets so no cache flatters a repeat. The result is the median and the
-interquartile range.
+What each choice protects against (docs/gates.md says it at length):
+  - Compilation and first calls happen before anything is timed: a cold compile is not the op.
+  - Warm-up by time (WARMUP_SECONDS per implementation), not by a count: clocks, caches and
+    the allocator settle however long one call takes.
+  - N calls per sync, N chosen so one sample lasts about SAMPLE_SECONDS, and one sync at the
+    end: the host's dispatch of call i+1 overlaps the device's work on call i, so the sample
+    is device time, not Python dispatch. The cost of one empty sample (an empty jitted call
+    and its sync: launch latency, the sync, the clock reads) is measured first and taken off
+    every sample. An op shorter than dispatch itself is still dispatch-bound; its timing says so.
+  - The input sets rotate within a sample and from sample to sample, so no cache is flattered
+    by the same operands twice in a row.
+  - Floor, kernel and ceiling are interleaved round by round, the order rotating each round:
+    a thermal drift or a noisy neighbour hits all three alike, and their ratio is taken per round.
+  - Garbage collection is off while timing: a collection in one sample is not the kernel's.
+  - On a GPU, the L2 cache is flushed (a 256 MiB buffer written) before every sample, so no
+    implementation starts with its inputs warm in cache from the previous one.
+  - Rounds continue until every implementation's median is known to within TARGET_HALF_WIDTH
+    (the 95% interval's half width over the median), or the time budget ends; the rows keep
+    every sample and how the timing stopped.
+The clock, the sync and the flush are arguments, so the harness runs on a CPU in the
+tests with a fake clock; no test asserts on real time.
 """
 
 from __future__ import annotations
 
-import itertools
+import gc
+import math
+import time
 from dataclasses import dataclass
 
 import pytest
 
-ROUNDS = 30
+from . import stats
+
+WARMUP_SECONDS = 0.25
+SAMPLE_SECONDS = 0.01
+MIN_ROUNDS = 10
+MAX_ROUNDS = 200
+BUDGET_SECONDS = 30.0
+TARGET_HALF_WIDTH = 0.01
+MAX_CALLS_PER_SAMPLE = 1000
+L2_FLUSH_BYTES = 256 * 2**20
+DISPATCH_BOUND = 1.5  # a per-call time under 1.5x an empty call's is dispatch, not the op
+
+
+class TimingError(RuntimeError):
+    """The harness could not produce a time that means anything."""
+
+
+class ImplementationFailed(TimingError):
+    """One of the implementations raised while it was being timed."""
+
+    def __init__(self, name: str, error: Exception):
+        text = str(error).strip().splitlines()[0] if str(error).strip() else ""
+        super().__init__(f"{name} raised {type(error).__name__}: {text}")
+        self.name = name
 
 
 @dataclass(frozen=True)
-class Stats:
-    median: float  # seconds
-    iqr: float  # seconds
-    rounds: int
+class Timing:
+    """How one implementation timed: seconds per call, one sample per round."""
+
+    samples: tuple[float, ...]
+    calls_per_sample: int
+    overhead: float  # seconds of one empty sample, taken off every sample
+    dispatch: float  # seconds per call of an empty jitted call, N per sync
+    stopped: str  # "interval" (tight enough), "budget" or "max-rounds"
+
+    @property
+    def summary(self) -> stats.Summary:
+        return stats.summarize(self.samples)
+
+    @property
+    def dispatch_bound(self) -> bool:
+        return self.summary.median <= DISPATCH_BOUND * self.dispatch
+
+    def describe(self) -> str:
+        s = self.summary
+        text = (f"{s.rounds} rounds of {self.calls_per_sample} calls per sync, interleaved; stopped: "
+                f"{self.stopped}; empty-sample overhead {self.overhead * 1e6:.1f} us taken off")
+        if self.dispatch_bound:
+            text += (f"; dispatch-bound: {s.median * 1e6:.2f} us per call is within {DISPATCH_BOUND}x "
+                     f"an empty call's {self.dispatch * 1e6:.2f} us, so the op's own time is at most this")
+        return text
 
 
-class BenchmarkTimer:
-    """Times with pytest-benchmark's `benchmark` fixture (one target per test)."""
+class Harness:
+    """Times several implementations of one op together (see the module docstring)."""
 
-    def __init__(self, benchmark):
-        self.benchmark = benchmark
+    def __init__(self, *, clock=time.perf_counter, sync=None, flush=None, empty=None, warmup=None,
+                 sample=None, min_rounds=None, max_rounds=None, budget=None, target=None):
+        self.clock = clock
+        self.sync = sync or _block_until_ready
+        self.flush = flush
+        self._empty = empty
+        self.warmup = WARMUP_SECONDS if warmup is None else warmup
+        self.sample_seconds = SAMPLE_SECONDS if sample is None else sample
+        self.min_rounds = MIN_ROUNDS if min_rounds is None else min_rounds
+        self.max_rounds = MAX_ROUNDS if max_rounds is None else max_rounds
+        self.budget = BUDGET_SECONDS if budget is None else budget
+        self.target = TARGET_HALF_WIDTH if target is None else target
 
-    def measure(self, fn, input_sets, rounds: int = ROUNDS) -> Stats:
-        import jax
+    def measure(self, fns: dict, input_sets: list[tuple]) -> dict[str, Timing]:
+        """{name: Timing} for every implementation, timed in the same interleaved rounds."""
+        if not input_sets:
+            raise TimingError("nothing to time: no input sets")
+        fns = {name: _named(name, fn) for name, fn in fns.items()}
+        for name, fn in fns.items():  # compile, and call every input set once, before any timing
+            for args in input_sets:
+                _attributed(name, lambda: self.sync(fn(*args)))
+        overhead, dispatch = self._baseline()
+        calls = {name: _attributed(name, lambda: self._warm_up(fn, input_sets, overhead))
+                 for name, fn in fns.items()}
+        samples: dict[str, list[float]] = {name: [] for name in fns}
+        names, stopped = list(fns), "max-rounds"
+        collecting = gc.isenabled()
+        gc.collect()
+        gc.disable()
+        try:
+            start = self.clock()
+            for round_ in range(self.max_rounds):
+                shift = round_ % len(names)
+                for name in names[shift:] + names[:shift]:
+                    if self.flush is not None:
+                        self.flush()
+                    total = _attributed(name, lambda: self._time_calls(fns[name], input_sets, round_, calls[name]))
+                    per_call = (total - overhead) / calls[name]
+                    if not per_call > 0:
+                        raise TimingError(f"{name}: {calls[name]} calls took {total:.3g} s, no more than an "
+                                          f"empty sample ({overhead:.3g} s): nothing measurable")
+                    samples[name].append(per_call)
+                if round_ + 1 < self.min_rounds:
+                    continue
+                if all(stats.summarize(s).relative_half_width <= self.target for s in samples.values()):
+                    stopped = "interval"
+                    break
+                if self.clock() - start >= self.budget:
+                    stopped = "budget"
+                    break
+        finally:
+            if collecting:
+                gc.enable()
+        return {name: Timing(tuple(samples[name]), calls[name], overhead, dispatch, stopped) for name in fns}
 
-        for args in input_sets:  # compile and warm every input set outside the timing
-            jax.block_until_ready(fn(*args))
-        cycle = itertools.cycle(input_sets)
-        self.benchmark.pedantic(
-            lambda *args: jax.block_until_ready(fn(*args)),
-            setup=lambda: (next(cycle), {}), rounds=rounds, iterations=1, warmup_rounds=1,
-        )
-        stats = self.benchmark.stats
-        if stats is None:
-            raise RuntimeError("pytest-benchmark timed nothing: benchmarks are disabled "
-                               "(--benchmark-disable or --benchmark-skip); gate timings need them on")
-        return Stats(median=stats.stats.median, iqr=stats.stats.iqr, rounds=stats.stats.rounds)
+    def _time_calls(self, fn, input_sets, first: int, n: int) -> float:
+        """Seconds for n calls (input sets rotating) and one sync at the end."""
+        start = self.clock()
+        out = None
+        for i in range(n):
+            out = fn(*input_sets[(first + i) % len(input_sets)])
+        self.sync(out)
+        return self.clock() - start
+
+    def _baseline(self) -> tuple[float, float]:
+        """(one empty sample's seconds, an empty call's seconds when N share one sync)."""
+        empty, args = self._empty or _empty_call()
+        self.sync(empty(*args))
+        overhead = stats.median(self._time_calls(empty, [args], 0, 1) for _ in range(5))
+        n = 100
+        dispatch = stats.median(max(self._time_calls(empty, [args], 0, n) - overhead, 0.0) / n for _ in range(5))
+        return overhead, dispatch
+
+    def _warm_up(self, fn, input_sets, overhead: float) -> int:
+        """Call fn until WARMUP seconds pass; return N, the calls per sample."""
+        start, fastest, calls = self.clock(), math.inf, 0
+        while calls < 3 or self.clock() - start < self.warmup:
+            fastest = min(fastest, self._time_calls(fn, input_sets, calls, 1) - overhead)
+            calls += 1
+        per_call = max(fastest, self.sample_seconds / MAX_CALLS_PER_SAMPLE)
+        return max(1, min(MAX_CALLS_PER_SAMPLE, math.ceil(self.sample_seconds / per_call)))
 
 
-def labelled_benchmark(request, label: str):
-    """Another pytest-benchmark fixture for the same test, named `test[label]`.
+def _named(name: str, fn):
+    """fn, whose exceptions say which implementation raised (timing fails, naming it)."""
+    def call(*args):
+        try:
+            return fn(*args)
+        except Exception as error:
+            raise ImplementationFailed(name, error) from error
+    return call
 
-    pytest-benchmark's fixture times one target per test; a trio times three. Each
-    extra one is built like pytest-benchmark's own fixture and reports into the same
-    session, so the terminal table and --benchmark-json carry all three.
-    """
-    from pytest_benchmark.fixture import BenchmarkFixture
-    from pytest_benchmark.utils import NameWrapper
 
-    session = request.config._benchmarksession
-    if session.skip:
-        pytest.skip("Benchmarks are skipped (--benchmark-skip was used).")
-    node = request.node
-    marker = node.get_closest_marker("benchmark")
-    options = dict(marker.kwargs) if marker else {}
-    if "timer" in options:
-        options["timer"] = NameWrapper(options["timer"])
-    options.setdefault("group", node.name)
-    fixture = BenchmarkFixture(node, add_stats=session.benchmarks.append, logger=session.logger,
-                               warner=node.warn, disabled=session.disabled, **dict(session.options, **options))
-    fixture.name, fixture.fullname = f"{node.name}[{label}]", f"{node.nodeid}[{label}]"
-    request.addfinalizer(fixture._cleanup)
-    return fixture
+def _attributed(name: str, work):
+    """work(), an error in it (a failed sync, say) charged to implementation `name`."""
+    try:
+        return work()
+    except ImplementationFailed:
+        raise
+    except Exception as error:
+        raise ImplementationFailed(name, error) from error
+
+
+def _block_until_ready(out) -> None:
+    import jax
+
+    jax.block_until_ready(out)
+
+
+def _empty_call():
+    import jax
+    import jax.numpy as jnp
+
+    return jax.jit(lambda x: x + 1), (jnp.zeros((), jnp.float32),)
+
+
+def l2_flusher():
+    """A function that writes a buffer larger than any GPU's L2, so the next sample starts cold."""
+    import jax
+    import jax.numpy as jnp
+
+    buffer = jnp.zeros(L2_FLUSH_BYTES // 4, jnp.int32)
+    touch = jax.jit(lambda b: b + 1)
+
+    def flush() -> None:
+        jax.block_until_ready(touch(buffer))
+
+    return flush
+
+
+def harness_for(platform: str) -> Harness:
+    """The harness a run on this platform times with: an L2 flush between samples on a GPU."""
+    return Harness(flush=l2_flusher() if platform == "gpu" else None)
+
+
+# ---------------------------------------------------------------- pytest-benchmark keeps the samples
+
+
+class BenchmarkStore:
+    """Hands each timing to pytest-benchmark, one fixture per implementation, so its terminal
+    table, --benchmark-json and --benchmark-save carry the gate's samples as they were timed."""
+
+    def __init__(self, request):
+        self.request = request
+
+    def require(self) -> None:
+        """Before anything is timed: pytest-benchmark must be on, since it stores the timings."""
+        session = self.request.config._benchmarksession
+        if session.skip:
+            pytest.skip("Benchmarks are skipped (--benchmark-skip was used).")
+        if session.disabled:
+            pytest.fail("gate timings are stored through pytest-benchmark, which is disabled "
+                        "(--benchmark-disable, or pytest-xdist's -n): run the gates in one process "
+                        "with benchmarks on", pytrace=False)
+
+    def store(self, label: str | None, timing: Timing) -> None:
+        """Record `timing` as test[label] (the kernel as the test itself) in pytest-benchmark."""
+        from pytest_benchmark.fixture import BenchmarkFixture
+        from pytest_benchmark.utils import NameWrapper
+
+        session = self.request.config._benchmarksession
+        node = self.request.node
+        options = dict(session.options, timer=NameWrapper(_Replay(timing.samples)), disable_gc=True)
+        fixture = BenchmarkFixture(node, add_stats=session.benchmarks.append, logger=session.logger,
+                                   warner=node.warn, disabled=session.disabled, group=node.name, **options)
+        if label is not None:
+            fixture.name, fixture.fullname = f"{node.name}[{label}]", f"{node.nodeid}[{label}]"
+        fixture.extra_info.update(tpucourse_calls_per_sample=timing.calls_per_sample,
+                                  tpucourse_overhead_s=timing.overhead, tpucourse_stopped=timing.stopped)
+        fixture.pedantic(lambda: None, rounds=len(timing.samples), iterations=1)
+        fixture._cleanup()
+
+
+class _Replay:
+    """A clock for pytest-benchmark that replays the harness's samples: each round it reads the
+    clock twice, and the second reading is the first plus that round's sample."""
+
+    __name__ = "tpucourse_device_time_samples"
+
+    def __init__(self, samples):
+        self._ticks = iter([t for i, s in enumerate(samples) for t in (float(i), float(i) + s)])
+
+    def __call__(self) -> float:
+        return next(self._ticks)

@@ -24,6 +24,28 @@ from pathlib import Path
 from .. import jax_internals
 
 INTERPRET_MODES = ("auto", "tpu", "fast")
+ACCELERATORS = ("tpu", "gpu")
+
+
+@dataclass(frozen=True)
+class DeviceFacts:
+    """What JAX reports about the device the tests run on. A run reads it once, when it starts
+    (before any graded module is imported), and again whenever a measured gate row is written."""
+
+    platform: str  # cpu, gpu, tpu
+    device_kind: str
+    device_count: int
+
+    @property
+    def is_accelerator(self) -> bool:
+        return self.platform in ACCELERATORS
+
+
+def device_facts() -> DeviceFacts:
+    import jax
+
+    devices = jax.devices()
+    return DeviceFacts(jax.default_backend(), devices[0].device_kind, len(devices))
 
 
 @dataclass(frozen=True)

@@ -120,13 +120,14 @@ class GradedFunction:
 
         if not all(isinstance(leaf, jax.Array) for leaf in jax.tree.leaves(call_args)):
             return None
-        jitted = program()
-        bound = jitted.keywords if isinstance(jitted, functools.partial) else {}
-        jitted = jitted.func if isinstance(jitted, functools.partial) else jitted
+        compiled = program()  # a Program, or a partial of one binding traced keyword arguments
+        bound = compiled.keywords if isinstance(compiled, functools.partial) else {}
+        compiled = compiled.func if isinstance(compiled, functools.partial) else compiled
 
         def trace():
             check()
-            return jitted.trace(*call_args, **bound)
+            executable = compiled.cached(call_args, bound)
+            return executable if executable is not None else compiled.trace(call_args, bound)
 
         try:
             traced = self.context.deadline.call(trace, key=key)
@@ -135,7 +136,8 @@ class GradedFunction:
         except Exception:
             return None
         try:
-            executable = traced.lower().compile()
+            executable = (traced if isinstance(traced, jax.stages.Compiled)
+                          else compiled.compile_trace(traced, call_args, bound))
         except Exception:
             return None
         return lambda: executable(*call_args, **bound)

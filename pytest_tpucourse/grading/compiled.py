@@ -85,14 +85,27 @@ class Program:
 
     def compiled(self, *args, **traced):
         """The executable for these arguments, compiled on first use (a jax.stages.Compiled)."""
-        key = _signature(args, traced)
-        executable = None if key is None else self._executables.get(key)
+        executable = self.cached(args, traced)
         if executable is None:
-            stage = self.jitted.trace(*args, **traced)
-            options = KERNEL_PROGRAM_OPTIONS if runs_interpreted_kernel(stage.jaxpr, args, traced) else None
-            executable = stage.lower().compile(compiler_options=options)
-            if key is not None:
-                self._executables[key] = executable
+            executable = self.compile_trace(self.trace(args, traced), args, traced)
+        return executable
+
+    def cached(self, args, traced):
+        """The executable already compiled for these arguments, or None."""
+        key = _signature(args, traced)
+        return None if key is None else self._executables.get(key)
+
+    def trace(self, args, traced):
+        """The traced program (a jax.stages.Traced): the learner's Python runs here."""
+        return self.jitted.trace(*args, **traced)
+
+    def compile_trace(self, stage, args, traced):
+        """Lower and compile a trace of this program (XLA's work, no learner code), and keep it."""
+        options = KERNEL_PROGRAM_OPTIONS if runs_interpreted_kernel(stage.jaxpr, args, traced) else None
+        executable = stage.lower().compile(compiler_options=options)
+        key = _signature(args, traced)
+        if key is not None:
+            self._executables[key] = executable
         return executable
 
     def lower(self, *args, **traced):

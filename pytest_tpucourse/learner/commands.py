@@ -14,8 +14,8 @@ from pathlib import Path
 
 from ..course import (EXERCISES, Course, CourseDataError, Exercise, find_course_root, load_course,
                       module_in_tree)
-from ..gates import criteria, report
 from ..gates import records as rec
+from ..gates import report
 from . import self_test, state
 from .next_up import next_exercise, shipped
 from .status import Status
@@ -45,23 +45,7 @@ def _read_state(course: Course) -> dict:
 
 # ---------------------------------------------------------------- progress
 
-def gate_label(all_records, number: int) -> str:
-    """passed on hardware / failed / off-chip verified / awaiting hardware, from records only."""
-    chips_seen = sorted({r.chip for r in all_records})
-    per_chip = {chip: report.gate_statuses(all_records, chip)[number] for chip in chips_seen}
-    passed = [chip for chip, statuses in per_chip.items() if all(s == criteria.PASS for s in statuses.values())]
-    if passed:
-        return f"passed on hardware ({', '.join(passed)})"
-    failed = sorted({f"{chip}: {c}" for chip, statuses in per_chip.items()
-                     for c, s in statuses.items() if s == criteria.FAIL})
-    if failed:
-        return f"failed ({'; '.join(failed)})"
-    if any(s == criteria.PASS_OFF_CHIP for statuses in per_chip.values() for s in statuses.values()):
-        return "off-chip verified, awaiting hardware"
-    return "awaiting hardware"
-
-
-def progress_lines(course: Course, data: dict, all_records) -> list[str]:
+def progress_lines(course: Course, data: dict, gates: report.LearnerGates) -> list[str]:
     lines = [f"{course.title}  (from your pytest runs of exercises/; gates from {rec.DEFAULT_PATH})", ""]
     complete = 0
     for chapter in course.chapters:
@@ -77,7 +61,7 @@ def progress_lines(course: Course, data: dict, all_records) -> list[str]:
             if done == len(graded):
                 complete += 1
         if chapter.gate is not None:
-            head += f"  gate {chapter.gate:02d}: {gate_label(all_records, chapter.gate)}"
+            head += f"  gate {chapter.gate:02d}: {gates.label(chapter.gate)}"
         lines.append(head)
         for exercise in graded:
             status = state.exercise_status(course.root, data, exercise)
@@ -97,7 +81,8 @@ def progress_lines(course: Course, data: dict, all_records) -> list[str]:
             lines.append(f"      {self_test.summary(chapter, data)}")
     lines.append("")
     lines.append(f"your progress: {complete}/{course.chapters_total} chapters")
-    lines.append(f"gates: {report.gates_passed(all_records)}/{course.gates_total} gates passed (measured on hardware)")
+    lines.append(f"gates: {gates.passed()}/{course.gates_total} gates passed (measured on hardware)")
+    lines += gates.notes()
     upcoming = next_exercise(course, data)
     if upcoming is None:
         lines.append("next: every shipped exercise is done")
@@ -112,12 +97,7 @@ def progress_lines(course: Course, data: dict, all_records) -> list[str]:
 def progress(args) -> int:
     course = course_here()
     data = _read_state(course)
-    records_path = course.root / rec.DEFAULT_PATH
-    try:
-        all_records = rec.read(records_path) if records_path.exists() else []
-    except rec.CorruptRecords as error:
-        raise CommandError(f"gate records unreadable: {error}") from None
-    print("\n".join(progress_lines(course, data, all_records)))
+    print("\n".join(progress_lines(course, data, report.learner_gates(course.root))))
     return 0
 
 

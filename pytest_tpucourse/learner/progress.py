@@ -169,7 +169,7 @@ class RunProgress:
                 f"gates: {gates_passed}/{self.course.gates_total} gates passed "
                 f"(measured on hardware, from the gate records)"
             )
-        if merged:
+        if merged and (shown or not only_ran):  # a gates run lists no exercises, nor what is next
             upcoming = next_up.next_exercise(self.course, learner_state)
             if upcoming is None:
                 lines.append("next: every shipped exercise is done")

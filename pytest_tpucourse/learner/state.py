@@ -63,6 +63,15 @@ def read(course_root: Path) -> dict:
     data.setdefault("exercises", {})
     data.setdefault("hints", {})
     data.setdefault("ticks", {})
+    statuses = {status.value for status in Status}
+    if not (isinstance(data["exercises"], dict)
+            and all(isinstance(e, dict) and e.get("status") in statuses for e in data["exercises"].values())
+            and isinstance(data["hints"], dict)
+            and all(isinstance(n, int) and not isinstance(n, bool) for n in data["hints"].values())
+            and isinstance(data["ticks"], dict)
+            and all(isinstance(items, list) for items in data["ticks"].values())):
+        raise CorruptState(f"{path} has fields of the wrong type (exercises, hints and ticks are objects); "
+                           f"delete it to start afresh")
     return data
 
 
