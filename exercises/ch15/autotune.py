@@ -25,7 +25,7 @@ import math
 import os
 from pathlib import Path
 
-import numpy as np
+import jax.numpy as jnp
 
 OP = "window_attention"
 BLOCK_CHOICES = (128, 256, 512, 1024)

@@ -28,7 +28,7 @@ import math
 import os
 from pathlib import Path
 
-import numpy as np
+import jax.numpy as jnp
 
 OP = "window_attention"
 BLOCK_CHOICES = (128, 256, 512, 1024)
@@ -44,7 +44,7 @@ def _buffer_bytes(rows: int, lanes: int, itemsize: int) -> int:
 def vmem_bytes(config: dict, *, head_dim: int, dtype) -> int:
     """VMEM the largest of the three kernels (forward, dq, dk/dv) takes at these block sizes."""
     bq, bkv = config["block_q"], config["block_kv"]
-    size = np.dtype(dtype).itemsize
+    size = jnp.dtype(dtype).itemsize
     q_rows, kv_rows = _buffer_bytes(bq, head_dim, size), _buffer_bytes(bkv, head_dim, size)
     q_stat = _buffer_bytes(bq, 1, 4)  # one f32 per row, padded to a lane row
     tiles = 4 * _buffer_bytes(bq, bkv, 4)  # s, P, dP, dS
@@ -72,7 +72,7 @@ def candidates(q_shape, k_shape, dtype, *, window: int, chip: str = "v5e") -> li
 def problem_key(q_shape, k_shape, dtype, window: int) -> str:
     """The JSON a problem is filed under (sorted keys, so equal problems give equal keys)."""
     return json.dumps(dict(q_shape=list(q_shape), k_shape=list(k_shape),
-                           dtype=np.dtype(dtype).name, window=int(window)), sort_keys=True)
+                           dtype=jnp.dtype(dtype).name, window=int(window)), sort_keys=True)
 
 
 def sweep(problems, *, chip: str, time_ms) -> list[dict]:
