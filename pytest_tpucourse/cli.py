@@ -72,8 +72,9 @@ def main(argv=None) -> int:
     s = subcommands.add_parser("reset", help="put an exercise's stub back as shipped (your file is backed up)")
     s.add_argument("exercise", help="chNN.module, e.g. ch11.matmul")
     s.add_argument("--yes", action="store_true", help="overwrite without asking")
-    w = subcommands.add_parser("watch", help="re-run a chapter's graded tests whenever a file under exercises/ changes")
-    w.add_argument("chapter", nargs="?", help="chNN (default: the chapter of your next exercise)")
+    w = subcommands.add_parser("watch", help="on each save under exercises/, re-run the graded tests it concerns")
+    w.add_argument("target", nargs="?", help="what the first run covers: chNN (the chapter), chNN.exercise "
+                   "(its tests); default: your next exercise")
     w.add_argument("--max-runs", type=int, default=None, help="stop after this many runs")
     w.add_argument("--pytest-args", default="", metavar="ARGS",
                    help="extra pytest arguments, e.g. --pytest-args='--interpret fast'")
@@ -128,15 +129,10 @@ def _roofline(args) -> int:
         where = f", one JAX device: {chip.name} runs each of its {chip.devices_per_chip} devices apart" \
             if per_device else ""
         print(f"{args.op} {args.shape} {args.dtype} (roofline prediction{where})")
+        print("\n".join(_chip_figures(chip, device, args.dtype)))
         print("\n".join(prediction.lines()))
     else:
-        peak = device.peak_for(args.dtype)
-        print(f"{device.name}: peak {peak:.3g} FLOP/s ({args.dtype}), HBM {device.hbm_bandwidth:.3g} B/s, "
-              f"ridge {peak / device.hbm_bandwidth:.1f} FLOP/byte")
-        if per_device:
-            print(f"{chip.name} per chip ({chip.devices_per_chip} JAX devices): peak "
-                  f"{chip.peak_for(args.dtype):.3g} FLOP/s, HBM {chip.hbm_bandwidth:.3g} B/s; gate rows "
-                  f"are judged per device")
+        print("\n".join(_chip_figures(chip, device, args.dtype)))
     if args.plot:
         try:
             from . import plot
@@ -150,6 +146,20 @@ def _roofline(args) -> int:
         plot.roofline_png(device, args.plot, prediction=prediction, records=points)
         print(f"wrote {args.plot}")
     return 0
+
+
+def _chip_figures(chip, device, dtype) -> list[str]:
+    """The figures a prediction uses (one JAX device's), and where they come from."""
+    peak = device.peak_for(dtype)
+    sources = sorted({chip.sources[k] for k in ("peak_flops", "hbm_bandwidth") if k in chip.sources})
+    lines = [f"{device.name}: peak {peak:.3g} FLOP/s ({dtype}), HBM {device.hbm_bandwidth:.3g} B/s, "
+             f"ridge {peak / device.hbm_bandwidth:.1f} FLOP/byte"
+             + (f" (from {'; '.join(sources)})" if sources else "")]
+    if device is not chip:
+        lines.append(f"{chip.name} per chip ({chip.devices_per_chip} JAX devices): peak "
+                     f"{chip.peak_for(dtype):.3g} FLOP/s, HBM {chip.hbm_bandwidth:.3g} B/s; gate rows "
+                     f"are judged per device")
+    return lines
 
 
 if __name__ == "__main__":

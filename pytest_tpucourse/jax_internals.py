@@ -74,6 +74,12 @@ def read_interpret_mode_when_called() -> None:
     build.tpucourse_reads_mode_when_called = True
     build.tpucourse_original = original
     module._pallas_call = build
+    # The wrapper is one more frame between the learner's call and JAX's: without this, every
+    # pallas_call's source location (in a jaxpr, in the HLO's metadata) would be this file.
+    from jax._src import source_info_util
+
+    if __file__ not in source_info_util._exclude_paths:
+        source_info_util.register_exclusion(__file__)
 
 
 def restore_interpret_mode_reading() -> None:
@@ -631,3 +637,17 @@ def persistent_cache(directory: Path):
         compilation_cache.reset_cache()
         for name, value in saved.items():
             jax.config.update(name, value)
+
+
+# ---------------------------------------------------------------- backends
+
+def backends_started() -> bool:
+    """Whether this process has started a JAX backend (and with it XLA's thread pools).
+
+    `tpucourse watch` forks its runs from a process that imported JAX; a child forked
+    after the backend started inherits its locks but none of its threads and can hang on
+    the first compile. Asks `jax._src.xla_bridge.backends_are_initialized()`.
+    """
+    from jax._src import xla_bridge
+
+    return xla_bridge.backends_are_initialized()

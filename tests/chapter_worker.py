@@ -61,53 +61,19 @@ def pytest_configure(config):
         config.pluginmanager.register(StopFileAtFirstFailure(files), "tpucourse-stop-files")
 
 
-# pytest rewrites the asserts of plugin modules it imports; the worker imported them already,
-# which pytest reports as a warning in every run. Their asserts are not the graded tests'.
-PRELOADED_PLUGINS_NOT_REWRITTEN = (
-    "-W", "ignore:Module already imported so cannot be rewritten:pytest.PytestAssertRewriteWarning")
+def preload() -> bool:
+    """Import what every run imports, without starting JAX's backends (a child forked after
+    they start waits forever on compile threads it does not have); whether forking is safe.
+    The package's own warm runs (`tpucourse watch`) preload the same way."""
+    from pytest_tpucourse.learner import warm_runs
 
-
-def preload() -> None:
-    """Import what every run imports, without starting JAX's backends."""
-    from importlib.metadata import entry_points
-
-    import pytest  # noqa: F401
-
-    for entry in entry_points(group="pytest11"):
-        try:
-            entry.load()
-        except Exception:  # a broken plugin fails in the run itself, as it would unpreloaded
-            pass
-    import hypothesis.extra.numpy  # noqa: F401
-    import hypothesis.strategies  # noqa: F401
-    import jax  # noqa: F401
-    import jax.experimental.pallas.tpu  # noqa: F401
-    import jax.numpy  # noqa: F401
-    import jax.test_util  # noqa: F401
-    import numpy  # noqa: F401
-
-    import pytest_tpucourse
-    import pkgutil
-    import importlib
-
-    for module in pkgutil.walk_packages(pytest_tpucourse.__path__, "pytest_tpucourse."):
-        if module.name in STARTS_JAX:
-            continue
-        try:
-            importlib.import_module(module.name)
-        except Exception:
-            pass
-
-
-# Modules whose import starts JAX's backends (the Python prompt's setup): a child forked after
-# that inherits an XLA client whose compile threads it does not have, and waits on them forever.
-STARTS_JAX = {"pytest_tpucourse.prompt"}
+    return warm_runs.preload()
 
 
 def backends_started() -> bool:
-    from jax._src import xla_bridge  # private in jax 0.10.2: tests only
+    from pytest_tpucourse import jax_internals
 
-    return xla_bridge.backends_are_initialized()
+    return jax_internals.backends_started()
 
 
 def run_forked(job: dict) -> int:
@@ -117,7 +83,6 @@ def run_forked(job: dict) -> int:
     pid = os.fork()
     if pid:
         return pid
-    code = 3
     try:
         os.chdir(job["cwd"])
         null = os.open(os.devnull, os.O_RDONLY)
@@ -129,25 +94,15 @@ def run_forked(job: dict) -> int:
         os.environ.update(job.get("env", {}))
         sys.path[0] = os.getcwd()  # as `python -m pytest` run from the job's directory
         sys.argv = [sys.argv[0]]
-        import pytest
+        from pytest_tpucourse.learner.warm_runs import pytest_main_then_exit
 
         plugins = [StopFileAtFirstFailure(job["stop_files"])] if job.get("stop_files") else []
-        code = int(pytest.main([*PRELOADED_PLUGINS_NOT_REWRITTEN, *job["args"]], plugins=plugins))
-    except SystemExit as exit_:
-        code = exit_.code if isinstance(exit_.code, int) else 1
-    except BaseException:
+        pytest_main_then_exit(job["args"], plugins)  # never returns
+    finally:  # reached only when the setup above failed: never return into the worker's loop
         import traceback
 
         traceback.print_exc()
-    finally:
-        import atexit
-
-        try:
-            atexit._run_exitfuncs()  # what a normal exit runs: the TPU compiler child is closed
-        finally:
-            sys.stdout.flush()
-            sys.stderr.flush()
-            os._exit(code)
+        os._exit(3)
 
 
 def run_spawned(job: dict) -> subprocess.Popen:
@@ -229,12 +184,10 @@ def main() -> None:
     parser.add_argument("--spawn", action="store_true", help="python -m pytest subprocesses, no fork")
     args = parser.parse_args()
     spawn = args.spawn
-    if not spawn:
-        preload()
-        if backends_started():  # forking now would deadlock the children: start each afresh
-            print("chapter worker: JAX started while preloading; runs are spawned, not forked",
-                  file=sys.stderr, flush=True)
-            spawn = True
+    if not spawn and not preload():  # forking now would deadlock the children: start each afresh
+        print("chapter worker: JAX started while preloading; runs are spawned, not forked",
+              file=sys.stderr, flush=True)
+        spawn = True
     print(json.dumps({"ready": True}), flush=True)
     serve(max(1, args.jobs), spawn)
 

@@ -358,6 +358,15 @@ def test_a_solution_loaded_by_path_is_refused(fake_course, body, expected):
     result.stdout.fnmatch_lines([expected, "*FAIL  double*"])
 
 
+def test_a_solution_the_graded_tests_load_is_not_the_learners(fake_course):
+    """Graded tests may load a shipped solution as a given program (chapter 7 reads chapter 11's
+    matmul): that is no learner's code loading it."""
+    fake_course.write("exercises", "double", "def double(x):\n    return x * 2\n")
+    fake_course.test_file(textwrap.dedent(FROM_SOLUTIONS) + "import sys\nsys.modules['someone_elses'] = _module\n"
+                          + textwrap.dedent(GRADED_TEST))
+    fake_course.run().assert_outcomes(passed=2)
+
+
 REDUCTION_KERNEL = """
     import jax
     import jax.numpy as jnp

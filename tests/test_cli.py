@@ -120,3 +120,10 @@ def test_bench_page_shows_a_trio_and_a_not_runnable_kernel(tmp_path):
     except ImportError:
         return
     assert cli.main(["roofline", "--chip", "h200", "--plot", str(png), "--records", str(path)]) == 0
+
+
+def test_roofline_says_which_chip_figures_it_used(capsys):
+    assert cli.main(["roofline", "--chip", "v5e", "--op", "add", "--shape", "4096x4096"]) == 0
+    out = capsys.readouterr().out
+    assert ("v5e: peak 1.97e+14 FLOP/s (bfloat16), HBM 8.2e+11 B/s, ridge 240.2 FLOP/byte "
+            "(from jax pltpu.get_tpu_info_for_chip (per TensorCore, x cores))") in out

@@ -95,7 +95,8 @@ TESTS = """
 
 DEADLINE = 3
 STOPPED = "*It was stopped; the other tests still run, and this function's other tests fail at once*"
-TIMED_OUT = f"double() in exercises/ch11/double.py did not finish within {DEADLINE} s (--kernel-timeout; compiling*"
+TIMED_OUT = (f"double() in exercises/ch11/double.py did not finish within {DEADLINE} s (--kernel-timeout; compiling*"
+             f"a computation that runs longer than {DEADLINE} s.")
 # A wait nothing can ever satisfy (every simulated device blocked on it) is stopped as a
 # deadlock as soon as it is seen, before the deadline.
 DEADLOCKED = "double() in exercises/ch11/double.py deadlocked: every simulated device waits on a semaphore*"

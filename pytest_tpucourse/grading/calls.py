@@ -266,8 +266,7 @@ class LearnerFunction(GradedFunction):
                 f"{relative(root, course_root)}/: the graded function must be written in "
                 f"{relative(self.path, course_root)} itself.")
         if self.module.is_learners:
-            loaded = (_loaded_from(course_root / SOLUTIONS)
-                      or _module_global_from(getattr(function, "__globals__", {}), course_root / SOLUTIONS))
+            loaded = _reaches_into(getattr(function, "__globals__", {}), course_root / SOLUTIONS, root)
             if loaded is not None:
                 raise LearnerCodeError(
                     f"{relative(self.path, course_root)} (or a module it imports) loads "
@@ -319,34 +318,30 @@ def _inside(path: Path, root: Path) -> bool:
     return True
 
 
-_loaded_seen: dict = {}  # folder -> (how many modules were loaded when last looked, what was found)
-
-
-def _module_global_from(namespace: dict, folder: Path) -> Path | None:
-    """A module object in `namespace` whose file is under `folder`: one loaded by path
-    (importlib.util's spec_from_file_location) never enters sys.modules."""
-    import os
+def _reaches_into(namespace: dict, folder: Path, tree_root: Path, seen=None) -> Path | None:
+    """A file under `folder` that a module namespace of the graded tree holds: a module loaded
+    from there (by import or by path, which never enters sys.modules), or a function or class
+    written there; followed into the graded tree's own modules that the namespace holds.
+    Modules the graded tests load (a given program) are not the learner's and are not seen."""
     import types
 
-    prefix = str(Path(folder).resolve()) + os.sep
-    return next((Path(file) for value in list(namespace.values()) if isinstance(value, types.ModuleType)
-                 and (file := getattr(value, "__file__", None)) and os.path.abspath(file).startswith(prefix)),
-                None)
-
-
-def _loaded_from(folder: Path) -> Path | None:
-    """A module loaded from `folder` in this process, if any (looked for again only when
-    modules were imported since)."""
-    import os
-    import sys
-
-    count = len(sys.modules)
-    seen = _loaded_seen.get(folder)
-    if seen is not None and seen[0] == count:
-        return seen[1]
-    prefix = str(Path(folder).resolve()) + os.sep
-    found = next((Path(file) for module in list(sys.modules.values())
-                  if (file := getattr(module, "__file__", None)) and os.path.abspath(file).startswith(prefix)),
-                 None)
-    _loaded_seen[folder] = (count, found)
-    return found
+    seen = set() if seen is None else seen
+    if id(namespace) in seen:
+        return None
+    seen.add(id(namespace))
+    for value in list(namespace.values()):
+        if isinstance(value, types.ModuleType):
+            file = getattr(value, "__file__", None)
+            if not file:
+                continue
+            if _inside(Path(file), folder):
+                return Path(file)
+            if _inside(Path(file), tree_root):
+                found = _reaches_into(vars(value), folder, tree_root, seen)
+                if found is not None:
+                    return found
+        elif callable(value):
+            origin = defined_in(value)
+            if origin is not None and _inside(origin, folder):
+                return origin
+    return None

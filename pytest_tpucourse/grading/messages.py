@@ -24,7 +24,7 @@ def deadline_message(display: str, error: deadline.DeadlineExceeded) -> str:
             f"{display} did not finish within {error.seconds:g} s ({error.set_by}; compiling is not "
             f"counted): a wait that nothing signals (a DMA or semaphore wait without its start or "
             f"signal), a loop (pl.loop, lax.while_loop) that never ends, or a computation that runs "
-            f"longer than that.",
+            f"longer than {error.seconds:g} s.",
         ]
     waits = jax_internals.summary_lines(error.waits)
     if waits:

@@ -195,7 +195,7 @@ def _exercise_line(entry: ExerciseResults) -> str:
     ran = len(entry.passed | entry.failed | entry.todo)
     total = len(entry.collected | entry.deselected)
     if entry.status == Status.NOT_RUN and not entry.skipped:
-        return f"  {entry.status.mark:4}  {entry.exercise.name:<18} not run ({total} tests not selected)"
+        return f"  {entry.status.mark:4}  {entry.exercise.name:<18} not run ({_why_not_run(entry)})"
     line = f"  {entry.status.mark:4}  {entry.exercise.name:<18} {len(entry.passed)}/{total} tests passed"
     if entry.status == Status.PARTIAL:
         line += f" ({ran} ran)"
@@ -208,3 +208,16 @@ def _exercise_line(entry: ExerciseResults) -> str:
     if entry.status == Status.TODO and entry.exercise.hints:
         line += f"\n        hint: {entry.exercise.hints[0]}"
     return line
+
+
+def _tests(count: int) -> str:
+    return f"{count} test" + ("" if count == 1 else "s")
+
+
+def _why_not_run(entry: ExerciseResults) -> str:
+    """Deselected (-k, --lf, a test id), or collected but the run ended first (-x, Ctrl-C, a crash)."""
+    if not entry.collected:
+        return f"{_tests(len(entry.deselected))} not selected"
+    which = "its" if not entry.deselected else "the other"
+    stopped = f"the run ended before {which} {_tests(len(entry.collected))} finished"
+    return f"{_tests(len(entry.deselected))} not selected; {stopped}" if entry.deselected else stopped
