@@ -170,7 +170,35 @@ def _known_values(closed_jaxpr) -> dict:
 
 
 def assert_causal_attention_skips_fetches(fn, args, *, kwargs=None, note: str = "") -> None:
-    """No kernel of a top-left causal attention copies a block for a pair the mask empties.
+    """No kernel of a top-left causal attention copies a block for a pair the mask empties
+    (assert_attention_skips_fetches with the causal mask: no key after the block's last row)."""
+    assert_attention_skips_fetches(fn, args, kwargs=kwargs, note=note, mask="causal masking",
+                                   empty=lambda first_row, last_row, first_key, last_key:
+                                   first_key > last_row)
+
+
+def sliding_window_empty(window: int):
+    """`empty` for a sliding window: rows r see keys r - window < c <= r."""
+    return lambda first_row, last_row, first_key, last_key: (
+        (first_key > last_row) | (last_key <= first_row - window))
+
+
+BAND_ADVICE = ("Clamp the k and v index maps into the band of kv blocks the q block needs: past "
+               "its last block the block index stops changing, and the pipeline copies nothing "
+               "more.",
+               "Clamp the q-side index maps (q, dO and the row statistics) into the band of q "
+               "blocks that see the kv block: past its last block the block index stops "
+               "changing, and the pipeline copies nothing more.")
+
+
+def assert_attention_skips_fetches(fn, args, *, empty, mask: str, kwargs=None, note: str = "",
+                                   advice: tuple[str, str] | None = None) -> None:
+    """No kernel of an attention fn copies a block for a pair of blocks the mask empties.
+
+    empty(first_row, last_row, first_key, last_key), on arrays of the blocks' bounds
+    (inclusive): True where no row of the q block sees any key of the kv block. mask: the
+    mask's name in the message ("causal masking"). advice: (for a wasted k/v copy, for a
+    wasted q-side copy), the causal advice when None (BAND_ADVICE for a band).
 
     fn(q, k, v, ...) with q (..., Sq, D) and k, v (..., Skv, D), Sq != Skv; fn may be the
     forward or its gradient, whose program holds the backward's kernels too. In every
@@ -191,7 +219,7 @@ def assert_causal_attention_skips_fetches(fn, args, *, kwargs=None, note: str = 
     q, k = args[0], args[1]
     q_len, kv_len, head_dim = q.shape[-2], k.shape[-2], q.shape[-1]
     if q_len == kv_len:
-        raise CheckerError("assert_causal_attention_skips_fetches needs q_len != kv_len to tell "
+        raise CheckerError("assert_attention_skips_fetches needs q_len != kv_len to tell "
                            "q-shaped operands from k-shaped ones")
     suffix = of_program_check(fn, args, kwargs, note)
     log = fetch_log(fn.jaxpr(*args, **kwargs))
@@ -208,16 +236,19 @@ def assert_causal_attention_skips_fetches(fn, args, *, kwargs=None, note: str = 
         key_start = keys.step_starts[:, axis_kv]
         grid = operands[0].grid
         last_axis = np.indices(grid).reshape(len(grid), -1)[-1] if grid else np.zeros(1, int)
-        empty = key_start > np.minimum(row_start + block_q, q_len) - 1
+        block_kv = keys.block_sizes[axis_kv]
+        empty_pair = np.asarray(empty(row_start, np.minimum(row_start + block_q, q_len) - 1,
+                                      key_start, np.minimum(key_start + block_kv, kv_len) - 1))
         for f, side in [(f, "q") for f in q_side] + [(f, "kv") for f in kv_side]:
             axis = len(f.shape) - 2
             if f.block_sizes[axis] >= f.shape[axis] or not _varies_along_last_axis(f, grid):
                 continue  # one block holds the whole length, or the block stays resident
             streamed_any = True
-            wasted = np.flatnonzero(f.step_copies & empty & (last_axis > 0))
+            wasted = np.flatnonzero(f.step_copies & empty_pair & (last_axis > 0))
             if wasted.size:
                 raise WrongResult(_wasted_copy_message(fn, f, side, wasted[0], grid, row_start,
-                                                       block_q, key_start, keys, q_len, suffix))
+                                                       block_q, key_start, keys, q_len, mask,
+                                                       advice, suffix))
     if not streamed_any:
         raise WrongResult(f"{fn.display}: no Pallas kernel walks k and v (or q) block by block "
                           f"along the sequence (blocks shorter than {kv_len} keys or {q_len} "
@@ -233,7 +264,7 @@ def _varies_along_last_axis(f: OperandFetches, grid) -> bool:
 
 
 def _wasted_copy_message(fn, f, side, step, grid, row_start, block_q, key_start, keys, q_len,
-                         suffix) -> str:
+                         mask, advice, suffix) -> str:
     axis = len(f.shape) - 2
     start, size = int(f.step_starts[step, axis]), f.block_sizes[axis]
     first_row, last_row = int(row_start[step]), min(int(row_start[step]) + block_q, q_len) - 1
@@ -242,16 +273,17 @@ def _wasted_copy_message(fn, f, side, step, grid, row_start, block_q, key_start,
     point = tuple(int(i) for i in np.unravel_index(step, grid))
     what = (f"the block of keys {start}..{start + size - 1}" if side == "kv"
             else f"the block of rows {start}..{start + size - 1}")
-    advice = ("Clamp the k and v index maps at the last kv block the q block needs: the block "
-              "index stops changing, and the pipeline copies nothing more." if side == "kv" else
+    causal = ("Clamp the k and v index maps at the last kv block the q block needs: the block "
+              "index stops changing, and the pipeline copies nothing more.",
               "Clamp the q-side index maps (q, dO and the row statistics) to the first q block "
               "that sees the kv block: the block index stops changing, and the pipeline copies "
               "nothing more.")
+    advice = (advice or causal)[0 if side == "kv" else 1]
     kernel = f"kernel {f.kernel}" + (f" ({f.kernel_name})" if f.kernel_name else "")
     return (f"{fn.display} copies {what} of {kernel} input {f.operand} {f.shape} "
             f"(blocks of {f.block_sizes}) into VMEM at grid step {point} of {grid}, where "
-            f"rows {first_row}..{last_row} meet keys {first_key}..{last_key}: with causal "
-            f"masking no row sees any of those keys, so the copy is wasted. {advice}{suffix}")
+            f"rows {first_row}..{last_row} meet keys {first_key}..{last_key}: with {mask} "
+            f"no row sees any of those keys, so the copy is wasted. {advice}{suffix}")
 
 
 def poison_unseen_keys(q, k, v):

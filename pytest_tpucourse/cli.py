@@ -9,6 +9,7 @@
     tpucourse blockspec --shape 1000x384 --block 128x128 --dtype bfloat16   # the BlockSpec sandbox
     tpucourse timeline exchange-deadlock --devices 4       # a schedule's semaphore timeline
     tpucourse progress | hint ch11.matmul | solution ch11.matmul | reset ch11.matmul | watch ch11
+    tpucourse tick ch15 3                                                    # a self-test item, your word
     tpucourse xray model.py:loss --shapes 8x128 128x10:bfloat16 [--html xray.html] [--chip v5e]   # the IR x-ray
     tpucourse compile exercises/ch11/matmul.py:matmul --chip v5e --shape 1024x1024,1024x1024 \
         --dtype bfloat16 --kw bm=256       # the real TPU compiler's verdict (the tpu-compile extra)
@@ -60,6 +61,11 @@ def main(argv=None) -> int:
     h.add_argument("exercise", nargs="?", help="ch11.matmul, or ch11 for its next unfinished exercise "
                    "(default: the course's next exercise)")
     h.add_argument("--all", action="store_true", help="print every hint of the exercise")
+    c = subcommands.add_parser("tick", help="tick a chapter's self-test item (\"Can you ...\"): your word, "
+                               "shown by progress as self-reported")
+    c.add_argument("chapter", help="chNN, e.g. ch15; alone, lists the items and your ticks")
+    c.add_argument("item", nargs="?", type=int, help="the item's number (1-based)")
+    c.add_argument("--undo", action="store_true", help="remove the tick")
     o = subcommands.add_parser("solution", help="an exercise's shipped solution, once your run has seen it done")
     o.add_argument("exercise", help="chNN.exercise, e.g. ch11.matmul")
     o.add_argument("--force", action="store_true", help="show it before the exercise is done (progress says so)")
@@ -96,12 +102,12 @@ def main(argv=None) -> int:
 
     args = parser.parse_args(argv)
     from . import blockspecs, timeline, xray_render
-    from .learner import commands, watch
+    from .learner import commands, self_test, watch
 
     handlers = {"roofline": _roofline, "bench": gate_commands.bench, "records": gate_commands.records,
                 "mesh": ici.mesh_command,
                 "blockspec": blockspecs.main, "progress": commands.progress, "hint": commands.hint,
-                "reset": commands.reset, "solution": commands.solution, "watch": watch.main, "xray": xray_render.main,
+                "reset": commands.reset, "solution": commands.solution, "tick": self_test.tick, "watch": watch.main, "xray": xray_render.main,
                 "compile": compile_command.run, "timeline": timeline.command}
     try:
         return handlers[args.command](args)

@@ -78,6 +78,7 @@ class Chapter:
     stage: int | None = None
     gate: int | None = None
     exercises: tuple[Exercise, ...] = field(default_factory=tuple)
+    can_you: tuple[str, ...] = ()  # the self-test's items, ticked by the learner (self-reported)
 
     @property
     def number(self) -> int:
@@ -180,4 +181,5 @@ def _chapter(path: Path, raw: dict) -> Chapter:
         stage=raw.get("stage"),
         gate=raw.get("gate"),
         exercises=tuple(exercises),
+        can_you=tuple(raw.get("can_you", ())),
     )

@@ -64,12 +64,16 @@ def flash_forward(q, k, v, *, causal: bool = False, scale: float | None = None,
 
 
 @functools.lru_cache(maxsize=None)
-def _splash_kernel(heads: int, q_len: int, kv_len: int, causal: bool, block: int):
+def _splash_kernel(heads: int, q_len: int, kv_len: int, causal: bool, block: int,
+                   window: int | None = None):
     from jax.experimental.pallas.ops.tpu.splash_attention import splash_attention_kernel as sk
     from jax.experimental.pallas.ops.tpu.splash_attention import splash_attention_mask as sm
 
     shape = (q_len, kv_len)
-    head_mask = sm.CausalMask(shape) if causal else sm.FullMask(shape)
+    if window is not None:  # query r sees keys r - window < c <= r
+        head_mask = sm.LocalMask(shape, window_size=(window - 1, 0), offset=0)
+    else:
+        head_mask = sm.CausalMask(shape) if causal else sm.FullMask(shape)
     sizes = sk.BlockSizes(
         block_q=block, block_kv=block, block_kv_compute=block,
         block_q_dkv=block, block_kv_dkv=block, block_kv_dkv_compute=block,
@@ -83,11 +87,12 @@ def _splash_kernel(heads: int, q_len: int, kv_len: int, causal: bool, block: int
 
 
 def splash_attention(q, k, v, *, causal: bool = False, scale: float | None = None,
-                     block: int = 128):
-    """Splash attention (it takes no softmax scale: the wrapper scales q)."""
+                     block: int = 128, window: int | None = None):
+    """Splash attention (it takes no softmax scale: the wrapper scales q). window: its local
+    mask, each query seeing its own key and the window - 1 before it (causal implied)."""
     scale = q.shape[-1] ** -0.5 if scale is None else scale
     k, v = _shared_kv_heads(q, k, v)
-    kernel = _splash_kernel(q.shape[1], q.shape[2], k.shape[2], causal, block)
+    kernel = _splash_kernel(q.shape[1], q.shape[2], k.shape[2], causal, block, window)
     dtype = q.dtype
     # Scaled in f32: rounding q·scale back to bf16 would add an error of its own wherever
     # the scale is not a power of two (the kernel takes mixed f32 q and bf16 k, v).

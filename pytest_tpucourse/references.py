@@ -126,7 +126,7 @@ def attention_oracle(q, k, v, mask=None, *, causal: bool = False, scale: float |
     return attention(q, k, v, mask, causal=causal, scale=scale, accumulate=q.dtype)
 
 
-def attention_logsumexp(q, k, *, causal: bool = False, scale: float | None = None,
+def attention_logsumexp(q, k, mask=None, *, causal: bool = False, scale: float | None = None,
                         accumulate=F32):
     """logsumexp over keys of q kᵀ · scale (causal: keys 0..i), (B, H, Sq) in `accumulate`.
 
@@ -139,6 +139,8 @@ def attention_logsumexp(q, k, *, causal: bool = False, scale: float | None = Non
     k = jnp.repeat(k, h // hkv, axis=1)
     s = jnp.einsum("bhqd,bhkd->bhqk", q, k, preferred_element_type=accumulate,
                    precision=HIGHEST) * scale
+    if mask is not None:
+        s = jnp.where(mask, s, -jnp.inf)
     if causal:
         s = jnp.where(jnp.arange(sq)[:, None] >= jnp.arange(skv)[None, :], s, -jnp.inf)
     return jax.nn.logsumexp(s.astype(accumulate), axis=-1)
@@ -154,6 +156,24 @@ def _attention_with_lse_oracle(q, k, v, *, causal: bool = False, scale: float | 
             attention_logsumexp(q, k, causal=causal, scale=scale, accumulate=q.dtype))
 
 
+def sliding_window_mask(q_len: int, kv_len: int, window: int):
+    """(Sq, Skv) boolean: query r sees keys r - window < c <= r (local causal, top-left)."""
+    rows, cols = jnp.arange(q_len)[:, None], jnp.arange(kv_len)[None, :]
+    return (cols <= rows) & (cols > rows - window)
+
+
+def sliding_window_attention_floor(q, k, v, *, window: int, scale: float | None = None):
+    mask = sliding_window_mask(q.shape[2], k.shape[2], window)
+    return (attention_floor(q, k, v, mask, scale=scale),
+            attention_logsumexp(q, k, mask, scale=scale))
+
+
+def sliding_window_attention_oracle(q, k, v, *, window: int, scale: float | None = None):
+    mask = sliding_window_mask(q.shape[2], k.shape[2], window)
+    return (attention_oracle(q, k, v, mask, scale=scale),
+            attention_logsumexp(q, k, mask, scale=scale, accumulate=q.dtype))
+
+
 ADD = Reference("add", _add, _in_f32(_add))
 SOFTMAX = Reference("softmax", _softmax, _in_f32(_softmax))
 LAYERNORM = Reference("layernorm", _layernorm, _in_f32(_layernorm))
@@ -163,6 +183,12 @@ ATTENTION = Reference("attention", attention_oracle, attention_floor)
 # (out, lse): a flash forward's output and the logsumexp residual it saves (float32).
 ATTENTION_WITH_LSE = Reference("attention with logsumexp", _attention_with_lse_oracle,
                                _attention_with_lse_floor)
+
+
+# (out, lse) of sliding-window attention: each query sees its own key and the window - 1 before.
+SLIDING_WINDOW_ATTENTION_WITH_LSE = Reference(
+    "sliding-window attention with logsumexp", sliding_window_attention_oracle,
+    sliding_window_attention_floor)
 
 
 # ---------------------------------------------------------------- chapter 1's ops

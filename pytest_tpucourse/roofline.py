@@ -112,19 +112,22 @@ def elementwise_cost(shape, dtype, *, inputs: int = 2) -> Cost:
 
 def attention_cost(batch: int, heads: int, q_len: int, kv_len: int, head_dim: int, dtype, *,
                    kv_heads: int | None = None, causal: bool = False,
-                   backward: bool = False) -> Cost:
+                   backward: bool = False, window: int | None = None) -> Cost:
     """Flash attention's FLOPs and HBM bytes (the score matrix never reaches HBM).
 
     Forward: two matmuls (q kᵀ and P v), 4·D FLOPs per (query, key) pair computed; causal
     counts only the allowed pairs (top-left: query i sees keys 0..i), so a square causal
     problem costs (S + 1) / (2S) of the full one. Bytes: q, k, v read once, o written once.
     backward=True adds the backward's five matmuls (S recomputed, dV, dP, dQ, dK: 2.5x the
-    forward's FLOPs), reading q, k, v, o, dO and writing dq, dk, dv.
+    forward's FLOPs), reading q, k, v, o, dO and writing dq, dk, dv. window: sliding-window
+    attention, query i sees keys i - window + 1..i, min(i + 1, window) pairs (causal implied).
     """
     kv_heads = heads if kv_heads is None else kv_heads
     _positive(batch=batch, heads=heads, kv_heads=kv_heads, q_len=q_len, kv_len=kv_len,
               head_dim=head_dim)
-    if causal:
+    if window is not None:
+        pairs = sum(min(i + 1, kv_len, window) for i in range(q_len))
+    elif causal:
         pairs = sum(min(i + 1, kv_len) for i in range(q_len))
     else:
         pairs = q_len * kv_len

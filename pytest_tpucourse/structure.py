@@ -73,6 +73,23 @@ def assert_one_kernel(fn, *args, **kwargs) -> None:
         )
 
 
+def assert_backward_is_pallas(fn, *args, **kwargs) -> None:
+    """fn defines a jax.custom_vjp whose VJP runs pallas_calls beyond the forward's: its
+    gradient is Pallas kernels of its own, not JAX's autodiff of the forward."""
+    import jax
+
+    forward = fn.jaxpr(*args, **kwargs)
+    if not defines_custom_vjp(forward):
+        raise WrongResult(f"{fn.display} defines no jax.custom_vjp: its gradient would be JAX's "
+                          f"autodiff of the forward kernel, not a backward of its own.")
+    function = fn.resolve()
+    vjp = fn.context.deadline.call(lambda: jax.make_jaxpr(lambda *a: jax.vjp(
+        lambda *x: function(*x, **kwargs), *a[:-1])[1](a[-1]))(*args, args[0]))
+    if count_pallas_calls(vjp) <= count_pallas_calls(forward):
+        raise WrongResult(f"{fn.display}: its VJP runs no pallas_call beyond the forward's; the "
+                          f"backward must be Pallas kernels.")
+
+
 def large_values(closed_jaxpr, elements: int) -> list[tuple[str, tuple[int, ...], str]]:
     """(primitive, shape, dtype) of every value the program computes, outside kernel bodies,
     with at least `elements` elements (a kernel's own outputs included: they live in HBM)."""

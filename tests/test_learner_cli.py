@@ -158,3 +158,24 @@ def test_reset_asks_on_a_terminal(git_course, capsys, monkeypatch, answer, kept)
 def test_reset_of_a_file_not_shipped(git_course, capsys):
     code, _, err = tpucourse(capsys, "reset", "ch11.helper", "--yes")
     assert code == 2 and "exercises/ch11/helper.py is not in git HEAD" in err
+
+
+def test_self_test_ticks_are_the_learners_word(tmp_path, monkeypatch, capsys):
+    """`tpucourse tick`: a chapter's "Can you" items, kept in the state file and shown by
+    progress as self-reported; they complete no exercise."""
+    from .support import REPO
+
+    (tmp_path / "course.toml").write_text((REPO / "course.toml").read_text(encoding="utf-8"))
+    monkeypatch.chdir(tmp_path)
+    code, out, _ = tpucourse(capsys, "tick", "ch15", "3")
+    assert code == 0 and "  [x] 3. Show a benchmark record" in out and "  [ ] 1. State the gap" in out
+    assert "self-reported" in out
+    progress = tpucourse(capsys, "progress")[1]
+    assert "      can you: 1/7 ticked (self-reported, tpucourse tick ch15)" in progress
+    assert "your progress: 0/15 chapters" in progress
+    assert tpucourse(capsys, "tick", "ch15", "3", "--undo")[1].endswith("can you: 0/7 ticked "
+                                                                       "(self-reported, tpucourse tick ch15)\n")
+    code, _, err = tpucourse(capsys, "tick", "ch15", "8")
+    assert code == 2 and "items 1-7, not 8" in err
+    code, _, err = tpucourse(capsys, "tick", "ch11", "1")
+    assert code == 2 and "has no self-test items" in err

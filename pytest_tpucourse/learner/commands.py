@@ -16,7 +16,7 @@ from ..course import (EXERCISES, Course, CourseDataError, Exercise, find_course_
                       module_in_tree)
 from ..gates import records as rec
 from ..gates import report
-from . import state
+from . import self_test, state
 from .next_up import next_exercise, shipped
 from .status import Status
 
@@ -77,6 +77,8 @@ def progress_lines(course: Course, data: dict, gates: report.LearnerGates) -> li
             elif status == Status.PARTIAL:
                 line += f": {entry.get('tests_passed')}/{entry.get('tests_total')} tests passed, the rest not run"
             lines.append(line)
+        if chapter.can_you:
+            lines.append(f"      {self_test.summary(chapter, data)}")
     lines.append("")
     lines.append(f"your progress: {complete}/{course.chapters_total} chapters")
     lines.append(f"gates: {gates.passed()}/{course.gates_total} gates passed (measured on hardware)")

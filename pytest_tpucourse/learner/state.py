@@ -1,7 +1,8 @@
 """The learner's state file: `.tpucourse/state.json` at the course root.
 
 It holds what pytest runs observed about the learner's own exercises (never a
---solutions or --impl-root run) and how many hints of each exercise were shown.
+--solutions or --impl-root run), how many hints of each exercise were shown, and
+the self-test items the learner ticked (`tpucourse tick`: their word, not a test's).
 `tpucourse progress`, `hint` and `watch` read it.
 
 Every change is read-modify-write under an exclusive lock (`.tpucourse/state.lock`),
@@ -43,7 +44,7 @@ def state_path(course_root: Path) -> Path:
 
 
 def empty() -> dict:
-    return {"version": VERSION, "exercises": {}, "hints": {}}
+    return {"version": VERSION, "exercises": {}, "hints": {}, "ticks": {}}
 
 
 def read(course_root: Path) -> dict:
@@ -61,12 +62,15 @@ def read(course_root: Path) -> dict:
         raise CorruptState(f"{path} is not a version-{VERSION} tpucourse state file; delete it to start afresh")
     data.setdefault("exercises", {})
     data.setdefault("hints", {})
+    data.setdefault("ticks", {})
     statuses = {status.value for status in Status}
     if not (isinstance(data["exercises"], dict)
             and all(isinstance(e, dict) and e.get("status") in statuses for e in data["exercises"].values())
             and isinstance(data["hints"], dict)
-            and all(isinstance(n, int) and not isinstance(n, bool) for n in data["hints"].values())):
-        raise CorruptState(f"{path} has fields of the wrong type (exercises and hints are objects); "
+            and all(isinstance(n, int) and not isinstance(n, bool) for n in data["hints"].values())
+            and isinstance(data["ticks"], dict)
+            and all(isinstance(items, list) for items in data["ticks"].values())):
+        raise CorruptState(f"{path} has fields of the wrong type (exercises, hints and ticks are objects); "
                            f"delete it to start afresh")
     return data
 

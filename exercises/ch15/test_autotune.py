@@ -1,0 +1,117 @@
+"""Graded tests for ch15.autotune: the block-size autotuning pass and its per-chip cache.
+
+Nothing is timed here (off a TPU a time says nothing about a TPU): the sweep is given a
+timer, a deterministic stand-in that makes the largest blocks fastest, so a pass that
+offers a configuration the chip cannot hold would pick it. What is checked:
+
+  - every candidate divides the lengths and fits the chip's scoped VMEM, judged by the
+    course's own footprint model (pytest_tpucourse.vmem_footprint) of every kernel the
+    learner's forward and backward run at those blocks;
+  - the sweep writes one record per (problem, configuration), and the winner of each
+    problem is its fastest record;
+  - the winners round-trip through the cache file (Tokamax's layout: one JSON file per
+    device kind and op), and window_attention(blocks=None) reads them at call time.
+"""
+
+import json
+
+import jax
+import numpy as np
+
+from pytest_tpucourse import block_skipping, checks, tpu_compile, vmem_footprint
+from pytest_tpucourse import strategies as tst
+from pytest_tpucourse.outcomes import WrongResult
+
+CHIP = "v5e"
+# head_dim 512 in float32: big blocks stop fitting v5e's 16 MiB scoped VMEM.
+BIG = dict(q_shape=(1, 1, 2048, 512), k_shape=(1, 1, 2048, 512), dtype="float32", window=512)
+SMALL = dict(q_shape=(1, 2, 1024, 64), k_shape=(1, 2, 1024, 64), dtype="bfloat16", window=256)
+
+
+def fake_time_ms(problem, config):
+    """Larger blocks are 'faster': a pass that ignores VMEM would pick what cannot run."""
+    return 1e6 / (config["block_q"] * config["block_kv"]) + 0.001 * config["block_q"]
+
+
+def _candidates(impl, problem):
+    return impl.autotune.candidates(problem["q_shape"], problem["k_shape"], problem["dtype"],
+                                    window=problem["window"], chip=CHIP)
+
+
+def _footprints(impl, problem, config):
+    """VMEM bytes of each kernel of forward + backward at these blocks (course model)."""
+    blocks = impl.forward.BlockSizes.resolve()(config["block_q"], config["block_kv"])
+    q = jax.ShapeDtypeStruct(problem["q_shape"], problem["dtype"])
+    k = jax.ShapeDtypeStruct(problem["k_shape"], problem["dtype"])
+    grad = checks.gradient(impl.backward.window_attention, window=problem["window"], blocks=blocks)
+    return [vmem_footprint.footprint_bytes(b) for b in vmem_footprint.kernel_buffers(grad.jaxpr(q, k, k))]
+
+
+def test_candidates_fit_the_chip(impl):
+    limit = tpu_compile.SCOPED_VMEM_LIMITS[CHIP]
+    for problem in (BIG, SMALL):
+        found = _candidates(impl, problem)
+        if not found or not any(c["block_q"] != c["block_kv"] for c in found):
+            raise WrongResult(f"candidates({problem}) offers {found}: it must offer several "
+                              f"configurations, unequal block sizes among them")
+        for config in found:
+            if problem["q_shape"][2] % config["block_q"] or problem["k_shape"][2] % config["block_kv"]:
+                raise WrongResult(f"candidates({problem}) offers {config}, which does not divide "
+                                  f"the lengths")
+            worst = max(_footprints(impl, problem, config))
+            if worst > limit:
+                raise WrongResult(
+                    f"candidates({problem}) offers {config}: one of its kernels takes "
+                    f"{worst / 2**20:.1f} MiB of VMEM (every block double-buffered, each scratch "
+                    f"once), over the {limit / 2**20:.0f} MiB scoped limit of a {CHIP}. Count "
+                    f"every pipelined block twice, the scratch once, and the score tiles.")
+
+
+def test_sweep_records_every_configuration_and_picks_the_fastest(impl):
+    records = impl.autotune.sweep([BIG, SMALL], chip=CHIP, time_ms=fake_time_ms)
+    for problem in (BIG, SMALL):
+        expected = _candidates(impl, problem)
+        mine = [r["config"] for r in records if r["problem"] == problem]
+        if sorted(map(str, mine)) != sorted(map(str, expected)) or len(mine) != len(expected):
+            raise WrongResult(f"sweep() wrote {len(mine)} records for {problem}; expected one per "
+                              f"candidate configuration ({len(expected)})")
+        for r in records:
+            if r["chip"] != CHIP or not np.isclose(r["median_ms"], fake_time_ms(r["problem"], r["config"])):
+                raise WrongResult(f"sweep() record {r}: expected chip {CHIP!r} and the timer's "
+                                  f"median_ms")
+    best = impl.autotune.winners(records)
+    for problem in (BIG, SMALL):
+        fastest = min(_candidates(impl, problem), key=lambda c: fake_time_ms(problem, c))
+        key = impl.autotune.problem_key(problem["q_shape"], problem["k_shape"], problem["dtype"],
+                                        problem["window"])
+        if best.get(key) != fastest:
+            raise WrongResult(f"winners(): {best.get(key)} for {problem}; the fastest record is "
+                              f"{fastest}")
+
+
+def test_cache_is_read_at_call_time(impl, tmp_path, monkeypatch):
+    """Winners written for this device kind change the blocks window_attention(blocks=None) uses."""
+    device_kind = jax.devices()[0].device_kind
+    problem = dict(q_shape=(1, 1, 512, 64), k_shape=(1, 1, 512, 64), dtype="float32", window=128)
+    records = [dict(problem=problem, config=dict(block_q=bq, block_kv=bkv), chip=CHIP, median_ms=t)
+               for bq, bkv, t in ((128, 128, 2.0), (256, 64, 1.0), (64, 64, 3.0))]
+    path = impl.autotune.write_cache(records, tmp_path, device_kind)
+    expected_path = tmp_path / device_kind.lower().replace(" ", "_") / "window_attention.json"
+    if str(path) != str(expected_path) or not expected_path.is_file():
+        raise WrongResult(f"write_cache() wrote {path}; the cache file is {expected_path}")
+    stored = json.loads(expected_path.read_text())
+    entry = stored.get(impl.autotune.problem_key(**problem))
+    if not entry or {json.dumps(r["config"], sort_keys=True) for r in records} != set(entry):
+        raise WrongResult(f"write_cache(): {expected_path} maps the problem's JSON to {entry}; "
+                          f"expected each configuration's JSON with its median_evaluation_time_ms")
+    tuned = impl.autotune.tuned_blocks(problem["q_shape"], problem["k_shape"], problem["dtype"],
+                                       problem["window"], device_kind=device_kind, directory=tmp_path)
+    if tuned != dict(block_q=256, block_kv=64):
+        raise WrongResult(f"tuned_blocks() read {tuned}; the fastest cached is block_q 256, block_kv 64")
+    monkeypatch.setenv(impl.autotune.load().CACHE_ENV, str(tmp_path))
+    q = tst.random_array(problem["q_shape"], "float32", 0)
+    log = block_skipping.fetch_log(impl.backward.window_attention.jaxpr(q, q, q, window=128))
+    q_blocks = {f.block_sizes[2] for f in log if f.operand == 0}
+    if q_blocks != {256}:
+        raise WrongResult(f"window_attention(q, k, v, window=128) with blocks=None ran q blocks of "
+                          f"{sorted(q_blocks)} rows; the cache for {device_kind!r} says 256")

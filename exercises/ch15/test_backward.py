@@ -1,0 +1,116 @@
+"""Graded tests for ch15.backward: window_attention(q, k, v, *, window, scale, blocks),
+differentiable through a jax.custom_vjp whose backward is band-skipping Pallas kernels.
+
+dq, dk and dv each against the float64 oracle's VJP at the tolerance rule (the custom
+VJP also against numerical differentiation of its own forward, in float32); the VJP
+runs Pallas kernels of its own, holds no (Sq, Skv) array outside them, fetches and
+computes only the band in both backward kernels, has no race, and lowers for a TPU.
+"""
+
+import pytest
+
+from pytest_tpucourse import block_skipping, capstone, checks, references, structure, tpu_checks
+from pytest_tpucourse import strategies as tst
+
+GRAD_CASES = [c for c in capstone.WINDOW_CASES if c.grads]
+# q shorter than kv (the fetch check tells them apart by shape); kv blocks past row 511
+# are seen by no query. Window 150 with blocks (128, 64): kv blocks 0 and 2 are seen by
+# two q blocks where others are seen by three, so a dk/dv index map that runs on past
+# the band copies a q block no key of the kv block needs.
+STRUCTURE_CASE = capstone._window_case("q shorter, kv blocks smaller", 512, 1024, 64, "float32",
+                                       128, 64, 150)
+SLIDING_WINDOW = capstone.output_only(references.SLIDING_WINDOW_ATTENTION_WITH_LSE)
+
+
+def _blocks(impl, case):
+    return impl.forward.BlockSizes.resolve()(case.block_q, case.block_kv)
+
+
+def _default(impl):
+    return impl.forward.BlockSizes.resolve()()
+
+
+def _gradient(impl, **kwargs):
+    """(dq, dk, dv) of sum(window_attention(q, k, v, **kwargs)), graded as window_attention."""
+    return checks.gradient(impl.backward.window_attention, **kwargs)
+
+
+def check_grads(impl, case, reference, seed=0):
+    q, k, v = case.arrays(seed)
+    blocks = _blocks(impl, case)
+    checks.assert_grads_match(
+        impl.backward.window_attention, (q, k, v), kwargs=dict(blocks=blocks, **case.kwargs),
+        reference=reference.bind(**case.kwargs), argnames=("dq", "dk", "dv"), seed=seed,
+        check_custom_vjp=case.dtype == "float32",
+        note=f"q, k, v = capstone case ({case}).arrays({seed})")
+
+
+@pytest.mark.parametrize("case", GRAD_CASES, ids=[c.name for c in GRAD_CASES])
+def test_grads_match_oracle(impl, case):
+    check_grads(impl, case, SLIDING_WINDOW)
+
+
+def test_grads_manifest_cases(impl):
+    """Every further case the manifest marks `grads = true`, against its own oracle."""
+    manifest = impl.manifest.manifest()
+    for case in capstone.extra_cases(manifest, GRAD_CASES):
+        if case.grads:
+            check_grads(impl, case, capstone.output_only(capstone.reference(manifest)))
+
+
+def test_backward_is_pallas_kernels(impl):
+    """A custom_vjp, and more pallas_calls in the VJP than in the forward."""
+    case = STRUCTURE_CASE
+    q, k, v = case.arrays(1)
+    structure.assert_backward_is_pallas(impl.backward.window_attention, q, k, v,
+                                        blocks=_blocks(impl, case), **case.kwargs)
+
+
+def test_backward_has_no_score_matrix_in_hbm(impl):
+    case = STRUCTURE_CASE
+    q, k, v = case.arrays(1)
+    structure.assert_no_value_as_large_as(
+        _gradient(impl, blocks=_blocks(impl, case), **case.kwargs), (q, k, v),
+        elements=case.q_len * case.kv_len,
+        what=f"one head's ({case.q_len}, {case.kv_len}) score matrix, in the forward or the backward",
+        note=f"capstone case ({case})")
+
+
+def test_backward_fetches_only_the_band(impl):
+    """dq kernel: kv blocks of the q block's band; dk/dv kernel: q blocks that see the kv block."""
+    case = STRUCTURE_CASE
+    window = case.kwargs["window"]
+    q, k, v = case.arrays(1)
+    block_skipping.assert_attention_skips_fetches(
+        _gradient(impl, blocks=_blocks(impl, case), **case.kwargs), (q, k, v),
+        mask=f"a window of {window} keys", empty=block_skipping.sliding_window_empty(window),
+        advice=block_skipping.BAND_ADVICE,
+        note=f"capstone case ({case})")
+
+
+def test_backward_computes_only_the_band(impl):
+    case = STRUCTURE_CASE
+    q, k, v = case.arrays(1)
+    block_skipping.assert_compute_is_conditional(
+        _gradient(impl, blocks=_blocks(impl, case), **case.kwargs), (q, k, v),
+        why="In both backward kernels a step outside the band must skip its matmuls.",
+        note=f"capstone case ({case})")
+
+
+def test_backward_has_no_race_on_two_cores(impl):
+    """The dq kernel's band axis and the dk/dv kernel's band axis carry sums."""
+    case = capstone._window_case("race", 256, 256, 64, "float32", 64, 64, 100)  # bands of 2-3 blocks
+    q, k, v = case.arrays(8)
+    tpu_checks.assert_no_races(_gradient(impl, blocks=_blocks(impl, case), **case.kwargs), q, k, v)
+
+
+@pytest.mark.parametrize("dtype", ["float32", "bfloat16"])
+def test_backward_lowers_for_tpu(impl, dtype):
+    q = tst.random_array((1, 2, 512, 128), dtype, 0)
+    tpu_checks.assert_lowers_for_tpu(_gradient(impl, window=256, blocks=_default(impl)), q, q, q)
+
+
+@pytest.mark.parametrize("dtype", ["float32", "bfloat16"])
+def test_backward_compiles_for_tpu(impl, dtype):
+    q = tst.random_array((1, 2, 512, 128), dtype, 0)
+    tpu_checks.assert_compiles_for(_gradient(impl, window=256, blocks=_default(impl)), q, q, q)

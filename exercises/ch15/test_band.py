@@ -1,0 +1,75 @@
+"""Graded tests for ch15.band: kv_blocks / q_blocks / widest, the band's block arithmetic.
+
+Checked against tables read off the mask itself (query r sees keys r - window < c <= r),
+as traced int32 block indices, the way an index map and pl.program_id pass them, for
+unequal blocks, windows that are not a multiple of a block, a window of one key and
+windows longer than the sequence.
+"""
+
+import jax.numpy as jnp
+import numpy as np
+import pytest
+
+from pytest_tpucourse import checks
+from pytest_tpucourse.references import Reference
+
+# (block_q, block_kv, window, q blocks, kv blocks)
+GEOMETRIES = [(128, 128, 256, 8, 8), (128, 64, 200, 4, 8), (64, 128, 96, 4, 2),
+              (256, 128, 384, 4, 8), (128, 128, 1, 4, 4), (128, 128, 4096, 2, 2), (8, 24, 7, 30, 10)]
+IDS = [f"bq{g[0]}-bkv{g[1]}-w{g[2]}" for g in GEOMETRIES]
+
+
+def _pairs(block_q, block_kv, window, n_q, n_kv):
+    """[i, j]: does some row of q block i see some key of kv block j?"""
+    rows = np.arange(n_q * block_q)[:, None]
+    keys = np.arange(n_kv * block_kv)[None, :]
+    allowed = (keys <= rows) & (keys > rows - window)
+    return allowed.reshape(n_q, block_q, n_kv, block_kv).any(axis=(1, 3))
+
+
+def _range_table(axis):
+    """(first, last) block index along the other axis, from the mask, for each block."""
+    def table(blocks, *, block_q, block_kv, window, num_q_blocks=None, num_kv_blocks=None):
+        n_q = num_q_blocks or int(blocks.shape[0])
+        n_kv = num_kv_blocks or int(blocks.shape[0])
+        pairs = _pairs(block_q, block_kv, window, n_q, n_kv)
+        pairs = pairs if axis == 0 else pairs.T
+        index = np.arange(pairs.shape[1])
+        first = np.where(pairs.any(axis=1), np.argmax(pairs, axis=1), pairs.shape[1])
+        last = np.where(pairs.any(axis=1), np.max(np.where(pairs, index, -1), axis=1),
+                        pairs.shape[1] - 1)
+        return jnp.asarray(first, jnp.int32), jnp.asarray(last, jnp.int32)
+    return table
+
+
+@pytest.mark.parametrize("block_q, block_kv, window, n_q, n_kv", GEOMETRIES, ids=IDS)
+def test_kv_blocks(impl, block_q, block_kv, window, n_q, n_kv):
+    """(first, last) kv block each q block needs."""
+    sizes = dict(block_q=block_q, block_kv=block_kv, window=window, num_kv_blocks=n_kv)
+    blocks = jnp.arange(n_q, dtype=jnp.int32)
+    table = _range_table(0)
+    checks.assert_matches_reference(
+        impl.band.kv_blocks, (blocks,), kwargs=sizes, require_kernel=False,
+        reference=Reference("kv_blocks from the mask", table, table).bind(num_q_blocks=n_q, **sizes),
+        names=("first", "last"), note=f"blocks = jnp.arange({n_q})")
+
+
+@pytest.mark.parametrize("block_q, block_kv, window, n_q, n_kv", GEOMETRIES, ids=IDS)
+def test_q_blocks(impl, block_q, block_kv, window, n_q, n_kv):
+    """(first, last) q block that needs each kv block; a kv block past every query's keys
+    has first > last (its band is empty)."""
+    sizes = dict(block_q=block_q, block_kv=block_kv, window=window, num_q_blocks=n_q)
+    blocks = jnp.arange(n_kv, dtype=jnp.int32)
+    pairs = _pairs(block_q, block_kv, window, n_q, n_kv)
+    table = _range_table(1)
+    needed = jnp.asarray(pairs.any(axis=0))
+
+    def nonempty_only(first, last):  # an empty band may report any first > last
+        return jnp.where(needed, first, n_q), jnp.where(needed, last, n_q - 1)
+
+    fn = impl.band.q_blocks.derived(lambda f: lambda b, **kw: nonempty_only(*f(b, **kw)),
+                                    impl.band.q_blocks.display)
+    checks.assert_matches_reference(
+        fn, (blocks,), kwargs=sizes, require_kernel=False,
+        reference=Reference("q_blocks from the mask", table, table).bind(num_kv_blocks=n_kv, **sizes),
+        names=("first", "last"), note=f"blocks = jnp.arange({n_kv})")

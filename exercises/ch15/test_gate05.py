@@ -1,0 +1,89 @@
+"""Gate 05, the capstone. Run: pytest --gates --chip=v5e exercises/ch15
+
+Everything is read from the manifest (manifest() / capstone.toml):
+
+- correct: the differential suite, every enumerated case (values; grads where the case
+  says grads = true) against the manifest's float64 oracle. Under interpret mode (any
+  CPU) this writes an off-chip-verified row; natively on a TPU, a measured one.
+- beats-xla and near-ceiling: at each target shape, the manifest's floor (XLA), your
+  window_attention (blocks from the autotuning cache for the chip, else the defaults)
+  and the manifest's ceiling with its tuned configuration, timed in one run, for the
+  forward and for forward + backward. On a CPU they write the roofline floor of each
+  problem for the chip and are skipped as awaiting hardware: nothing is timed off-chip.
+- upstream (the submission exists in public) is a link, not a measurement: no test
+  judges it (docs/gates.md).
+"""
+
+import functools
+
+import jax
+import pytest
+
+from pytest_tpucourse import capstone, checks, roofline
+from pytest_tpucourse import strategies as tst
+
+CRITERIA = ("beats-xla", "near-ceiling")
+
+
+def _out_only(fn):
+    """The floor and the oracle return (out, lse); a timed step needs out alone."""
+    return lambda *a, **k: fn(*a, **k)[0]
+
+
+def _timed_step(attention, backward: bool):
+    """One jitted step on an input set (q, k, v, dO): the forward alone, or forward and backward
+    (the gradients for the cotangent dO, as in a training step)."""
+    if backward:
+        return jax.jit(lambda q, k, v, do: jax.vjp(attention, q, k, v)[1](do))
+    return jax.jit(lambda q, k, v, do: attention(q, k, v))
+
+
+@pytest.mark.gate(5)
+def test_capstone_is_correct(gate_run, impl):
+    manifest = impl.manifest.manifest()
+    cases = capstone.cases(manifest)
+    reference = capstone.reference
+
+    def check():
+        for case in cases:
+            q, k, v = case.arrays(0)
+            blocks = impl.forward.BlockSizes.resolve()(case.block_q, case.block_kv)
+            checks.assert_matches_reference(
+                impl.forward.window_forward, (q, k, v), kwargs=dict(blocks=blocks, **case.kwargs),
+                reference=reference(manifest, **case.kwargs), names=("out", "lse"), note=f"capstone case ({case})")
+            if case.grads:
+                checks.assert_grads_match(
+                    impl.backward.window_attention, (q, k, v),
+                    kwargs=dict(blocks=blocks, **case.kwargs),
+                    reference=capstone.output_only(reference(manifest, **case.kwargs)),
+                    argnames=("dq", "dk", "dv"), check_custom_vjp=False, note=f"capstone case ({case})")
+
+    shapes = [list(s) for c in cases for s in c.shapes()]
+    gate_run.verify("correct", "capstone", shapes, "/".join(sorted({c.dtype for c in cases})), check,
+                    notes=f"{len(cases)} enumerated cases of the manifest")
+
+
+@pytest.mark.gate(5)
+@pytest.mark.parametrize("target", [0, 1], ids=["target0", "target1"])
+@pytest.mark.parametrize("backward", [False, True], ids=["fwd", "fwd+bwd"])
+def test_capstone_speed(gate_run, impl, backward, target):
+    manifest = impl.manifest.manifest()
+    targets = manifest["targets"]
+    if target >= len(targets):
+        pytest.skip(f"the manifest lists {len(targets)} target shape(s)")
+    t = targets[target]
+    options = dict(t["options"])
+    shape = (t["batch"], t["heads"], t["seq"], t["head_dim"])
+    cost = roofline.attention_cost(t["batch"], t["heads"], t["seq"], t["seq"], t["head_dim"],
+                                   t["dtype"], backward=backward, window=options.get("window"))
+    floor = functools.partial(_out_only(capstone.resolve(manifest["baselines"]["floor"])), **options)
+    ceiling = functools.partial(capstone.resolve(manifest["baselines"]["ceiling"]),
+                                **dict(manifest["baselines"]["ceiling_config"]), **options)
+    kernel = functools.partial(impl.backward.window_attention.resolve(), **options)
+    input_sets = ([tuple(tst.random_array(shape, t["dtype"], seed=10 * i + j) for j in range(4))
+                   for i in range(3)] if gate_run.on_accelerator else [])
+    op = f"capstone-{'fwd-bwd' if backward else 'fwd'}-" + "-".join(f"{k}{v}" for k, v in options.items())
+    gate_run.measure_trio(CRITERIA, op, [shape, shape, shape], t["dtype"], cost,
+                          floor=_timed_step(floor, backward), kernel=_timed_step(kernel, backward),
+                          ceiling=_timed_step(ceiling, backward),
+                          input_sets=input_sets)
