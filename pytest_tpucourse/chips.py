@@ -90,6 +90,11 @@ class Chip:
             value = getattr(self, what)
             if not (isinstance(value, (int, float)) and value > 0):
                 raise ValueError(f"chip {self.name!r}: {what} must be a positive number, got {value!r}")
+        if self.cores < 1 or self.cores_per_device < 1 or self.cores % self.cores_per_device:
+            raise ValueError(
+                f"chip {self.name!r}: cores_per_device ({self.cores_per_device}) must divide "
+                f"cores ({self.cores})"
+            )
         if not self.peaks:  # a chip registered with one figure: peak_flops is its bf16 rate
             object.__setattr__(self, "peaks", {"bfloat16": self.peak_flops})
 
@@ -100,11 +105,6 @@ class Chip:
             raise ValueError(f"{self.name}: no published {family} peak (known: {', '.join(self.peaks)}); "
                              f"the roofline cannot bound {family} compute on it")
         return self.peaks[family]
-        if self.cores < 1 or self.cores_per_device < 1 or self.cores % self.cores_per_device:
-            raise ValueError(
-                f"chip {self.name!r}: cores_per_device ({self.cores_per_device}) must divide "
-                f"cores ({self.cores})"
-            )
 
     @property
     def ridge(self) -> float:
