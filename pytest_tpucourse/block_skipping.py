@@ -475,10 +475,10 @@ def assert_schedule_matches(fn, grid, in_specs, out_specs, in_shapes, out_shapes
     if not all(hasattr(got, f) for f in fields):
         raise WrongResult(f"{fn.display} returned {type(got).__name__}; expected a Schedule with "
                           f"fields {', '.join(fields)}.{suffix}")
-    for field, kind, expected in (("copies", "input", inputs), ("write_backs", "output", outputs)):
-        listed = _as_transfers(fn, field, getattr(got, field), len(expected), suffix)
+    for name, kind, expected in (("copies", "input", inputs), ("write_backs", "output", outputs)):
+        listed = _as_transfers(fn, name, getattr(got, name), len(expected), suffix)
         for n, (mine, want) in enumerate(zip(listed, expected)):
-            _compare_transfers(fn, f"{field}[{n}] ({kind} {n})", mine, list(want.transfers), suffix)
+            _compare_transfers(fn, f"{name}[{n}] ({kind} {n})", mine, list(want.transfers), suffix)
     revisited = _as_transfers(fn, "revisited", got.revisited, len(outputs), suffix, pairs=False)
     for n, (mine, want) in enumerate(zip(revisited, outputs)):
         if sorted(mine) != list(want.revisited):
