@@ -10,7 +10,7 @@ Everything is read from the manifest (manifest() / capstone.toml):
   and the manifest's ceiling with its tuned configuration, timed in one run, for the
   forward and for forward + backward. On a CPU they write the roofline floor of each
   problem for the chip and are skipped as awaiting hardware: nothing is timed off-chip.
-- upstream (the submission exists in public) is a link, not a measurement: no test
+- upstream (the submission exists in public) is a link, not a measurement (`tpucourse records link URL`): no test
   judges it (docs/gates.md).
 """
 
