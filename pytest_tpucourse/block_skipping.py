@@ -66,9 +66,8 @@ def fetch_log(closed_jaxpr) -> list[OperandFetches]:
         if kernel.dynamic_grid or any(value is None for value in prefetch):
             raise CheckerError("the fetch log cannot follow index maps that read scalar-prefetch "
                                "operands computed at run time, or a dynamic grid")
-        steps = np.indices(kernel.grid).reshape(len(kernel.grid), -1) if kernel.grid else np.zeros((0, 1), int)
         for position, block in enumerate(kernel.inputs):
-            indices = _evaluate_index_map(block.index_map, steps, prefetch)
+            indices = block_indices(block, kernel.grid, prefetch)
             changed = np.concatenate([[True], np.any(indices[1:] != indices[:-1], axis=1)])
             blocks = frozenset(tuple(int(i) for i in row) for row in indices)
             sizes, per_element = zip(*(jax_internals.block_dim(b) for b in block.block_shape))
@@ -82,12 +81,17 @@ def fetch_log(closed_jaxpr) -> list[OperandFetches]:
     return log
 
 
-def block_indices(block: jax_internals.OperandBlocks, grid: tuple[int, ...]) -> np.ndarray:
+def block_indices(block: jax_internals.OperandBlocks, grid: tuple[int, ...], prefetch=()) -> np.ndarray:
     """The block index one operand's index map gives at every grid step, in the grid's
-    order (last axis fastest): an array (steps, array dims). Scalar-prefetch operands and
-    dynamic grids are the caller's to refuse."""
-    steps = np.indices(grid).reshape(len(grid), -1) if grid else np.zeros((0, 1), int)
-    return _evaluate_index_map(block.index_map, steps)
+    order (last axis fastest): an array (steps, array dims). prefetch: the values of the
+    scalar-prefetch operands it reads; dynamic grids are the caller's to refuse."""
+    return _evaluate_index_map(block.index_map, _grid_steps(grid), prefetch)
+
+
+def _grid_steps(grid: tuple[int, ...]) -> np.ndarray:
+    """Every grid point in the grid's order (last axis fastest), as (grid axes, points);
+    a grid of no axes has one point."""
+    return np.indices(grid).reshape(len(grid), -1) if grid else np.zeros((0, 1), int)
 
 
 def _static_grids(closed_jaxpr, what: str):
@@ -235,7 +239,7 @@ def assert_attention_skips_fetches(fn, args, *, empty, mask: str, kwargs=None, n
         row_start, block_q = rows.step_starts[:, axis_q], rows.block_sizes[axis_q]
         key_start = keys.step_starts[:, axis_kv]
         grid = operands[0].grid
-        last_axis = np.indices(grid).reshape(len(grid), -1)[-1] if grid else np.zeros(1, int)
+        last_axis = _grid_steps(grid)[-1] if grid else np.zeros(1, int)
         block_kv = keys.block_sizes[axis_kv]
         empty_pair = np.asarray(empty(row_start, np.minimum(row_start + block_q, q_len) - 1,
                                       key_start, np.minimum(key_start + block_kv, kv_len) - 1))
