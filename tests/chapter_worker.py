@@ -70,12 +70,6 @@ def preload() -> bool:
     return warm_runs.preload()
 
 
-def backends_started() -> bool:
-    from pytest_tpucourse import jax_internals
-
-    return jax_internals.backends_started()
-
-
 def run_forked(job: dict) -> int:
     """Fork a child that runs pytest for `job`; returns its pid."""
     sys.stdout.flush()

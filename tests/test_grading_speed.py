@@ -131,7 +131,8 @@ def test_the_chapter_worker_preloads_without_starting_jax():
     """Runs are forked from the worker: a child of a process whose XLA client exists waits
     forever on compile threads it does not have."""
     preload = ("import sys; sys.path.insert(0, 'tests'); import chapter_worker as w; w.preload(); "
-               "print('started' if w.backends_started() else 'not started')")
+               "from pytest_tpucourse import jax_internals; "
+               "print('started' if jax_internals.backends_started() else 'not started')")
     done = subprocess.run([sys.executable, "-c", preload], cwd=Path(__file__).resolve().parents[1],
                           capture_output=True, text=True, timeout=300)
     assert done.stdout.strip().splitlines()[-1] == "not started", done.stdout + done.stderr
