@@ -12,6 +12,7 @@ from __future__ import annotations
 import contextlib
 import re
 import sys
+import threading
 import time
 from dataclasses import dataclass
 from pathlib import Path
@@ -637,6 +638,130 @@ def persistent_cache(directory: Path):
         compilation_cache.reset_cache()
         for name, value in saved.items():
             jax.config.update(name, value)
+
+
+# ---------------------------------------------------------------- programs with host callbacks
+#
+# Every kernel under TPU interpret mode is a program of host callbacks (each Ref access,
+# DMA and semaphore is one), and so are the per-core programs the interpreter compiles
+# while it runs a kernel on several simulated cores (`interpret/thread_map.py` compiles
+# each with XLA's defaults, inside the run). JAX never writes such a program to its
+# persistent cache, so every run of a kernel chapter compiled all of them again.
+#
+# The callbacks are not in the compiled code: the program refers to them by index (`index`
+# of the custom call `xla_ffi_python_cpu_callback`), and they are handed to the executable
+# when it is loaded, so an executable compiled once can be loaded again with the callbacks
+# of a new lowering of the same program (`Client.deserialize_executable(...,
+# host_callbacks=...)`). Only programs on one device are kept: serialising one over several
+# devices with host callbacks crashes the process. The key is JAX's own cache key (the
+# program's text, the compiler options, devices, backend and jaxlib versions; locations as
+# `current_locations` says): equal keys mean equal compiled code, and the callbacks it calls
+# are always this process's. The entries live in a directory of their own, since JAX reads
+# its cache before it looks at callbacks and would load one without them.
+#
+# Reaches into `jax._src.compiler.compile_or_get_cached` (wrapped once; it changes nothing
+# until `compile_host_callback_programs` sets a policy) and
+# `jax._src.compilation_cache.get_cache_key`.
+
+
+@dataclass(frozen=True)
+class HostCallbackPrograms:
+    """How this process compiles programs with host callbacks on a CPU: `options`, XLA
+    compiler options added where the caller set none of them, and `directory`, where the
+    executables are kept across runs (None: compiled every time)."""
+
+    directory: Path | None
+    options: tuple = ()
+
+
+_host_callback_programs: HostCallbackPrograms | None = None
+
+
+def compile_host_callback_programs(policy: HostCallbackPrograms | None) -> HostCallbackPrograms | None:
+    """Set the process-wide policy (None: as JAX compiles them); returns the previous one."""
+    global _host_callback_programs
+    _wrap_compile_or_get_cached()
+    previous, _host_callback_programs = _host_callback_programs, policy
+    return previous
+
+
+def _wrap_compile_or_get_cached() -> None:
+    import functools
+
+    from jax._src import compiler
+
+    original = compiler.compile_or_get_cached
+    if getattr(original, "tpucourse_compiles_host_callback_programs", False):
+        return
+
+    @functools.wraps(original)
+    def compile_or_get_cached(backend, computation, devices, compile_options, host_callbacks,
+                              executable_devices, *args, **kwargs):
+        policy = _host_callback_programs
+        if policy is None or not host_callbacks or backend.platform != "cpu":
+            return original(backend, computation, devices, compile_options, host_callbacks,
+                            executable_devices, *args, **kwargs)
+        set_by_caller = {name for name, _ in compile_options.env_option_overrides}
+        if not set_by_caller & {name for name, _ in policy.options}:
+            compile_options.env_option_overrides = [*compile_options.env_option_overrides, *policy.options]
+        if policy.directory is None or len(executable_devices) != 1:
+            return compiler.backend_compile_and_load(backend, computation, executable_devices,
+                                                     compile_options, list(host_callbacks))
+        return _cached_callback_program(policy.directory, backend, computation, devices, compile_options,
+                                        list(host_callbacks), executable_devices)
+
+    compile_or_get_cached.tpucourse_compiles_host_callback_programs = True
+    compiler.compile_or_get_cached = compile_or_get_cached
+
+
+def _cached_callback_program(directory: Path, backend, computation, devices, compile_options,
+                             host_callbacks, executable_devices):
+    """The loaded executable: from `directory` if compiled before, else compiled and kept there."""
+    from jax._src import compilation_cache
+
+    key = compilation_cache.get_cache_key(computation, devices, compile_options, backend)
+    with _compiling(key):  # the simulated cores' threads compile the same program at once: one does
+        return _load_or_compile(Path(directory) / key, backend, computation, compile_options, host_callbacks,
+                                executable_devices)
+
+
+_compile_locks: dict = {}
+_compile_locks_guard = threading.Lock()
+
+
+def _compiling(key: str):
+    """The lock held while the program under `key` is loaded or compiled."""
+    with _compile_locks_guard:
+        return _compile_locks.setdefault(key, threading.Lock())
+
+
+def _load_or_compile(path: Path, backend, computation, compile_options, host_callbacks, executable_devices):
+    """The executable stored at `path`, loaded with these callbacks; else compiled and stored there."""
+    import os
+
+    from jax._src import compiler
+
+    header = f"{len(host_callbacks)} host callbacks\n".encode()
+    try:
+        stored = path.read_bytes()
+    except OSError:
+        stored = b""
+    if stored.startswith(header):
+        try:
+            return backend.deserialize_executable(stored[len(header):], executable_devices, compile_options,
+                                                  host_callbacks=host_callbacks)
+        except Exception:  # written by another jaxlib, or damaged: compiled again below
+            pass
+    executable = compiler.backend_compile_and_load(backend, computation, executable_devices,
+                                                   compile_options, host_callbacks)
+    partial = path.with_name(f"{path.name}.{os.getpid()}.{threading.get_ident()}.partial")
+    try:
+        path.parent.mkdir(parents=True, exist_ok=True)
+        partial.write_bytes(header + executable.serialize())
+        os.replace(partial, path)  # whole or not at all, whoever else writes the same key
+    except Exception:  # a full disk, or a program that cannot be serialised: compiled next run
+        partial.unlink(missing_ok=True)
+    return executable
 
 
 # ---------------------------------------------------------------- backends

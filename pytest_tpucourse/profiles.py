@@ -26,7 +26,7 @@ CI_PROFILE = "ci"
 PROFILES = ("dev", "ci", "thorough")
 
 _active: str | None = None  # the profile the session loaded
-_explicit_values: list = []  # every argument value of the running test's explicit examples
+_explicit_examples: list = []  # the argument values of each explicit example of the running test
 
 
 def register() -> None:
@@ -75,24 +75,40 @@ def default_profile() -> str:
 @contextlib.contextmanager
 def drawing_for(test_function):
     """While a test runs: the values of its explicit examples, which dev draws keep to."""
-    global _explicit_values
+    global _explicit_examples
     examples = getattr(test_function, "hypothesis_explicit_examples", None) or ()
-    previous = _explicit_values
-    _explicit_values = [value for e in examples for value in (*e.args, *e.kwargs.values())]
+    previous = _explicit_examples
+    _explicit_examples = [[*e.args, *e.kwargs.values()] for e in examples]
     try:
         yield
     finally:
-        _explicit_values = previous
+        _explicit_examples = previous
 
 
-def options_to_draw(options) -> list:
-    """The options a `few`-style draw picks from: in dev, those an explicit example of the
-    running test uses (all of them when it uses none); in other profiles, all of them."""
+def follows_examples() -> bool:
+    """Whether draws now keep to the running test's explicit examples (dev, a test with some)."""
+    return _active == DEFAULT_PROFILE and bool(_explicit_examples)
+
+
+def options_to_draw(options, example: int | None = None) -> list:
+    """The options a `few`-style draw picks from.
+
+    In dev, a test with explicit examples draws what they compiled, with new seeds: the
+    options explicit example number `example` (modulo their count) uses, so that the
+    draws of one generated example together repeat one explicit example's shapes; else
+    those any explicit example uses; all of them when none does. Other profiles draw
+    from all of them.
+    """
     options = list(options)
-    if _active != DEFAULT_PROFILE or not _explicit_values:
+    if not follows_examples():
         return options
-    used = [option for option in options if any(_same(option, value) for value in _explicit_values)]
-    return used or options
+    chosen = _explicit_examples if example is None else [_explicit_examples[example % len(_explicit_examples)]]
+    for examples in (chosen, _explicit_examples):
+        used = [option for option in options
+                if any(_same(option, value) for values in examples for value in values)]
+        if used:
+            return used
+    return options
 
 
 def _same(option, value) -> bool:

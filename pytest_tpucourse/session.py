@@ -29,7 +29,7 @@ from .gates.criteria import gate
 from .gates import records as rec
 from .gates.run import GateContext, GateRun, gate_context
 from .gates.provenance import module_hashes, provenance, tree_label
-from .grading import backend, context
+from .grading import backend, compiled, context
 from .grading.context import GradingContext
 from .grading.deadline import Deadline
 from .grading.interrupts import CTRL_C
@@ -45,6 +45,7 @@ SESSION = pytest.StashKey["CourseSession"]()
 
 # The key under which an xdist worker hands its deselected test ids to the controller.
 WORKER_DESELECTED = "tpucourse_deselected"
+TPU_COMPILES = "tpu-compiles"  # the folder of --jax-cache keeping compiles for a described TPU
 
 
 @dataclass(frozen=True)
@@ -156,6 +157,9 @@ class CourseSession:
         run_backend = backend.select(options.interpret)
         jax_cache = backend.use_compilation_cache(
             None if options.jax_cache == "none" else root / options.jax_cache)
+        compiled.compile_kernel_programs(jax_cache)
+        tpu_compile.keep_results_in(jax_cache / TPU_COMPILES if jax_cache is not None and jax_cache.is_dir()
+                                    else None)
         records_path = _records_path(options, root, tree)
         try:
             gates = gate_context(options.registry, options.chip, device, records_path, root,
@@ -185,6 +189,10 @@ class CourseSession:
         CTRL_C.uninstall()
         context.deactivate(self.grading)
         backend.restore()
+        compiled.stop_compiling_kernel_programs()
+        from . import tpu_compile
+
+        tpu_compile.keep_results_in(None)
         if self.grading.deadline.left_running and self.exitstatus is not None:
             sys.stdout.flush()
             sys.stderr.flush()

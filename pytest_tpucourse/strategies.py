@@ -20,6 +20,7 @@ the values' scale (an epsilon in the wrong place, a running max started at 0).
 
 from __future__ import annotations
 
+import dataclasses
 from dataclasses import dataclass
 
 import numpy as np
@@ -54,6 +55,11 @@ def seeds() -> st.SearchStrategy[int]:
     return st.integers(min_value=0, max_value=2**31 - 1)
 
 
+def booleans() -> st.SearchStrategy[bool]:
+    """False or True (a flag such as causal changes the program); in dev, as `few`."""
+    return few(False, True)
+
+
 def dtypes(*names: str) -> st.SearchStrategy[str]:
     """One of the dtypes (a kernel compiles once per dtype); in dev, as `few`."""
     return few(*(names or DTYPES))
@@ -63,14 +69,21 @@ def few(*cases):
     """Draw from an explicit short list (each distinct shape costs a compile).
 
     In the dev profile, a test with explicit examples draws only the cases they use, with
-    new seeds (profiles.py); the other profiles draw from every case.
+    new seeds, the draws of one generated example following one explicit example
+    (profiles.py); the other profiles draw from every case.
     """
     return _few(cases)
 
 
+# Which explicit example a dev draw follows: one value shared by every `few` draw of one
+# generated example, so its shapes are those of one explicit example (hypothesis's st.shared).
+_FOLLOWED_EXAMPLE = st.shared(st.integers(0, 2 ** 16), key="tpucourse-followed-example")
+
+
 @st.composite
 def _few(draw, cases):
-    return draw(st.sampled_from(profiles.options_to_draw(cases)))
+    example = draw(_FOLLOWED_EXAMPLE) if profiles.follows_examples() else None
+    return draw(st.sampled_from(profiles.options_to_draw(cases, example)))
 
 
 def tile(dtype) -> tuple[int, int]:
@@ -253,6 +266,16 @@ class AttentionConfig:
         return (f"batch {self.batch}, heads {self.heads}/{self.kv_heads} kv, q_len {self.q_len}, "
                 f"kv_len {self.kv_len}, head_dim {self.head_dim}, "
                 f"{'causal' if self.causal else 'non-causal'}, {self.dtype}")
+
+
+def attention_configs(*bases: AttentionConfig, dtypes=DTYPES) -> st.SearchStrategy[AttentionConfig]:
+    """One of the base shapes, causal or not, in one of the dtypes: each a program of its own.
+
+    A `few` over every combination, so that in dev a test with explicit examples draws
+    exactly the configurations they use (causal and dtype included), with new seeds.
+    """
+    return few(*(dataclasses.replace(base, causal=causal, dtype=dtype)
+                 for base in bases for causal in (False, True) for dtype in dtypes))
 
 
 def jnp_asarray(values, dtype):

@@ -217,7 +217,7 @@ def test_tpu_lowering_names_an_unsupported_primitive():
     def cumsum(x):
         return pl.pallas_call(cumsum_kernel, out_shape=jax.ShapeDtypeStruct(x.shape, x.dtype))(x)
 
-    with pytest.raises(WrongResult, match="`cumsum` has no Mosaic \(TPU\) lowering: a kernel cannot use it"):
+    with pytest.raises(WrongResult, match=r"`cumsum` has no Mosaic \(TPU\) lowering: a kernel cannot use it"):
         tpu_checks.assert_lowers_for_tpu(graded(cumsum), jnp.zeros((8, 128), jnp.float32))
 
 

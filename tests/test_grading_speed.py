@@ -1,11 +1,13 @@
-"""What keeps grading fast, shown to keep its checks: cheap compiles of kernel programs only,
-values and races from one call, dev draws over compiled cases, a mutant's file stopped at its
-first failure (docs/speed.md has the times)."""
+"""What keeps grading fast, shown to keep its checks: cheap compiles of kernel and checker
+programs only, kernel programs kept across runs, values and races from one call, dev draws over
+compiled cases, a mutant's file stopped at its first failure (docs/speed.md has the times)."""
 
 import functools
 import subprocess
 import sys
 import textwrap
+import threading
+import time
 from pathlib import Path
 
 import jax
@@ -15,8 +17,11 @@ import pytest
 from jax.experimental import pallas as pl
 from jax.experimental.pallas import tpu as pltpu
 
-from pytest_tpucourse import checks, tpu_checks
-from pytest_tpucourse.grading.compiled import CompiledPrograms, runs_interpreted_kernel
+from jax._src import compiler
+
+from pytest_tpucourse import checks, jax_internals, tpu_checks
+from pytest_tpucourse.grading import compiled
+from pytest_tpucourse.grading.compiled import KERNEL_PROGRAM_OPTIONS, CompiledPrograms, runs_interpreted_kernel
 from pytest_tpucourse.outcomes import WrongResult
 
 from .chapter_worker import StopFileAtFirstFailure
@@ -45,6 +50,138 @@ def test_only_programs_that_run_an_interpreted_kernel_get_the_cheap_compile():
         assert not runs_interpreted_kernel(plain, (x,))
     with pltpu.force_tpu_interpret_mode(None):  # natively on a TPU: the TPU's own compiler
         assert not runs_interpreted_kernel(kernel, (x,))
+
+
+def test_the_checkers_own_programs_compile_cheaply_on_a_cpu_and_graded_ones_with_xlas_defaults(monkeypatch):
+    seen = []
+    compile_lowered = jax.stages.Lowered.compile
+
+    def recording(self, compiler_options=None):
+        seen.append(compiler_options)
+        return compile_lowered(self, compiler_options=compiler_options)
+
+    monkeypatch.setattr(jax.stages.Lowered, "compile", recording)
+    programs, x = CompiledPrograms(), jnp.ones((8, 128), jnp.float32)
+
+    def oracle(a):
+        return jnp.tanh(a) * 2
+
+    programs.get(oracle, {}, checker=True)(x)
+    programs.get(oracle, {})(x)  # the same function graded: a program of its own, XLA's defaults
+    assert seen == [KERNEL_PROGRAM_OPTIONS, None]
+
+
+@pytest.fixture
+def kept_kernel_programs(tmp_path):
+    """Programs with host callbacks compiled as a run compiles them, kept in tmp_path."""
+    previous = jax_internals.compile_host_callback_programs(
+        jax_internals.HostCallbackPrograms(tmp_path, tuple(KERNEL_PROGRAM_OPTIONS.items())))
+    yield tmp_path
+    jax_internals.compile_host_callback_programs(previous)
+
+
+def _new_program():
+    """jit of a new function (nothing of it in JAX's caches) with the same name and program."""
+    def program(a):
+        return blocked_copy(a)
+
+    return jax.jit(program)
+
+
+def _counting_xla_compiles(monkeypatch, pause: float = 0.0) -> list:
+    """The XLA compiles of programs with host callbacks from now on (each held `pause` s)."""
+    compiles, compile_and_load = [], compiler.backend_compile_and_load
+
+    def counting(backend, module, devices, options, host_callbacks):
+        if host_callbacks:
+            compiles.append(1)
+            time.sleep(pause)
+        return compile_and_load(backend, module, devices, options, host_callbacks)
+
+    monkeypatch.setattr(compiler, "backend_compile_and_load", counting)
+    return compiles
+
+
+def test_a_kernel_program_compiled_once_is_loaded_with_the_callbacks_of_a_new_lowering(
+        kept_kernel_programs, monkeypatch):
+    compiles = _counting_xla_compiles(monkeypatch)
+    x = jnp.arange(32 * 128, dtype=jnp.float32).reshape(32, 128)
+    y, z = x + 7, x[:16]
+    with pltpu.force_tpu_interpret_mode(pltpu.InterpretParams(random_seed=0)):
+        np.testing.assert_array_equal(_new_program()(x), x)
+        assert len(compiles) == 1 and len(list(kept_kernel_programs.iterdir())) == 1
+        # a new function, so a new lowering with new callbacks (what the next run has): loaded
+        np.testing.assert_array_equal(_new_program()(y), y)
+        assert len(compiles) == 1
+        (entry,) = kept_kernel_programs.iterdir()
+        entry.write_bytes(entry.read_bytes()[:100])  # a damaged entry is compiled again, and replaced
+        np.testing.assert_array_equal(_new_program()(x), x)
+        assert len(compiles) == 2 and entry.stat().st_size > 100
+        np.testing.assert_array_equal(_new_program()(z), z)  # another shape: compiled
+        assert len(compiles) == 3 and len(list(kept_kernel_programs.iterdir())) == 2
+
+
+def test_threads_compiling_one_kernel_program_at_once_compile_it_once(kept_kernel_programs, monkeypatch):
+    """The interpreter compiles each simulated core's program in a thread of its own, at once."""
+    compiles = _counting_xla_compiles(monkeypatch, pause=0.5)
+    x = jnp.arange(32 * 128, dtype=jnp.float32).reshape(32, 128)
+    results = {}
+    with pltpu.force_tpu_interpret_mode(pltpu.InterpretParams(random_seed=0)):
+        lowered = [_new_program().trace(x).lower() for _ in range(2)]
+
+        def compile_and_run(i):
+            results[i] = lowered[i].compile()(x)
+
+        threads = [threading.Thread(target=compile_and_run, args=(i,)) for i in range(2)]
+        for thread in threads:
+            thread.start()
+        for thread in threads:
+            thread.join()
+    assert len(compiles) == 1
+    for result in results.values():
+        np.testing.assert_array_equal(result, x)
+
+
+def test_the_race_check_compiles_its_cores_programs_cheaply_and_keeps_them(kept_kernel_programs, monkeypatch):
+    compiles = _counting_xla_compiles(monkeypatch)
+    racy = checks.graded(functools.partial(blocked_copy, out_block=(0, 0)), "copy() in test")
+    x = jnp.ones((32, 128), jnp.float32)
+    for _ in range(2):
+        with pytest.raises(WrongResult, match="data race"):
+            with tpu_checks.checking_races(racy):
+                racy(x)
+        racy.context.programs._programs.clear()  # the next run's programs: traced and lowered anew
+    kept = len(list(kept_kernel_programs.iterdir()))
+    assert kept >= 2 and len(compiles) == kept  # the outer program and the cores' own, each once
+
+
+def test_a_kernel_program_over_several_devices_compiles_but_is_not_kept(kept_kernel_programs):
+    mesh = jax.make_mesh((2,), ("x",), devices=jax.devices()[:2])
+    x = jax.device_put(jnp.arange(32 * 128, dtype=jnp.float32).reshape(32, 128),
+                       jax.NamedSharding(mesh, jax.P("x")))
+    per_device = jax.shard_map(blocked_copy, mesh=mesh, in_specs=jax.P("x"), out_specs=jax.P("x"),
+                               check_vma=False)
+    with pltpu.force_tpu_interpret_mode(pltpu.InterpretParams(random_seed=0)):
+        np.testing.assert_array_equal(jax.jit(per_device)(x), x)
+    assert not list(kept_kernel_programs.iterdir())
+
+
+def test_a_run_keeps_kernel_programs_in_its_jax_cache(fake_course):
+    fake_course.test_file("""
+        import jax, jax.numpy as jnp
+        from jax.experimental import pallas as pl
+
+        def double(x):
+            return pl.pallas_call(lambda x_ref, o_ref: o_ref.__setitem__(..., x_ref[...] * 2),
+                                  out_shape=jax.ShapeDtypeStruct(x.shape, x.dtype))(x)
+
+        def test_double():
+            assert float(jax.jit(double)(jnp.ones((8, 128)))[0, 0]) == 2.0
+    """)
+    assert fake_course.run("-p", "no:randomly").ret == 0
+    kept = fake_course.pytester.path / ".tpucourse" / "jax-cache" / compiled.KERNEL_PROGRAM_CACHE
+    assert len(list(kept.iterdir())) == 1
+    assert fake_course.run("-p", "no:randomly", "--jax-cache", "none").ret == 0
 
 
 def test_a_program_compiles_once_per_signature_and_interpret_setting():

@@ -217,3 +217,56 @@ def test_a_program_sharded_over_a_mesh_compiles_over_as_many_devices_of_the_topo
     assert " all-reduce(" in compiled.optimized_hlo or " all-reduce-start(" in compiled.optimized_hlo
     assert f"libtpu {tpu_compile.libtpu_version()}" in compiled.compiler
     assert "4 TPU v5 lite devices of topology v5e:2x2" in compiled.compiler and "nothing ran" in compiled.compiler
+
+
+@pytest.fixture
+def kept_results(tmp_path):
+    """Compile results kept in tmp_path for the test, as a run keeps them in --jax-cache."""
+    tpu_compile.keep_results_in(tmp_path)
+    yield tmp_path
+    tpu_compile.keep_results_in(None)
+
+
+def _compile_matmul(chip: str = "v5e", dumps: bool = True):
+    """One call site: the exported program carries its caller's locations, so the same
+    test line compiles the same program."""
+    x = jax.ShapeDtypeStruct((256, 256), jnp.bfloat16)
+    return tpu_compile.compile_for(matmul_one_block, x, x, chip=chip, dumps=dumps)
+
+
+def _compile_int8_copy():
+    return tpu_compile.compile_for(copy, jax.ShapeDtypeStruct((64, 256), jnp.int8), block=(8, 128))
+
+
+@needs_libtpu
+def test_a_compile_kept_from_an_earlier_run_is_read_back_without_the_compiler(kept_results, monkeypatch):
+    first = _compile_matmul()
+    assert not first.from_cache and len(list(kept_results.iterdir())) == 1
+
+    def no_compiler():
+        raise AssertionError("the compiler was asked again")
+
+    monkeypatch.setattr(tpu_compile, "_child_compiler", no_compiler)
+    again = _compile_matmul()
+    assert again.from_cache and again.optimized_hlo == first.optimized_hlo
+    kept, fresh = again.kernel(), first.kernel()
+    assert (kept.bundles_text, kept.mosaic_layouts, kept.mosaic_unrolled, kept.scoped_vmem_bytes) == (
+        fresh.bundles_text, fresh.mosaic_layouts, fresh.mosaic_unrolled, fresh.scoped_vmem_bytes)
+    assert _compile_matmul(dumps=False).from_cache
+    with pytest.raises(AssertionError, match="asked again"):  # another chip is another compile
+        _compile_matmul(chip="v6e")
+
+
+@needs_libtpu
+def test_a_refusal_is_kept_but_a_timeout_is_not(kept_results, monkeypatch):
+    with pytest.raises(tpu_compile.TpuCompileError):
+        _compile_int8_copy()  # the compiler's verdict (int8 tiles are (32, 128)): kept
+    assert len(list(kept_results.iterdir())) == 1
+    big = jax.ShapeDtypeStruct((2048, 2048), jnp.float32)
+    with pytest.raises(tpu_compile.TpuCompileError, match="did not finish"):
+        tpu_compile.compile_for(matmul_one_block, big, big, timeout=0.01)
+    assert len(list(kept_results.iterdir())) == 1  # nothing of the stopped compile
+    monkeypatch.setattr(tpu_compile, "_child_compiler", lambda: pytest.fail("compiled again"))
+    with pytest.raises(tpu_compile.TpuCompileError) as caught:
+        _compile_int8_copy()
+    assert caught.value.code == "E2002"

@@ -1,11 +1,8 @@
 """Graded tests for ch01.attention: attention(q, k, v, mask=None, *, causal, scale)."""
 
-import dataclasses
-
 import jax.numpy as jnp
 import numpy as np
 from hypothesis import example, given
-from hypothesis import strategies as st
 
 from pytest_tpucourse import checks, references
 from pytest_tpucourse import strategies as tst
@@ -21,14 +18,7 @@ CAUSAL_WIDE = tst.AttentionConfig(batch=2, heads=4, kv_heads=2, q_len=32, kv_len
                                   causal=True, dtype="float32")
 
 
-@st.composite
-def configs(draw, dtypes=("float32", "bfloat16")):
-    """One of the three shapes above, causal or not, in a drawn dtype."""
-    cfg = draw(tst.few(MQA, GQA, CAUSAL_WIDE))
-    return dataclasses.replace(cfg, causal=draw(st.booleans()), dtype=draw(tst.dtypes(*dtypes)))
-
-
-CONFIGS = configs()
+CONFIGS = tst.attention_configs(MQA, GQA, CAUSAL_WIDE)  # causal or not, f32 or bf16
 
 
 def _mask(cfg, seed):

@@ -11,15 +11,18 @@ so the learner sees the error of their code as written, never a tracer's.
 A program that runs a kernel under interpret mode on a CPU is compiled with
 `KERNEL_PROGRAM_OPTIONS`, its own compiler options: such a program is mostly host
 callbacks and loops, XLA compiles it two to three times faster without its
-optimisations, and it runs as fast (docs/speed.md). Every other program (the checker's
-oracles and floors, pure-JAX exercises) compiles with XLA's defaults, so its optimised
-HLO, which some exercises read, and its persistent-cache key stay what they were.
+optimisations, and it runs as fast (docs/speed.md). The checker's own programs on a CPU
+(oracles and floors: `checker=True`) compile with them too: each runs once or twice per
+shape on small inputs, and compiling them was most of a cold run's time outside the
+kernels. A graded pure-JAX program compiles with XLA's defaults, so its optimised HLO,
+which some exercises read, stays what it was.
 """
 
 from __future__ import annotations
 
 import functools
 import hashlib
+from pathlib import Path
 
 from .. import jax_internals
 from . import backend
@@ -31,6 +34,27 @@ KERNEL_PROGRAM_OPTIONS = {
     "xla_llvm_disable_expensive_passes": True,
     "xla_cpu_use_fusion_emitters": False,  # the older elemental emitters: a fraction of the compile
 }
+KERNEL_PROGRAM_CACHE = "kernel-programs"  # the folder of --jax-cache that keeps them
+
+
+def compile_kernel_programs(jax_cache: Path | None) -> None:
+    """From now on, every program with host callbacks this process compiles on a CPU compiles
+    with KERNEL_PROGRAM_OPTIONS and is kept in `jax_cache`'s KERNEL_PROGRAM_CACHE folder
+    across runs (not kept where `jax_cache` is None or not a local folder).
+
+    These are the kernels under interpret mode, and the per-core programs the interpreter
+    compiles while it runs a kernel on several simulated cores (the race check), each
+    inside the call. JAX never caches them; how they are cached safely is
+    jax_internals.compile_host_callback_programs's to say. The session's JAX settings last
+    the run: `stop_compiling_kernel_programs` restores JAX's own way at its end.
+    """
+    directory = jax_cache / KERNEL_PROGRAM_CACHE if jax_cache is not None and jax_cache.is_dir() else None
+    jax_internals.compile_host_callback_programs(
+        jax_internals.HostCallbackPrograms(directory, tuple(KERNEL_PROGRAM_OPTIONS.items())))
+
+
+def stop_compiling_kernel_programs() -> None:
+    jax_internals.compile_host_callback_programs(None)
 
 
 class CompiledPrograms:
@@ -39,31 +63,33 @@ class CompiledPrograms:
     def __init__(self):
         self._programs: dict = {}
 
-    def get(self, function, kwargs, kind: str = "call"):
+    def get(self, function, kwargs, kind: str = "call", *, checker: bool = False):
         """function(*args, **kwargs) ("call") or its VJP ("vjp") as one jitted program.
 
         "call" returns a callable of the positional args; "vjp" one of (args, cotangents)
         giving (outputs, grads). Keyword arguments that are arrays (masks) are traced;
         the others (block sizes, flags, scales) are compile-time, and the program is kept
         per (function, those values), so every call that binds the same ones shares one
-        jit cache. Shared by the graded calls and by the checker's oracles and floors.
+        jit cache. Shared by the graded calls and by the checker's oracles and floors
+        (checker=True: compiled with KERNEL_PROGRAM_OPTIONS on a CPU).
         """
         import jax
 
         static = {k: v for k, v in kwargs.items() if not is_array(v)}
         dynamic = {k: v for k, v in kwargs.items() if is_array(v)}
         key = call_key(function, (), static)
-        program = None if key is None else self._programs.get((key, kind))
+        program = None if key is None else self._programs.get((key, kind, checker))
         if program is None:
             if kind == "call":
-                program = Program(jax.jit(lambda *args, **traced: function(*args, **static, **traced)))
+                jitted = jax.jit(lambda *args, **traced: function(*args, **static, **traced))
             else:
                 def vjp(args, cotangents, **traced):
                     outputs, pullback = jax.vjp(lambda *a: function(*a, **static, **traced), *args)
                     return outputs, pullback(cotangents)
-                program = Program(jax.jit(vjp))
+                jitted = jax.jit(vjp)
+            program = Program(jitted, cheap_on_cpu=checker)
             if key is not None:  # a setting that cannot be keyed: compiled for this call alone
-                self._programs[(key, kind)] = program
+                self._programs[(key, kind, checker)] = program
         return functools.partial(program, **dynamic) if dynamic else program
 
 
@@ -73,11 +99,13 @@ class Program:
     Called like the jitted function. The first call with a signature (the arrays' shapes,
     dtypes and placements, and the JAX settings a trace depends on, the interpret mode among
     them) traces it, compiles it (with KERNEL_PROGRAM_OPTIONS where it runs a kernel under
-    interpret mode on a CPU) and keeps the executable; later calls run that executable.
+    interpret mode on a CPU, or on a CPU at all with cheap_on_cpu) and keeps the executable;
+    later calls run that executable.
     """
 
-    def __init__(self, jitted):
+    def __init__(self, jitted, *, cheap_on_cpu: bool = False):
         self.jitted = jitted
+        self.cheap_on_cpu = cheap_on_cpu
         self._executables: dict = {}
 
     def __call__(self, *args, **traced):
@@ -101,8 +129,9 @@ class Program:
 
     def compile_trace(self, stage, args, traced):
         """Lower and compile a trace of this program (XLA's work, no learner code), and keep it."""
-        options = KERNEL_PROGRAM_OPTIONS if runs_interpreted_kernel(stage.jaxpr, args, traced) else None
-        executable = stage.lower().compile(compiler_options=options)
+        cheap = ((self.cheap_on_cpu and _platforms(args, traced) == {"cpu"})
+                 or runs_interpreted_kernel(stage.jaxpr, args, traced))
+        executable = stage.lower().compile(compiler_options=KERNEL_PROGRAM_OPTIONS if cheap else None)
         key = _signature(args, traced)
         if key is not None:
             self._executables[key] = executable
@@ -115,16 +144,20 @@ class Program:
 
 def runs_interpreted_kernel(closed_jaxpr, args=(), traced=None) -> bool:
     """Whether a traced program runs a pallas_call under interpret mode on a CPU device."""
-    import jax
-
     from ..structure import count_pallas_calls
 
     if jax_internals.interpret_mode_in_effect() is None:
         return False
+    return _platforms(args, traced) == {"cpu"} and count_pallas_calls(closed_jaxpr) > 0
+
+
+def _platforms(args, traced=None) -> set:
+    """The platforms of the devices the arguments are on (JAX's default backend's if none)."""
+    import jax
+
     devices = {d for leaf in jax.tree.leaves((args, traced or {})) if isinstance(leaf, jax.Array)
                for d in leaf.sharding.device_set}
-    platforms = {d.platform for d in devices} or {jax.default_backend()}
-    return platforms == {"cpu"} and count_pallas_calls(closed_jaxpr) > 0
+    return {d.platform for d in devices} or {jax.default_backend()}
 
 
 def _signature(args, traced):
