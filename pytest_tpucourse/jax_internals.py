@@ -17,6 +17,8 @@ import time
 from dataclasses import dataclass
 from pathlib import Path
 
+from . import kept_files
+
 READ_AGAINST = "0.10.2"
 
 # The TPU interpreter reports a failing host callback through this logger, with a
@@ -657,7 +659,8 @@ def persistent_cache(directory: Path):
 # program's text, the compiler options, devices, backend and jaxlib versions; locations as
 # `current_locations` says): equal keys mean equal compiled code, and the callbacks it calls
 # are always this process's. The entries live in a directory of their own, since JAX reads
-# its cache before it looks at callbacks and would load one without them.
+# its cache before it looks at callbacks and would load one without them, held to a size
+# (kept_files).
 #
 # Reaches into `jax._src.compiler.compile_or_get_cached` (wrapped once; it changes nothing
 # until `compile_host_callback_programs` sets a policy) and
@@ -748,10 +751,13 @@ def _load_or_compile(path: Path, backend, computation, compile_options, host_cal
         stored = b""
     if stored.startswith(header):
         try:
-            return backend.deserialize_executable(stored[len(header):], executable_devices, compile_options,
-                                                  host_callbacks=host_callbacks)
+            executable = backend.deserialize_executable(stored[len(header):], executable_devices,
+                                                        compile_options, host_callbacks=host_callbacks)
         except Exception:  # written by another jaxlib, or damaged: compiled again below
             pass
+        else:
+            kept_files.touch(path)
+            return executable
     executable = compiler.backend_compile_and_load(backend, computation, executable_devices,
                                                    compile_options, host_callbacks)
     partial = path.with_name(f"{path.name}.{os.getpid()}.{threading.get_ident()}.partial")
@@ -761,6 +767,7 @@ def _load_or_compile(path: Path, backend, computation, compile_options, host_cal
         os.replace(partial, path)  # whole or not at all, whoever else writes the same key
     except Exception:  # a full disk, or a program that cannot be serialised: compiled next run
         partial.unlink(missing_ok=True)
+    kept_files.trim(path.parent)
     return executable
 
 

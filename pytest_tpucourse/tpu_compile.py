@@ -38,6 +38,8 @@ from collections import Counter
 from dataclasses import dataclass
 from pathlib import Path
 
+from . import kept_files
+
 READ_AGAINST = "jax/jaxlib 0.10.2 with libtpu 0.0.42.1"
 INSTALL_LINE = "needs the real TPU compiler: pip install -e '.[tpu-compile]'"
 
@@ -459,7 +461,7 @@ def _topology_name(chip: str) -> str:
 # pure function of the exported program (its StableHLO and Mosaic payloads), the topology,
 # the mesh, the compiler's version and its flags, so its verdict and the dump files the
 # course reads are kept under that key (`keep_results_in`, set by the session to a folder of
-# --jax-cache). A timeout or a crashed compiler is never kept. The optimized HLO of a kept
+# --jax-cache, held to a size by kept_files). A timeout or a crashed compiler is never kept. The optimized HLO of a kept
 # result carries the source locations of the run that compiled it.
 
 _results_directory: Path | None = None
@@ -506,6 +508,7 @@ def _stored_result(key: str, with_dumps: bool) -> tuple[dict | None, Path | None
             shutil.copytree(stored / "dumps", copy, dirs_exist_ok=True)
     except (OSError, ValueError):
         return None, None
+    kept_files.touch(stored)
     return {**reply, "from_cache": True}, copy
 
 
@@ -524,6 +527,7 @@ def _store_result(key: str, reply: dict, dump_dir: Path) -> None:
         os.rename(partial, target)  # whole or not at all; another run that kept it first wins
     except OSError:
         shutil.rmtree(partial, ignore_errors=True)
+    kept_files.trim(_results_directory)
 
 
 _FILE_PREFIX = re.compile(r"^(\d+)-")

@@ -2,7 +2,9 @@
 programs only, kernel programs kept across runs, values and races from one call, dev draws over
 compiled cases, a mutant's file stopped at its first failure (docs/speed.md has the times)."""
 
+import ast
 import functools
+import os
 import subprocess
 import sys
 import textwrap
@@ -19,7 +21,7 @@ from jax.experimental.pallas import tpu as pltpu
 
 from jax._src import compiler
 
-from pytest_tpucourse import checks, jax_internals, tpu_checks
+from pytest_tpucourse import checks, jax_internals, kept_files, tpu_checks
 from pytest_tpucourse.grading import compiled
 from pytest_tpucourse.grading.compiled import KERNEL_PROGRAM_OPTIONS, CompiledPrograms, runs_interpreted_kernel
 from pytest_tpucourse.outcomes import WrongResult
@@ -125,21 +127,21 @@ def test_threads_compiling_one_kernel_program_at_once_compile_it_once(kept_kerne
     """The interpreter compiles each simulated core's program in a thread of its own, at once."""
     compiles = _counting_xla_compiles(monkeypatch, pause=0.5)
     x = jnp.arange(32 * 128, dtype=jnp.float32).reshape(32, 128)
-    results = {}
+    executables = {}
     with pltpu.force_tpu_interpret_mode(pltpu.InterpretParams(random_seed=0)):
         lowered = [_new_program().trace(x).lower() for _ in range(2)]
 
-        def compile_and_run(i):
-            results[i] = lowered[i].compile()(x)
+        def compile(i):
+            executables[i] = lowered[i].compile()
 
-        threads = [threading.Thread(target=compile_and_run, args=(i,)) for i in range(2)]
+        threads = [threading.Thread(target=compile, args=(i,)) for i in range(2)]
         for thread in threads:
             thread.start()
         for thread in threads:
             thread.join()
-    assert len(compiles) == 1
-    for result in results.values():
-        np.testing.assert_array_equal(result, x)
+        assert len(compiles) == 1 and len(executables) == 2
+        for executable in executables.values():  # each with its own lowering's callbacks
+            np.testing.assert_array_equal(executable(x), x)
 
 
 def test_the_race_check_compiles_its_cores_programs_cheaply_and_keeps_them(kept_kernel_programs, monkeypatch):
@@ -251,6 +253,38 @@ def test_dev_draws_the_cases_its_explicit_examples_compiled(fake_course, profile
         assert drawn != "[((16, 256), 'float32')]"
 
 
+@pytest.mark.parametrize("profile", ["dev", "ci"])
+def test_dev_draws_repeat_one_explicit_example_at_a_time(fake_course, profile):
+    """Each argument drawn on its own would combine the examples' values into new programs."""
+    fake_course.test_file("""
+        from hypothesis import example, given
+        from pytest_tpucourse import strategies as tst
+
+        SEEN = []
+
+        @given(case=tst.few((8, 128), (16, 256), (24, 384)), causal=tst.booleans(), dtype=tst.dtypes(),
+               seed=tst.seeds())
+        @example(case=(16, 256), causal=True, dtype="float32", seed=0)
+        @example(case=(8, 128), causal=False, dtype="bfloat16", seed=0)
+        def test_draws(case, causal, dtype, seed):
+            SEEN.append((case, causal, dtype))
+
+        def test_what_was_drawn():
+            print("DRAWN", sorted(set(SEEN)))
+    """)
+    examples = {((16, 256), True, "float32"), ((8, 128), False, "bfloat16")}
+    drawn = set()
+    for _ in range(4):  # dev draws at random: several runs, 12 drawn examples
+        result = fake_course.run("-s", "-p", "no:randomly", "--hypothesis-profile", profile)
+        result.assert_outcomes(passed=2)
+        line = next(line for line in result.outlines if "DRAWN" in line)
+        drawn |= set(ast.literal_eval(line.split("DRAWN", 1)[1].strip()))
+    if profile == "dev":
+        assert drawn == examples
+    else:
+        assert drawn - examples
+
+
 def test_a_file_a_mutant_must_fail_stops_at_its_first_failure(pytester):
     body = textwrap.dedent("""
         def test_1(): assert False
@@ -273,3 +307,20 @@ def test_the_chapter_worker_preloads_without_starting_jax():
     done = subprocess.run([sys.executable, "-c", preload], cwd=Path(__file__).resolve().parents[1],
                           capture_output=True, text=True, timeout=300)
     assert done.stdout.strip().splitlines()[-1] == "not started", done.stdout + done.stderr
+
+
+def test_a_kept_folder_past_its_size_loses_the_entries_used_longest_ago(tmp_path):
+    for i, name in enumerate(["old", "used", "newer", "newest"]):
+        entry = tmp_path / name
+        entry.write_bytes(b"x" * 100)
+        os.utime(entry, (1000 + i, 1000 + i))
+    (tmp_path / "folder").mkdir()  # a compile for a TPU: a folder, counted by its files
+    (tmp_path / "folder" / "reply.json").write_bytes(b"x" * 100)
+    os.utime(tmp_path / "folder", (999, 999))
+    (tmp_path / "key.123.456.partial").write_bytes(b"x" * 1000)  # being written: never counted or removed
+    kept_files.touch(tmp_path / "used")
+    kept_files.trim(tmp_path, limit=500)
+    assert sorted(p.name for p in tmp_path.iterdir()) == sorted(
+        ["old", "used", "newer", "newest", "folder", "key.123.456.partial"])  # 500 bytes: within
+    kept_files.trim(tmp_path, limit=400)  # removed down to 300 bytes, oldest first
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["key.123.456.partial", "newer", "newest", "used"]
