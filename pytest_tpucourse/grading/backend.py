@@ -134,7 +134,8 @@ def use_compilation_cache(directory: Path | None) -> Path | None:
     A learner re-runs the same graded tests again and again, and most of a pure-JAX
     chapter's time is compiling the same small programs (chapter 1's solutions: 18 s
     cold, 4.4 s with a warm cache). Every compile is cached, however short. Programs
-    holding host callbacks (kernels under TPU interpret mode) are never cached by JAX.
+    holding host callbacks (kernels under TPU interpret mode) are never cached by JAX;
+    the session keeps them in a folder of this one (compiled.compile_kernel_programs).
     A directory set by the user (JAX_COMPILATION_CACHE_DIR) wins; None turns it off.
     """
     import jax
