@@ -385,9 +385,9 @@ def compile_for(fn, *args, chip: str = DEFAULT_CHIP, dumps: bool = False,
     applied. The program is traced
     and lowered here (interpret mode off) and compiled in a child process whose
     libtpu started with the dump flags: a compiler crash or a compile that outlives
-    `timeout` seconds ends that process, not this one. The result of an earlier run's
-    compile of the same program is read instead where `keep_results_in` kept it. dumps=True keeps each
-    kernel's layouts and bundles (`kernels`, `dump_dir`). Raises TpuCompileError
+    `timeout` seconds ends that process, not this one. Where `keep_results_in` kept an
+    earlier run's compile of the same program, that result is read instead (`from_cache`).
+    dumps=True keeps each kernel's layouts and bundles (`kernels`, `dump_dir`). Raises TpuCompileError
     (the verdict in the course's words) or TpuCompilerMissing; an error of fn's own
     while it is traced propagates unchanged.
     """
@@ -460,9 +460,10 @@ def _topology_name(chip: str) -> str:
 # costs a child process's start (libtpu's) and up to seconds per program. The compiler is a
 # pure function of the exported program (its StableHLO and Mosaic payloads), the topology,
 # the mesh, the compiler's version and its flags, so its verdict and the dump files the
-# course reads are kept under that key (`keep_results_in`, set by the session to a folder of
-# --jax-cache, held to a size by kept_files). A timeout or a crashed compiler is never kept. The optimized HLO of a kept
-# result carries the source locations of the run that compiled it.
+# course reads are kept under that key (`keep_results_in`, set by the session to a folder
+# of --jax-cache, held to a size by kept_files). A timeout or a crashed compiler is never
+# kept. The optimized HLO of a kept result carries the source locations of the run that
+# compiled it.
 
 _results_directory: Path | None = None
 _KEPT_DUMPS = ("mosaic/*post-infer-vector-layout*", "mosaic/*post-apply-vector-layout*",

@@ -45,8 +45,8 @@ def compile_kernel_programs(jax_cache: Path | None) -> None:
     These are the kernels under interpret mode, and the per-core programs the interpreter
     compiles while it runs a kernel on several simulated cores (the race check), each
     inside the call. JAX never caches them; how they are cached safely is
-    jax_internals.compile_host_callback_programs's to say. The session's JAX settings last
-    the run: `stop_compiling_kernel_programs` restores JAX's own way at its end.
+    jax_internals.compile_host_callback_programs's to say. It lasts the session:
+    `stop_compiling_kernel_programs` restores JAX's own way at its end.
     """
     directory = jax_cache / KERNEL_PROGRAM_CACHE if jax_cache is not None and jax_cache.is_dir() else None
     jax_internals.compile_host_callback_programs(
