@@ -26,8 +26,6 @@ DEEP = tst.AttentionConfig(batch=1, heads=1, kv_heads=1, q_len=256, kv_len=512, 
                            causal=False, dtype="bfloat16")  # head_dim 256
 
 
-
-
 def check_forward(impl, cfg, seed, *, scale=None, blocks=BLOCKS, kind="normal"):
     q, k, v = cfg.arrays(seed, kind)
     checks.assert_matches_reference(
