@@ -28,6 +28,8 @@ from pathlib import Path
 
 import pytest
 
+from .support import is_xdist_variable
+
 REPO = Path(__file__).resolve().parents[1]
 WORKER = Path(__file__).with_name("chapter_worker.py")
 JOBS_ENV = "TPUCOURSE_CHAPTER_JOBS"
@@ -89,7 +91,8 @@ class ChapterRunner:
     def _start(self) -> subprocess.Popen:
         if self._process is None:
             self.started = time.perf_counter()
-            env = {k: v for k, v in os.environ.items() if k not in ("PYTEST_ADDOPTS", "PYTEST_PLUGINS")}
+            env = {k: v for k, v in os.environ.items()
+                   if k not in ("PYTEST_ADDOPTS", "PYTEST_PLUGINS") and not is_xdist_variable(k)}
             command = [sys.executable, str(WORKER), "--jobs", str(self.jobs)] + (["--spawn"] if self.spawn else [])
             self._process = subprocess.Popen(
                 command, cwd=self.workdir, env=env, stdin=subprocess.PIPE, stdout=subprocess.PIPE,

@@ -1,17 +1,22 @@
 """The plugin's own tests: the fake_course fixture, the `chapters` marker, the mutant catch rate.
 
-Helpers live in tests/support.py. `pytest tests -m "not chapters"` leaves out the suites
-that grade the real chapters in subprocesses: the quick loop while changing the package.
+Helpers live in tests/support.py. Two markers split the suite by what a test starts:
+`chapters` (the real chapters graded in subprocesses: stubs, solutions, mutants, equivalents)
+and `runs` (pytest or the course's command line in a child process: every test that takes
+pytester, or fake_course, which is built on it).
+`pytest tests -m "not chapters and not runs"` is the quick loop while changing the package;
+`pytest tests -m "not chapters" -n 2` adds the child runs.
 """
 
 from __future__ import annotations
 
+import os
 import time
 
 import pytest
 
 from .chapter_runs import ChapterRunner
-from .support import FakeCourse
+from .support import FakeCourse, is_xdist_variable
 
 pytest_plugins = ["pytester"]
 
@@ -22,6 +27,26 @@ def pytest_configure(config):
         "chapters: grades the real course's chapters in subprocesses (stubs, solutions, mutants, "
         "equivalents); the slow part of this suite, left out by -m 'not chapters'",
     )
+    config.addinivalue_line(
+        "markers",
+        "runs: runs pytest or the course's command line in a child process (given to every test "
+        "that takes pytester); left out of the quick loop by -m 'not chapters and not runs'",
+    )
+
+
+def pytest_collection_modifyitems(items):
+    """A test that takes pytester (fake_course is built on it) runs pytest: mark it `runs`."""
+    for item in items:
+        if "pytester" in getattr(item, "fixturenames", ()):
+            item.add_marker(pytest.mark.runs)
+
+
+@pytest.fixture(autouse=True)
+def _child_runs_are_no_xdist_workers(request, monkeypatch):
+    """Under `-n`, a `runs` test's child pytest must not inherit this worker's identity."""
+    if request.node.get_closest_marker("runs"):
+        for name in [name for name in os.environ if is_xdist_variable(name)]:
+            monkeypatch.delenv(name)
 
 
 @pytest.fixture

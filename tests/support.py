@@ -11,6 +11,13 @@ import pytest
 
 REPO = Path(__file__).resolve().parents[1]
 
+
+def is_xdist_variable(name: str) -> bool:
+    """pytest-xdist tells its workers who they are through these variables. A child pytest that
+    inherits them takes itself for a worker: pytest-benchmark turns itself off, and gate tests
+    fail as if run with -n. Child runs started by this suite leave them out."""
+    return name.startswith("PYTEST_XDIST_")
+
 FAKE_COURSE_TOML = """
 [course]
 title = "fake course"

@@ -230,6 +230,7 @@ def test_tpu_layers_take_the_optimized_hlo_from_the_tpu_compiler():
 @needs_libtpu
 def test_xray_command_with_a_chip_reads_the_tpu_compilers_hlo(capsys, monkeypatch):
     monkeypatch.chdir(REPO)
+    monkeypatch.setenv("COLUMNS", "160")  # columns wide enough for the names below, on any terminal
     argv = ["xray", "exercises/ch12/dumps/programs.py:mlp_block", "--shapes", "256x512:bfloat16",
             "512x256:bfloat16", "1x256", "--color", "never", "--chip", "v5e"]
     assert cli.main(argv) == 0
@@ -246,7 +247,8 @@ def test_xray_command_with_a_chip_without_the_compiler_says_how_to_install(capsy
     assert tpu_compile.INSTALL_LINE in capsys.readouterr().err
 
 
-def test_xray_command_prints_three_columns_by_source_line(capsys):
+def test_xray_command_prints_three_columns_by_source_line(capsys, monkeypatch):
+    monkeypatch.setenv("COLUMNS", "160")  # columns wide enough for the names below, on any terminal
     program = REPO / "tests" / "fixtures" / "xray_program.py"
     assert cli.main(["xray", f"{program}:layer", "--shapes", "8x64", "64x32", "32", "--color", "never"]) == 0
     out = capsys.readouterr().out
