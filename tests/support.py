@@ -18,6 +18,7 @@ def is_xdist_variable(name: str) -> bool:
     fail as if run with -n. Child runs started by this suite leave them out."""
     return name.startswith("PYTEST_XDIST_")
 
+
 FAKE_COURSE_TOML = """
 [course]
 title = "fake course"
