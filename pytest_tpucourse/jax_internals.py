@@ -659,8 +659,8 @@ def persistent_cache(directory: Path):
 # program's text, the compiler options, devices, backend and jaxlib versions; locations as
 # `current_locations` says): equal keys mean equal compiled code, and the callbacks it calls
 # are always this process's. The entries live in a directory of their own, since JAX reads
-# its cache before it looks at callbacks and would load one without them, held to a size
-# (kept_files).
+# its cache before it looks at callbacks and would load one without them; whoever sets the
+# policy holds that directory to a size (kept_files), and each load marks its entry as used.
 #
 # Reaches into `jax._src.compiler.compile_or_get_cached` (wrapped once; it changes nothing
 # until `compile_host_callback_programs` sets a policy) and
@@ -767,7 +767,6 @@ def _load_or_compile(path: Path, backend, computation, compile_options, host_cal
         os.replace(partial, path)  # whole or not at all, whoever else writes the same key
     except Exception:  # a full disk, or a program that cannot be serialised: compiled next run
         partial.unlink(missing_ok=True)
-    kept_files.trim(path.parent)
     return executable
 
 

@@ -2,8 +2,9 @@
 
 A learner edits a kernel again and again, and every edit compiles programs that the next
 edit makes stale: without a bound such a folder grows for the whole course. Each entry
-(a file, or a folder of files) is touched when it is used; when a folder passes its size,
-the entries used longest ago are removed until it is back to three quarters of it.
+(a file, or a folder of files) is touched when it is used; when a run ends (not at every
+compile: a trim reads the whole folder), a folder past its size loses the entries used
+longest ago until it is back to three quarters of it.
 """
 
 from __future__ import annotations
@@ -23,8 +24,10 @@ def touch(entry: Path) -> None:
         pass
 
 
-def trim(folder: Path, limit: int = KEPT_BYTES) -> None:
-    """Remove the entries used longest ago while the folder holds more than `limit` bytes."""
+def trim(folder: Path, limit: int | None = None) -> None:
+    """Remove the entries used longest ago while the folder holds more than `limit` bytes
+    (KEPT_BYTES by default)."""
+    limit = KEPT_BYTES if limit is None else limit
     entries = []
     try:
         for entry in folder.iterdir():

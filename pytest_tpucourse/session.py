@@ -157,9 +157,9 @@ class CourseSession:
         run_backend = backend.select(options.interpret)
         jax_cache = backend.use_compilation_cache(
             None if options.jax_cache == "none" else root / options.jax_cache)
-        compiled.compile_kernel_programs(jax_cache)
-        tpu_compile.keep_results_in(jax_cache / TPU_COMPILES if jax_cache is not None and jax_cache.is_dir()
-                                    else None)
+        kept = jax_cache if jax_cache is not None and jax_cache.is_dir() else None  # what JAX's cache cannot keep
+        compiled.compile_kernel_programs(None if kept is None else kept / compiled.KERNEL_PROGRAM_CACHE)
+        tpu_compile.keep_results_in(None if kept is None else kept / TPU_COMPILES)
         records_path = _records_path(options, root, tree)
         try:
             gates = gate_context(options.registry, options.chip, device, records_path, root,
@@ -189,9 +189,9 @@ class CourseSession:
         CTRL_C.uninstall()
         context.deactivate(self.grading)
         backend.restore()
-        compiled.stop_compiling_kernel_programs()
         from . import tpu_compile
 
+        compiled.stop_compiling_kernel_programs()  # each holds its kept folder to its size
         tpu_compile.keep_results_in(None)
         if self.grading.deadline.left_running and self.exitstatus is not None:
             sys.stdout.flush()

@@ -461,7 +461,7 @@ def _topology_name(chip: str) -> str:
 # pure function of the exported program (its StableHLO and Mosaic payloads), the topology,
 # the mesh, the compiler's version and its flags, so its verdict and the dump files the
 # course reads are kept under that key (`keep_results_in`, set by the session to a folder
-# of --jax-cache, held to a size by kept_files). A timeout or a crashed compiler is never
+# of --jax-cache, held to a size by kept_files when the run ends). A timeout or a crashed compiler is never
 # kept. The optimized HLO of a kept result carries the source locations of the run that
 # compiled it.
 
@@ -471,9 +471,12 @@ _KEPT_DUMPS = ("mosaic/*post-infer-vector-layout*", "mosaic/*post-apply-vector-l
 
 
 def keep_results_in(directory: Path | None) -> None:
-    """Keep compile results in `directory` across runs (None: compile every time)."""
+    """Keep compile results in `directory` across runs (None: compile every time). The folder
+    kept in until now is held to its size (kept_files) as it is left: once a run, at its end."""
     global _results_directory
-    _results_directory = directory
+    previous, _results_directory = _results_directory, directory
+    if previous is not None and previous != directory:
+        kept_files.trim(previous)
 
 
 def _result_key(exported, topology: str, mesh: tuple | None) -> str:
@@ -528,7 +531,6 @@ def _store_result(key: str, reply: dict, dump_dir: Path) -> None:
         os.rename(partial, target)  # whole or not at all; another run that kept it first wins
     except OSError:
         shutil.rmtree(partial, ignore_errors=True)
-    kept_files.trim(_results_directory)
 
 
 _FILE_PREFIX = re.compile(r"^(\d+)-")

@@ -324,3 +324,24 @@ def test_a_kept_folder_past_its_size_loses_the_entries_used_longest_ago(tmp_path
         ["old", "used", "newer", "newest", "folder", "key.123.456.partial"])  # 500 bytes: within
     kept_files.trim(tmp_path, limit=400)  # removed down to 300 bytes, oldest first
     assert sorted(p.name for p in tmp_path.iterdir()) == ["key.123.456.partial", "newer", "newest", "used"]
+
+
+def test_both_kept_folders_are_trimmed_when_the_run_ends_not_at_each_compile(tmp_path, monkeypatch):
+    from pytest_tpucourse import tpu_compile
+
+    monkeypatch.setattr(kept_files, "KEPT_BYTES", 250)
+    programs, compiles = tmp_path / "kernel-programs", tmp_path / "tpu-compiles"
+    for folder in (programs, compiles):
+        folder.mkdir()
+        for i in range(3):
+            (folder / f"entry{i}").write_bytes(b"x" * 100)
+            os.utime(folder / f"entry{i}", (1000 + i, 1000 + i))
+    compiled.compile_kernel_programs(programs)
+    tpu_compile.keep_results_in(compiles)
+    try:
+        assert len(list(programs.iterdir())) == len(list(compiles.iterdir())) == 3  # untouched while running
+    finally:
+        compiled.stop_compiling_kernel_programs()
+        tpu_compile.keep_results_in(None)
+    for folder in (programs, compiles):  # 300 bytes past 250: down to 187, the oldest gone first
+        assert sorted(p.name for p in folder.iterdir()) == ["entry2"]

@@ -24,7 +24,7 @@ import functools
 import hashlib
 from pathlib import Path
 
-from .. import jax_internals
+from .. import jax_internals, kept_files
 from . import backend
 
 # XLA's CPU compiler options for kernel programs under interpret mode. Each shortens the
@@ -37,10 +37,9 @@ KERNEL_PROGRAM_OPTIONS = {
 KERNEL_PROGRAM_CACHE = "kernel-programs"  # the folder of --jax-cache that keeps them
 
 
-def compile_kernel_programs(jax_cache: Path | None) -> None:
+def compile_kernel_programs(directory: Path | None) -> None:
     """From now on, every program with host callbacks this process compiles on a CPU compiles
-    with KERNEL_PROGRAM_OPTIONS and is kept in `jax_cache`'s KERNEL_PROGRAM_CACHE folder
-    across runs (not kept where `jax_cache` is None or not a local folder).
+    with KERNEL_PROGRAM_OPTIONS and is kept in `directory` across runs (None: not kept).
 
     These are the kernels under interpret mode, and the per-core programs the interpreter
     compiles while it runs a kernel on several simulated cores (the race check), each
@@ -48,13 +47,15 @@ def compile_kernel_programs(jax_cache: Path | None) -> None:
     jax_internals.compile_host_callback_programs's to say. It lasts the session:
     `stop_compiling_kernel_programs` restores JAX's own way at its end.
     """
-    directory = jax_cache / KERNEL_PROGRAM_CACHE if jax_cache is not None and jax_cache.is_dir() else None
     jax_internals.compile_host_callback_programs(
         jax_internals.HostCallbackPrograms(directory, tuple(KERNEL_PROGRAM_OPTIONS.items())))
 
 
 def stop_compiling_kernel_programs() -> None:
-    jax_internals.compile_host_callback_programs(None)
+    """JAX's own way again; the folder the programs were kept in is held to its size (kept_files)."""
+    policy = jax_internals.compile_host_callback_programs(None)
+    if policy is not None and policy.directory is not None:
+        kept_files.trim(policy.directory)
 
 
 class CompiledPrograms:
