@@ -470,13 +470,15 @@ _KEPT_DUMPS = ("mosaic/*post-infer-vector-layout*", "mosaic/*post-apply-vector-l
                "llo/*-final_bundles.txt", "llo/*vmem_report.html")  # what _read_kernels reads
 
 
-def keep_results_in(directory: Path | None) -> None:
-    """Keep compile results in `directory` across runs (None: compile every time). The folder
-    kept in until now is held to its size (kept_files) as it is left: once a run, at its end."""
+def keep_results_in(directory: Path | None) -> Path | None:
+    """Keep compile results in `directory` across runs (None: compile every time); returns the
+    folder kept in until now, which is held to its size (kept_files) as it is left: once a run,
+    at its end."""
     global _results_directory
     previous, _results_directory = _results_directory, directory
     if previous is not None and previous != directory:
         kept_files.trim(previous)
+    return previous
 
 
 def _result_key(exported, topology: str, mesh: tuple | None) -> str:

@@ -336,12 +336,16 @@ def test_both_kept_folders_are_trimmed_when_the_run_ends_not_at_each_compile(tmp
         for i in range(3):
             (folder / f"entry{i}").write_bytes(b"x" * 100)
             os.utime(folder / f"entry{i}", (1000 + i, 1000 + i))
-    compiled.compile_kernel_programs(programs)
-    tpu_compile.keep_results_in(compiles)
+    this_runs_policy = jax_internals.compile_host_callback_programs(None)
+    this_runs_folder = tpu_compile.keep_results_in(None)
     try:
+        compiled.compile_kernel_programs(programs)
+        tpu_compile.keep_results_in(compiles)
         assert len(list(programs.iterdir())) == len(list(compiles.iterdir())) == 3  # untouched while running
-    finally:
         compiled.stop_compiling_kernel_programs()
         tpu_compile.keep_results_in(None)
+    finally:
+        jax_internals.compile_host_callback_programs(this_runs_policy)
+        tpu_compile.keep_results_in(this_runs_folder)
     for folder in (programs, compiles):  # 300 bytes past 250: down to 187, the oldest gone first
         assert sorted(p.name for p in folder.iterdir()) == ["entry2"]

@@ -222,9 +222,9 @@ def test_a_program_sharded_over_a_mesh_compiles_over_as_many_devices_of_the_topo
 @pytest.fixture
 def kept_results(tmp_path):
     """Compile results kept in tmp_path for the test, as a run keeps them in --jax-cache."""
-    tpu_compile.keep_results_in(tmp_path)
+    previous = tpu_compile.keep_results_in(tmp_path)
     yield tmp_path
-    tpu_compile.keep_results_in(None)
+    tpu_compile.keep_results_in(previous)  # this run's own folder again
 
 
 def _compile_matmul(chip: str = "v5e", dumps: bool = True):
