@@ -173,6 +173,7 @@ STATEMENTS = {
     "relu": "h = jax.nn.relu(h)",
     "transpose": "h = (h.T @ h)[: h.shape[0]]",
     "argmax": "h = h + jnp.argmax(h, axis=-1, keepdims=True).astype(h.dtype)",
+    "sort": "h = jax.lax.sort(h)",  # a region in main: the sort carries its loc on the closing brace
     "leaky": "h = jnp.where(h > 0, h, 0.1 * h)",  # three columns on one line
     "helper": "h = _step(h) - h",  # a function of the file: a call site two frames deep
     "onehot": "h = h + jax.nn.one_hot(jnp.argmax(h, axis=-1), h.shape[-1])",  # a library's jit
@@ -189,7 +190,7 @@ def drawn_source(body, pad, helper_first):
 
 @given(body=st.lists(st.sampled_from(sorted(STATEMENTS)), min_size=1, max_size=5), pad=st.integers(0, 6),
        rows=st.sampled_from((8, 32, 48)), helper_first=st.booleans())
-@example(body=["matmul", "relu", "argmax", "rownorm", "matmul"], pad=3, rows=32, helper_first=True)
+@example(body=["matmul", "relu", "argmax", "sort", "rownorm"], pad=3, rows=32, helper_first=True)
 @example(body=["leaky", "helper", "onehot"], pad=0, rows=48, helper_first=False)
 def test_xray_of_a_drawn_program(impl, tmp_path_factory, body, pad, rows, helper_first):
     source = drawn_source(body, pad, helper_first)
