@@ -54,6 +54,11 @@ def assert_rows_match(fn, got, want: list[dict], *, program: str, listing: str =
             foreign = [name for name in mine if name not in allowed and name not in expected[key]]
             if missing:
                 wrong.append(f"    {key}: misses {missing}, made from this equation (got {mine!r})")
+            inner = [name for name in foreign if key == "hlo" and expected.get("entry") and name not in expected["entry"]]
+            if inner:
+                wrong.append(f"    hlo: names {inner}, not ENTRY instructions: report the fusion, call or while "
+                             f"of ENTRY that runs them (got {mine!r}, expected {expected[key]!r})")
+            foreign = [name for name in foreign if name not in inner]
             if foreign:
                 place = expected.get("place") or f"line {expected['line']}"
                 wrong.append(f"    {key}: names {foreign}, which nothing at {place} made (got {mine!r}, "

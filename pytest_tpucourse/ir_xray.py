@@ -315,12 +315,13 @@ class Row:
                     stablehlo=_distinct(op.op for op in self.stablehlo),
                     hlo=_distinct(i.name for i in self.hlo))
 
-    def bounds(self) -> dict:
+    def bounds(self, entry: list[str] = ()) -> dict:
         """as_dict() with what a row may also name: the ops and ENTRY instructions at its location
-        (`stablehlo_here`, `hlo_here`) and the location itself (`place`, 'file:line:column')."""
+        (`stablehlo_here`, `hlo_here`), the location itself (`place`, 'file:line:column') and
+        the names of every ENTRY instruction (`entry`)."""
         location = self.equation.location
         return dict(self.as_dict(), stablehlo_here=_distinct(op.op for op in self.stablehlo_here),
-                    hlo_here=_distinct(i.name for i in self.hlo_here),
+                    hlo_here=_distinct(i.name for i in self.hlo_here), entry=list(entry),
                     place=f"{Path(location.file).name}:{location.line}:{location.column}" if location else None)
 
 
@@ -362,7 +363,8 @@ def xray(layers: Layers) -> list[dict]:
 
 def xray_bounds(layers: Layers) -> list[dict]:
     """The rows of link() with what each may also name (Row.bounds): what chapter 12 grades."""
-    return [row.bounds() for row in link(layers)]
+    entry = [i.name for i in hlo_text.parse(layers.hlo).entry.instructions]
+    return [row.bounds(entry) for row in link(layers)]
 
 
 def _made_from(items, equation: Equation, places_of, name_of) -> tuple[list, list]:

@@ -11,6 +11,9 @@ Three layers name the same source locations, each in its own way:
   optimized   metadata={op_name="jit(f)/dot_general" stack_frame_id=5}, resolved through
   HLO         the tables at the top: StackFrames -> FileLocations -> FileNames
 
+A library's jit (jax.nn.relu) is a private function of the StableHLO module, run by a
+`call @relu` at your line; its ops' locations name no file, so they are at the call's place.
+
 A row links an equation to the StableHLO ops and the HLO instructions that carry its
 (file, line, column) and whose op name ends with its primitive; when none kept that
 name (XLA renames what it rewrites), to those at its location. HLO instructions are
