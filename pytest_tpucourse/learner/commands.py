@@ -68,8 +68,9 @@ def progress_lines(course: Course, data: dict, gates: report.LearnerGates) -> li
             entry = data["exercises"].get(exercise.key, {})
             line = f"      {status.mark}  {exercise.name}"
             if status in (Status.FAILED, Status.TODO) and entry.get("message"):
-                failed = entry.get("tests_failed", 0)
-                line += f": {entry['message']}" + (f"  [{failed} tests failed]" if failed > 1 else "")
+                failed = entry.get("tests_failed", 0)  # todo tests included: a TODO's are all todo
+                said = "todo" if status == Status.TODO else "failed"
+                line += f": {entry['message']}" + (f"  [{failed} tests {said}]" if failed > 1 else "")
             elif status == Status.CHANGED:
                 line += ": passed, then edited: run its tests again"
             if data.get("solutions_read", {}).get(exercise.key, {}).get("before_done"):
