@@ -129,9 +129,17 @@ def resolve_exercise(course: Course, data: dict, target: str | None) -> Exercise
 
 def hint(args) -> int:
     course = course_here()
-    exercise = resolve_exercise(course, _read_state(course), args.exercise)
+    data = _read_state(course)
+    exercise = resolve_exercise(course, data, args.exercise)
     hints = exercise.hints
     total = len(hints)
+    if not args.all and state.exercise_status(course.root, data, exercise) == Status.DONE:
+        upcoming = next_exercise(course, data)
+        print(f"{exercise.key} is done: its tests passed. `tpucourse hint {exercise.key} --all` still lists "
+              f"its {total} hints; `tpucourse solution {exercise.key}` shows the course's solution.")
+        if upcoming is not None:
+            print(f"next: {upcoming.key}: tpucourse hint {upcoming.key}")
+        return 0
     if args.all:
         print(f"{exercise.key} ({exercise.summary})")
         for number, text in enumerate(hints, 1):
