@@ -155,13 +155,17 @@ def _assert_same_non_finite(fn, name, got, ref, floor, suffix) -> None:
         held = _non_finite_inputs(fn)
         if held is not None:
             lines.append(f"  The inputs {held}.")
-        if _kernel_ran_under_tpu_interpret(fn) and (floor is None or np.isfinite(floor[first])):
+        unwritten = _kernel_ran_under_tpu_interpret(fn) and (floor is None or np.isfinite(floor[first]))
+        if unwritten:
             lines.append("  Under TPU interpret mode memory read before it is written holds NaN: a block "
-                         "never written, or a scratch buffer read before it is set?")
+                         "never written, a scratch buffer read before it is set, or a copy's destination "
+                         "read before its .wait()?")
         if held in (None, "hold no NaN or Inf"):
+            # The softmax remedy only where no unwritten memory could explain it: after a copy never
+            # waited for, "subtract a row's max" sends the learner the wrong way.
             lines.append("  From finite inputs, Inf is an overflow (exp of a large value, say) or a division "
-                         "by zero, and NaN is inf - inf, inf / inf or 0 * inf on the way: subtracting a "
-                         "row's max before exp keeps it finite.")
+                         "by zero, and NaN is inf - inf, inf / inf or 0 * inf on the way" +
+                         ("." if unwritten else ": subtracting a row's max before exp keeps it finite."))
         raise WrongResult("\n".join(lines) + suffix)
     missing = np.isfinite(got) & ~np.isfinite(ref)
     if missing.any():
