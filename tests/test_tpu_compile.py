@@ -173,6 +173,29 @@ def test_the_compile_command_prints_static_output_labelled_as_such(tmp_path, cap
 
 
 @needs_libtpu
+def test_the_compile_command_explains_register_spills(tmp_path, capsys):
+    """Four (512, 512) f32 values live at once do not fit in the vector registers: the VMEM report's
+    SPILL allocation is said in words, not as `SPILL (?)`."""
+    module = tmp_path / "spilling.py"
+    module.write_text(textwrap.dedent("""
+        import jax, jax.numpy as jnp
+        from jax.experimental import pallas as pl
+
+        def body(x_ref, o_ref):
+            a = x_ref[...]
+            b, c = jnp.exp(a), jnp.sin(a)
+            o_ref[...] = (a * b + c) / (b + 1) + a.T @ b
+
+        def kernel(x):
+            return pl.pallas_call(body, out_shape=jax.ShapeDtypeStruct(x.shape, x.dtype))(x)
+    """))
+    assert cli.main(["compile", f"{module}:kernel", "--chip", "v5e", "--shape", "512x512"]) == 0
+    out = capsys.readouterr().out
+    assert "register spills: " in out and "stored to VMEM and loaded back" in out, out
+    assert "SPILL" not in out and "(?)" not in out, out
+
+
+@needs_libtpu
 def test_a_compile_past_its_deadline_is_stopped_and_the_next_one_runs():
     x = jax.ShapeDtypeStruct((2048, 2048), jnp.float32)
     with pytest.raises(tpu_compile.TpuCompileError) as caught:
