@@ -10,7 +10,7 @@ import shutil
 
 import pytest
 
-from pytest_tpucourse import cli
+from pytest_tpucourse.commands import main
 
 from .support import REPO
 
@@ -27,7 +27,7 @@ def _chromium() -> str:
 
 def _open(tmp_path_factory, target, shapes):
     out = tmp_path_factory.mktemp("xray") / "xray.html"
-    assert cli.main(["xray", f"{PROGRAM}:{target}", "--shapes", *shapes, "--html", str(out)]) == 0
+    assert main.main(["xray", f"{PROGRAM}:{target}", "--shapes", *shapes, "--html", str(out)]) == 0
     return out
 
 
