@@ -197,7 +197,8 @@ def lowering_explanation(error: BaseException, program, course_root: Path | None
                         "A TPU block's last two dimensions must be multiples of (8, 128), or the array's "
                         "own dimensions."]
     if "Expected matmul acc to be 32-bit" in text:
-        return ["A matmul inside a TPU kernel accumulates in 32 bits: ask for it with "
+        return ["The Mosaic matmul of this toolchain accepts only a 32-bit accumulator (its verifier's "
+                "internal error, not a documented hardware rule): ask for it with "
                 "jnp.dot(a, b, preferred_element_type=jnp.float32) (or int32), keep the running sum in a "
                 "float32 scratch, and cast only the result."]
     unlowered = _UNLOWERED.search(text)
