@@ -13,7 +13,7 @@ import jax.numpy as jnp
 from hypothesis import example, given
 from hypothesis import strategies as st
 
-from pytest_tpucourse import mosaic, tpu_compile
+from pytest_tpucourse import public_kernels, tpu
 
 ROWS = (16, 32, 64, 128, 256, 512)  # bf16 row groups of 16: 1 (odd) to 32
 DEPTHS = (128, 256, 512)  # bk and bn: below, at and above the 256-wide MXU
@@ -31,10 +31,10 @@ CHIPS = ("v5e", "v6e")
 @example(chip="v6e", bm=16, bk=128, bn=128)  # one row group: nothing to pair it with
 def test_vmatmuls_per_grid_step(impl, request, chip, bm, bk, bn):
     predicted = impl.mxu.vmatmuls_per_step(bm, bk, bn, chip)
-    tpu_compile.skip_unless_available()
+    tpu.skip_unless_available()
     x = jax.ShapeDtypeStruct((512, 512), jnp.bfloat16)
-    matmul = mosaic.course_solution(request.path, "ch11.matmul.matmul")
-    kernel = tpu_compile.compile_for(matmul, x, x, chip=chip, dumps=True, bm=bm, bk=bk, bn=bn).kernel()
+    matmul = public_kernels.course_solution(request.path, "ch11.matmul.matmul")
+    kernel = tpu.compile_for(matmul, x, x, chip=chip, dumps=True, bm=bm, bk=bk, bn=bn).kernel()
     assert predicted == kernel.step_mxu_ops, (
         f"{impl.mxu.vmatmuls_per_step.display}: vmatmuls_per_step({bm}, {bk}, {bn}, {chip!r}) returned "
         f"{predicted!r}; the {chip} compiler's bundles for ch11's matmul at these blocks issue "

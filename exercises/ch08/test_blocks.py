@@ -4,10 +4,11 @@ mxu_width, vmem_limit_bytes).
 Graded by brute force, on every TPU chip of the course's registry: every legal block
 triple that divides the matmul (the (8, 128) rule: bm a multiple of 8, bk and bn of 128,
 or the whole dimension) is tried; the pick must be legal and divide, fit the limit (VMEM
-by the course's model, pytest_tpucourse.vmem_footprint) and take at most 5% more
+by the course's model, pytest_tpucourse.readers.vmem_footprint) and take at most 5% more
 roofline time than the least of those that fit. The time counts the MXU's padding of the
 block (k and n to its width, m to the rows of one push), so multiples of the MXU width
-win where they matter, without being a rule: any legal pick as fast passes. Shapes include dimensions below the MXU width and below the bf16 tile
+win where they matter, without being a rule: any legal pick as fast passes.
+Shapes include dimensions below the MXU width and below the bf16 tile
 (a skinny m of 8); limits run from a chip's whole VMEM down to tight ones where a
 footprint mistake picks blocks that do not fit. With the tpu-compile extra, the pick is also
 compiled for each chip under the limit it was picked for.
@@ -19,7 +20,7 @@ import pytest
 from hypothesis import example, given
 from hypothesis import strategies as st
 
-from pytest_tpucourse import checks, chip_checks, chips, tpu_compile, vmem_footprint
+from pytest_tpucourse import checks, tpu, chips, ir
 
 MiB = 2**20
 TPUS = [chips.get_chip(name) for name in chips.TPU_CHIPS]
@@ -37,9 +38,9 @@ def legal(dim, multiple):
 
 def footprint(bm, bk, bn, dtype):
     """Chapter 11's matmul: x, y and the output double-buffered, a (bm, bn) f32 accumulator."""
-    return vmem_footprint.footprint_bytes([
-        vmem_footprint.Buffer("x", (bm, bk), dtype, 2), vmem_footprint.Buffer("y", (bk, bn), dtype, 2),
-        vmem_footprint.Buffer("out", (bm, bn), dtype, 2), vmem_footprint.Buffer("acc", (bm, bn), "float32", 1)])
+    return ir.footprint_bytes([
+        ir.Buffer("x", (bm, bk), dtype, 2), ir.Buffer("y", (bk, bn), dtype, 2),
+        ir.Buffer("out", (bm, bn), dtype, 2), ir.Buffer("acc", (bm, bn), "float32", 1)])
 
 
 def roofline_seconds(m, k, n, bm, bk, bn, dtype, chip):
@@ -148,7 +149,7 @@ def test_picked_blocks_compile_under_the_limit(impl, name, m, k, n, limit):
     fn = impl.blocks.pick_blocks
     picked = fn(m, k, n, dtype="bfloat16", peak_flops=chip.peak_flops, hbm_bandwidth=chip.hbm_bandwidth,
                 mxu_width=chip.mxu_width, vmem_limit_bytes=limit)
-    tpu_compile.skip_unless_available()
-    chip_checks.assert_blocks_compile(
+    tpu.skip_unless_available()
+    tpu.assert_blocks_compile(
         fn, tuple(int(b) for b in picked), m, k, n, dtype="bfloat16", chip=name, vmem_limit_bytes=limit,
         note=f"compiled for {name}")
