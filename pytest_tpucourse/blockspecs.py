@@ -250,7 +250,8 @@ class BlockReport:
         return out
 
 
-def sandbox(array_shape, block_shape, dtype) -> BlockReport:
+def sandbox(array_shape, block_shape, dtype, *, compiler: bool = True) -> BlockReport:
+    """The sandbox's report; compiler=False leaves the real compiler out (the lowering's rules only)."""
     import jax.numpy as jnp
 
     array_shape, block_shape = tuple(array_shape), tuple(block_shape)
@@ -272,7 +273,7 @@ def sandbox(array_shape, block_shape, dtype) -> BlockReport:
                  * itemsize)
     lowering = lowering_error(array_shape, block_shape, dtype)
     return BlockReport(array_shape, block_shape, dtype, lowering, grid, edges, buffer_bytes, tiled,
-                       compiler_line(array_shape, block_shape, dtype, lowering))
+                       compiler_line(array_shape, block_shape, dtype, lowering) if compiler else "")
 
 
 def _round_up(n: int, multiple: int) -> int:
