@@ -65,7 +65,7 @@ def plot_svg(chip_name: str, records, width: int = 560, height: int = 340) -> st
     peak, bandwidth = device.peak_for("bfloat16"), device.hbm_bandwidth
     ridge = peak / bandwidth
     left, right, top, bottom = 64, 16, 18, 44
-    x_lo, x_hi = 0.0, 4.0  # log10 FLOP/byte: 1 .. 10^4
+    x_lo, x_hi = -1.0, 4.0  # log10 FLOP/byte: 0.1 .. 10^4
     y_hi = math.ceil(math.log10(peak) + 0.3)
     y_lo = y_hi - 5
 
@@ -95,8 +95,22 @@ def plot_svg(chip_name: str, records, width: int = 560, height: int = 340) -> st
               f'(FLOP per HBM byte)</text>',
               f'<text class="axis" transform="rotate(-90)" x="{-(top + height - bottom) / 2}" y="14" '
               f'text-anchor="middle">FLOP/s</text>']
-    seen = set()
-    for r in records:
+    points = timed_points(chip_name, records)
+    for number, (r, intensity, rate, label) in enumerate(points, 1):
+        parts.append(f'<g class="point {r.method}"><circle cx="{x(intensity):.1f}" cy="{y(rate):.1f}" r="4">'
+                     f'<title>{html.escape(label)}</title></circle>'
+                     f'<text x="{x(intensity) + 5:.1f}" y="{y(rate) + (13 if number % 2 else -6):.1f}">{number}</text></g>')
+    if not points:
+        parts.append(f'<text class="axis" x="{left + 10}" y="{height - bottom - 24}">no timed rows for this chip yet</text>')
+    parts.append("</svg>")
+    legend = "".join(f'<li class="{r.method}">{html.escape(label)}</li>' for r, _, _, label in points)
+    return "".join(parts) + f'<ol class="legend">{legend}</ol>'
+
+
+def timed_points(chip_name: str, records) -> list[tuple]:
+    """(row, FLOP/byte, FLOP/s, what it is) for each distinct timed row of a chip with a cost."""
+    points, seen = [], set()
+    for r in sorted(records, key=lambda r: (r.gate, r.op, r.shapes)):
         if r.chip != chip_name or not r.cost or r.unit != "s" or not isinstance(r.value, (int, float)) \
                 or r.method not in ("roofline-predicted", "measured") or not r.value:
             continue
@@ -105,22 +119,16 @@ def plot_svg(chip_name: str, records, width: int = 560, height: int = 340) -> st
             continue
         seen.add(key)
         intensity = r.cost["flops"] / r.cost["bytes"]
-        rate = r.cost["flops"] / r.value
-        what = "predicted" if r.method == "roofline-predicted" else f"measured {r.date[:10]}"
-        label = f"{r.op} {_shapes(r)} {r.dtype}: {what}"
-        parts.append(f'<g class="point {r.method}"><circle cx="{x(intensity):.1f}" cy="{y(rate):.1f}" r="4">'
-                     f'<title>{html.escape(label)}, {r.value * 1e6:.1f} µs, {intensity:.1f} FLOP/byte</title></circle>'
-                     f'<text x="{x(intensity) + 6:.1f}" y="{y(rate) + 12 + 11 * (len(seen) % 3):.1f}">'
-                     f'{html.escape(r.op)} · {html.escape(what)}</text></g>')
-    if not seen:
-        parts.append(f'<text class="axis" x="{left + 10}" y="{height - bottom - 24}">no timed rows for this chip yet</text>')
-    parts.append("</svg>")
-    return "".join(parts)
+        what = "roofline-predicted" if r.method == "roofline-predicted" else f"measured on {r.chip}, {r.date[:10]}"
+        label = (f"gate {r.gate:02d} {r.op} {_shapes(r)} {r.dtype} ({r.implementation}): {what}, "
+                 f"{r.value * 1e6:.1f} µs, {intensity:.1f} FLOP/byte")
+        points.append((r, intensity, r.cost["flops"] / r.value, label))
+    return points
 
 
 def plots(records) -> list[str]:
     """A plot per chip that has rows, and always the course's default chip."""
     names = sorted({r.chip for r in records if r.chip in chips.KNOWN_CHIPS} | {chips.DEFAULT_CHIP})
-    return [f'<figure>{plot_svg(name, records)}<figcaption>{html.escape(name)}: hollow points are roofline '
-            f'predictions (on the roof by construction), solid ones measured runs</figcaption></figure>'
-            for name in names]
+    return [f'<figure>{plot_svg(name, records)}<figcaption>{html.escape(name)}: every point numbered, the list '
+            f'says what each is; hollow points are roofline predictions (on the roof by construction), solid ones '
+            f'measured runs</figcaption></figure>' for name in names]

@@ -182,7 +182,7 @@ print(json.dumps(timeline_of(programs, result)))
 """
 
 
-def learner_timeline(course_root: Path, name: str, devices: int, timeout: float = 20.0) -> dict:
+def learner_timeline(course_root: Path, name: str, devices: int, timeout: float = 120.0) -> dict:
     """A shipped schedule played by the learner's own simulate() (exercises/ch14/timeline.py), in a
     child process with a deadline: the learner's code may raise, return nonsense or never return."""
     if name not in timeline.SCHEDULES:
@@ -191,7 +191,7 @@ def learner_timeline(course_root: Path, name: str, devices: int, timeout: float 
     if not path.is_file():
         return {"error": f"{path} does not exist"}
     try:
-        done = subprocess.run([sys.executable, "-c", _LEARNER_SIMULATE, str(path), name, str(devices)],
+        done = subprocess.run([sys.executable, "-P", "-c", _LEARNER_SIMULATE, str(path), name, str(devices)],
                               capture_output=True, text=True, timeout=timeout, cwd=course_root)
     except subprocess.TimeoutExpired:
         return {"error": f"your simulate() in {path.name} did not return within {timeout:.0f} s"}

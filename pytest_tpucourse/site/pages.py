@@ -10,6 +10,7 @@ import json
 from pathlib import Path
 
 from ..course import Course
+from ..learner import next_up
 from . import markdown
 from .learner_view import ChapterView, CourseView, ExerciseView, status_counts
 
@@ -41,13 +42,13 @@ def jump_index(course: Course) -> list[dict]:
     """What ⌘K / Ctrl-K jumps to: every chapter, exercise and instrument, and the bench."""
     entries = [{"title": "home: the stack", "kind": "page", "href": "index.html"},
                {"title": "the bench: records and rooflines", "kind": "page", "href": "bench.html"}]
-    for chapter in course.chapters:
-        entries.append({"title": f"ch {chapter.number:02d} {chapter.title}", "kind": "chapter",
-                        "href": f"{chapter.id}.html"})
-        entries += [{"title": f"{exercise.key} · {exercise.summary}", "kind": "exercise",
-                     "href": f"{chapter.id}.html#{exercise.key.replace('.', '-')}"} for exercise in chapter.exercises]
+    entries += [{"title": f"ch {c.number:02d} {c.title}", "kind": "chapter", "href": f"{c.id}.html"}
+                for c in course.chapters]
     entries += [{"title": f"{tag} {name} · {line}", "kind": "instrument", "href": f"{slug}.html"}
                 for slug, tag, name, line, _ in INSTRUMENTS]
+    entries += [{"title": f"{x.key} · {x.summary}", "kind": "exercise",
+                 "href": f"{c.id}.html#{x.key.replace('.', '-')}"} for c in course.chapters for x in c.exercises
+                if next_up.shipped(course, x)]
     return entries
 
 

@@ -33,7 +33,7 @@ const TpuRoofline = (() => {
   }
   function peak(c, dtype) {
     const family = data.families[dtype];
-    if (!(family in c.peaks)) throw new Error(`${c.name}: no published ${family} peak; the roofline cannot bound ${family} compute on it`);
+    if (!(family in c.peaks)) throw new Error(`${c.device}: no published ${family} peak; the roofline cannot bound ${family} compute on it`);
     return c.peaks[family];
   }
   // roofline.predict: the larger of the compute and the memory time, and which one it is.
