@@ -92,7 +92,9 @@ const TpuRoofline = (() => {
       try { f = TpuRoofline.floor(c.name, op.op, op.shape, op.dtype); } catch (err) { return; }
       const g = node("g", { class: "point" });
       g.append(node("circle", { cx: x(f.intensity), cy: y(f.flops / f.floor_seconds), r: 4 }));
-      g.append(node("text", { x: x(f.intensity) + 7, y: y(f.flops / f.floor_seconds) + 14 + 11 * i },
+      const right = x(f.intensity) > W * 0.7;
+      g.append(node("text", { x: x(f.intensity) + (right ? -7 : 7), y: y(f.flops / f.floor_seconds) + 14 + 11 * i,
+        "text-anchor": right ? "end" : "start" },
         `${op.name}: predicted ${Site.us(f.floor_seconds)} (${op.dtype})`));
       svg.append(g);
     });
@@ -100,7 +102,7 @@ const TpuRoofline = (() => {
       const g = node("g", { class: "point active", id: "you" });
       const cx = x(Math.min(Math.max(prediction.intensity, lo), hi)), cy = y(prediction.flops / prediction.floor_seconds);
       g.append(node("circle", { cx, cy, r: 7 }));
-      g.append(node("text", { x: cx + 10, y: cy - 8 }, `${opSel.value} ${shape.value}: predicted ${Site.us(prediction.floor_seconds)}`));
+      g.append(node("text", { x: cx + (cx > W * 0.7 ? -10 : 10), y: cy - 8, "text-anchor": cx > W * 0.7 ? "end" : "start" }, `${opSel.value} ${shape.value}: predicted ${Site.us(prediction.floor_seconds)}`));
       svg.append(g);
       g.addEventListener("pointerdown", startDrag);
     }
@@ -114,7 +116,7 @@ const TpuRoofline = (() => {
     if (dims && dims.length === 2) opSel.value = "add";
     const c = TpuRoofline.chip(chipSel.value);
     $("figures").textContent = `${c.device}: ${Object.entries(c.peaks).map(([k, v]) => `${k} ${v.toPrecision(3)} FLOP/s`).join(", ")}; ` +
-      `HBM ${c.hbm_bandwidth.toPrecision(3)} B/s · from ${Object.values(c.sources).join("; ") || "the chip table"}`;
+      `HBM ${c.hbm_bandwidth.toPrecision(3)} B/s · from ${[...new Set(Object.values(c.sources))].join("; ") || "the chip table"}`;
     try {
       const f = TpuRoofline.floor(chipSel.value, opSel.value, shape.value, dtypeSel.value);
       floorEl.textContent = `${Site.us(f.floor_seconds)} (${f.bound}-bound)`;
