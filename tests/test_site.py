@@ -302,3 +302,23 @@ def test_the_site_command_serves_on_127_0_0_1(clone, tmp_path):
     finally:
         child.terminate()
         child.wait(timeout=30)
+
+
+def test_served_pages_answer_live_with_the_real_compiler(served, page):
+    """Under --serve the sandbox asks the real compiler (libtpu), which the static build cannot."""
+    from pytest_tpucourse import tpu_compile
+
+    page.goto(f"{served}/ex10.html")
+    page.locator(".serve-only").wait_for(state="visible")
+    if not tpu_compile.available():
+        pytest.skip("no libtpu: pip install -e '.[tpu-compile]' (the test extra installs it)")
+    page.goto(f"{served}/ex09.html")
+    page.locator("#bs-shape").fill("1024x1024")
+    page.locator("#bs-dtype").select_option("int8")
+    page.locator("#bs-block").fill("8x128")
+    page.wait_for_function("(t => t.includes('int8, block 8x128') && t.includes('compiler v5e:'))"
+                           "(document.getElementById('bs-lines').textContent)", timeout=300_000)
+    lines = page.locator("#bs-lines").inner_text()
+    assert "legal: the TPU lowering accepts it" in lines and "compiler v5e: E2002" in lines
+    assert "real compiler" in page.locator("#bs-what").inner_text()
+    assert page.errors == []

@@ -62,7 +62,7 @@ def shell(title: str, body: str, index: list[dict], *, data: dict | None = None,
     return f"""<!DOCTYPE html>
 <html lang="en"><head><meta charset="utf-8"><meta name="viewport" content="width=device-width, initial-scale=1">
 <title>{e(title)} · Learn to make TPUs fast</title>
-<link rel="stylesheet" href="static/site.css"></head>
+<link rel="icon" href="data:,"><link rel="stylesheet" href="static/site.css"></head>
 <body class="{page_class}">
 <header class="top"><a class="brand" href="index.html">Learn to make TPUs fast</a>
 <nav><a href="index.html#stack">the stack</a><a href="index.html#workshop">the workshop</a><a href="bench.html">the bench</a>
