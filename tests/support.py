@@ -2,7 +2,9 @@
 
 from __future__ import annotations
 
+import os
 import re
+import shutil
 import sys
 import textwrap
 from pathlib import Path
@@ -10,6 +12,15 @@ from pathlib import Path
 import pytest
 
 REPO = Path(__file__).resolve().parents[1]
+BROWSERS = ("chromium", "chromium-browser", "google-chrome")
+
+
+def chromium() -> str:
+    """The system's Chromium for the browser tests (x-ray page, course site); skip, saying so, without one."""
+    found = os.environ.get("TPUCOURSE_CHROMIUM") or next(filter(None, map(shutil.which, BROWSERS)), None)
+    if found is None:
+        pytest.skip("no browser: the web pages are tested in Chromium (apt-get install chromium)")
+    return found
 
 
 def is_xdist_variable(name: str) -> bool:
@@ -90,3 +101,28 @@ DEFAULT_SIGINT = "import signal; signal.signal(signal.SIGINT, signal.default_int
 def pytest_child(*args: str) -> list[str]:
     """The command of a pytest child process that a test may interrupt with SIGINT."""
     return [sys.executable, "-c", DEFAULT_SIGINT + f"import sys, pytest; sys.exit(pytest.main({list(args)!r}))"]
+
+
+# A graded test of the fake course's double() exercise, two cases (test_state, learner CLI, watch).
+GRADED_TEST = """
+    import numpy as np
+    from pytest_tpucourse import checks
+
+    def test_double(impl):
+        x = np.arange(4, dtype=np.float32)
+        checks.assert_close(impl.double.double(x), 2.0 * x.astype(np.float64),
+                            fn=impl.double.double, dtype=np.float32)
+
+    def test_double_again(impl):
+        x = np.ones(3, dtype=np.float32)
+        checks.assert_close(impl.double.double(x), 2.0 * x.astype(np.float64),
+                            fn=impl.double.double, dtype=np.float32)
+"""
+
+
+def assert_short_report(result):
+    """No traceback through the plugin or JAX in the report."""
+    out = result.stdout.str()
+    assert "Traceback" not in out, out
+    assert "pytest_tpucourse/" not in out, out
+    assert "site-packages" not in out, out

@@ -25,8 +25,7 @@ from pytest_tpucourse.gates import criteria
 from pytest_tpucourse.learner import self_test, state
 from pytest_tpucourse.site import instruments, markdown, server
 
-from .support import REPO
-from .test_xray_page import _chromium
+from .support import REPO, chromium
 
 pytestmark = pytest.mark.runs  # the site is built by the course's command line in a child process
 
@@ -46,7 +45,7 @@ def clone(tmp_path_factory):
 def site(clone):
     """The site built there by the command (-P: this installation's package, not the clone's copy)."""
     out = clone / "site-out"
-    done = subprocess.run([sys.executable, "-P", "-m", "pytest_tpucourse.cli", "site", "--out", str(out)], cwd=clone,
+    done = subprocess.run([sys.executable, "-P", "-m", "pytest_tpucourse.commands.main", "site", "--out", str(out)], cwd=clone,
                           capture_output=True, text=True, timeout=BUILD_TIMEOUT)
     assert done.returncode == 0, done.stderr[-3000:]
     assert f"to {out}" in done.stdout
@@ -72,7 +71,7 @@ def test_the_build_writes_every_page_and_fetches_nothing(site):
 
 def test_the_home_page_counts_what_the_state_file_says(clone, tmp_path):
     """A chapter whose every exercise the state file shows done counts, as in `tpucourse progress`."""
-    from pytest_tpucourse.course import load_course
+    from pytest_tpucourse.core.course import load_course
     from pytest_tpucourse.site.learner_view import course_view
 
     course = load_course(clone)
@@ -104,7 +103,7 @@ def test_markdown_renders_what_the_readmes_use():
 
 @pytest.fixture(scope="module")
 def browser():
-    executable = _chromium()
+    executable = chromium()
     try:
         from playwright.sync_api import sync_playwright
     except ImportError:
@@ -284,7 +283,7 @@ def test_the_site_command_serves_on_127_0_0_1(clone, tmp_path):
     """`tpucourse site --serve --port 0`, the real command, answers within a bounded time, then stops."""
     out = tmp_path / "served-site"
     env = {**os.environ, "PYTHONUNBUFFERED": "1"}
-    child = subprocess.Popen([sys.executable, "-P", "-m", "pytest_tpucourse.cli", "site", "--serve", "--port", "0",
+    child = subprocess.Popen([sys.executable, "-P", "-m", "pytest_tpucourse.commands.main", "site", "--serve", "--port", "0",
                               "--out", str(out)], cwd=clone, stdout=subprocess.PIPE, stderr=subprocess.PIPE,
                              text=True, env=env)
     try:
@@ -306,7 +305,7 @@ def test_the_site_command_serves_on_127_0_0_1(clone, tmp_path):
 
 def test_served_pages_answer_live_with_the_real_compiler(served, page):
     """Under --serve the sandbox asks the real compiler (libtpu), which the static build cannot."""
-    from pytest_tpucourse import tpu_compile
+    from pytest_tpucourse.compiler import libtpu as tpu_compile
 
     page.goto(f"{served}/ex10.html")
     page.locator(".serve-only").wait_for(state="visible")

@@ -12,7 +12,7 @@ from importlib import resources
 from pathlib import Path
 
 from .. import chips
-from ..course import Course
+from ..core.course import Course
 from . import bench, instrument_pages, instruments, pages
 from .learner_view import course_view
 

@@ -17,7 +17,7 @@ def add_parser(subcommands) -> None:
 
 
 def run(args) -> int:
-    from ..learner.commands import course_here
+    from ..commands.learner import course_here
     from . import build, server
 
     course = course_here()

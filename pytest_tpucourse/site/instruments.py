@@ -14,8 +14,10 @@ import subprocess
 import sys
 from pathlib import Path
 
-from .. import chips, ici, roofline, timeline
+from .. import chips, roofline
 from ..gates import criteria
+from ..instruments import ici
+from ..instruments import semaphore_timeline as timeline
 
 ROOFLINE_DTYPES = ("bfloat16", "float32", "int8")
 # The course's three v5e floors (the home page's): gate 00's slots, named as the course names them.
@@ -111,7 +113,7 @@ BLOCKSPEC_DTYPES = ("float32", "bfloat16", "int8")
 
 def blockspec(shape: str, block: str, dtype: str, *, compiler: bool) -> dict:
     """The sandbox's report (`tpucourse blockspec`); compiler=True adds the real compiler's verdict."""
-    from .. import blockspecs
+    from ..readers import blockspecs
 
     array = blockspecs.parse_block(shape)
     if None in array:
@@ -166,7 +168,7 @@ def timeline_data() -> dict:
 
 _LEARNER_SIMULATE = """
 import importlib.util, json, sys
-from pytest_tpucourse import timeline
+from pytest_tpucourse.instruments import semaphore_timeline as timeline
 from pytest_tpucourse.site.instruments import timeline_of
 path, name, devices = sys.argv[1], sys.argv[2], int(sys.argv[3])
 spec = importlib.util.spec_from_file_location("_learner_timeline", path)
@@ -260,7 +262,7 @@ def xray_page() -> str:
     import jax
     import jax.numpy as jnp
 
-    from .. import xray_render
+    from ..instruments import xray_page as xray_render
     from . import xray_example
 
     shapes = [jax.ShapeDtypeStruct((8, 64), jnp.float32), jax.ShapeDtypeStruct((64, 32), jnp.float32),

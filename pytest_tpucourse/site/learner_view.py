@@ -11,7 +11,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from ..course import Chapter, Course
+from ..core.course import Chapter, Course
 from ..gates import criteria, report
 from ..learner import next_up, self_test, state
 from ..learner.status import Status

@@ -9,7 +9,7 @@ import html
 import json
 from pathlib import Path
 
-from ..course import Course
+from ..core.course import Course
 from ..learner import next_up
 from . import markdown
 from .learner_view import ChapterView, CourseView, ExerciseView, status_counts

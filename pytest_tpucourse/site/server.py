@@ -53,13 +53,13 @@ def answer(course_root: Path, path: str, query: dict) -> dict:
 
 def tick(course_root: Path, body: dict) -> dict:
     """POST /api/tick {"chapter": "ch15", "item": 3, "undo": false}: `tpucourse tick` itself."""
-    from ..learner import self_test
+    from ..commands import learner
 
     args = argparse.Namespace(chapter=str(body.get("chapter", "")), item=int(body.get("item", 0)),
                               undo=bool(body.get("undo", False)))
     printed = io.StringIO()
     with contextlib.chdir(course_root), contextlib.redirect_stdout(printed):
-        self_test.tick(args)
+        learner.tick(args)
     return {"printed": printed.getvalue()}
 
 
@@ -79,7 +79,7 @@ class Handler(SimpleHTTPRequestHandler):
         self.wfile.write(data)
 
     def _api(self, call) -> None:
-        from ..learner.commands import CommandError
+        from ..commands.learner import CommandError
 
         try:
             self._json(200, call())
