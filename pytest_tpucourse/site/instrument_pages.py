@@ -27,7 +27,8 @@ STREAMING = """
 </section>
 <section class="panel"><div class="attn">
 <div><h3>HBM</h3><div id="hbm" class="blocks"></div></div>
-<div><h3>VMEM (resident now)</h3><div id="vmem" class="blocks"></div></div>
+<div><h3>VMEM (resident now)</h3><div id="vmem" class="blocks"></div>
+<p class="note">two buffers per operand: the pipeline copies block j + 1 in while block j computes</p></div>
 <div><h3>score matrix S = Q·Kᵀ</h3><svg id="scores" viewBox="0 0 260 90"></svg>
 <p class="note">an outline only: one block's scores live in VMEM for one step, then go; the whole matrix never exists</p></div>
 </div></section>

@@ -90,11 +90,12 @@
         const apex = [(x1 + x2) / 4 + mx / 2, (y1 + y2) / 4 + my / 2];  // the arc's furthest point
         if (now.sends.length <= 16) svg.append(node("text", { class: "send-label", x: apex[0] + (horizontal ? 0 : Math.sign(bend) * 4),
           y: apex[1] + (horizontal ? (bend < 0 ? -4 : 11) : 3), "text-anchor": horizontal ? "middle" : bend < 0 ? "end" : "start" },
-          `c${chunk} · ${Site.us(phase.link_seconds)}`));
+          `c${chunk}`));
       });
     }
     $("mesh-step-label").textContent = now ? `phase ${now.phase + 1} (${phase.op}, axis ${phase.axis}) step ${now.step + 1} of ${phase.steps.length}: ` +
-      `${now.sends.length} sends along the highlighted line; every line along axis ${phase.axis} does the same at once` : "one chip: nothing to send";
+      `${now.sends.length} sends along the highlighted line (cN: chunk N), each one ${mib(phase.chunk_bytes)} chunk over one link in ` +
+      `${Site.us(phase.link_seconds)} (predicted); every line along axis ${phase.axis} does the same at once` : "one chip: nothing to send";
     $("mesh-phases").replaceChildren(...plan.phases.map((p, i) => Site.el("p", { class: `phase${now && i === now.phase ? " current" : ""}` },
       `${p.op} along axis ${p.axis}: ${p.size} chips, ${p.wraparound ? "ring (wraparound link)" : "line (no wraparound link)"}, ` +
       `${p.steps.length} steps of one ${mib(p.chunk_bytes)} chunk per link and direction, ${Site.us(p.link_seconds)} per link per step: ` +

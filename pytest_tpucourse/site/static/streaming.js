@@ -31,8 +31,12 @@
       kv.push([`K${b}`, cls], [`V${b}`, cls]);
     }
     blocks($("hbm"), [["Q", "q"], ...kv, ["O", last ? "now" : ""]]);
-    blocks($("vmem"), [["Q (resident)", "q"], [`K${j}`, "now"], [`V${j}`, "now"], ["m, l, acc (carried)", ""],
-      [`S${j} = Q·K${j}ᵀ (${d.q_rows}×${d.block}, this step only)`, ""]]);
+    // Two buffers per operand (slots A and B): block j computes in one while block j + 1 is copied into the other.
+    const slot = b => (b % 2 ? "B" : "A"), ahead = j + 1 < d.kv_blocks;
+    blocks($("vmem"), [["Q (resident)", "q"],
+      [`k${slot(j)}: K${j}`, "now"], [`v${slot(j)}: V${j}`, "now"],
+      [`k${slot(j + 1)}: ${ahead ? `K${j + 1} (copying in)` : "free"}`, ""], [`v${slot(j + 1)}: ${ahead ? `V${j + 1} (copying in)` : "free"}`, ""],
+      ["m, l, acc (carried)", ""], [`S${j} = Q·K${j}ᵀ (${d.q_rows}×${d.block}, this step only)`, ""]]);
     scores(j);
     const grid = Site.el("div", { class: "state-grid" });
     const head = ["row · m = max(m, rowmax S)", "l = l·e^(m₋−m) + rowsum e^(S−m)", "acc = acc·e^(m₋−m) + e^(S−m)·V"];
