@@ -207,6 +207,12 @@ def test_the_streaming_attention_scrubs_to_the_exact_softmax(site, page):
     assert "step 4 of 4" in page.locator("#step-label").inner_text()
     assert "equals the full softmax" in page.locator("#state").inner_text()
     assert page.locator("#scores rect.live").count() == 16 and page.locator("#scores rect.cell").count() == 64
+    page.locator("#variant").select_option("causal")  # chapter 13: q block 1 never meets kv blocks 2 and 3
+    page.locator("#step").fill("2")
+    assert "never fetched" in page.locator("#step-label").inner_text()
+    assert page.locator("#scores rect.live").count() == 0 and page.locator("#scores rect.masked").count() == 64 - 26
+    page.locator("#step").fill("3")
+    assert "equals the full softmax(Q·Kᵀ)·V (causal)" in page.locator("#state").inner_text()
     assert page.errors == []
 
 

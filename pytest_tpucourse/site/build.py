@@ -41,7 +41,7 @@ def home_floors(records) -> list[dict]:
 
 
 def instrument_data(slug: str) -> dict | None:
-    return {"ex01": instruments.roofline_data, "ex03": instruments.streaming_attention,
+    return {"ex01": instruments.roofline_data, "ex03": instruments.streaming_variants,
             "ex09": lambda: {"cases": instruments.blockspec_cases(), "shapes": instruments.BLOCKSPEC_SHAPES,
                              "blocks": instruments.BLOCKSPEC_BLOCKS, "dtypes": instruments.BLOCKSPEC_DTYPES},
             "ex10": instruments.timeline_data, "ex11": instruments.mesh_data}.get(slug, lambda: None)()

@@ -23,6 +23,7 @@ prediction, never a measurement.</p>
 
 STREAMING = """
 <section class="panel controls">
+<label>walk <select id="variant"></select></label>
 <label>kv block <input id="step" type="range" min="0" value="0"></label> <span id="step-label"></span>
 </section>
 <section class="panel"><div class="attn">

@@ -69,10 +69,11 @@ def roofline_data() -> dict:
 # ---------------------------------------------------------------- EX·03 streaming attention
 
 
-def streaming_attention(q_rows: int = 4, head_dim: int = 4, kv_blocks: int = 4, block: int = 4,
-                        seed: int = 0) -> dict:
-    """One q block streaming over kv blocks (chapter 5's online softmax, chapter 13's flash forward):
-    the carried (m, l, acc) after every block, exact in float64, and the full softmax it must equal."""
+def streaming_attention(q_rows: int = 4, head_dim: int = 4, kv_blocks: int = 4, block: int = 4, seed: int = 0,
+                        *, causal: bool = False, q_block: int = 0) -> dict:
+    """One q block streaming over kv blocks (chapter 5's online softmax; causal, chapter 13's flash forward
+    with block skipping): the carried (m, l, acc) after every block, exact in float64, and the softmax
+    of the whole score matrix it must equal. A kv block wholly above the diagonal is skipped."""
     import numpy as np
 
     rng = np.random.default_rng(seed)
@@ -80,27 +81,43 @@ def streaming_attention(q_rows: int = 4, head_dim: int = 4, kv_blocks: int = 4, 
     k = rng.normal(size=(kv_blocks * block, head_dim)) * 1.5
     v = rng.normal(size=(kv_blocks * block, head_dim))
     scale = head_dim ** -0.5
+    rows = q_block * q_rows + np.arange(q_rows)  # the queries' positions in the sequence
+    allowed = (rows[:, None] >= np.arange(kv_blocks * block)[None, :]) if causal \
+        else np.ones((q_rows, kv_blocks * block), bool)
     m = np.full(q_rows, -np.inf)
     l = np.zeros(q_rows)
     acc = np.zeros((q_rows, head_dim))
     steps = []
     for j in range(kv_blocks):
-        s = (q @ k[j * block:(j + 1) * block].T) * scale
+        keys = slice(j * block, (j + 1) * block)
+        if not allowed[:, keys].any():  # above the diagonal: neither fetched nor computed
+            steps.append({"block": j, "skipped": True, "alpha": [1.0] * q_rows, "m": m.tolist(), "l": l.tolist(),
+                          "acc": acc.tolist(), "out": (acc / l[:, None]).tolist()})
+            continue
+        s = np.where(allowed[:, keys], (q @ k[keys].T) * scale, -np.inf)
         m_new = np.maximum(m, s.max(axis=1))
         alpha = np.exp(m - m_new)  # exp(-inf) = 0 on the first block: nothing carried yet
         p = np.exp(s - m_new[:, None])
         l = alpha * l + p.sum(axis=1)
-        acc = alpha[:, None] * acc + p @ v[j * block:(j + 1) * block]
+        acc = alpha[:, None] * acc + p @ v[keys]
         m = m_new
-        steps.append({"block": j, "scores_max": s.max(axis=1).tolist(), "alpha": alpha.tolist(),
-                      "m": m.tolist(), "l": l.tolist(), "acc": acc.tolist(), "out": (acc / l[:, None]).tolist()})
-    full = q @ k.T * scale
+        steps.append({"block": j, "skipped": False, "alpha": alpha.tolist(), "m": m.tolist(), "l": l.tolist(),
+                      "acc": acc.tolist(), "out": (acc / l[:, None]).tolist()})
+    full = np.where(allowed, q @ k.T * scale, -np.inf)
     weights = np.exp(full - full.max(axis=1, keepdims=True))
     reference = (weights / weights.sum(axis=1, keepdims=True)) @ v
     error = float(np.abs(acc / l[:, None] - reference).max())
-    return {"what": "computed exactly (NumPy, float64), not a kernel run", "q_rows": q_rows,
-            "head_dim": head_dim, "kv_blocks": kv_blocks, "block": block, "steps": steps,
-            "reference": reference.tolist(), "max_error": error}
+    return {"what": "computed exactly (NumPy, float64), not a kernel run", "q_rows": q_rows, "q_block": q_block,
+            "causal": causal, "head_dim": head_dim, "kv_blocks": kv_blocks, "block": block, "steps": steps,
+            "allowed": allowed.tolist(), "reference": reference.tolist(), "max_error": error}
+
+
+def streaming_variants() -> dict:
+    """The instrument's two walks: chapter 5's (every kv block) and chapter 13's causal one (q block 1)."""
+    return {"default": "full", "variants": {
+        "full": {"label": "chapter 5: online softmax, every kv block", **streaming_attention()},
+        "causal": {"label": "chapter 13: causal flash forward, q block 1 (blocks above the diagonal skipped)",
+                   **streaming_attention(causal=True, q_block=1)}}}
 
 
 # ---------------------------------------------------------------- EX·09 the BlockSpec sandbox
