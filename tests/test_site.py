@@ -327,3 +327,19 @@ def test_served_pages_answer_live_with_the_real_compiler(served, page):
     assert "legal: the TPU lowering accepts it" in lines and "compiler v5e: E2002" in lines
     assert "real compiler" in page.locator("#bs-what").inner_text()
     assert page.errors == []
+
+
+def test_serve_plays_a_schedule_with_the_learners_own_simulate(served, clone):
+    """With a simulate() written (here the shipped solution's), the timeline answers from it, and agrees."""
+    mine = clone / "exercises" / "ch14" / "timeline.py"
+    stub = mine.read_text(encoding="utf-8")
+    mine.write_text((clone / "solutions" / "ch14" / "timeline.py").read_text(encoding="utf-8"), encoding="utf-8")
+    try:
+        status, body = _get(f"{served}/api/timeline?schedule=next-step-semaphore&devices=4")
+    finally:
+        mine.write_text(stub, encoding="utf-8")
+    answer = json.loads(body)
+    assert status == 200 and "error" not in answer, answer
+    assert answer["what"].startswith("simulated by your simulate()")
+    shipped = instruments.timeline_data()["schedules"]["next-step-semaphore"]["runs"]["4"]
+    assert {k: answer[k] for k in shipped} == shipped
