@@ -249,7 +249,8 @@ class BlockReport:
         return out
 
 
-def sandbox(array_shape, block_shape, dtype) -> BlockReport:
+def sandbox(array_shape, block_shape, dtype, *, compiler: bool = True) -> BlockReport:
+    """The sandbox's report; compiler=False leaves the real compiler out (the lowering's rules only)."""
     import jax.numpy as jnp
 
     array_shape, block_shape = tuple(array_shape), tuple(block_shape)
@@ -269,7 +270,7 @@ def sandbox(array_shape, block_shape, dtype) -> BlockReport:
     tiled = vmem_footprint.padded_bytes(sizes, dtype) if len(sizes) >= 2 else None
     lowering = lowering_error(array_shape, block_shape, dtype)
     return BlockReport(array_shape, block_shape, dtype, lowering, grid, edges, buffer_bytes, tiled,
-                       compiler_line(array_shape, block_shape, dtype, lowering))
+                       compiler_line(array_shape, block_shape, dtype, lowering) if compiler else "")
 
 
 def parse_block(text: str) -> tuple:
