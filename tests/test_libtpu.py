@@ -295,3 +295,14 @@ def test_a_refusal_is_kept_but_a_timeout_is_not(kept_results, monkeypatch):
     with pytest.raises(libtpu.TpuCompileError) as caught:
         _compile_int8_copy()
     assert caught.value.code == "E2002"
+
+
+def test_a_registered_chip_is_compiled_for_with_its_own_topology():
+    """The chip table is one: a Chip registered through the hook carries its compile topology."""
+    import dataclasses
+
+    mine = dataclasses.replace(chips.get_chip("v5e"), name="my-v5e", compile_topology="v5e:2x2")
+    assert libtpu._topology_name(mine) == "v5e:2x2" and libtpu._lowering_name(mine) == "v5e"
+    assert libtpu._topology_name("v7x") == chips.get_chip("v7x").compile_topology == "tpu7x:2x2x1"
+    with pytest.raises(ValueError, match="no compile_topology"):
+        libtpu._topology_name(dataclasses.replace(mine, compile_topology=None))

@@ -5,24 +5,13 @@ Playwright's Python package drives it; Playwright's own browser downloads are no
 Where either is missing the tests skip, saying which.
 """
 
-import os
-import shutil
-
 import pytest
 
 from pytest_tpucourse.commands import main
 
-from .support import REPO
+from .support import REPO, chromium
 
 PROGRAM = REPO / "tests" / "fixtures" / "xray_program.py"
-BROWSERS = ("chromium", "chromium-browser", "google-chrome")
-
-
-def _chromium() -> str:
-    found = os.environ.get("TPUCOURSE_CHROMIUM") or next(filter(None, map(shutil.which, BROWSERS)), None)
-    if found is None:
-        pytest.skip("no browser: the x-ray page is tested in Chromium (apt-get install chromium)")
-    return found
 
 
 def _open(tmp_path_factory, target, shapes):
@@ -33,7 +22,7 @@ def _open(tmp_path_factory, target, shapes):
 
 @pytest.fixture(scope="module")
 def browser(tmp_path_factory):
-    executable = _chromium()
+    executable = chromium()
     try:
         from playwright.sync_api import sync_playwright
     except ImportError:

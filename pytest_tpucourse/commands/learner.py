@@ -21,6 +21,7 @@ from ..core.course import (
     load_course,
     module_in_tree,
 )
+from ..gates import criteria
 from ..gates import records as rec
 from ..gates import report
 from ..learner import self_test, state
@@ -89,7 +90,7 @@ def progress_lines(course: Course, data: dict, gates: report.LearnerGates) -> li
             lines.append(f"      {self_test.summary(chapter, data)}")
     lines.append("")
     lines.append(f"your progress: {complete}/{course.chapters_total} chapters")
-    lines.append(f"gates: {gates.passed()}/{course.gates_total} gates passed (measured on hardware)")
+    lines.append(f"gates: {gates.passed()}/{len(criteria.GATES)} gates passed (measured on hardware)")
     lines += gates.notes()
     upcoming = next_exercise(course, data)
     if upcoming is None:
