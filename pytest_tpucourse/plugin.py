@@ -64,6 +64,11 @@ def pytest_addoption(parser: pytest.Parser) -> None:
         help="run only the @gate tests of the selected chapters",
     )
     group.addoption(
+        "--rehearse", action="store_true", default=False,
+        help="with --gates: run every gate test's whole measuring path as on the chip, on a stand-in "
+        "clock (no number about any chip; rows to a throwaway file, never counted): before renting a TPU",
+    )
+    group.addoption(
         "--chip", metavar="NAME", default=None,
         help=f"chip the gate predictions and records are for ({', '.join(chips.KNOWN_CHIPS)}, or one "
         "a plugin registers); on an accelerator it must be the chip the run executes on",
@@ -228,7 +233,9 @@ def _gate_outcome(item: pytest.Item, report: pytest.TestReport) -> None:
     """A gate test that returned normally takes the outcome its gate results say."""
     from .gates.run import test_outcome
 
-    decided = test_outcome(item.stash.get(GATE_RESULTS, ()))
+    session = item.config.stash.get(SESSION, None)
+    rehearsal = session is not None and session.gates.rehearsal is not None
+    decided = test_outcome(item.stash.get(GATE_RESULTS, ()), rehearsal=rehearsal)
     if decided is None:
         return
     report.outcome, message = decided

@@ -12,7 +12,10 @@ these criteria are the project's (docs/gates.md):
   Both are checked against XLA's all-gather matmul before and after timing.
   On a CPU the roofline floor of one chip's compute is predicted and the test is
   skipped as awaiting hardware; on fewer than 4 chips "needs 4 chips" is recorded as
-  not runnable, never a pass.
+  not runnable, never a pass. `pytest --gates --rehearse` runs the measuring path on a
+  stand-in clock, at CPU_MKN on a CPU's simulated devices.
+- both judge your own kernels (pytest_tpucourse/gates/own_work.py): Pallas kernels written in
+  your tree, the matmul inside them.
 """
 
 import functools
@@ -22,7 +25,7 @@ import pytest
 
 from pytest_tpucourse import checks, collectives, roofline, tpu_checks
 from pytest_tpucourse import strategies as tst
-from pytest_tpucourse.gates import criteria
+from pytest_tpucourse.gates import criteria, own_work
 
 pytestmark = pytest.mark.kernel_timeout(60)
 
@@ -35,6 +38,7 @@ DTYPE = "bfloat16"
 # fits behind the matmul. The kernel holds x's two chunk buffers (128 KiB), w_j (4 MiB)
 # and its output (512, 8192) (8 MiB) in VMEM: 12.1 MiB, under v5e's 16 MiB default.
 M, K, N = 512, 256, DEVICES * 8192
+CPU_MKN = (4 * 16, 128, DEVICES * 128)  # what a rehearsal on a CPU builds
 
 
 def _correctness_cases(mesh):
@@ -67,7 +71,16 @@ def test_collectives_are_correct(gate_run, impl, mesh):
                 checks.assert_matches_reference, fn, args, kwargs=kwargs, reference=reference.bind(**kwargs)))
             tpu_checks.assert_no_races(fn, *args, cores=1, why=tpu_checks.RACE_BETWEEN_DEVICES, **kwargs)
 
-    gate_run.verify("correct", slot.op, slot.shapes, slot.dtype, check)
+    work = [own_work.of_call(getattr(getattr(impl, module), name), args, kwargs,
+                             flops=_per_device_flops(args) if module == "collective_matmul" else 0.0)
+            for module, name, _, args, kwargs in cases]
+    gate_run.verify("correct", slot.op, slot.shapes, slot.dtype, check, work=work)
+
+
+def _per_device_flops(args) -> float:
+    """One device's share of all_gather(x) @ w: the gathered x by its columns of w."""
+    (m, k), (_, n) = (a.shape for a in args)
+    return 2.0 * m * k * n / DEVICES
 
 
 @pytest.mark.gate(4)
@@ -83,12 +96,14 @@ def test_communication_hidden_behind_compute(gate_run, impl):
         kernel_reference = jax.jit(functools.partial(collectives.ALL_GATHER_MATMUL.floor, mesh=ring, axis_name="x"))
         alone_reference = jax.jit(functools.partial(collectives.ALL_GATHER_MATMUL.floor, mesh=one, axis_name="x"))
 
+    m, k, n = gate_run.shapes((M, K, N), cpu=CPU_MKN)
+
     def kernel_inputs(seed):
-        return tst.random_array((M, K), DTYPE, 2 * seed), tst.random_array((K, N), DTYPE, 2 * seed + 1)
+        return tst.random_array((m, k), DTYPE, 2 * seed), tst.random_array((k, n), DTYPE, 2 * seed + 1)
 
     def alone_inputs(seed):  # the whole x and one chip's columns of w
         x, w = kernel_inputs(seed)
-        return x, w[:, :N // DEVICES]
+        return x, w[:, :n // DEVICES]
 
     gate_run.measure_against_compute_alone(
         "communication-hidden", slot.op, slot.shapes, slot.dtype, roofline.matmul_cost(M, K, N // DEVICES, DTYPE),
