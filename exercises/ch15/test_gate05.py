@@ -27,7 +27,7 @@ from pytest_tpucourse import strategies as tst
 from pytest_tpucourse.gates import own_work
 
 CRITERIA = ("beats-xla", "near-ceiling")
-CPU_SEQ = 256  # a rehearsal on a CPU times one head of this many queries
+CPU_SEQ = 128  # a rehearsal on a CPU times one head of this many queries
 
 
 def _out_only(fn):

@@ -176,7 +176,7 @@ GATES: tuple[Gate, ...] = (
         Criterion("communication-hidden", "Communication hidden behind compute: the collective "
                   "matmul within striking distance of its compute alone", "speed",
                   ratio_of="compute-alone", ratio_range=(0.0, STRIKING_DISTANCE),
-                  slots=(Slot.of("all-gather-matmul", ((512, 256), (256, 4 * 8192)), BF16),)),
+                  slots=(Slot.of("all-gather-matmul", ((1024, 512), (512, 4 * 16384)), BF16),)),
     ), words="project"),
     Gate(5, "ch15", "Capstone: shipped upstream", (
         # The course's own words (the capstone page); its second line holds two baselines, so
