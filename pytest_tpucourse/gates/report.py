@@ -214,6 +214,11 @@ def bench_readme(loaded: Loaded, *, course_root: Path | None = None, source: str
         "Every row was re-judged when this page was made; rows that failed re-judging are listed",
         "as rejected. Failed rows are never deleted and are listed below.",
         "",
+        "Gate 00 on a GPU: `bench/device_gate00.sh` installs the course on a machine with a GPU (no",
+        "package index needed), measures XLA's matmul, skinny matmul and add against their roofline",
+        "floors there and brings the rows back. No GPU has been available to the course yet: it has",
+        "been rehearsed on a CPU only, and none of the rows below comes from it.",
+        "",
     ]
     chip_names = _chips(records)
     if not chip_names:
