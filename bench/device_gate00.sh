@@ -59,7 +59,7 @@ if [[ -n "${DRY_RUN:-}" ]]; then
   run "${PYTEST[@]}" --records "$RECORDS"
 else
   run "${PYTEST[@]}" --records "$RECORDS" 2>&1 | tee "$OUT/gate00.log" || status=$?
-  "$PYTHON" -c "import sys; from pytest_tpucourse import cli; sys.exit(cli.main(['records', 'check', sys.argv[1]]))" \
+  "$PYTHON" -c "import sys; from pytest_tpucourse.commands import main; sys.exit(main.main(['records', 'check', sys.argv[1]]))" \
     "$RECORDS" | tee "$OUT/gate00.check.txt" || status=$?
 fi
 exit "$status"

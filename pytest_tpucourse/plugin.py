@@ -13,19 +13,20 @@ import importlib.util
 
 import pytest
 
-from . import chips, profiles
+from . import chips
+from .core import profiles
 from .gates import markers, timer
 from .grading import backend
 from .grading.deadline import DEFAULT_SECONDS
 from .grading.messages import outcome_report
-from .session import OPTIONS, SESSION, CourseSession, RunOptions, run_chip
+from .run.session import OPTIONS, SESSION, CourseSession, RunOptions, run_chip
 
 
 GATE_RESULTS = pytest.StashKey[list]()
 
 
 def pytest_addhooks(pluginmanager) -> None:
-    from . import hookspecs
+    from .run import hookspecs
 
     pluginmanager.add_hookspecs(hookspecs)
     pluginmanager.add_hookspecs(hookspecs.Retired)
@@ -33,7 +34,7 @@ def pytest_addhooks(pluginmanager) -> None:
 
 def pytest_plugin_registered(plugin, manager) -> None:
     """A conftest.py loaded during collection that answers a retired hook is refused too."""
-    from . import hookspecs
+    from .run import hookspecs
 
     hookspecs.refuse_retired(plugin)
 
@@ -231,11 +232,12 @@ def pytest_runtest_makereport(item: pytest.Item, call: pytest.CallInfo):
 
 def _gate_outcome(item: pytest.Item, report: pytest.TestReport) -> None:
     """A gate test that returned normally takes the outcome its gate results say."""
+    from .gates import rehearsal
     from .gates.run import test_outcome
 
     session = item.config.stash.get(SESSION, None)
-    rehearsal = session is not None and session.gates.rehearsal is not None
-    decided = test_outcome(item.stash.get(GATE_RESULTS, ()), rehearsal=rehearsal)
+    rehearsing = session is not None and session.gates.rehearsal is not None
+    decided = (rehearsal.test_outcome if rehearsing else test_outcome)(item.stash.get(GATE_RESULTS, ()))
     if decided is None:
         return
     report.outcome, message = decided

@@ -23,9 +23,9 @@ import pytest
 
 from pytest_tpucourse import checks, references, roofline
 from pytest_tpucourse import strategies as tst
-from pytest_tpucourse.gates import criteria, own_work
+from pytest_tpucourse import gating
 
-GATE = criteria.gate(1)
+GATE = gating.gate(1)
 BLOCKS = dict(bm=512, bk=512, bn=512)
 CPU_DIM = 512  # a rehearsal on a CPU: every dimension at most one block
 
@@ -63,8 +63,8 @@ def test_kernels_are_correct(gate_run, impl):
 
     (m, k), (_, n), _ = slot.shapes
     flops = roofline.matmul_cost(m, k, n, slot.dtype).flops
-    work = [own_work.of_call(impl.matmul.matmul, (x, w), BLOCKS, flops=flops),
-            own_work.of_call(impl.fused_matmul.matmul_bias_act, (x, w, b), dict(activation="gelu", **BLOCKS),
+    work = [gating.own_kernel(impl.matmul.matmul, (x, w), BLOCKS, flops=flops),
+            gating.own_kernel(impl.fused_matmul.matmul_bias_act, (x, w, b), dict(activation="gelu", **BLOCKS),
                              flops=flops)]
     gate_run.verify("correct", slot.op, slot.shapes, slot.dtype, check, work=work)
 

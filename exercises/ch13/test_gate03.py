@@ -24,9 +24,9 @@ import pytest
 
 from pytest_tpucourse import checks, public_kernels, references, roofline
 from pytest_tpucourse import strategies as tst
-from pytest_tpucourse.gates import criteria, own_work
+from pytest_tpucourse import gating
 
-GATE = criteria.gate(3)
+GATE = gating.gate(3)
 CPU_SHAPE = (1, 1, 128, 128)  # (batch, heads, seq, head_dim) a rehearsal on a CPU times at
 CRITERIA = ("beats-xla", "near-ceiling")
 # (block_q, block_kv) of JAX's flash attention tried for the ceiling: its default 128, and
@@ -73,15 +73,15 @@ def test_flash_attention_is_correct(gate_run, impl, causal):
 
     cost = roofline.attention_cost(batch, heads, seq, seq, head_dim, slot.dtype, causal=causal)
     backward = roofline.attention_cost(batch, heads, seq, seq, head_dim, slot.dtype, causal=causal, backward=True)
-    work = [own_work.of_call(impl.forward.flash_forward, (q, k, v), dict(causal=causal), flops=cost.flops),
-            own_work.of_gradient(impl.backward.flash_attention, (q, k, v), dict(causal=causal),
+    work = [gating.own_kernel(impl.forward.flash_forward, (q, k, v), dict(causal=causal), flops=cost.flops),
+            gating.own_kernel_gradient(impl.backward.flash_attention, (q, k, v), dict(causal=causal),
                                  flops=backward.flops)]
     gate_run.verify("correct", slot.op, slot.shapes, slot.dtype, check, work=work)
 
 
 SPEED_SLOTS = [(slot, causal, backward) for slot in GATE.criterion("beats-xla").slots
                for causal in (False, True) for backward in (False, True)
-               if slot.op == criteria.attention_op(causal, backward)]
+               if slot.op == gating.attention_op(causal, backward)]
 
 
 @pytest.mark.gate(3)

@@ -22,9 +22,10 @@ import functools
 import jax
 import pytest
 
-from pytest_tpucourse import capstone, checks, roofline
+from pytest_tpucourse.instruments import capstone
+from pytest_tpucourse import checks, roofline
 from pytest_tpucourse import strategies as tst
-from pytest_tpucourse.gates import own_work
+from pytest_tpucourse import gating
 
 CRITERIA = ("beats-xla", "near-ceiling")
 CPU_SEQ = 128  # a rehearsal on a CPU times one head of this many queries
@@ -78,8 +79,8 @@ def _own_work(impl, case):
     backward = roofline.attention_cost(q.shape[0], q.shape[1], q.shape[2], k.shape[2], q.shape[3], case.dtype,
                                        backward=True, window=window)
     kwargs = dict(blocks=blocks, **case.kwargs)
-    return [own_work.of_call(impl.forward.window_forward, (q, k, v), kwargs, flops=cost.flops),
-            own_work.of_gradient(impl.backward.window_attention, (q, k, v), kwargs, flops=backward.flops)]
+    return [gating.own_kernel(impl.forward.window_forward, (q, k, v), kwargs, flops=cost.flops),
+            gating.own_kernel_gradient(impl.backward.window_attention, (q, k, v), kwargs, flops=backward.flops)]
 
 
 @pytest.mark.gate(5)

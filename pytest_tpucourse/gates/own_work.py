@@ -26,7 +26,8 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Callable
 
-from .. import structure
+from ..core import jax_internals
+from ..readers import traced_program
 
 SMALL_SHARE = 0.1  # of the op's FLOPs, at most, in dot_general / convolution outside the kernels
 GATES = (1, 3, 4, 5)  # the gates whose timed kernel is the learner's
@@ -72,7 +73,7 @@ def problems(work: Work, tree_root: Path, course_root: Path | None = None) -> li
     except Exception as error:  # the learner's code, traced at the gate's size
         text = str(error).strip().splitlines()[0] if str(error).strip() else ""
         return [f"{work.what} could not be traced at the gate's size: {type(error).__name__}: {text}"]
-    kernels = structure.pallas_call_eqns(closed)
+    kernels = traced_program.pallas_call_eqns(closed)
     if not kernels:
         return [f"{work.what} runs no Pallas kernel"]
     found = []
@@ -99,11 +100,11 @@ def find(works, tree_root: Path, course_root: Path | None = None) -> list[str]:
 
 def kernel_origin(eqn) -> tuple[str, Path | None]:
     """(kernel name, the file its body function is defined in) of a pallas_call equation."""
-    debug = getattr(eqn.params.get("jaxpr"), "debug_info", None)
+    debug = getattr(jax_internals.kernel_jaxpr(eqn), "debug_info", None)
     source = getattr(debug, "func_src_info", None) or ""
     match = _SOURCE.match(source)
     if match is None:
-        return (eqn.params.get("name") or "a kernel"), None
+        return (jax_internals.equation_params(eqn).get("name") or "a kernel"), None
     file = match["file"]
     return match["name"], (Path(file) if not file.startswith("<") else None)
 
@@ -119,14 +120,14 @@ def flops_outside_kernels(jaxpr, times: float = 1.0) -> float:
             total += times * _dot_flops(eqn)
         elif name == "conv_general_dilated":
             total += times * _conv_flops(eqn)
-        inner = times * (eqn.params.get("length", 1) if name == "scan" else 1)
-        for sub in structure.sub_jaxprs(eqn):
+        inner = times * (jax_internals.equation_params(eqn).get("length", 1) if name == "scan" else 1)
+        for sub in traced_program.sub_jaxprs(eqn):
             total += flops_outside_kernels(sub, inner)
     return total
 
 
 def _dot_flops(eqn) -> float:
-    (contract, _), _ = eqn.params["dimension_numbers"]
+    (contract, _), _ = jax_internals.equation_params(eqn)["dimension_numbers"]
     lhs = eqn.invars[0].aval.shape
     out = eqn.outvars[0].aval.shape
     return 2.0 * math.prod(out) * math.prod(lhs[d] for d in contract)
@@ -135,7 +136,7 @@ def _dot_flops(eqn) -> float:
 def _conv_flops(eqn) -> float:
     rhs = eqn.invars[1].aval.shape
     out = eqn.outvars[0].aval.shape
-    numbers = eqn.params.get("dimension_numbers")
+    numbers = jax_internals.equation_params(eqn).get("dimension_numbers")
     out_features = rhs[numbers.rhs_spec[0]] if numbers is not None else rhs[0]
     return 2.0 * math.prod(out) * math.prod(rhs) / max(out_features, 1)
 

@@ -23,6 +23,7 @@ from pathlib import Path
 
 from . import criteria, judge, timer
 from . import records as rec
+from .run import NOTHING_TIMED
 
 STAND_IN_CALL_SECONDS = 0.1  # one call of any implementation on the stand-in clock
 STAND_IN_TICK = 1e-6  # each reading of the stand-in clock moves it on by this much
@@ -85,8 +86,6 @@ def test_outcome(results) -> tuple[str, str] | None:
     """A rehearsed gate test's outcome: it fails on an error in its path (a failed check, a
     wrong timed output, a kernel that is not the learner's), or when its path stopped short of
     timing (awaiting hardware, not runnable); a verdict of the stand-in clock is no error."""
-    from .run import NOTHING_TIMED
-
     errors = [r.message for r in results if r.status == criteria.FAIL and not r.timed]
     if errors:
         return "failed", "\n".join(errors)

@@ -42,7 +42,8 @@ from ..roofline import Cost, predict
 from . import criteria as gate_criteria
 from . import judge, own_work, stats, timer
 from . import records as rec
-from .provenance import Provenance, relative_text
+from ..core.paths import shown_in_text
+from .provenance import Provenance
 
 INPUT_SETS = 3  # input sets each implementation is timed on, rotating
 NOTHING_TIMED = "nothing timed"  # a result status: interpret mode on an accelerator
@@ -58,14 +59,9 @@ class GateResult:
     timed: bool = False  # the status is a verdict judged on timings (not a failed check)
 
 
-def test_outcome(results, rehearsal: bool = False) -> tuple[str, str] | None:
-    """("failed" | "skipped", message) for a gate test's results, or None when it passed.
-
-    rehearsal: the results of a rehearsal, which fail only on errors (rehearsal.py)."""
-    if rehearsal:
-        from .rehearsal import test_outcome as rehearsal_outcome
-
-        return rehearsal_outcome(results)
+def test_outcome(results) -> tuple[str, str] | None:
+    """("failed" | "skipped", message) for a gate test's results, or None when it passed
+    (a rehearsal's: rehearsal.test_outcome)."""
     failed = [r.message for r in results if r.status == gate_criteria.FAIL]
     if failed:
         return "failed", "\n".join(failed)
@@ -169,7 +165,7 @@ class GateRun:
         row = rec.Record(rehearsal=self.rehearsal is not None,gate=self.gate.number, chapter=self.chapter, test_id=self.test_id, tree=p.tree,
                          chip=self.chip.name, platform=p.platform, device_kind=p.device_kind, jax=p.jax,
                          jaxlib=p.jaxlib, libtpu=p.libtpu, git_commit=p.git_commit, git_dirty=p.git_dirty,
-                         modules=p.modules, notes=relative_text(notes, self.root)[:1000] if self.root else notes,
+                         modules=p.modules, notes=shown_in_text(notes, self.root)[:1000] if self.root else notes,
                          **fields)
         rec.append(self.records_path, row)
         return row
@@ -221,7 +217,7 @@ class GateRun:
         programs (own_work.Work) that must be the graded tree's own kernels doing the op
         (gates 01, 03, 04, 05 need them); otherwise the row fails, saying what was found.
         """
-        from ..outcomes import GradingOutcome, Todo
+        from ..core.outcomes import GradingOutcome, Todo
 
         c = self.gate.criterion(criterion)
         if c.kind != "correctness":
@@ -586,7 +582,7 @@ def _wrong_output(name: str, fn, input_sets, expected, dtype: str) -> str | None
     import jax
     import numpy as np
 
-    from .. import tolerance
+    from ..core import tolerance
 
     for i, (args, want) in enumerate(zip(input_sets, expected)):
         try:
