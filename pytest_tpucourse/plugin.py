@@ -66,8 +66,7 @@ def pytest_addoption(parser: pytest.Parser) -> None:
     )
     group.addoption(
         "--rehearse", action="store_true", default=False,
-        help="with --gates: run every gate test's whole measuring path as on the chip, on a stand-in "
-        "clock (no number about any chip; rows to a throwaway file, never counted): before renting a TPU",
+        help="with --gates: every gate test's measuring path as on the chip, on a stand-in clock (rows thrown away)",
     )
     group.addoption(
         "--chip", metavar="NAME", default=None,
@@ -232,12 +231,8 @@ def pytest_runtest_makereport(item: pytest.Item, call: pytest.CallInfo):
 
 def _gate_outcome(item: pytest.Item, report: pytest.TestReport) -> None:
     """A gate test that returned normally takes the outcome its gate results say."""
-    from .gates import rehearsal
-    from .gates.run import test_outcome
-
     session = item.config.stash.get(SESSION, None)
-    rehearsing = session is not None and session.gates.rehearsal is not None
-    decided = (rehearsal.test_outcome if rehearsing else test_outcome)(item.stash.get(GATE_RESULTS, ()))
+    decided = None if session is None else session.gate_test_outcome(item.stash.get(GATE_RESULTS, ()))
     if decided is None:
         return
     report.outcome, message = decided

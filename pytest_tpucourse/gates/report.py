@@ -153,9 +153,9 @@ def gate_label(records, number: int, *, current: dict | None = None, course_root
 
 
 def gate_table_lines(records, chip: str, *, course_root: Path | None = None, tree: str = "",
-                     gates=None) -> list[str]:
+                     gates=None, current: dict | None = None) -> list[str]:
     gates = gates if gates is not None else criteria.GATES
-    statuses = gate_statuses(records, chip, course_root=course_root, gates=gates)
+    statuses = gate_statuses(records, chip, current=current, course_root=course_root, gates=gates)
     whose = f", rows of {tree}" if tree else ""
     lines = [f"gates for {chip} (pass only on measured rows; off-chip results are not gate passes{whose})"]
     for g in gates:

@@ -24,7 +24,7 @@ import pytest
 
 from .. import chips
 from . import hookspecs
-from ..core.course import Course, CourseDataError, find_course_root, load_course
+from ..core.course import EXERCISES, SOLUTIONS, Course, CourseDataError, find_course_root, load_course
 from ..gates import markers, report
 from ..gates.criteria import gate
 from ..gates import records as rec
@@ -278,6 +278,13 @@ class CourseSession:
                        interpret_requested=gates.interpret_requested, live_device=backend.device_facts,
                        root=self.course.root, tree_root=self.tree.root, rehearsal=gates.rehearsal)
 
+    def gate_test_outcome(self, results) -> tuple[str, str] | None:
+        """A gate test's outcome from its results; a rehearsal's fails only on errors in its path."""
+        from ..gates import rehearsal
+        from ..gates.run import test_outcome
+
+        return (rehearsal.test_outcome if self.gates.rehearsal is not None else test_outcome)(results)
+
     def seed_examples(self, item: pytest.Item) -> None:
         """A graded property test draws the same examples, run after run, until the graded
         module of its exercise changes: a fix is judged on the cases that failed before it
@@ -390,9 +397,13 @@ class CourseSession:
         if loaded.problems():
             terminalreporter.write_line(f"gate records: {len(loaded.problems())} bad lines or rejected rows, "
                                         f"not counted; see `tpucourse records check`", red=True)
-        passed = report.gates_passed(loaded.accepted, course_root=self.course.root, gates=self.gates.gates)
+        current = (report.current_modules(self.course.root, self.tree_label)  # statuses follow the code
+                   if self.tree_label in (EXERCISES, SOLUTIONS) else None)
+        passed = report.gates_passed(loaded.accepted, current=current, course_root=self.course.root,
+                                     gates=self.gates.gates)
         if show_gates:
-            for line in report.gate_table_lines(loaded.accepted, self.gates.chip.name, course_root=self.course.root,
+            for line in report.gate_table_lines(loaded.accepted, self.gates.chip.name, current=current,
+                                                course_root=self.course.root,
                                                 tree=self.tree_label, gates=self.gates.gates):
                 terminalreporter.write_line(line)
         learner_state = None
