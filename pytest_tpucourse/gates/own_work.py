@@ -27,6 +27,7 @@ from pathlib import Path
 from typing import Callable
 
 from ..core import jax_internals
+from ..core.paths import shown
 from ..readers import traced_program
 
 SMALL_SHARE = 0.1  # of the op's FLOPs, at most, in dot_general / convolution outside the kernels
@@ -154,19 +155,11 @@ def _display(fn) -> str:
 
 
 def _inside(path: Path, root: Path) -> bool:
-    try:
-        Path(path).resolve().relative_to(Path(root).resolve())
-    except ValueError:
-        return False
-    return True
+    return Path(path).resolve().is_relative_to(Path(root).resolve())
 
 
 def _shown(path: Path, root: Path | None) -> str:
-    if root is not None:
-        try:
-            return Path(path).resolve().relative_to(Path(root).resolve()).as_posix()
-        except ValueError:
-            pass
-    text = Path(path).as_posix()
+    """The path relative to the course, or from site-packages/ for an installed package's file."""
+    text = shown(path, root)
     marker = "site-packages/"
     return text[text.index(marker) + len(marker):] if marker in text else text
