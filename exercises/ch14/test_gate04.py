@@ -90,8 +90,9 @@ def test_communication_hidden_behind_compute(gate_run, impl):
     kernel = compute_alone = kernel_reference = alone_reference = None
     if gate_run.on_accelerator and jax.device_count() >= DEVICES:  # built only where it can run
         fn = impl.collective_matmul.all_gather_matmul.resolve()
-        ring = jax.make_mesh((DEVICES,), ("x",), devices=jax.devices()[:DEVICES])
-        one = jax.make_mesh((1,), ("x",), devices=jax.devices()[:1])
+        auto = dict(axis_types=(jax.sharding.AxisType.Auto,))  # shard_map places its inputs, as mesh() does
+        ring = jax.make_mesh((DEVICES,), ("x",), devices=jax.devices()[:DEVICES], **auto)
+        one = jax.make_mesh((1,), ("x",), devices=jax.devices()[:1], **auto)
         kernel = jax.jit(functools.partial(fn, mesh=ring, axis_name="x"))
         compute_alone = jax.jit(functools.partial(fn, mesh=one, axis_name="x"))
         kernel_reference = jax.jit(functools.partial(references.ALL_GATHER_MATMUL.floor, mesh=ring, axis_name="x"))
