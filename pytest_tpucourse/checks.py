@@ -163,19 +163,42 @@ def _assert_same_non_finite(fn, name, got, ref, floor, suffix) -> None:
         held = _non_finite_inputs(fn)
         if held is not None:
             lines.append(f"  The inputs {held}.")
-        if _kernel_ran_under_tpu_interpret(fn) and (floor is None or np.isfinite(floor[first])):
+        unwritten = _kernel_ran_under_tpu_interpret(fn) and (floor is None or np.isfinite(floor[first]))
+        if unwritten:
             lines.append("  Under TPU interpret mode memory read before it is written holds NaN: a block "
-                         "never written, or a scratch buffer read before it is set?")
+                         f"never written{_output_index_maps(fn)}, the padding of a ragged input block "
+                         f"summed unmasked, a scratch buffer read before it is set, or a copy's destination "
+                         f"read before its .wait()?")
         if held in (None, "hold no NaN or Inf"):
+            # The softmax remedy only where no unwritten memory could explain it: after a copy never
+            # waited for, "subtract a row's max" sends the learner the wrong way.
             lines.append("  From finite inputs, Inf is an overflow (exp of a large value, say) or a division "
-                         "by zero, and NaN is inf - inf, inf / inf or 0 * inf on the way: subtracting a "
-                         "row's max before exp keeps it finite.")
+                         "by zero, and NaN is inf - inf, inf / inf or 0 * inf on the way" +
+                         ("." if unwritten else ": subtracting a row's max before exp keeps it finite."))
         raise WrongResult("\n".join(lines) + suffix)
     missing = np.isfinite(got) & ~np.isfinite(ref)
     if missing.any():
         first = tuple(int(i) for i in np.argwhere(missing)[0])
         raise WrongResult(f"{name} is {got[first]:g} at {list(first)} where the reference is "
                           f"{ref[first]:g}.{suffix}")
+
+
+def _output_index_maps(fn) -> str:
+    """ " (the index maps that decide which output blocks are written: ...)", or "" if unknown."""
+    from .grading.messages import _where
+
+    program = fn._program_of_last_call() if hasattr(fn, "_program_of_last_call") else None
+    if program is None:
+        return ""
+    course_root = getattr(getattr(fn, "module", None), "course_root", None)
+    places = [_where(operand.index_map_at, course_root).strip()
+              for eqn in traced_program.pallas_call_eqns(program)
+              for operand in jax_internals.kernel_grid(eqn).outputs if operand.index_map_at]
+    places = list(dict.fromkeys(p for p in places if p))
+    if not places:
+        return ""
+    return (f" (an output's index map decides which of its blocks each grid step writes: "
+            f"{'; '.join(places)})")
 
 
 def _non_finite_inputs(fn) -> str | None:

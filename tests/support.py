@@ -2,7 +2,9 @@
 
 from __future__ import annotations
 
+import os
 import re
+import shutil
 import sys
 import textwrap
 from pathlib import Path
@@ -10,6 +12,15 @@ from pathlib import Path
 import pytest
 
 REPO = Path(__file__).resolve().parents[1]
+BROWSERS = ("chromium", "chromium-browser", "google-chrome")
+
+
+def chromium() -> str:
+    """The system's Chromium for the browser tests (x-ray page, course site); skip, saying so, without one."""
+    found = os.environ.get("TPUCOURSE_CHROMIUM") or next(filter(None, map(shutil.which, BROWSERS)), None)
+    if found is None:
+        pytest.skip("no browser: the web pages are tested in Chromium (apt-get install chromium)")
+    return found
 
 
 def is_xdist_variable(name: str) -> bool:

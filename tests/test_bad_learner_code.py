@@ -272,6 +272,8 @@ def test_nan_from_a_kernel_names_uninitialised_memory(fake_course):
         "  The inputs hold no NaN or Inf.",
         UNINITIALISED,
     ])
+    failure = result.stdout.str().split("= FAILURES =")[1]
+    assert "before its .wait()" in failure and "row's max" not in failure  # no softmax remedy for memory
 
 
 def test_nan_without_a_kernel_blames_arithmetic_not_memory(fake_course):

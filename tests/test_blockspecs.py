@@ -243,3 +243,33 @@ def test_a_learner_error_inside_an_interpret_setting_is_still_the_learners():
     with pytest.raises(LearnerCodeError, match="no kernel here"):
         with tpu_rules.interpret_setting("on_wait", graded(broken)):
             graded(broken)(jnp.ones(3))
+
+
+def test_the_sandbox_pads_a_block_as_vmem_holds_it(capsys):
+    """Chapter 8's compiler-checked model: 8 bf16 rows stay 8 (no line), 3 f32 rows pad to 4."""
+    assert main.main(["blockspec", "--shape", "1024x1024", "--block", "8x128", "--dtype", "bfloat16"]) == 0
+    assert "padded as VMEM holds it" not in capsys.readouterr().out
+    assert main.main(["blockspec", "--shape", "16x128", "--block", "3x64", "--dtype", "float32"]) == 0
+    assert "padded as VMEM holds it: 2,048 bytes per buffer" in capsys.readouterr().out
+
+
+def _summed_over_axis_1(semantics):
+    def kernel(x_ref, o_ref):
+        o_ref[...] += x_ref[...]
+
+    def call(x):
+        return pl.pallas_call(
+            kernel, out_shape=jax.ShapeDtypeStruct((8, 128), x.dtype), grid=(1, 4),
+            in_specs=[pl.BlockSpec((8, 128), lambda i, l: (i, l))],
+            out_specs=pl.BlockSpec((8, 128), lambda i, l: (i, 0)),
+            compiler_params=pltpu.CompilerParams(dimension_semantics=semantics))(x)
+    return jax.make_jaxpr(call)(jnp.zeros((8, 512), jnp.float32))
+
+
+def test_a_parallel_axis_an_output_ignores_is_named_with_the_dimension_semantics():
+    from pytest_tpucourse.grading.messages import parallel_axes_outputs_ignore
+
+    (line,) = parallel_axes_outputs_ignore(_summed_over_axis_1(("parallel", "parallel")))
+    assert line.startswith("Grid axis 1 is marked \"parallel\" (dimension_semantics=('parallel', 'parallel'))")
+    assert "mark it \"arbitrary\"" in line
+    assert parallel_axes_outputs_ignore(_summed_over_axis_1(("parallel", "arbitrary"))) == []

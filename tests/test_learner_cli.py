@@ -45,6 +45,7 @@ def test_progress_follows_runs_and_distrusts_edits(course, capsys):
     course.run()
     out = tpucourse(capsys, "progress")[1]
     assert "      TODO  double: double() in exercises/ch11/double.py is not written yet." in out
+    assert "[2 tests todo]" in out and "tests failed" not in out  # pytest's word for them: todo
     course.write("exercises", "double", "def double(x):\n    return x * 2\n")
     out = tpucourse(capsys, "progress")[1]
     assert "0/1 exercises" in out  # written, but no run has seen it pass
@@ -88,6 +89,15 @@ def test_hints_come_one_at_a_time_and_are_remembered(course, capsys):
     out = tpucourse(capsys, "hint", "ch11.double", "--all")[1]
     assert "hint 1/2: multiply by two" in out and "hint 2/2: really, just x * 2" in out
     assert state.read(course.pytester.path)["hints"] == {"ch11.double": 2}
+
+
+def test_a_done_exercise_says_it_is_done_instead_of_a_hint(course, capsys):
+    course.write("exercises", "double", "def double(x):\n    return x * 2\n")
+    course.run().assert_outcomes(passed=2)
+    out = tpucourse(capsys, "hint", "ch11.double")[1]
+    assert "ch11.double is done" in out and "hint 1/2" not in out and "--all" in out
+    assert state.read(course.pytester.path)["hints"] == {}  # no hint was spent
+    assert "hint 1/2: multiply by two" in tpucourse(capsys, "hint", "ch11.double", "--all")[1]
 
 
 @pytest.mark.parametrize("target, message", [

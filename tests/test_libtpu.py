@@ -175,6 +175,29 @@ def test_the_compile_command_prints_static_output_labelled_as_such(tmp_path, cap
 
 
 @needs_libtpu
+def test_the_compile_command_explains_register_spills(tmp_path, capsys):
+    """Four (512, 512) f32 values live at once do not fit in the vector registers: the VMEM report's
+    SPILL allocation is said in words, not as `SPILL (?)`."""
+    module = tmp_path / "spilling.py"
+    module.write_text(textwrap.dedent("""
+        import jax, jax.numpy as jnp
+        from jax.experimental import pallas as pl
+
+        def body(x_ref, o_ref):
+            a = x_ref[...]
+            b, c = jnp.exp(a), jnp.sin(a)
+            o_ref[...] = (a * b + c) / (b + 1) + a.T @ b
+
+        def kernel(x):
+            return pl.pallas_call(body, out_shape=jax.ShapeDtypeStruct(x.shape, x.dtype))(x)
+    """))
+    assert main.main(["compile", f"{module}:kernel", "--chip", "v5e", "--shape", "512x512"]) == 0
+    out = capsys.readouterr().out
+    assert "register spills: " in out and "stored to VMEM and loaded back" in out, out
+    assert "SPILL" not in out and "(?)" not in out, out
+
+
+@needs_libtpu
 def test_a_compile_past_its_deadline_is_stopped_and_the_next_one_runs():
     x = jax.ShapeDtypeStruct((2048, 2048), jnp.float32)
     with pytest.raises(libtpu.TpuCompileError) as caught:
@@ -272,3 +295,14 @@ def test_a_refusal_is_kept_but_a_timeout_is_not(kept_results, monkeypatch):
     with pytest.raises(libtpu.TpuCompileError) as caught:
         _compile_int8_copy()
     assert caught.value.code == "E2002"
+
+
+def test_a_registered_chip_is_compiled_for_with_its_own_topology():
+    """The chip table is one: a Chip registered through the hook carries its compile topology."""
+    import dataclasses
+
+    mine = dataclasses.replace(chips.get_chip("v5e"), name="my-v5e", compile_topology="v5e:2x2")
+    assert libtpu._topology_name(mine) == "v5e:2x2" and libtpu._lowering_name(mine) == "v5e"
+    assert libtpu._topology_name("v7x") == chips.get_chip("v7x").compile_topology == "tpu7x:2x2x1"
+    with pytest.raises(ValueError, match="no compile_topology"):
+        libtpu._topology_name(dataclasses.replace(mine, compile_topology=None))

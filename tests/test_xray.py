@@ -174,6 +174,43 @@ def test_link_rows_of_a_small_program():
     assert rows["tanh"]["hlo"] == rows["mul"]["hlo"] != rows["dot_general"]["hlo"]
 
 
+def _loss_with_library_jits(logits, labels):
+    p = jax.nn.log_softmax(logits)
+    y = jax.nn.one_hot(labels, logits.shape[-1])
+    return -(p * y).sum()
+
+
+def test_a_library_jit_is_linked_through_its_call():
+    """jax.nn.one_hot's body is a private function whose ops say only loc("eq"): its rows find
+    them at the place of `call @_one_hot`, as the jaxpr puts them at the call's line."""
+    layers = xray.three_layers(_loss_with_library_jits, jnp.ones((8, 10)), jnp.zeros((8,), jnp.int32))
+    module = xray.stablehlo_module(layers.stablehlo)
+    assert {f.name for f in module.functions} == {"main", "log_softmax", "_one_hot"}
+    (call,) = [c for c in module.calls if c.callee == "_one_hot"]
+    compare = next(op for op in module.ops if op.op == "stablehlo.compare")
+    assert compare.function == "_one_hot" and compare.location is None and compare.places == [call.location]
+    rows = xray.xray(layers)
+    assert all(row["stablehlo"] and row["hlo"] for row in rows), rows
+    eq = next(row for row in rows if row["primitive"] == "eq")
+    assert "stablehlo.compare" in eq["stablehlo"] and eq["line"] == call.location.line
+
+
+@needs_libtpu
+def test_the_tpu_compiler_writes_matrix_products_as_convolutions():
+    """What chapter 12 says of XLA:TPU's dots, against the installed libtpu, for a v5e: matrix
+    products (batched too) become convolutions; a matrix-vector product a multiply and a reduce."""
+    def opcodes(fn, *shapes):
+        args = [jax.ShapeDtypeStruct(shape, jnp.bfloat16) for shape in shapes]
+        module = hlo_text.parse(libtpu.compile_for(fn, *args, chip="v5e").optimized_hlo)
+        return {i.opcode for i in module.instructions()}
+
+    for product in (opcodes(jnp.matmul, (256, 512), (512, 384)),
+                    opcodes(lambda a, b: jnp.einsum("bmk,bkn->bmn", a, b), (4, 256, 512), (4, 512, 128))):
+        assert "convolution" in product and "dot" not in product
+    matvec = opcodes(jnp.matmul, (512, 256), (256,))
+    assert not {"convolution", "dot"} & matvec and {"multiply", "reduce"} <= matvec
+
+
 @pytest.mark.parametrize("path", sorted(DUMPS.glob("v5e_*.hlo.txt")), ids=lambda p: p.name)
 def test_shipped_dumps_say_who_compiled_them_and_point_at_this_checkout(path):
     dump = hlo_text.read_dump(path, REPO)

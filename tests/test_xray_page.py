@@ -5,41 +5,49 @@ Playwright's Python package drives it; Playwright's own browser downloads are no
 Where either is missing the tests skip, saying which.
 """
 
-import os
-import shutil
-
 import pytest
 
 from pytest_tpucourse.commands import main
 
-from .support import REPO
+from .support import REPO, chromium
 
 PROGRAM = REPO / "tests" / "fixtures" / "xray_program.py"
-BROWSERS = ("chromium", "chromium-browser", "google-chrome")
 
 
-def _chromium() -> str:
-    found = os.environ.get("TPUCOURSE_CHROMIUM") or next(filter(None, map(shutil.which, BROWSERS)), None)
-    if found is None:
-        pytest.skip("no browser: the x-ray page is tested in Chromium (apt-get install chromium)")
-    return found
+def _open(tmp_path_factory, target, shapes):
+    out = tmp_path_factory.mktemp("xray") / "xray.html"
+    assert main.main(["xray", f"{PROGRAM}:{target}", "--shapes", *shapes, "--html", str(out)]) == 0
+    return out
 
 
 @pytest.fixture(scope="module")
-def browser_page(tmp_path_factory):
-    executable = _chromium()
+def browser(tmp_path_factory):
+    executable = chromium()
     try:
         from playwright.sync_api import sync_playwright
     except ImportError:
         pytest.skip("no playwright: pip install -e '.[test]' installs the version the project pins")
-    out = tmp_path_factory.mktemp("xray") / "xray.html"
-    assert main.main(["xray", f"{PROGRAM}:layer", "--shapes", "8x64", "64x32", "32", "--html", str(out)]) == 0
     with sync_playwright() as playwright:
         browser = playwright.chromium.launch(executable_path=executable, args=["--no-sandbox"])
-        page = browser.new_page()
-        page.goto(out.as_uri())
-        yield page
+        yield browser
         browser.close()
+
+
+@pytest.fixture(scope="module")
+def browser_page(browser, tmp_path_factory):
+    page = browser.new_page()
+    page.goto(_open(tmp_path_factory, "layer", ["8x64", "64x32", "32"]).as_uri())
+    yield page
+    page.close()
+
+
+@pytest.fixture(scope="module")
+def loss_page(browser, tmp_path_factory):
+    """A loss whose log_softmax and one_hot are library jits: private functions in StableHLO."""
+    page = browser.new_page(viewport={"width": 900, "height": 800})
+    page.goto(_open(tmp_path_factory, "classify", ["8x10", "8:int32"]).as_uri())
+    yield page
+    page.close()
 
 
 def _op(page, column: str, name: str):
@@ -82,3 +90,41 @@ def _highlighted_after(page, column, name):
     page.mouse.move(0, 0)
     _op(page, column, name).hover()
     return _highlighted(page)
+
+
+def test_a_library_jit_is_its_own_function_with_its_call(loss_page):
+    page = loss_page
+    heads = page.locator("#stablehlo .func").evaluate_all("els => els.map(e => e.textContent)")
+    assert any("@main" in h for h in heads) and any("@_one_hot" in h and "call @_one_hot" in h for h in heads), heads
+    assert page.locator("#stablehlo .op[data-name='call @_one_hot']").count() == 1
+    order = page.locator("#stablehlo > div").evaluate_all(
+        "els => els.map(e => e.classList.contains('func') ? 'func:' + e.dataset.name : e.dataset.name)")
+    body = order[order.index("func:_one_hot") + 1:]
+    body = body[:next((i for i, n in enumerate(body) if n.startswith("func:")), len(body))]
+    assert "stablehlo.compare" in body, order
+    unlinked = page.locator("#stablehlo .op.unlinked").evaluate_all("els => els.map(e => e.dataset.name)")
+    assert "stablehlo.compare" not in unlinked and "stablehlo.iota" not in unlinked, unlinked
+
+
+def test_hovering_one_hots_eq_lights_its_compare_and_kernel(loss_page):
+    lit = _highlighted_after(loss_page, "jaxpr", "eq")
+    assert lit["jaxpr"] == ["eq"]
+    assert "stablehlo.compare" in lit["stablehlo"]
+    assert lit["hlo"], "one_hot's eq lights no kernel"
+
+
+def test_hovering_the_call_lights_the_functions_body(loss_page):
+    lit = _highlighted_after(loss_page, "stablehlo", "call @_one_hot")
+    assert {"iota", "eq", "convert_element_type"} <= set(lit["jaxpr"]), lit
+    assert "log" not in lit["jaxpr"] and "stablehlo.log" not in lit["stablehlo"]
+
+
+def test_a_cut_line_has_its_full_text_as_tooltip(loss_page):
+    page = loss_page
+    cut = page.locator("#layers .op, .layer .op, .layer .func").evaluate_all(
+        "els => els.filter(e => e.scrollWidth > e.clientWidth).map(e => [e.textContent, e.title])")
+    assert cut, "nothing is cut in a 900-pixel window: the test shows nothing"
+    for text, title in cut:
+        assert title and len(title) >= len(text.strip()) - 1, (text, title)
+    full = page.locator("#hlo .op").first.get_attribute("title")
+    assert "=" in full and "(" in full, f"an ENTRY instruction's tooltip should be its HLO line; got {full!r}"

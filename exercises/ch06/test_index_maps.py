@@ -1,7 +1,7 @@
 """Graded tests for ch06.index_maps: transpose(x, *, bm, bn) and gather_rows(table, idx).
 
-transpose is drawn with unequal blocks (bm != bn), ragged edges on both axes and arrays
-smaller than one block; gather_rows with repeated indices, a table shorter than the
+transpose is drawn with unequal blocks (bm != bn), ragged edges on both axes, arrays
+smaller than one block and a grid whose two axes have different block counts (3 x 5); gather_rows with repeated indices, a table shorter than the
 index list, and an index one past the table's end, which must fail under TPU interpret
 mode rather than read some other row.
 """
@@ -31,6 +31,7 @@ GATHER = Reference("row gather", _gather, _gather)
 TRANSPOSES = (
     (300, 520, dict(bm=128, bn=256), "float32"),  # bm != bn, ragged on both axes: a 3 x 3 grid
     (72, 200, dict(bm=128, bn=256), "bfloat16"),  # smaller than one block on both axes
+    (300, 520, dict(bm=128, bn=128), "float32"),  # a 3 x 5 grid: the output's is 5 x 3
 )
 # (V rows, D, R indices, dtype)
 GATHERS = ((37, 256, 12, "float32"), (5, 128, 16, "bfloat16"))  # a table shorter than the list
@@ -49,6 +50,7 @@ def _check_transpose(impl, case, seed):
 
 @given(case=tst.few(*TRANSPOSES), seed=tst.seeds())
 @example(case=TRANSPOSES[1], seed=0)  # TRANSPOSES[0] at seed 0: the race test
+@example(case=TRANSPOSES[2], seed=0)  # a grid whose axes have different block counts, in every profile
 def test_transpose_matches_reference(impl, case, seed):
     _check_transpose(impl, case, seed)
 

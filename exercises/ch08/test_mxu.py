@@ -3,7 +3,8 @@
 Exact against useful MACs over padded MACs, on the MXU widths of every TPU in the
 course's registry (128 up to v5p, 256 from v6e): dimensions below the width, just
 above it, multiples of it, and rows below a sublane tile. With the tpu-compile extra, against
-the vmatmul instructions the compiler issues for a head_dim of 64 and of 128 on v5e and v6e.
+the vmatmul instructions the compiler issues for a head_dim of 64 and of 128, at 8, 16, 40
+and 256 rows, on v5e and v6e.
 """
 
 import numpy as np
@@ -46,11 +47,13 @@ def test_sublanes_is_a_parameter(impl):
 
 @pytest.mark.parametrize("chip", ["v5e", "v6e"])
 @pytest.mark.parametrize("k", [64, 128])
-def test_mxu_efficiency_is_what_the_compilers_vmatmuls_do(impl, chip, k):
-    """(256, k) @ (k, 256) bf16 compiled for the chip: static code, not time. A contraction of 64
-    issues as many vmatmul as one of 128 (both pad to the MXU width)."""
+@pytest.mark.parametrize("m", [8, 16, 40, 256])
+def test_mxu_efficiency_is_what_the_compilers_vmatmuls_do(impl, chip, k, m):
+    """(m, k) @ (k, 256) bf16 compiled for the chip: static code, not time. A contraction of 64
+    issues as many vmatmul as one of 128 (both pad to the MXU width), and 8 rows as many as 16:
+    a bf16 push carries 16 rows, so the efficiency is asked with sublanes=16."""
     width = chips.get_chip(chip).mxu_width
-    impl.mxu.mxu_efficiency(256, k, 256, mxu_width=width)  # a stub is reported as TODO, extra or not
+    impl.mxu.mxu_efficiency(m, k, 256, mxu_width=width, sublanes=16)  # a stub is reported as TODO, extra or not
     tpu.skip_unless_available()
-    tpu.assert_efficiency_matches_vmatmuls(impl.mxu.mxu_efficiency, 256, k, 256, chip=chip,
+    tpu.assert_efficiency_matches_vmatmuls(impl.mxu.mxu_efficiency, m, k, 256, chip=chip,
                                                    mxu_width=width)

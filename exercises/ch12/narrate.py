@@ -1,6 +1,6 @@
 """Exercise ch12.narrate: narrate an unfamiliar optimized HLO dump.
 
-narrate(hlo) -> dict with these keys (names without "%", lists in text order):
+narrate(hlo) -> dict with these keys (names without "%", lists in text order; graded in any order):
     kernels       [(name, opcode)] of the ENTRY instructions, leaving out parameter,
                   constant, tuple, get-tuple-element and bitcast
     fusions       [(name, kind, root opcode)] of the fusion instructions of ENTRY: kind as
@@ -8,7 +8,7 @@ narrate(hlo) -> dict with these keys (names without "%", lists in text order):
                   computation the fusion calls
     largest       (name, array) of the ENTRY instruction whose result array is the
                   largest in bytes, array written "f32[8,256]" (no layout); a tuple result
-                  counts by its largest element; the first one on a tie
+                  counts by its largest element; the first one on a tie (any is accepted)
     collectives   [(name, opcode)] of every all-reduce, all-reduce-start, all-gather,
                   all-gather-start, collective-permute, collective-permute-start,
                   reduce-scatter, all-to-all, ragged-all-to-all and collective-broadcast,

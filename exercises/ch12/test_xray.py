@@ -56,12 +56,19 @@ def attention(q, k, v):
     return jnp.einsum("bqk,bkd->bqd", p, v)
 
 
+def classifier(logits, labels):
+    p = jax.nn.log_softmax(logits)  # library jits: private functions in StableHLO, called from here
+    y = jax.nn.one_hot(labels, logits.shape[-1])
+    return -(p * y).sum(axis=-1).mean()
+
+
 def elementwise_chain(x, b):
     return jnp.tanh(x + b) * 2.0 + 1.0
 
 
 def _arrays(*shapes):
-    return [tst.random_array(shape, "float32", seed) for seed, shape in enumerate(shapes)]
+    return [tst.random_array(shape, "float32", seed) if shape != "labels" else
+            jnp.arange(32, dtype=jnp.int32) % 10 for seed, shape in enumerate(shapes)]
 
 
 PROGRAMS = {
@@ -69,6 +76,7 @@ PROGRAMS = {
     "softmax": (softmax, ((32, 256),)),
     "layernorm": (layernorm, ((32, 256), (256,), (256,))),
     "attention": (attention, ((2, 64, 32), (2, 128, 32), (2, 128, 32))),
+    "classifier": (classifier, ((32, 10), "labels")),
 }
 
 
@@ -87,7 +95,7 @@ def _learner_rows(impl, layers):
 def test_xray_links_every_equation(impl, name):
     layers = _layers(name)
     rows = _learner_rows(impl, layers)
-    ir.assert_rows_match(impl.xray.xray, rows, xray.xray(layers), program=f"{name} ({layers.compiler})")
+    ir.assert_rows_match(impl.xray.xray, rows, xray.xray_bounds(layers), program=f"{name} ({layers.compiler})")
 
 
 @pytest.mark.parametrize("name", list(PROGRAMS))
@@ -127,7 +135,7 @@ def test_attention_dots_become_distinct_kernels(impl):
 def test_elementwise_chain_is_one_fusion(impl):
     layers = xray.three_layers(elementwise_chain, *_arrays((64, 256), (256,)))
     rows = _learner_rows(impl, layers)
-    ir.assert_rows_match(impl.xray.xray, rows, xray.xray(layers), program="tanh(x + b) * 2 + 1")
+    ir.assert_rows_match(impl.xray.xray, rows, xray.xray_bounds(layers), program="tanh(x + b) * 2 + 1")
     kernels = {name for row in rows for name in row["hlo"]}
     opcodes = {i.name: i.opcode for i in ir.parse(layers.hlo).entry.instructions}
     assert len(kernels) == 1 and opcodes[kernels.pop()] == "fusion"
@@ -147,7 +155,7 @@ def test_pallas_call_is_one_tpu_custom_call(impl):
     layers = xray.Layers(jax.make_jaxpr(programs.mlp_block)(*args),
                             xray.tpu_stablehlo(programs.mlp_block, *args), dump.text, dump.header)
     rows = _learner_rows(impl, layers)
-    ir.assert_rows_match(impl.xray.xray, rows, xray.xray(layers),
+    ir.assert_rows_match(impl.xray.xray, rows, xray.xray_bounds(layers),
                                 program=f"programs.mlp_block on a v5e ({dump.header})")
     kernel = [row for row in rows if row["primitive"] == "pallas_call"]
     module = ir.parse(dump.text)
@@ -166,22 +174,36 @@ STATEMENTS = {
     "relu": "h = jax.nn.relu(h)",
     "transpose": "h = (h.T @ h)[: h.shape[0]]",
     "argmax": "h = h + jnp.argmax(h, axis=-1, keepdims=True).astype(h.dtype)",
+    "sort": "h = jax.lax.sort(h)",  # a region in main: the sort carries its loc on the closing brace
+    "leaky": "h = jnp.where(h > 0, h, 0.1 * h)",  # three columns on one line
+    "helper": "h = _step(h) - h",  # a function of the file: a call site two frames deep
+    "onehot": "h = h + jax.nn.one_hot(jnp.argmax(h, axis=-1), h.shape[-1])",  # a library's jit
 }
+HELPER = "def _step(v):\n    return jnp.sin(v) * 2.0\n"
 
 
-@given(body=st.lists(st.sampled_from(sorted(STATEMENTS)), min_size=1, max_size=5), pad=st.integers(0, 6))
-@example(body=["matmul", "relu", "argmax", "rownorm", "matmul"], pad=3)
-def test_xray_of_a_drawn_program(impl, tmp_path_factory, body, pad):
-    source = "import jax\nimport jax.numpy as jnp\n" + "\n" * pad + "\n\ndef program(h, w):\n" + textwrap.indent(
-        "\n".join(STATEMENTS[s] for s in body) + "\nreturn h\n", "    ")
+def drawn_source(body, pad, helper_first):
+    """A module: imports, `pad` blank lines, the helper and the program in a drawn order."""
+    program = "def program(h, w):\n" + textwrap.indent("\n".join(STATEMENTS[s] for s in body) + "\nreturn h\n", "    ")
+    parts = [HELPER, program] if helper_first else [program, HELPER]
+    return "import jax\nimport jax.numpy as jnp\n" + "\n" * pad + "\n\n" + "\n\n".join(parts)
+
+
+@given(body=st.lists(st.sampled_from(sorted(STATEMENTS)), min_size=1, max_size=5), pad=st.integers(0, 6),
+       rows=st.sampled_from((8, 32, 48)), helper_first=st.booleans())
+@example(body=["matmul", "relu", "argmax", "sort", "rownorm"], pad=3, rows=32, helper_first=True)
+@example(body=["leaky", "helper", "onehot"], pad=0, rows=48, helper_first=False)
+def test_xray_of_a_drawn_program(impl, tmp_path_factory, body, pad, rows, helper_first):
+    source = drawn_source(body, pad, helper_first)
     path = tmp_path_factory.mktemp("drawn") / "drawn_program.py"
     path.write_text(source)
     spec = importlib.util.spec_from_file_location(f"drawn_{abs(hash(source))}", path)
     module = importlib.util.module_from_spec(spec)
     spec.loader.exec_module(module)
-    layers = xray.three_layers(module.program, *_arrays((32, 32), (32, 32)))
-    ir.assert_rows_match(impl.xray.xray, _learner_rows(impl, layers), xray.xray(layers),
-                                program="this program:\n" + textwrap.indent(source, "      | "))
+    layers = xray.three_layers(module.program, *_arrays((rows, 32), (32, 32)))
+    ir.assert_rows_match(impl.xray.xray, _learner_rows(impl, layers), xray.xray_bounds(layers),
+                                program=f"a drawn program ({path.name}, h f32[{rows},32], w f32[32,32])",
+                                listing=ir.numbered(source))
 
 
 # ---------------------------------------------------------------- three_layers

@@ -20,15 +20,18 @@ xray(jaxpr, stablehlo, hlo) -> list[dict]
                     an equation with none (the body of a library's jit) takes the
                     location of the call equation it was flattened from
         stablehlo   the distinct names ("stablehlo.dot_general") of the StableHLO ops made
-                    from it, in order of first appearance
+                    from it, in order of first appearance (graded in any order)
         hlo         the distinct names (without "%") of the ENTRY instructions of the
-                    optimized HLO that run what was made from it, in ENTRY order
+                    optimized HLO that run what was made from it, in ENTRY order (any order)
     "Made from it": the ops whose location has the equation's (file, line, column) and
     whose op name ends with "/<primitive>"; when no op at that location has the name,
     every op at that location. A StableHLO op's location is its trailing loc(...)
     resolved through the #loc table (a name "jit(f)/add"(...) is the op name; a
     callsite(A at B) goes on with A; "file":line:col is the location); an op whose
-    region follows it carries its loc on the closing "} loc(...)". An HLO instruction's
+    region follows it carries its loc on the closing "} loc(...)". A library's jit
+    (jax.nn.relu) is a private function, `func.func private @relu`, run from main by
+    `%0 = call @relu(...) loc(...)`: its ops' locs name no file (loc("max")), and such an
+    op is at the places of the calls that run its function. An HLO instruction's
     is its metadata: op_name, and stack_frame_id -> StackFrames -> FileLocations ->
     FileNames. An ENTRY instruction runs what it is, and what the computations it calls
     hold (calls=, to_apply=, body=, condition=), recursively.

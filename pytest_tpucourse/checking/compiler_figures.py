@@ -162,18 +162,18 @@ def vmatmuls(m: int, k: int, n: int, *, chip: str, dtype="bfloat16") -> int:
 
 
 def assert_efficiency_matches_vmatmuls(fn, m: int, k: int, n: int, *, chip: str, mxu_width: int) -> None:
-    """fn(m, k, n, mxu_width=W), an MXU efficiency, must be the useful MACs over the MACs the
-    compiler's vmatmuls can do: m * k * n / (vmatmuls * 16 * W * W) for bf16 (m a multiple of 16)."""
+    """fn(m, k, n, mxu_width=W, sublanes=16), an MXU efficiency with bf16's 16-row pushes, must be
+    the useful MACs over the MACs the compiler's vmatmuls can do: m * k * n / (vmatmuls * 16 * W * W)."""
     import numpy as np
 
     from .. import checks
 
     pushes = vmatmuls(m, k, n, chip=chip)
     capacity = pushes * BF16_PUSH_ROWS * mxu_width * mxu_width
-    got = fn(m, k, n, mxu_width=mxu_width)
+    got = fn(m, k, n, mxu_width=mxu_width, sublanes=BF16_PUSH_ROWS)
     checks.assert_close(np.float64(got) if isinstance(got, (int, float)) else got, np.float64(m * k * n / capacity),
                         fn=fn, dtype="float64",
-                        what=(f"MXU efficiency of a bf16 ({m}, {k}) @ ({k}, {n}) on {chip}, against the compiler's "
+                        what=(f"MXU efficiency (sublanes={BF16_PUSH_ROWS}) of a bf16 ({m}, {k}) @ ({k}, {n}) on {chip}, against the compiler's "
                               f"{pushes} vmatmul (each a {BF16_PUSH_ROWS}-row push through a {mxu_width}x{mxu_width} "
                               f"weight tile: {capacity:,} MACs for {m * k * n:,} useful)"),
                         note=f"compiled for {chip}")

@@ -28,38 +28,78 @@ def assert_rows_are_rows(fn, got, *, program: str) -> None:
                               f"hlo lists of names); it has {sorted(row)}")
 
 
-def assert_rows_match(fn, got, want: list[dict], *, program: str) -> None:
-    """The learner's x-ray rows must equal the course linker's, row by row, field by field."""
+def assert_rows_match(fn, got, want: list[dict], *, program: str, listing: str = "") -> None:
+    """The learner's x-ray rows against the course linker's (ir_xray.xray_bounds).
+
+    Row by row, the equation (primitive, file, line) must be the linker's. Its StableHLO ops
+    and ENTRY instructions are compared as sets, in any order: a row must name every one the
+    linker made from the equation, and may name others only if they are at the equation's
+    location (`stablehlo_here`, `hlo_here`; without them, exactly the linker's). `listing`
+    (the program's numbered source) ends the message.
+    """
     where = f"{fn.display} on {program}"
+    tail = f"\n  the program:\n{listing}" if listing else ""
     assert_rows_are_rows(fn, got, program=program)
     if len(got) != len(want):
         expected = ", ".join(f"{r['primitive']}@{r['line']}" for r in want[:12])
         raise WrongResult(f"{where} returned {len(got)} rows; the program executes {len(want)} "
-                          f"equations (calls flattened): {expected}{' ...' if len(want) > 12 else ''}")
+                          f"equations (calls flattened): {expected}{' ...' if len(want) > 12 else ''}{tail}")
     for index, (row, expected) in enumerate(zip(got, want)):
-        wrong = {}
-        for key, value in expected.items():
-            mine = row.get(key, "<missing>")
-            if key in ("stablehlo", "hlo") and isinstance(mine, (list, tuple)):
-                mine = list(mine)
-            if mine != value:
-                wrong[key] = (mine, value)
+        wrong = [f"    {key}: got {row.get(key, '<missing>')!r}, expected {expected[key]!r}"
+                 for key in ("primitive", "file", "line") if row.get(key, "<missing>") != expected[key]]
+        for key in ("stablehlo", "hlo"):
+            mine = list(dict.fromkeys(row[key]))
+            allowed = expected.get(f"{key}_here", expected[key])
+            missing = [name for name in expected[key] if name not in mine]
+            foreign = [name for name in mine if name not in allowed and name not in expected[key]]
+            if missing:
+                wrong.append(f"    {key}: misses {missing}, made from this equation (got {mine!r})")
+            inner = [name for name in foreign if key == "hlo" and expected.get("entry") and name not in expected["entry"]]
+            if inner:
+                wrong.append(f"    hlo: names {inner}, not ENTRY instructions: report the fusion, call or while "
+                             f"of ENTRY that runs them (got {mine!r}, expected {expected[key]!r})")
+            foreign = [name for name in foreign if name not in inner]
+            if foreign:
+                place = expected.get("place") or f"line {expected['line']}"
+                wrong.append(f"    {key}: names {foreign}, which nothing at {place} made (got {mine!r}, "
+                             f"expected {expected[key]!r})")
         if wrong:
-            lines = "\n".join(f"    {key}: got {mine!r}, expected {value!r}" for key, (mine, value) in wrong.items())
+            lines = "\n".join(wrong)
             raise WrongResult(f"{where}: row {index} ({expected['primitive']} at line {expected['line']}) "
-                              f"differs:\n{lines}")
+                              f"differs:\n{lines}{tail}")
 
 
-def assert_summary_matches(fn, got, want: dict, *, dump: str) -> None:
-    """The learner's narration must equal the course reader's summary, key by key."""
+def numbered(source: str, indent: str = "      ") -> str:
+    """Source text with its line numbers, as the messages cite them."""
+    lines = source.splitlines()
+    width = len(str(len(lines)))
+    return "\n".join(f"{indent}{n:>{width}} | {text}".rstrip() for n, text in enumerate(lines, 1))
+
+
+def assert_summary_matches(fn, got, want: dict, *, dump: str, ties=()) -> None:
+    """The learner's narration against the course reader's summary, key by key.
+
+    Lists are compared as collections, in any order (a reader may walk computations in
+    another order). `largest` may be any of `ties`: the (name, array) pairs of ENTRY
+    instructions writing an array of the largest size (hlo_text.largest_arrays).
+    """
     where = f"{fn.display} on {dump}"
     if not isinstance(got, dict):
         raise WrongResult(f"{where} should return a dict with keys {sorted(want)}; got {type(got).__name__}")
     for key, value in want.items():
         mine = got.get(key, "<missing>")
-        normal = _as_tuples(mine)
-        if normal != _as_tuples(value):
-            raise WrongResult(f"{where}: {key!r} is wrong.\n    got      {_short(mine)}\n    expected {_short(value)}")
+        if key == "largest":
+            accepted = {_as_tuples(value)} | {_as_tuples(tie) for tie in ties}
+            right = _as_tuples(mine) in accepted
+        elif isinstance(value, (list, tuple)) and isinstance(mine, (list, tuple)):
+            right = sorted(map(repr, _as_tuples(mine))) == sorted(map(repr, _as_tuples(value)))
+        else:
+            right = _as_tuples(mine) == _as_tuples(value)
+        if not right:
+            also = f" (or {', '.join(map(repr, [t for t in ties if _as_tuples(t) != _as_tuples(value)]))})" \
+                if key == "largest" and len(ties) > 1 else ""
+            raise WrongResult(f"{where}: {key!r} is wrong.\n    got      {_short(mine)}\n    expected "
+                              f"{_short(value)}{also}{'' if key == 'largest' else ', in any order'}")
 
 
 def assert_dots_match(fn, got, want: list[dict], *, dump: str,

@@ -233,10 +233,15 @@ def _unclean_exit(fn, params, text: str, why: str) -> WrongResult | None:
             f".start() needs its .wait() before the kernel ends (and before its buffer is read), "
             f"every signal its wait. A TPU reports this as an error when the kernel ends.")
     if (params.detect_races and jax_internals.races_found()) or "RACE DETECTED" in text:
+        from ..grading.messages import parallel_axes_outputs_ignore
+
         report = [line for line in text.splitlines() if line.strip()][:MAX_LINES]
+        course_root = getattr(getattr(fn, "module", None), "course_root", None)
+        program = fn._program_of_last_call() if hasattr(fn, "_program_of_last_call") else None
+        semantics = parallel_axes_outputs_ignore(program, course_root)
         return WrongResult(
             f"{fn.display} has a data race under TPU interpret mode with {_described(params)}: "
-            f"{why}\n  " + "\n  ".join(report))
+            f"{why}\n  " + "\n  ".join([*semantics, *report]))
     return None
 
 

@@ -81,6 +81,11 @@ def kernel_report(kernel: libtpu.KernelOnTpu, chip: str) -> list[str]:
                      f"{against}")
         for allocation in kernel.vmem_allocations:
             padding = f", {allocation.padding:,} of them padding" if allocation.padding else ""
+            if allocation.what == "SPILL":  # the report's tag for it, with no shape
+                lines.append(f"    register spills: {allocation.bytes:,} bytes: vector values live at once that do "
+                             f"not fit in the vector registers, stored to VMEM and loaded back (smaller blocks, "
+                             f"or fewer values live at a time, avoid them)")
+                continue
             lines.append(f"    {allocation.what} ({allocation.shape}): {allocation.bytes:,} bytes{padding}")
     lines.append(f"  bundles: {kernel.bundles} in the kernel, {kernel.step_bundles} in one grid step "
                  f"(static code, branches included: not a time)")

@@ -21,6 +21,7 @@ from ..core.course import (
     load_course,
     module_in_tree,
 )
+from ..gates import criteria
 from ..gates import records as rec
 from ..gates import report
 from ..learner import self_test, state
@@ -75,8 +76,9 @@ def progress_lines(course: Course, data: dict, gates: report.LearnerGates) -> li
             entry = data["exercises"].get(exercise.key, {})
             line = f"      {status.mark}  {exercise.name}"
             if status in (Status.FAILED, Status.TODO) and entry.get("message"):
-                failed = entry.get("tests_failed", 0)
-                line += f": {entry['message']}" + (f"  [{failed} tests failed]" if failed > 1 else "")
+                failed = entry.get("tests_failed", 0)  # todo tests included: a TODO's are all todo
+                said = "todo" if status == Status.TODO else "failed"
+                line += f": {entry['message']}" + (f"  [{failed} tests {said}]" if failed > 1 else "")
             elif status == Status.CHANGED:
                 line += ": passed, then edited: run its tests again"
             if data.get("solutions_read", {}).get(exercise.key, {}).get("before_done"):
@@ -88,7 +90,7 @@ def progress_lines(course: Course, data: dict, gates: report.LearnerGates) -> li
             lines.append(f"      {self_test.summary(chapter, data)}")
     lines.append("")
     lines.append(f"your progress: {complete}/{course.chapters_total} chapters")
-    lines.append(f"gates: {gates.passed()}/{course.gates_total} gates passed (measured on hardware)")
+    lines.append(f"gates: {gates.passed()}/{len(criteria.GATES)} gates passed (measured on hardware)")
     lines += gates.notes()
     upcoming = next_exercise(course, data)
     if upcoming is None:
@@ -135,9 +137,17 @@ def resolve_exercise(course: Course, data: dict, target: str | None) -> Exercise
 
 def hint(args) -> int:
     course = course_here()
-    exercise = resolve_exercise(course, _read_state(course), args.exercise)
+    data = _read_state(course)
+    exercise = resolve_exercise(course, data, args.exercise)
     hints = exercise.hints
     total = len(hints)
+    if not args.all and state.exercise_status(course.root, data, exercise) == Status.DONE:
+        upcoming = next_exercise(course, data)
+        print(f"{exercise.key} is done: its tests passed. `tpucourse hint {exercise.key} --all` still lists "
+              f"its {total} hints; `tpucourse solution {exercise.key}` shows the course's solution.")
+        if upcoming is not None:
+            print(f"next: {upcoming.key}: tpucourse hint {upcoming.key}")
+        return 0
     if args.all:
         print(f"{exercise.key} ({exercise.summary})")
         for number, text in enumerate(hints, 1):

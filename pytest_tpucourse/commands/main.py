@@ -11,6 +11,7 @@
     tpucourse progress | hint ch11.matmul | solution ch11.matmul | reset ch11.matmul | watch ch11
     tpucourse tick ch15 3                                                    # a self-test item, your word
     tpucourse xray model.py:loss --shapes 8x128 128x10:bfloat16 [--html xray.html] [--chip v5e]   # the IR x-ray
+    tpucourse site [--out DIR] [--serve [--port N]]        # the course site: stack, chapters, bench, instruments
     tpucourse compile exercises/ch11/matmul.py:matmul --chip v5e --shape 1024x1024,1024x1024 \
         --dtype bfloat16 --kw bm=256       # the real TPU compiler's verdict (the tpu-compile extra)
 """
@@ -96,9 +97,11 @@ def main(argv=None) -> int:
     t.add_argument("--devices", type=int, default=4, help="devices in the ring (default 4)")
     t.add_argument("--list", action="store_true", help="list the shipped schedules")
 
+    from ..site import command as site_command
     from . import compile_kernel
 
     compile_kernel.add_parser(subcommands)
+    site_command.add_parser(subcommands)
 
     args = parser.parse_args(argv)
     from ..readers import blockspecs
@@ -109,7 +112,7 @@ def main(argv=None) -> int:
                 "mesh": ici.mesh_command,
                 "blockspec": blockspecs.main, "progress": learner.progress, "hint": learner.hint,
                 "reset": learner.reset, "solution": learner.solution, "tick": learner.tick, "watch": watch.main, "xray": xray_page.main,
-                "compile": compile_kernel.run, "timeline": semaphore_timeline.command}
+                "compile": compile_kernel.run, "timeline": semaphore_timeline.command, "site": site_command.run}
     try:
         return handlers[args.command](args)
     except (ValueError, learner.CommandError) as error:

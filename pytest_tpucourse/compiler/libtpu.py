@@ -385,6 +385,7 @@ def compile_for(fn, *args, chip: str = DEFAULT_CHIP, dumps: bool = False,
     if not available():
         raise TpuCompilerMissing()
     topology = _topology_name(chip)
+    chip = _lowering_name(chip)
     shapes = jax.tree.map(lambda a: jax.ShapeDtypeStruct(a.shape, a.dtype, sharding=_mesh_sharding(a)), args)
     jitted = jax.jit(_named(lambda *a: fn(*a, **kwargs), getattr(fn, "__name__", "program")))
     with mosaic.lowering_for(chip):
@@ -431,6 +432,16 @@ def _mesh_axes(shapes) -> tuple | None:
         if mesh is not None:
             return tuple(mesh.axis_names), tuple(mesh.devices.shape)
     return None
+
+
+def _lowering_name(chip) -> str:
+    """The built-in TPU a chip lowers and is reported as: its own name, or for a registered Chip
+    the built-in one whose compile topology is of the same family ("v5e:2x2" -> v5e)."""
+    if not isinstance(chip, Chip):
+        return chip
+    family = _topology_name(chip).split(":")[0]
+    return next((name for name, topology in COMPILE_TOPOLOGIES.items() if topology.split(":")[0] == family),
+                chip.name)
 
 
 def _topology_name(chip) -> str:

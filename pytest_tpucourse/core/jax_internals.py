@@ -326,6 +326,27 @@ def kernel_grid(eqn) -> KernelGrid:
                       dynamic_grid=bool(mapping.num_dynamic_grid_bounds))
 
 
+def dimension_semantics(eqn) -> tuple[str, ...] | None:
+    """A pallas_call's TPU dimension_semantics ("parallel", "arbitrary", ...), None where unset."""
+    params = eqn.params.get("compiler_params")
+    if isinstance(params, dict):
+        params = params.get("mosaic_tpu") or next(iter(params.values()), None)
+    semantics = getattr(params, "dimension_semantics", None)
+    if semantics is None:
+        return None
+    return tuple(str(getattr(s, "value", s)).lower().rpartition(".")[2] for s in semantics)
+
+
+def grid_axes_read(index_map, grid_rank: int) -> set[int]:
+    """The grid axes an index map's result depends on (its first grid_rank arguments that it uses)."""
+    jaxpr = index_map.jaxpr
+    used, outvars = set(), [v for v in jaxpr.outvars if not hasattr(v, "val")]
+    for eqn in jaxpr.eqns:
+        used.update(id(v) for v in eqn.invars if not hasattr(v, "val"))
+    used.update(id(v) for v in outvars)
+    return {axis for axis, var in enumerate(jaxpr.invars[:grid_rank]) if id(var) in used}
+
+
 def kernel_name(eqn) -> str:
     """The name of a pallas_call's kernel function (dq_kernel), or "" where none was kept."""
     info = getattr(eqn.params.get("jaxpr"), "debug_info", None)

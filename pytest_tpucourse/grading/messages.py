@@ -189,7 +189,8 @@ def lowering_explanation(error: BaseException, program, course_root: Path | None
                         "A TPU block's last two dimensions must be multiples of (8, 128), or the array's "
                         "own dimensions."]
     if "Expected matmul acc to be 32-bit" in text:
-        return ["A matmul inside a TPU kernel accumulates in 32 bits: ask for it with "
+        return ["The Mosaic matmul of this toolchain accepts only a 32-bit accumulator (its verifier's "
+                "internal error, not a documented hardware rule): ask for it with "
                 "jnp.dot(a, b, preferred_element_type=jnp.float32) (or int32), keep the running sum in a "
                 "float32 scratch, and cast only the result."]
     unlowered = _UNLOWERED.search(text)
@@ -220,6 +221,30 @@ def _where(source: str, course_root: Path | None) -> str:
         return ""
     path, _, line = location.rpartition(":")
     return f"at {shown(Path(path), course_root)}:{line} " if path else f"at {location} "
+
+
+def parallel_axes_outputs_ignore(program, course_root: Path | None = None) -> list[str]:
+    """Lines naming each grid axis marked "parallel" that an output's index map ignores: the
+    steps along it write one output block, and two cores that split it both write that block."""
+    from ..readers import traced_program
+
+    lines = []
+    for eqn in traced_program.pallas_call_eqns(program) if program is not None else ():
+        semantics = jax_internals.dimension_semantics(eqn)
+        grid = jax_internals.kernel_grid(eqn)
+        if not semantics or len(semantics) != len(grid.grid):
+            continue
+        for operand in grid.outputs:
+            read = jax_internals.grid_axes_read(operand.index_map, len(grid.grid))
+            for axis, kind in enumerate(semantics):
+                if kind == "parallel" and axis not in read and grid.grid[axis] > 1:
+                    lines.append(
+                        f"Grid axis {axis} is marked \"parallel\" (dimension_semantics={semantics}), and the "
+                        f"index map of output {operand.position} {_where(operand.index_map_at, course_root)}"
+                        f"ignores it: its {grid.grid[axis]} steps write one output block, so two cores that "
+                        f"split them both write it. An axis an output's index map ignores is a reduction "
+                        f"(or carries state): mark it \"arbitrary\".")
+    return lines
 
 
 _OUT_OF_BOUNDS = re.compile(r'Out-of-bounds block index \((?P<index>[^)]*)\) for (?P<kind>input|output) "(?P<ref>\w+)"'

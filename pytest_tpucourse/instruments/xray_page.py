@@ -38,6 +38,7 @@ class Picture:
     ops: list[xray.StableOp]
     entry: list[hlo_text.Instruction]
     module: hlo_text.HloModule
+    stable: xray.StableModule | None = None  # functions and calls, for the page's StableHLO column
 
 
 def load_function(target: str):
@@ -81,8 +82,9 @@ def picture(function, args, title: str, chip: str | None = None) -> Picture:
     """The x-ray of function(*args): compiled here, or for `chip` by the real TPU compiler."""
     layers = xray.tpu_layers(function, *args, chip=chip) if chip else xray.three_layers(function, *args)
     module = hlo_text.parse(layers.hlo)
-    ops = xray.stablehlo_ops(layers.stablehlo)
-    return Picture(title, layers.compiler, xray.link(layers, ops, module), ops, module.entry.instructions, module)
+    stable = xray.stablehlo_module(layers.stablehlo)
+    return Picture(title, layers.compiler, xray.link(layers, stable.ops, module), stable.ops,
+                   module.entry.instructions, module, stable)
 
 
 def _describe(module: hlo_text.HloModule, instruction: hlo_text.Instruction) -> str:
@@ -161,11 +163,14 @@ h1 {{ font-size: 16px; margin: 0 0 .2em; }} p.compiler {{ margin: 0 0 1em; color
 .layers {{ display: grid; grid-template-columns: repeat(3, minmax(0, 1fr)); gap: 1em; }}
 .layer h2 {{ font-size: 13px; margin: 0 0 .4em; }}
 .op {{ padding: 1px 4px; border-radius: 3px; white-space: pre; overflow: hidden; text-overflow: ellipsis; cursor: default; }}
+.func {{ margin: .6em 0 .1em; padding: 1px 4px; color: #555; font-weight: bold; }}
+.func .why {{ font-weight: normal; color: #888; }} .infunc {{ margin-left: 1.2em; }}
 .op .where {{ color: #888; }} .op.unlinked {{ color: #aaa; }}
 .op.hl {{ background: #ffe58a; }} .op.self {{ background: #ffc400; }}
 </style></head><body>
 <h1>x-ray of {title}</h1>
-<p class="compiler">optimized HLO: {compiler}. Hover an op: its counterparts in the other layers light up.</p>
+<p class="compiler">optimized HLO: {compiler}. Hover an op: its counterparts in the other layers light up;
+a cut line shows in full as its tooltip.</p>
 <div class="layers">
 <section class="layer" id="jaxpr"><h2>jaxpr</h2>
 {jaxpr}</section>
@@ -195,7 +200,12 @@ for (const el of ops) {{
 
 
 def page(pic: Picture) -> str:
-    """One self-contained HTML page (no external files): the three columns, hover-linked."""
+    """One self-contained HTML page (no external files): the three columns, hover-linked.
+
+    StableHLO keeps its functions: main, then one private function per jit a library traced
+    (jax.nn.one_hot's @_one_hot), each under its header; a `call @f` links to the rows whose
+    ops run inside f. Every line carries its full text as a tooltip.
+    """
     op_rows: dict[int, list[int]] = {}
     entry_rows: dict[int, list[int]] = {}
     for index, row in enumerate(pic.rows):
@@ -204,22 +214,67 @@ def page(pic: Picture) -> str:
         for instruction in row.hlo:
             entry_rows.setdefault(id(instruction), []).append(index)
 
-    def element(text: str, rows: list[int], where: str = "", ident: str = "") -> str:
-        classes = "op" + ("" if rows else " unlinked")
+    def element(text: str, rows: list[int], where: str = "", ident: str = "", full: str = "",
+                extra: str = "") -> str:
+        classes = "op" + ("" if rows else " unlinked") + extra
         where_html = f'<span class="where">{html.escape(where)}</span> ' if where else ""
         name = f' data-name="{html.escape(ident)}"' if ident else ""
-        return (f'<div class="{classes}" data-links="{html.escape(json.dumps(sorted(set(rows))))}"{name}>'
-                f"{where_html}{html.escape(text)}</div>\n")
+        tip = html.escape(" ".join(filter(None, (where, full or text))))
+        return (f'<div class="{classes}" data-links="{html.escape(json.dumps(sorted(set(rows))))}"{name} '
+                f'title="{tip}">{where_html}{html.escape(text)}</div>\n')
 
     jaxpr = "".join(
         element(row.equation.text, [index],
                 f"{Path(row.equation.location.file).name}:{row.equation.location.line}" if row.equation.location else "",
                 row.equation.primitive)
         for index, row in enumerate(pic.rows))
-    stablehlo = "".join(element(op.text, op_rows.get(id(op), []), ident=op.op) for op in pic.ops)
-    hlo = "".join(element(_describe(pic.module, i), entry_rows.get(id(i), []), ident=i.name) for i in pic.entry)
+    hlo = "".join(element(_describe(pic.module, i), entry_rows.get(id(i), []), ident=i.name,
+                          full=f"{i.name} = {i.shape} {i.opcode}({', '.join(i.operands)}) {i.attributes}".strip())
+                  for i in pic.entry)
     return _PAGE.format(title=html.escape(pic.title), compiler=html.escape(pic.compiler),
-                        jaxpr=jaxpr, stablehlo=stablehlo, hlo=hlo)
+                        jaxpr=jaxpr, stablehlo=_stablehlo_column(pic, op_rows, element), hlo=hlo)
+
+
+def _stablehlo_column(pic: Picture, op_rows: dict[int, list[int]], element) -> str:
+    """The StableHLO module in its own order: function headers, calls and ops."""
+    stable = pic.stable or xray.StableModule(pic.ops, [], [])
+    by_function: dict[str, set[int]] = {}  # function -> rows with an op in it
+    for op in stable.ops:
+        by_function.setdefault(op.function, set()).update(op_rows.get(id(op), []))
+    callees: dict[str, set[str]] = {}
+    for call in stable.calls:
+        callees.setdefault(call.function, set()).add(call.callee)
+
+    def rows_in(function: str, seen: frozenset = frozenset()) -> set[int]:
+        found = set(by_function.get(function, set()))
+        for callee in callees.get(function, set()) - seen:
+            found |= rows_in(callee, seen | {function})
+        return found
+
+    callers = {call.callee: call for call in stable.calls}
+    private = {f.name for f in stable.functions if "private" in f.text.split("@")[0]}
+    lines = []
+    for function in stable.functions:
+        call = callers.get(function.name)
+        why = ""
+        if function.name in private:
+            where = (f"{Path(call.location.file).name}:{call.location.line}"
+                     if call is not None and call.location is not None else "")
+            why = f"a jit inside the program, run by call @{function.name}" + (f" at {where}" if where else "") + \
+                  "; its ops name no file and are at the call's line"
+        head = function.text.split("(", 1)[0]  # "func.func private @_one_hot"; in full as the tooltip
+        lines.append((function.line_number,
+                      f'<div class="func" data-name="{html.escape(function.name)}" '
+                      f'title="{html.escape(function.text + (f"  ({why})" if why else ""))}">'
+                      f'{html.escape(head)}' + (f' <span class="why">{html.escape(why)}</span>' if why else "")
+                      + "</div>\n"))
+    for call in stable.calls:
+        lines.append((call.line_number, element(call.text, sorted(rows_in(call.callee)), ident=f"call @{call.callee}",
+                                                extra=" infunc" if stable.functions else "")))
+    for op in stable.ops:
+        lines.append((op.line_number, element(op.text, op_rows.get(id(op), []), ident=op.op,
+                                              extra=" infunc" if stable.functions else "")))
+    return "".join(text for _, text in sorted(lines, key=lambda item: item[0]))
 
 
 def main(args) -> int:

@@ -18,6 +18,7 @@ from dataclasses import dataclass, field
 from pathlib import PurePosixPath
 
 from ..core.course import EXERCISES, Course, Exercise
+from ..gates import criteria
 from .status import Status
 
 
@@ -166,7 +167,7 @@ class RunProgress:
             lines.append(f"course: {complete}/{self.course.chapters_total} chapters ({who})")
         if gates_passed is not None:
             lines.append(
-                f"gates: {gates_passed}/{self.course.gates_total} gates passed "
+                f"gates: {gates_passed}/{len(criteria.GATES)} gates passed "
                 f"(measured on hardware, from the gate records)"
             )
         if merged and (shown or not only_ran):  # a gates run lists no exercises, nor what is next

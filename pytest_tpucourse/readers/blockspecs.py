@@ -211,7 +211,7 @@ class BlockReport:
     grid: tuple[int, ...]
     edges: tuple[tuple[int, int, int], ...]  # per axis: (block, elements in the last block, padding)
     buffer_bytes: int  # the block's elements times the itemsize
-    tiled_bytes: int | None  # the same, rows and lanes rounded up to the dtype's native tile
+    tiled_bytes: int | None  # one buffer as VMEM holds it (vmem_footprint.padded_bytes: the compiler's padding)
     compiler: str = ""  # the real compiler's verdict on the same copy kernel (compiler_line)
 
     def lines(self) -> list[str]:
@@ -237,9 +237,8 @@ class BlockReport:
         out.append(f"VMEM    {self.buffer_bytes:,} bytes per buffer ({elements} x {itemsize} bytes); "
                    f"a pipelined operand has 2 buffers: {2 * self.buffer_bytes:,} bytes")
         if self.tiled_bytes is not None and self.tiled_bytes != self.buffer_bytes:
-            rows, lanes = native_tile(self.dtype)
-            out.append(f"        laid out in ({rows}, {lanes}) {self.dtype} tiles: about "
-                       f"{self.tiled_bytes:,} bytes per buffer (arithmetic, not a compiler report)")
+            out.append(f"        padded as VMEM holds it: {self.tiled_bytes:,} bytes per buffer (chapter 8's VMEM "
+                       f"model, which matches the compiler's E1001 counts)")
         rows, lanes = native_tile(self.dtype)
         if self.error is None and len(self.block_shape) >= 2 and rows != SUBLANES:
             sizes = [1 if b is None else b for b in self.block_shape]
@@ -250,7 +249,8 @@ class BlockReport:
         return out
 
 
-def sandbox(array_shape, block_shape, dtype) -> BlockReport:
+def sandbox(array_shape, block_shape, dtype, *, compiler: bool = True) -> BlockReport:
+    """The sandbox's report; compiler=False leaves the real compiler out (the lowering's rules only)."""
     import jax.numpy as jnp
 
     array_shape, block_shape = tuple(array_shape), tuple(block_shape)
@@ -265,18 +265,12 @@ def sandbox(array_shape, block_shape, dtype) -> BlockReport:
     edges = tuple((b, a - (g - 1) * b, g * b - a) for a, b, g in zip(array_shape, sizes, grid))
     itemsize = jnp.dtype(dtype).itemsize
     buffer_bytes = math.prod(sizes) * itemsize
-    tiled = None
-    if len(sizes) >= 2:
-        rows, lanes = native_tile(dtype)
-        tiled = (math.prod(sizes[:-2]) * _round_up(sizes[-2], rows) * _round_up(sizes[-1], lanes)
-                 * itemsize)
+    from . import vmem_footprint
+
+    tiled = vmem_footprint.padded_bytes(sizes, dtype) if len(sizes) >= 2 else None
     lowering = lowering_error(array_shape, block_shape, dtype)
     return BlockReport(array_shape, block_shape, dtype, lowering, grid, edges, buffer_bytes, tiled,
-                       compiler_line(array_shape, block_shape, dtype, lowering))
-
-
-def _round_up(n: int, multiple: int) -> int:
-    return -(-n // multiple) * multiple
+                       compiler_line(array_shape, block_shape, dtype, lowering) if compiler else "")
 
 
 def parse_block(text: str) -> tuple:

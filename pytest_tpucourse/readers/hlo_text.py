@@ -400,6 +400,15 @@ def summary(module: HloModule) -> dict:
     )
 
 
+def largest_arrays(module: HloModule) -> list[tuple[str, str]]:
+    """Every (name, array) of ENTRY writing an array of the largest size: summary's `largest`
+    is the first; a reader that breaks the tie another way names another."""
+    arrays = [(i.name, dtype, dims) for i in module.entry.instructions for dtype, dims in i.arrays]
+    best = max((nbytes(dtype, dims) for _, dtype, dims in arrays), default=None)
+    return list(dict.fromkeys((name, array_text(dtype, dims)) for name, dtype, dims in arrays
+                              if nbytes(dtype, dims) == best))
+
+
 # ---------------------------------------------------------------- shipped dumps
 
 

@@ -25,7 +25,7 @@ def predict_verdict(body: str, shape: tuple, dtype: str, block: tuple, chip: str
     if body in UNSUPPORTED:
         return "unsupported op"
     if body == "matmul" and bits < 32:
-        return "unsupported op"  # tpu.matmul accumulates in 32 bits, and jnp.dot asked for the input dtype
+        return "unsupported op"  # this Mosaic's tpu.matmul verifier wants a 32-bit accumulator; jnp.dot asked for bf16
     # XLA tiles an 8-bit array whose rows divide by 32 in (32, 128) tiles; a block must follow them.
     if bits == 8 and array_rows % 32 == 0 and rows % 32 and rows != array_rows:
         return "tiling"

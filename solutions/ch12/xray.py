@@ -11,6 +11,9 @@ Three layers name the same source locations, each in its own way:
   optimized   metadata={op_name="jit(f)/dot_general" stack_frame_id=5}, resolved through
   HLO         the tables at the top: StackFrames -> FileLocations -> FileNames
 
+A library's jit (jax.nn.relu) is a private function of the StableHLO module, run by a
+`call @relu` at your line; its ops' locations name no file, so they are at the call's place.
+
 A row links an equation to the StableHLO ops and the HLO instructions that carry its
 (file, line, column) and whose op name ends with its primitive; when none kept that
 name (XLA renames what it rewrites), to those at its location. HLO instructions are
@@ -94,9 +97,14 @@ def _made_from(items, primitive, place):
 
 
 def _stablehlo_ops(text):
-    """[(op, (op name, (file, line, column)))] for every stablehlo op."""
+    """[(op, (op name, (file, line, column)))] for every stablehlo op.
+
+    A library's jit (jax.nn.relu) is a private function whose ops name no file: loc("max").
+    Such an op is at the places of the calls that run its function, one item per place.
+    """
     table = dict(re.findall(r"^#(loc\d*) = loc\((.*)\)$", text, re.MULTILINE))
     ops, blocks, owner = [], [], None  # blocks: for each open "{", the op whose region it opens
+    functions, calls, function = [], {}, "main"  # calls: function -> [(calling function, place)]
     for line in text.splitlines():
         op = re.match(r'\s*(?:%[^=]*=\s*)?"?(stablehlo\.\w+)', line)
         loc = re.search(r"loc\((#loc\d*|\"[^\"]*\"(?:\(#loc\d*\))?)\)$", line.rstrip())
@@ -107,13 +115,33 @@ def _stablehlo_ops(text):
             if line.rstrip().endswith("{"):
                 blocks.append(closing)
             continue
+        if head := re.match(r"\s*func\.func \w* ?@([\w.$-]+)", line):
+            function = head.group(1)
+        if call := re.match(r"\s*(?:%[^=]*=\s*)?call @([\w.$-]+)", line):
+            calls.setdefault(call.group(1), []).append((function, _resolve(loc.group(1), table)[1] if loc else None))
         if op:
             ops.append((op.group(1), _resolve(loc.group(1), table) if loc else (None, None)))
+            functions.append(function)
             owner = None if loc else len(ops) - 1
         if line.rstrip().endswith("{"):
             blocks.append(owner)
             owner = None
-    return ops
+    located = []
+    for (op, (name, place)), function in zip(ops, functions):
+        for site in [place] if place else _call_sites(calls, function, {function}):
+            located.append((op, (name, site)))
+    return located
+
+
+def _call_sites(calls, function, seen):
+    """Where `function` runs: its calls' places, or, for a call that has none, its caller's."""
+    sites = []
+    for caller, place in calls.get(function, []):
+        if place:
+            sites.append(place)
+        elif caller not in seen:
+            sites += _call_sites(calls, caller, seen | {caller})
+    return sites or [None]
 
 
 def _resolve(loc, table):

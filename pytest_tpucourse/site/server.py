@@ -1,0 +1,125 @@
+"""`tpucourse site --serve`: the built site on 127.0.0.1, and the instruments answered live.
+
+The standard library's http.server, bound to 127.0.0.1 only, one request at a time. Besides the
+site's files it answers, as JSON, the same functions the static build precomputes
+(instruments.py) for any input: GET /api/roofline, /api/blockspec (with the real compiler's
+verdict: the tpu-compile extra), /api/timeline (a shipped schedule played by the learner's own
+simulate()), /api/mesh; and POST /api/tick, which records a self-test tick as `tpucourse tick`
+does (the learner's word, never checked).
+"""
+
+from __future__ import annotations
+
+import argparse
+import contextlib
+import io
+import json
+from functools import partial
+from http.server import HTTPServer, SimpleHTTPRequestHandler
+from pathlib import Path
+from urllib.parse import parse_qs, urlparse
+
+from . import instruments
+
+HOST = "127.0.0.1"
+
+
+def _one(query: dict, name: str, default: str | None = None) -> str:
+    values = query.get(name)
+    if not values:
+        if default is None:
+            raise ValueError(f"missing ?{name}=")
+        return default
+    return values[0]
+
+
+def answer(course_root: Path, path: str, query: dict) -> dict:
+    """The JSON answer of one GET /api/... request."""
+    if path == "/api/ping":
+        return {"serve": True}
+    if path == "/api/roofline":
+        return instruments.predict(_one(query, "chip"), _one(query, "op"), _one(query, "shape"),
+                                   _one(query, "dtype", "bfloat16"))
+    if path == "/api/blockspec":
+        return instruments.blockspec(_one(query, "shape"), _one(query, "block"), _one(query, "dtype"),
+                                     compiler=True)
+    if path == "/api/timeline":
+        return instruments.learner_timeline(course_root, _one(query, "schedule"), int(_one(query, "devices")))
+    if path == "/api/mesh":
+        return instruments.mesh(_one(query, "chip"), _one(query, "topology"), _one(query, "op"),
+                                _one(query, "bytes"))
+    raise LookupError(path)
+
+
+def tick(course_root: Path, body: dict) -> dict:
+    """POST /api/tick {"chapter": "ch15", "item": 3, "undo": false}: `tpucourse tick` itself."""
+    from ..commands import learner
+
+    args = argparse.Namespace(chapter=str(body.get("chapter", "")), item=int(body.get("item", 0)),
+                              undo=bool(body.get("undo", False)))
+    printed = io.StringIO()
+    with contextlib.chdir(course_root), contextlib.redirect_stdout(printed):
+        learner.tick(args)
+    return {"printed": printed.getvalue()}
+
+
+class Handler(SimpleHTTPRequestHandler):
+    course_root: Path
+
+    def log_message(self, format, *args):  # one line per API call only; files are quiet
+        if self.path.startswith("/api/"):
+            super().log_message(format, *args)
+
+    def _json(self, status: int, value: dict) -> None:
+        data = json.dumps(value).encode("utf-8")
+        self.send_response(status)
+        self.send_header("Content-Type", "application/json; charset=utf-8")
+        self.send_header("Content-Length", str(len(data)))
+        self.end_headers()
+        self.wfile.write(data)
+
+    def _api(self, call) -> None:
+        from ..commands.learner import CommandError
+
+        try:
+            self._json(200, call())
+        except LookupError:
+            self._json(404, {"error": f"no such endpoint {urlparse(self.path).path}"})
+        except (ValueError, CommandError) as error:
+            self._json(400, {"error": str(error)})
+
+    def do_GET(self):
+        url = urlparse(self.path)
+        if url.path.startswith("/api/"):
+            self._api(lambda: answer(self.course_root, url.path, parse_qs(url.query)))
+        else:
+            super().do_GET()
+
+    def do_POST(self):
+        url = urlparse(self.path)
+        if url.path != "/api/tick":
+            self._json(404, {"error": f"no such endpoint {url.path}"})
+            return
+        length = int(self.headers.get("Content-Length", 0))
+        try:
+            body = json.loads(self.rfile.read(length) or b"{}")
+        except json.JSONDecodeError as error:
+            self._json(400, {"error": f"not JSON: {error}"})
+            return
+        self._api(lambda: tick(self.course_root, body))
+
+
+def make_server(site: Path, course_root: Path, port: int) -> HTTPServer:
+    handler = type("CourseHandler", (Handler,), {"course_root": Path(course_root)})
+    return HTTPServer((HOST, port), partial(handler, directory=str(site)))
+
+
+def serve(site: Path, course_root: Path, port: int) -> None:
+    server = make_server(site, course_root, port)
+    print(f"serving the course site on http://{HOST}:{server.server_address[1]}/ (Ctrl-C stops)", flush=True)
+    try:
+        server.serve_forever()
+    except KeyboardInterrupt:
+        pass
+    finally:
+        server.server_close()

@@ -1,0 +1,345 @@
+"""`tpucourse site`: built on a fresh clone, every page rendered in Chromium with no page error, the
+instruments driven (the roofline playground follows its shape field, the timeline steps into the
+deadlock), and `--serve` answering on 127.0.0.1.
+
+Chromium comes from the system (Debian's `chromium` package; .ci/run installs it) and Playwright's
+Python package drives it, as for the x-ray page (test_xray_page.py); where either is missing the
+browser tests skip, saying which.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+import os
+import re
+import subprocess
+import sys
+import threading
+import urllib.request
+
+import pytest
+
+from pytest_tpucourse import chips
+from pytest_tpucourse.gates import criteria
+from pytest_tpucourse.learner import self_test, state
+from pytest_tpucourse.site import instruments, markdown, server
+
+from .support import REPO, chromium
+
+pytestmark = pytest.mark.runs  # the site is built by the course's command line in a child process
+
+PAGES = ["index", "bench", "xray", "ex01", "ex03", "ex05", "ex09", "ex10", "ex11"] + [f"ch{n:02d}" for n in range(1, 16)]
+BUILD_TIMEOUT = 600
+
+
+@pytest.fixture(scope="module")
+def clone(tmp_path_factory):
+    """A fresh clone of this checkout: no state file, no records of the learner's."""
+    where = tmp_path_factory.mktemp("clone") / "course"
+    subprocess.run(["git", "clone", "--quiet", str(REPO), str(where)], check=True, timeout=120)
+    return where
+
+
+@pytest.fixture(scope="module")
+def site(clone):
+    """The site built there by the command (-P: this installation's package, not the clone's copy)."""
+    out = clone / "site-out"
+    done = subprocess.run([sys.executable, "-P", "-m", "pytest_tpucourse.commands.main", "site", "--out", str(out)], cwd=clone,
+                          capture_output=True, text=True, timeout=BUILD_TIMEOUT)
+    assert done.returncode == 0, done.stderr[-3000:]
+    assert f"to {out}" in done.stdout
+    return out
+
+
+def test_the_build_writes_every_page_and_fetches_nothing(site):
+    for name in PAGES:
+        text = (site / f"{name}.html").read_text(encoding="utf-8")
+        assert not re.search(r'<(script|link|img|iframe)[^>]+(src|href)="(https?:)?//', text), name
+    scripts = "".join((site / "static" / f).read_text(encoding="utf-8") for f in os.listdir(site / "static"))
+    assert not re.search(r"url\((?!#)|@import|fetch\((?![`\"]api/)", scripts)  # only the local server's api/
+    home = (site / "index.html").read_text(encoding="utf-8")
+    assert "0/6</b> gates passed" in home and "0/15</b> chapters" in home
+    assert "roofline-predicted floors · v5e · hardware rows replace these" in home
+    for floor in ("697.7 µs", "41.1 µs", "122.8 µs"):  # the course's three v5e floors
+        assert floor in home
+    assert "ch01.softmax" in home  # next, on a fresh clone: the course's first exercise
+    capstone = (site / "ch15.html").read_text(encoding="utf-8")
+    assert "The upstream submission exists in public" in capstone and "awaiting hardware" in capstone
+    assert capstone.count('class="tick"') == 7
+
+
+def test_the_home_page_counts_what_the_state_file_says(clone, tmp_path):
+    """A chapter whose every exercise the state file shows done counts, as in `tpucourse progress`."""
+    from pytest_tpucourse.core.course import load_course
+    from pytest_tpucourse.site.learner_view import course_view
+
+    course = load_course(clone)
+    chapter = course.chapter("ch10")
+    entries = {e.key: {"status": "done", "module_sha256": state.file_digest(clone / e.module_path)}
+               for e in chapter.exercises}
+    state.update(clone, lambda d: d["exercises"].update(entries))
+    try:
+        view = course_view(course)
+        assert view.chapters_complete == 1 and view.chapter("ch10").complete
+        assert view.next_exercise.key == "ch01.softmax"
+        assert view.chapter("ch10").gate_label == criteria.AWAITING
+    finally:
+        (clone / state.STATE_DIR / state.STATE_FILE).unlink()
+
+
+def test_markdown_renders_what_the_readmes_use():
+    html = markdown.render("# Title\n\nSome `a < b` and **bold** in block_q.\n\n| a | b |\n|---|---|\n| 1 | 2 |\n\n"
+                           "- item one\n  continued\n\n  ```python\n  x = 1\n  ```\n- item two\n\n```text\n<raw>\n```\n")
+    assert '<h1 id="title">Title</h1>' in html
+    assert "<code>a &lt; b</code>" in html and "<strong>bold</strong>" in html and "block_q" in html
+    assert "<th>a</th>" in html and "<td>2</td>" in html
+    assert html.count("<li>") == 2 and "item one continued" in html and 'data-lang="python"' in html
+    assert "&lt;raw&gt;" in html and "<raw>" not in html
+
+
+# ---------------------------------------------------------------- in Chromium
+
+
+@pytest.fixture(scope="module")
+def browser():
+    executable = chromium()
+    try:
+        from playwright.sync_api import sync_playwright
+    except ImportError:
+        pytest.skip("no playwright: pip install -e '.[test]' installs the version the project pins")
+    with sync_playwright() as playwright:
+        launched = playwright.chromium.launch(executable_path=executable, args=["--no-sandbox"])
+        yield launched
+        launched.close()
+
+
+@pytest.fixture
+def page(browser):
+    context = browser.new_context(viewport={"width": 1200, "height": 900})
+    opened = context.new_page()
+    opened.errors = []
+    opened.on("pageerror", lambda error: opened.errors.append(str(error)))
+    opened.on("console", lambda m: opened.errors.append(f"console: {m.text}") if m.type == "error" else None)
+    yield opened
+    context.close()
+
+
+@pytest.mark.parametrize("name", PAGES)
+def test_every_page_renders_with_no_page_error(site, page, name):
+    page.goto((site / f"{name}.html").as_uri())
+    page.wait_for_load_state("load")
+    assert page.locator("h1").first.is_visible()
+    assert page.errors == []
+
+
+def test_the_jump_box_opens_with_ctrl_k_and_goes_to_an_instrument(site, page):
+    page.goto((site / "index.html").as_uri())
+    page.keyboard.press("Control+k")
+    page.locator("#jump-input").fill("semaphore")
+    assert "EX·10" in page.locator("#jump-list li").first.inner_text()
+    page.keyboard.press("Enter")
+    page.wait_for_url("**/ex10.html")
+    assert page.errors == []
+
+
+def test_the_roofline_playground_follows_its_shape_field(site, page):
+    page.goto((site / "ex01.html").as_uri())
+    for shape, expected in (("4096x4096x4096", "697.7 µs"), ("8x4096x4096", "41.1 µs"), ("4096x4096", "122.8 µs")):
+        before = page.locator("#you circle").get_attribute("cx") if page.locator("#you").count() else None
+        page.locator("#shape").fill(shape)
+        assert page.locator("#floor").inner_text().startswith(expected)
+        assert page.locator("#you circle").get_attribute("cx") != before  # the point moved
+    page.locator("#shape").fill("8xbanana")
+    assert page.locator("#floor").inner_text() == "—"
+    assert "not of the form" in page.locator("#detail").inner_text()
+    assert page.errors == []
+
+
+ROOFLINE_CASES = [(chip, op, shape, dtype) for chip in chips.KNOWN_CHIPS
+                  for op, shape in (("matmul", "4096x4096x4096"), ("matmul", "8x4096x4096"), ("matmul", "1x1x1"),
+                                    ("matmul", "512x3x70000"), ("add", "4096x4096"), ("add", "7x13"))
+                  for dtype in instruments.ROOFLINE_DTYPES]
+
+
+def test_the_playground_and_roofline_py_agree_on_a_table_of_cases(site, page):
+    """The page computes floors in JavaScript: they must be roofline.py's, refusals included."""
+    page.goto((site / "ex01.html").as_uri())
+    answers = page.evaluate("""cases => cases.map(([chip, op, shape, dtype]) => {
+        try { return TpuRoofline.floor(chip, op, shape, dtype); } catch (err) { return {error: err.message}; } })""",
+                            ROOFLINE_CASES)
+    refused = 0
+    for case, got in zip(ROOFLINE_CASES, answers):
+        try:
+            want = instruments.predict(*case)
+        except ValueError as error:
+            assert "error" in got and str(error).split(":")[0] in got["error"], (case, got, error)
+            refused += 1
+            continue
+        assert "error" not in got, (case, got)
+        for key in ("flops", "bytes", "floor_seconds", "intensity", "ridge"):
+            assert math.isclose(got[key], want[key], rel_tol=1e-12), (case, key, got[key], want[key])
+        assert got["bound"] == want["bound"], case
+    assert 0 < refused < len(ROOFLINE_CASES)  # float32 has no published TPU peak: both refuse it
+
+
+def test_the_timeline_steps_into_the_deadlock(site, page):
+    page.goto((site / "ex10.html").as_uri())
+    page.locator("#tl-schedule").select_option("next-step-semaphore")
+    page.locator("#tl-devices").select_option("4")
+    expected = instruments.timeline_data()["schedules"]["next-step-semaphore"]["runs"]["4"]
+    steps = 0
+    while "DEADLOCK" not in page.locator("#tl-summary").inner_text():
+        assert page.locator("td.stuck").count() == 0, "the deadlock is marked before the round it happens in"
+        page.locator("#tl-step").click()
+        steps += 1
+        assert steps < 50
+    assert steps == max(r[-1] for r in expected["rounds"] if r) + 1
+    assert page.locator("#tl-summary").inner_text() == expected["summary"]
+    stuck = page.locator("td.stuck").all_inner_texts()
+    assert len(stuck) == 4 and all(text.startswith("✗ dma wait recv[") for text in stuck)
+    assert page.errors == []
+
+
+def test_the_streaming_attention_scrubs_to_the_exact_softmax(site, page):
+    page.goto((site / "ex03.html").as_uri())
+    page.locator("#step").fill("3")
+    assert "step 4 of 4" in page.locator("#step-label").inner_text()
+    assert "equals the full softmax" in page.locator("#state").inner_text()
+    assert page.locator("#scores rect.live").count() == 16 and page.locator("#scores rect.cell").count() == 64
+    page.locator("#variant").select_option("causal")  # chapter 13: q block 1 never meets kv blocks 2 and 3
+    page.locator("#step").fill("2")
+    assert "never fetched" in page.locator("#step-label").inner_text()
+    assert page.locator("#scores rect.live").count() == 0 and page.locator("#scores rect.masked").count() == 64 - 26
+    page.locator("#step").fill("3")
+    assert "equals the full softmax(Q·Kᵀ)·V (causal)" in page.locator("#state").inner_text()
+    assert page.errors == []
+
+
+def test_the_blockspec_sandbox_gives_the_lowerings_verdict(site, page):
+    page.goto((site / "ex09.html").as_uri())
+    page.locator("#bs-shape").fill("1024x1024")
+    page.locator("#bs-block").fill("100x128")
+    assert page.locator("#bs-verdict").inner_text().startswith("illegal: dimension -2 of the block is 100")
+    assert "lowering's rules only" in page.locator("#bs-what").inner_text()
+    page.locator("#bs-block").fill("8x100")
+    assert page.locator("#bs-verdict").inner_text() == "not precomputed in this static build"
+    assert page.errors == []
+
+
+def test_the_mesh_draws_a_topology_hop_by_hop(site, page):
+    page.goto((site / "ex11.html").as_uri())
+    page.locator("#topology").fill("4x4")
+    assert page.locator("#mesh .chip").count() == 16
+    assert page.locator("#mesh .send").count() == 6  # a 4-ring both ways: 6 sends in the first step
+    assert "predicted" in page.locator("#mesh-total").inner_text()
+    page.locator("#topology").fill("3x5")
+    assert "not precomputed" in page.locator("#mesh-what").inner_text()
+    assert page.errors == []
+
+
+# ---------------------------------------------------------------- --serve
+
+
+@pytest.fixture
+def served(site, clone):
+    httpd = server.make_server(site, clone, 0)
+    thread = threading.Thread(target=httpd.serve_forever, daemon=True)
+    thread.start()
+    yield f"http://{httpd.server_address[0]}:{httpd.server_address[1]}"
+    httpd.shutdown()
+    httpd.server_close()
+    thread.join(timeout=10)
+
+
+def _get(url: str) -> tuple[int, bytes]:
+    try:
+        with urllib.request.urlopen(url, timeout=60) as response:
+            return response.status, response.read()
+    except urllib.error.HTTPError as error:
+        return error.code, error.read()
+
+
+def test_serve_answers_on_localhost_only(served, clone):
+    assert served.startswith("http://127.0.0.1:")
+    status, body = _get(f"{served}/index.html")
+    assert status == 200 and b"Learn to make TPUs fast." in body
+    status, body = _get(f"{served}/api/roofline?chip=v5e&op=matmul&shape=8x4096x4096")
+    assert status == 200 and json.loads(body)["floor_seconds"] == instruments.predict("v5e", "matmul", "8x4096x4096")["floor_seconds"]
+    status, body = _get(f"{served}/api/mesh?chip=v5e&topology=3x5&op=all-reduce&bytes=1GiB")
+    assert status == 200 and json.loads(body)["topology"] == [3, 5]
+    status, body = _get(f"{served}/api/roofline?chip=v5e&op=matmul&shape=banana")
+    assert status == 400 and "not of the form" in json.loads(body)["error"]
+    status, body = _get(f"{served}/api/timeline?schedule=exchange-deadlock&devices=4")
+    assert status == 200 and "not written yet" in json.loads(body)["error"]  # a fresh clone's stub
+
+
+def test_serve_records_a_tick_as_tpucourse_tick_does(served, clone):
+    request = urllib.request.Request(f"{served}/api/tick", data=json.dumps({"chapter": "ch15", "item": 3}).encode(),
+                                     headers={"Content-Type": "application/json"}, method="POST")
+    with urllib.request.urlopen(request, timeout=60) as response:
+        assert "self-reported" in json.loads(response.read())["printed"]
+    try:
+        assert self_test.ticked(state.read(clone), "ch15") == {3}
+    finally:
+        (clone / state.STATE_DIR / state.STATE_FILE).unlink()
+
+
+def test_the_site_command_serves_on_127_0_0_1(clone, tmp_path):
+    """`tpucourse site --serve --port 0`, the real command, answers within a bounded time, then stops."""
+    out = tmp_path / "served-site"
+    env = {**os.environ, "PYTHONUNBUFFERED": "1"}
+    child = subprocess.Popen([sys.executable, "-P", "-m", "pytest_tpucourse.commands.main", "site", "--serve", "--port", "0",
+                              "--out", str(out)], cwd=clone, stdout=subprocess.PIPE, stderr=subprocess.PIPE,
+                             text=True, env=env)
+    try:
+        line = ""
+        timer = threading.Timer(BUILD_TIMEOUT, child.kill)
+        timer.start()
+        for line in child.stdout:
+            if line.startswith("serving the course site on "):
+                break
+        timer.cancel()
+        assert line.startswith("serving the course site on http://127.0.0.1:"), child.stderr.read()[-2000:]
+        url = line.split(" on ", 1)[1].split()[0]
+        status, body = _get(f"{url}api/ping")
+        assert status == 200 and json.loads(body) == {"serve": True}
+    finally:
+        child.terminate()
+        child.wait(timeout=30)
+
+
+def test_served_pages_answer_live_with_the_real_compiler(served, page):
+    """Under --serve the sandbox asks the real compiler (libtpu), which the static build cannot."""
+    from pytest_tpucourse.compiler import libtpu as tpu_compile
+
+    page.goto(f"{served}/ex10.html")
+    page.locator(".serve-only").wait_for(state="visible")
+    if not tpu_compile.available():
+        pytest.skip("no libtpu: pip install -e '.[tpu-compile]' (the test extra installs it)")
+    page.goto(f"{served}/ex09.html")
+    page.locator("#bs-shape").fill("1024x1024")
+    page.locator("#bs-dtype").select_option("int8")
+    page.locator("#bs-block").fill("8x128")
+    page.wait_for_function("(t => t.includes('int8, block 8x128') && t.includes('compiler v5e:'))"
+                           "(document.getElementById('bs-lines').textContent)", timeout=300_000)
+    lines = page.locator("#bs-lines").inner_text()
+    assert "legal: the TPU lowering accepts it" in lines and "compiler v5e: E2002" in lines
+    assert "real compiler" in page.locator("#bs-what").inner_text()
+    assert page.errors == []
+
+
+def test_serve_plays_a_schedule_with_the_learners_own_simulate(served, clone):
+    """With a simulate() written (here the shipped solution's), the timeline answers from it, and agrees."""
+    mine = clone / "exercises" / "ch14" / "timeline.py"
+    stub = mine.read_text(encoding="utf-8")
+    mine.write_text((clone / "solutions" / "ch14" / "timeline.py").read_text(encoding="utf-8"), encoding="utf-8")
+    try:
+        status, body = _get(f"{served}/api/timeline?schedule=next-step-semaphore&devices=4")
+    finally:
+        mine.write_text(stub, encoding="utf-8")
+    answer = json.loads(body)
+    assert status == 200 and "error" not in answer, answer
+    assert answer["what"].startswith("simulated by your simulate()")
+    shipped = instruments.timeline_data()["schedules"]["next-step-semaphore"]["runs"]["4"]
+    assert {k: answer[k] for k in shipped} == shipped
