@@ -79,15 +79,16 @@ class FakeStore:
 
 def gate_run(tmp_path, gate=3, platform="tpu", device_kind=V5E_KIND, chip="v5e", seconds=None,
              harness=None, marker_cost=None, tree="exercises", kernels_native=False,
-             interpret_requested=False, devices=1, live_device=None, modules=None) -> GateRun:
+             interpret_requested=False, devices=1, live_device=None, modules=None, tree_root=None,
+             rehearsal=None) -> GateRun:
     """A GateRun writing to tmp_path/r.jsonl, judged by the real thresholds, timed by a fake."""
     return GateRun(
         gate=judge.snapshot()[gate], chapter=criteria.gate(gate).chapter, test_id="t::gate",
         chip=chips.get_chip(chip), device=DeviceFacts(platform, device_kind, devices),
         provenance=Provenance(platform, device_kind, "0.10.2", "0.10.2", None, None, None, tree, modules or {}),
-        records_path=tmp_path / "r.jsonl", harness=harness or FakeHarness(seconds or {}), store=FakeStore(),
+        records_path=rehearsal.path if rehearsal else tmp_path / "r.jsonl", harness=harness or FakeHarness(seconds or {}), store=FakeStore(),
         marker_cost=marker_cost, kernels_native=kernels_native, interpret_requested=interpret_requested,
-        live_device=live_device)
+        live_device=live_device, tree_root=tree_root, rehearsal=rehearsal)
 
 
 def make_record(**kw) -> rec.Record:

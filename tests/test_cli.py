@@ -96,9 +96,13 @@ def test_records_check_against_a_trusted_run(tmp_path, capsys):
         run = gate_run(where, gate=1, seconds={"floor": 1e-4, "kernel": kernel_seconds})
         run.measure_trio("fused-beats-unfused", slot.op, slot.shapes, slot.dtype, roofline.Cost(1e9, 1e6),
                          floor=lambda x: x, kernel=lambda x: x, ceiling=None, inputs=lambda seed: (float(seed),))
-    assert main.main(["records", "check", str(mine / "r.jsonl"), "--against", str(trusted / "r.jsonl")]) == 0
+    assert main.main(["records", "check", str(mine / "r.jsonl"), "--against", str(trusted / "r.jsonl")]) == 1
     out = capsys.readouterr().out
     assert "gate 01 fused-beats-unfused matmul_bias_gelu on v5e: contradicted: the trusted run failed it" in out
+    assert "1 of 1 passes not reproduced" in out
+    # a pass the trusted file reproduces (here: the same file) exits 0
+    assert main.main(["records", "check", str(mine / "r.jsonl"), "--against", str(mine / "r.jsonl")]) == 0
+    assert "on v5e: reproduced" in capsys.readouterr().out
 
 
 def test_bench_page_shows_a_trio_and_a_not_runnable_kernel(tmp_path):

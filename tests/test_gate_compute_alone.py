@@ -12,8 +12,8 @@ from pytest_tpucourse.gates import report
 
 from .gate_helpers import gate_run, read_judged
 
-COST = roofline.matmul_cost(512, 256, 8192, "bfloat16")
-SHAPES = [(512, 256), (256, 32768)]
+COST = roofline.matmul_cost(1024, 512, 16384, "bfloat16")
+SHAPES = [(1024, 512), (512, 4 * 16384)]
 
 
 def _measure(run, devices=4, kernel=lambda x: x + 1):

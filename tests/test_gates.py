@@ -287,3 +287,12 @@ def test_a_gates_run_lists_no_deselected_exercises(fake_course):
     # without --gates the summary is unchanged: the exercise is listed
     plain = fake_course.run("--records", str(records))
     plain.stdout.fnmatch_lines(["*double*0/1 tests passed*", "course: 0/15 chapters*"])
+
+
+def test_an_off_chip_pass_shows_only_for_the_code_it_verified():
+    c = gates.gate(1).criterion("correct")
+    graded = {"exercises/ch11/matmul.py": "a" * 64}
+    row = _correct_row(modules=graded)
+    assert judge.criterion_status(c, [row], graded) == "pass (off-chip)"
+    assert judge.criterion_status(c, [row], {"exercises/ch11/matmul.py": "b" * 64}) == "awaiting hardware"
+    assert judge.criterion_status(c, [row], {}) == "awaiting hardware"  # the course's rows replayed as yours

@@ -363,10 +363,18 @@ REAL_HARNESS_TEST = """
         gate_run.measure_floor("roofline-predicts", "add", [(64, 64), (64, 64)], "bfloat16", None,
                                jax.jit(jnp.add), lambda seed: (jnp.full((64, 64), seed, jnp.bfloat16),) * 2)
 
+    def _double(x_ref, o_ref):  # a kernel of the graded tree (exercises/): the gate's own-work check passes
+        o_ref[...] = x_ref[...] + x_ref[...]
+
+    def double(x):
+        from jax.experimental import pallas as pl
+
+        return pl.pallas_call(_double, out_shape=jax.ShapeDtypeStruct(x.shape, x.dtype))(x)
+
     @pytest.mark.gate(3)
     def test_trio(gate_run):
         gate_run.measure_trio("beats-xla", "double", [(64, 64)], "bfloat16", roofline.Cost(1, 1),
-                              floor=jax.jit(lambda x: x * 2), kernel=jax.jit(lambda x: x + x), ceiling=None,
+                              floor=jax.jit(lambda x: x * 2), kernel=jax.jit(double), ceiling=None,
                               inputs=lambda seed: (jnp.full((64, 64), seed, jnp.float32),), tpu_only=())
 """
 

@@ -11,6 +11,9 @@
 Before anything is timed, your kernels' outputs at 4096 are checked against the floor's
 (and again after timing, on fresh inputs). On a CPU the two speed criteria write their
 roofline floors for the chip and are skipped as awaiting hardware: nothing is timed off-chip.
+Each gate judges your own kernels (pytest_tpucourse/gates/own_work.py): Pallas kernels written
+in your tree doing the matmul, not XLA's matmul beside a token kernel, nor a kernel of JAX's.
+`pytest --gates --rehearse` runs the measuring path on a stand-in clock, at 512 on a CPU.
 """
 
 import functools
@@ -24,12 +27,15 @@ from pytest_tpucourse import gating
 
 GATE = gating.gate(1)
 BLOCKS = dict(bm=512, bk=512, bn=512)
+CPU_DIM = 512  # a rehearsal on a CPU: every dimension at most one block
 
 
-def _inputs(slot):
-    """inputs(seed): fresh bf16 operands of a slot (built only on the chip)."""
+def _inputs(gate_run, slot):
+    """inputs(seed): fresh bf16 operands of a slot (built only on the chip, or in a rehearsal)."""
+    shapes = gate_run.shapes(slot.shapes, cpu=[[min(d, CPU_DIM) for d in s] for s in slot.shapes])
+
     def inputs(seed):
-        return tuple(tst.random_array(s, slot.dtype, seed=10 * seed + j) for j, s in enumerate(slot.shapes))
+        return tuple(tst.random_array(s, slot.dtype, seed=10 * seed + j) for j, s in enumerate(shapes))
     return inputs
 
 
@@ -55,7 +61,12 @@ def test_kernels_are_correct(gate_run, impl):
                                         kwargs=dict(activation="gelu", **BLOCKS),
                                         reference=references.MATMUL_BIAS_ACT.bind(activation="gelu"))
 
-    gate_run.verify("correct", slot.op, slot.shapes, slot.dtype, check)
+    (m, k), (_, n), _ = slot.shapes
+    flops = roofline.matmul_cost(m, k, n, slot.dtype).flops
+    work = [gating.own_kernel(impl.matmul.matmul, (x, w), BLOCKS, flops=flops),
+            gating.own_kernel(impl.fused_matmul.matmul_bias_act, (x, w, b), dict(activation="gelu", **BLOCKS),
+                             flops=flops)]
+    gate_run.verify("correct", slot.op, slot.shapes, slot.dtype, check, work=work)
 
 
 @pytest.mark.gate(1)
@@ -66,7 +77,7 @@ def test_matmul_within_striking_distance_of_xla(gate_run, impl):
         "matmul-near-xla", slot.op, slot.shapes, slot.dtype, roofline.matmul_cost(m, k, n, slot.dtype),
         floor=_matmul,
         kernel=jax.jit(functools.partial(impl.matmul.matmul.resolve(), **BLOCKS)),
-        ceiling=None, inputs=_inputs(slot))
+        ceiling=None, inputs=_inputs(gate_run, slot))
 
 
 @pytest.mark.gate(1)
@@ -78,4 +89,4 @@ def test_fused_kernel_beats_xla_unfused_sequence(gate_run, impl):
         floor=xla_unfused,
         kernel=jax.jit(functools.partial(impl.fused_matmul.matmul_bias_act.resolve(),
                                          activation="gelu", **BLOCKS)),
-        ceiling=None, inputs=_inputs(slot))
+        ceiling=None, inputs=_inputs(gate_run, slot))

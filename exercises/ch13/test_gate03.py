@@ -12,7 +12,9 @@ Both speed criteria are timed for the forward and for forward + backward (a trai
 step's attention), causal and not, at the criteria's slots (pytest_tpucourse/gates/criteria.py).
 Before timing, your kernel's and each ceiling's outputs are checked against XLA's at the
 timed shape. On a CPU they write the roofline floor of each problem for the chip and are
-skipped as awaiting hardware: nothing is timed off-chip.
+skipped as awaiting hardware: nothing is timed off-chip. The gate judges your own kernels
+(pytest_tpucourse/gates/own_work.py): flash attention written in your tree, not JAX's.
+`pytest --gates --rehearse` runs the measuring path on a stand-in clock, at CPU_SHAPE on a CPU.
 """
 
 import functools
@@ -25,6 +27,7 @@ from pytest_tpucourse import strategies as tst
 from pytest_tpucourse import gating
 
 GATE = gating.gate(3)
+CPU_SHAPE = (1, 1, 128, 128)  # (batch, heads, seq, head_dim) a rehearsal on a CPU times at
 CRITERIA = ("beats-xla", "near-ceiling")
 # (block_q, block_kv) of JAX's flash attention tried for the ceiling: its default 128, and
 # larger blocks, which amortise the per-step overhead at long sequences (docs/gates.md).
@@ -32,7 +35,7 @@ CEILING_BLOCKS = ((128, 128), (256, 256), (512, 512), (512, 1024))
 
 
 def _inputs(shape, dtype):
-    """inputs(seed): fresh (q, k, v, dO), built only on the chip."""
+    """inputs(seed): fresh (q, k, v, dO), built only on the chip (or in a rehearsal)."""
     def inputs(seed):
         return tuple(tst.random_array(shape, dtype, seed=10 * seed + j) for j in range(4))
     return inputs
@@ -68,7 +71,12 @@ def test_flash_attention_is_correct(gate_run, impl, causal):
             reference=references.ATTENTION.bind(causal=causal), argnames=("dq", "dk", "dv"),
             check_custom_vjp=False)
 
-    gate_run.verify("correct", slot.op, slot.shapes, slot.dtype, check)
+    cost = roofline.attention_cost(batch, heads, seq, seq, head_dim, slot.dtype, causal=causal)
+    backward = roofline.attention_cost(batch, heads, seq, seq, head_dim, slot.dtype, causal=causal, backward=True)
+    work = [gating.own_kernel(impl.forward.flash_forward, (q, k, v), dict(causal=causal), flops=cost.flops),
+            gating.own_kernel_gradient(impl.backward.flash_attention, (q, k, v), dict(causal=causal),
+                                 flops=backward.flops)]
+    gate_run.verify("correct", slot.op, slot.shapes, slot.dtype, check, work=work)
 
 
 SPEED_SLOTS = [(slot, causal, backward) for slot in GATE.criterion("beats-xla").slots
@@ -86,8 +94,10 @@ def test_flash_attention_speed(gate_run, impl, slot, causal, backward):
     wrap = _forward_backward if backward else _forward
     kernel = functools.partial(impl.backward.flash_attention.resolve(), causal=causal)
     floor = functools.partial(references.attention_floor, causal=causal)
+    shape = gate_run.shapes(slot.shapes[0], cpu=CPU_SHAPE)
+    # blocks longer than the sequence are no candidates (JAX's kernel would clip them to it)
     ceilings = {f"{bq}x{bkv}": wrap(functools.partial(public_kernels.flash_attention, causal=causal,
                                                         block_q=bq, block_kv=bkv))
-                for bq, bkv in CEILING_BLOCKS}
+                for bq, bkv in CEILING_BLOCKS if max(bq, bkv) <= shape[2]}
     gate_run.measure_trio(CRITERIA, slot.op, slot.shapes, slot.dtype, cost, floor=wrap(floor),
-                          kernel=wrap(kernel), ceiling=ceilings, inputs=_inputs(slot.shapes[0], slot.dtype))
+                          kernel=wrap(kernel), ceiling=ceilings, inputs=_inputs(shape, slot.dtype))

@@ -2,7 +2,7 @@
 
     tpucourse bench                       bench/records.jsonl -> bench/README.md
     tpucourse records check [--repair]    every bad line and rejected row, with path and line
-    tpucourse records check --against T   which of your passes a trusted run reproduced
+    tpucourse records check --against T   which of your passes a trusted run reproduced (exit 1 if any is not)
     tpucourse records link URL            gate 05's upstream submission, self-reported
 """
 
@@ -88,19 +88,20 @@ def _check(args) -> int:
         if loaded.bad and not args.repair:
             print(f"  repair: tpucourse records check --repair {path} (moves them to "
                   f"{rec.side_file(path).name}; nothing is deleted)")
-    if args.against:
-        _against(paths, Path(args.against), registry)
-    return 1 if problems else 0
+    unreproduced = _against(paths, Path(args.against), registry) if args.against else 0
+    return 1 if problems or unreproduced else 0
 
 
-def _against(paths, trusted_path: Path, registry) -> None:
-    """Each passing measured row of `paths`, reproduced or not by the trusted file for the same code."""
+def _against(paths, trusted_path: Path, registry) -> int:
+    """Each passing measured row of `paths`, reproduced or not by the trusted file for the same
+    code; returns how many were not (the exit status says so)."""
     mine = report.load(paths, registry).accepted
     trusted = report.load([trusted_path], registry).accepted
     print(f"self-reported passes against {trusted_path} (a run you trust, of the same code):")
     passes = [r for r in mine if r.method == "measured" and r.verdict == "pass"]
     if not passes:
         print("  no measured passes to check")
+    unreproduced = 0
     for r in passes:
         same = [t for t in trusted if t.slot == r.slot and t.method == "measured" and t.modules == r.modules]
         if any(t.verdict == "pass" for t in same):
@@ -109,7 +110,11 @@ def _against(paths, trusted_path: Path, registry) -> None:
             verdict = "contradicted: the trusted run failed it"
         else:
             verdict = "not reproduced: the trusted run has no row for this code"
+        unreproduced += verdict != "reproduced"
         print(f"  gate {r.gate:02d} {r.criterion} {r.op} on {r.chip}: {verdict}")
+    if unreproduced:
+        print(f"  {unreproduced} of {len(passes)} passes not reproduced by {trusted_path}")
+    return unreproduced
 
 
 def _link(args) -> int:

@@ -33,7 +33,8 @@ learner's target shapes, declared by chapter 15; until then it cannot pass.
 A criterion's status comes only from records (judge.py re-judges every row it reads):
   pass              every slot's latest measurement was made on the chip and passed
   pass (older code) it passed, but a graded module changed since (the rows carry hashes)
-  pass (off-chip)   a correctness criterion verified under interpret mode; not a gate pass
+  pass (off-chip)   a correctness criterion verified under interpret mode, for the graded
+                    modules as they are now (an edit since makes it awaiting); not a gate pass
   linked (self-reported)  a public criterion: a link recorded by `tpucourse records link`
   fail              some slot's latest measurement failed
   not runnable here the kernel cannot run on this chip (a TPU Pallas kernel on a GPU)
@@ -175,7 +176,7 @@ GATES: tuple[Gate, ...] = (
         Criterion("communication-hidden", "Communication hidden behind compute: the collective "
                   "matmul within striking distance of its compute alone", "speed",
                   ratio_of="compute-alone", ratio_range=(0.0, STRIKING_DISTANCE),
-                  slots=(Slot.of("all-gather-matmul", ((512, 256), (256, 4 * 8192)), BF16),)),
+                  slots=(Slot.of("all-gather-matmul", ((1024, 512), (512, 4 * 16384)), BF16),)),
     ), words="project"),
     Gate(5, "ch15", "Capstone: shipped upstream", (
         # The course's own words (the capstone page); its second line holds two baselines, so

@@ -10,7 +10,10 @@ disagree:
     the reference rows timed in the same run (same run_id), and its verdict from the
     ratio's confidence interval and the gate's thresholds;
   - gate 00's floor rows are judged against the roofline floor their cost gives on the chip;
-  - a prediction is the floor its cost gives on the chip.
+  - a prediction is the floor its cost gives on the chip;
+  - a rehearsal row (`pytest --gates --rehearse`, a stand-in clock) never counts: it is
+    rejected, except by the rehearsal itself, which re-judges its own rows as these rules
+    judge a chip's (the device kind aside: a rehearsal ran on no chip).
 Then `criterion_status` asks every slot of a criterion for its latest measurement.
 
 The writer (run.py) computes its verdicts with the same `verdict_for`, so an honest row
@@ -25,7 +28,7 @@ from dataclasses import dataclass
 
 from . import criteria, stats
 from .criteria import Criterion, Gate, Slot
-from .records import Located, Record
+from .records import OWN_WORK, Located, Record
 
 _RELATIVE = 1e-9  # recomputed numbers agree with the stored ones to this relative error
 _RATIO_FIELD = {"floor": "ratio_to_floor", "ceiling": "ratio_to_ceiling", "compute-alone": "ratio_to_compute_alone"}
@@ -92,11 +95,22 @@ class Judged:
         return [r.record for r in self.accepted]
 
 
-def judge_rows(rows, registry, gates=None) -> Judged:
-    """Every row that survives re-judging, and every row that does not, with why."""
+REHEARSAL_NEVER_COUNTS = "a rehearsal row (pytest --gates --rehearse: a stand-in clock, no chip) never counts"
+
+
+def judge_rows(rows, registry, gates=None, *, rehearsal: bool = False) -> Judged:
+    """Every row that survives re-judging, and every row that does not, with why.
+
+    rehearsal: the rows are a rehearsal's own, judged as a chip's would be; otherwise a
+    rehearsal row is rejected, and so is any other row when rehearsal is set.
+    """
     gates = gates if gates is not None else criteria.GATES
     first = {}
     for row in rows:
+        if row.record.rehearsal != rehearsal:
+            first[id(row)] = (REHEARSAL_NEVER_COUNTS if row.record.rehearsal
+                              else "a rehearsal judges only its own rows")
+            continue
         first[id(row)] = _own_problem(row.record, registry, gates)
     standing = [row for row in rows if first[id(row)] is None]
     references = {}
@@ -128,7 +142,7 @@ def _own_problem(r: Record, registry, gates) -> str | None:
         return None
     if r.chip not in registry.names:
         return f"unknown chip {r.chip!r}"
-    if r.method == "measured":
+    if r.method == "measured" and not r.rehearsal:
         detected = chips.chip_for_device(r.platform, r.device_kind, registry)
         if detected != r.chip:
             return f"device kind {r.device_kind!r} on {r.platform or 'no platform'} is not a {r.chip}"
@@ -149,7 +163,7 @@ def _own_problem(r: Record, registry, gates) -> str | None:
             return str(error)
         if not _same(floor, r.value):
             return f"the predicted floor {r.value:.6g} s is not what its cost gives on {r.chip} ({floor:.6g} s)"
-    if r.statistic == "checks-passed" and r.value != (1.0 if r.verdict == "pass" else 0.0):
+    if r.statistic in ("checks-passed", OWN_WORK) and r.value != (1.0 if r.verdict == "pass" else 0.0):
         return f"a {r.verdict} of the checks has value {r.value!r}"
     if c.kind == "speed" and r.implementation == c.judged_implementation and r.verdict in ("pass", "fail") \
             and r.is_timing and c.ratio_of == "roofline":
@@ -244,7 +258,9 @@ def slot_status(criterion: Criterion, rows: list[Record], current_modules: dict 
         latest = _latest(off_chip)
         if latest.verdict == "fail":
             return criteria.FAIL
-        return criteria.PASS_OFF_CHIP if criterion.kind == "correctness" else criteria.AWAITING
+        if criterion.kind != "correctness" or _older_code(latest, current_modules):
+            return criteria.AWAITING  # an off-chip pass speaks only for the code it verified
+        return criteria.PASS_OFF_CHIP
     return criteria.AWAITING
 
 

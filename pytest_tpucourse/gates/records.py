@@ -10,7 +10,11 @@ Every row says what its number is (`method`):
 and whose code it speaks for (`tree`): "exercises" (the learner's own), "solutions" (the
 course's reference solutions) or "impl-root:<label>". The learner's rows live in
 .tpucourse/records.jsonl (not tracked by git); bench/records.jsonl holds only the course's
-rows of its reference solutions (DEFAULT_PATH, PUBLISHED_PATH).
+rows of its reference solutions (DEFAULT_PATH, PUBLISHED_PATH). A rehearsal of the gates
+(`pytest --gates --rehearse`: the whole measuring path on a stand-in clock) marks its rows
+`rehearsal` and writes them only to a throwaway file named *.rehearsal.jsonl; `append`
+refuses a rehearsal row anywhere else and any other row there, and every reader rejects a
+rehearsal row (judge.py): it never counts.
 
 The honesty rule is enforced where a row is made: `Record` refuses `measured` from a CPU
 or from interpret mode, refuses a prediction with a verdict, and refuses a time from an
@@ -52,11 +56,13 @@ IMPLEMENTATIONS = ("floor", "kernel", "ceiling", "compute-alone")
 ACCELERATORS = ("tpu", "gpu")
 TREES = ("exercises", "solutions")  # or "impl-root:<label>"
 TIMED_OUTPUT_CHECK = "timed-output-check"  # statistic of a row whose timed output was wrong
+OWN_WORK = "own-work"  # statistic of a fail row whose kernel is not the graded tree's own (gates/own_work.py)
 PUBLIC_LINK = "public-link"  # statistic of a self-reported link row
 
 DEFAULT_PATH = Path(".tpucourse") / "records.jsonl"  # rows of every run; the learner's progress reads it
 PUBLISHED_PATH = Path("bench") / "records.jsonl"  # the course's rows of its reference solutions
 SIDE_SUFFIX = ".bad-lines.jsonl"  # where `repair` moves the lines no reader can use
+REHEARSAL_SUFFIX = ".rehearsal.jsonl"  # the only files a rehearsal's rows may go to
 
 
 class HonestyError(ValueError):
@@ -99,6 +105,7 @@ class Record:
     git_dirty: bool | None = None
     modules: dict = field(default_factory=dict)  # graded module path (relative) -> sha256
     notes: str = ""
+    rehearsal: bool = False  # written by `pytest --gates --rehearse`: a stand-in clock, never a result
     id: str = field(default_factory=lambda: uuid.uuid4().hex)
     schema_version: int = SCHEMA_VERSION
 
@@ -132,7 +139,7 @@ class Record:
             raise ValueError(f"{self.test_id}: a reference row is a measured floor, ceiling or "
                              f"compute-alone, got a {self.method} {self.implementation}")
         if self.method == "measured":
-            if self.platform not in ACCELERATORS or self.interpret:
+            if not self.rehearsal and (self.platform not in ACCELERATORS or self.interpret):
                 raise HonestyError(
                     f"{self.test_id}: {'an interpret-mode' if self.interpret else 'a ' + self.platform} run "
                     f"cannot write a measured row; it says nothing about {self.chip} speed"
@@ -210,7 +217,7 @@ _FIELD_TYPES = {
     "ratio_to_ceiling": _NUMBER + (type(None),), "ratio_to_compute_alone": _NUMBER + (type(None),),
     "cost": (dict, type(None)), "date": str, "jax": str, "jaxlib": str, "libtpu": (str, type(None)),
     "git_commit": (str, type(None)), "git_dirty": (bool, type(None)), "modules": dict, "notes": str,
-    "id": str,
+    "id": str, "rehearsal": bool,
 }
 
 
@@ -239,8 +246,20 @@ def utc_now() -> str:
     return datetime.datetime.now(datetime.timezone.utc).isoformat(timespec="seconds")
 
 
+def is_rehearsal_file(path) -> bool:
+    return Path(path).name.endswith(REHEARSAL_SUFFIX)
+
+
 def append(path, record: Record) -> None:
-    """Append one row: one write() under an exclusive lock, then fsync."""
+    """Append one row: one write() under an exclusive lock, then fsync.
+
+    A rehearsal row goes only to a rehearsal file, and a rehearsal file takes nothing else.
+    """
+    if record.rehearsal != is_rehearsal_file(path):
+        raise HonestyError(
+            f"{record.test_id}: a rehearsal row goes only to a *{REHEARSAL_SUFFIX} file, never to {path}"
+            if record.rehearsal else
+            f"{record.test_id}: {path} is a rehearsal's throwaway file; only rehearsal rows go there")
     line = (record.to_json() + "\n").encode("utf-8")
     with _locked(Path(path)) as fd:
         size = os.fstat(fd).st_size

@@ -153,9 +153,9 @@ def gate_label(records, number: int, *, current: dict | None = None, course_root
 
 
 def gate_table_lines(records, chip: str, *, course_root: Path | None = None, tree: str = "",
-                     gates=None) -> list[str]:
+                     gates=None, current: dict | None = None) -> list[str]:
     gates = gates if gates is not None else criteria.GATES
-    statuses = gate_statuses(records, chip, course_root=course_root, gates=gates)
+    statuses = gate_statuses(records, chip, current=current, course_root=course_root, gates=gates)
     whose = f", rows of {tree}" if tree else ""
     lines = [f"gates for {chip} (pass only on measured rows; off-chip results are not gate passes{whose})"]
     for g in gates:
@@ -213,6 +213,11 @@ def bench_readme(loaded: Loaded, *, course_root: Path | None = None, source: str
         "median of the rounds, their interquartile range, and the 95% interval of the judged ratio).",
         "Every row was re-judged when this page was made; rows that failed re-judging are listed",
         "as rejected. Failed rows are never deleted and are listed below.",
+        "",
+        "Gate 00 on a GPU: `bench/device_gate00.sh` installs the course on a machine with a GPU (no",
+        "package index needed), measures XLA's matmul, skinny matmul and add against their roofline",
+        "floors there and brings the rows back. No GPU has been available to the course yet: it has",
+        "been rehearsed on a CPU only, and none of the rows below comes from it.",
         "",
     ]
     chip_names = _chips(records)

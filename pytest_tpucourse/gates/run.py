@@ -20,8 +20,14 @@ reference on every input set it will be timed on, and again after timing on inpu
 fresh seed: an implementation whose output is wrong (zeros at the timed size, a cached
 answer) gets a fail row and never a time.
 
+Gates 01, 03, 04 and 05 judge the learner's own kernel (own_work.py): their correctness
+criterion and, before anything is timed, every timed kernel are checked on the gate-sized
+program; a kernel that is not the graded tree's, or leaves the op's work to XLA, gets a
+fail row saying what was found.
+
 Nothing is timed off an accelerator, or when the run asked for an interpreter
-(`--interpret tpu|fast`): the roofline floor is recorded as a prediction instead.
+(`--interpret tpu|fast`): the roofline floor is recorded as a prediction instead. A
+rehearsal (rehearsal.py) runs the whole path anyway, on a stand-in clock, as if on the chip.
 """
 
 from __future__ import annotations
@@ -34,7 +40,7 @@ from .. import chips
 from ..grading.backend import DeviceFacts
 from ..roofline import Cost, predict
 from . import criteria as gate_criteria
-from . import judge, stats, timer
+from . import judge, own_work, stats, timer
 from . import records as rec
 from ..core.paths import shown_in_text
 from .provenance import Provenance
@@ -50,10 +56,12 @@ class GateResult:
     status: str
     message: str
     rows: tuple[rec.Record, ...] = ()
+    timed: bool = False  # the status is a verdict judged on timings (not a failed check)
 
 
 def test_outcome(results) -> tuple[str, str] | None:
-    """("failed" | "skipped", message) for a gate test's results, or None when it passed."""
+    """("failed" | "skipped", message) for a gate test's results, or None when it passed
+    (a rehearsal's: rehearsal.test_outcome)."""
     failed = [r.message for r in results if r.status == gate_criteria.FAIL]
     if failed:
         return "failed", "\n".join(failed)
@@ -70,7 +78,8 @@ class GateRun:
     def __init__(self, *, gate: gate_criteria.Gate, chapter: str, test_id: str, chip: chips.Chip,
                  device: DeviceFacts, provenance: Provenance, records_path: Path, harness=None,
                  store=None, marker_cost: Cost | None = None, kernels_native: bool = False,
-                 interpret_requested: bool = False, live_device=None, root: Path | None = None):
+                 interpret_requested: bool = False, live_device=None, root: Path | None = None,
+                 tree_root: Path | None = None, rehearsal=None):
         self.gate = gate  # from the thresholds captured when the run started
         self.chapter = chapter
         self.test_id = test_id
@@ -85,24 +94,36 @@ class GateRun:
         self.interpret_requested = interpret_requested  # --interpret tpu|fast: nothing is timed
         self._live_device = live_device  # reads the device again when a measured row is written
         self.root = root
+        self.tree_root = tree_root  # the graded tree: a gate's kernel must be defined in it
+        self.rehearsal = rehearsal  # a rehearsal.Rehearsal: the path runs as on the chip, on a stand-in clock
         self.results: list[GateResult] = []
 
     # ------------------------------------------------------------ what the run is
 
     @property
     def on_accelerator(self) -> bool:
-        return self.device.is_accelerator
+        """On the chip, or rehearsing as if on it."""
+        return self.device.is_accelerator or self.rehearsal is not None
 
     @property
     def platform(self) -> str:
-        return self.device.platform
+        return self.chip.kind if self.rehearsal is not None else self.device.platform
+
+    def shapes(self, timed, *, cpu):
+        """The shapes a test builds its timed inputs at: `timed` (the slot's), or `cpu`, smaller,
+        when a rehearsal runs on a CPU, which could not run the timed ones (said in the output)."""
+        if self.rehearsal is None or self.device.is_accelerator:
+            return timed
+        if _dims(timed) != _dims(cpu):
+            self.rehearsal.note_scaled(self.test_id, f"{_dims(timed)} -> {_dims(cpu)}")
+        return cpu
 
     def _why_nothing_is_timed(self, op: str, dtype: str, what: str) -> GateResult | None:
         if not self.on_accelerator:
             return GateResult(gate_criteria.AWAITING,
                               f"awaiting hardware: {op} {dtype} {what} predicted for {self.chip.name}; "
                               f"nothing is timed off-chip")
-        if self.interpret_requested:
+        if self.interpret_requested and self.rehearsal is None:
             return GateResult(NOTHING_TIMED, f"interpret mode: nothing is timed ({op} {dtype} on "
                                              f"{self.device.device_kind}; run without --interpret to time it)")
         return None
@@ -110,6 +131,15 @@ class GateRun:
     def _finish(self, result: GateResult) -> GateResult:
         self.results.append(result)
         return result
+
+    def _not_own_work(self, works) -> list[str]:
+        """What shows these programs are not the graded tree's own kernels doing the op."""
+        if self.gate.number not in own_work.GATES or self.tree_root is None:
+            return []
+        return own_work.find(works, self.tree_root, self.root)
+
+    def _timed_kernel_work(self, fn, args, cost: Cost, what: str = "the timed kernel") -> own_work.Work:
+        return own_work.of_call(fn, args, flops=cost.flops, what=what)
 
     # ------------------------------------------------------------ rows
 
@@ -129,7 +159,10 @@ class GateRun:
         if fields.get("method") == "measured":
             self._check_live_device()
         notes = fields.pop("notes", "")
-        row = rec.Record(gate=self.gate.number, chapter=self.chapter, test_id=self.test_id, tree=p.tree,
+        if self.rehearsal is not None:
+            scaled = self.rehearsal.scaled.get(self.test_id)
+            notes = "rehearsal on a stand-in clock" + (f", at {'; '.join(scaled)}" if scaled else "") + "; " + notes
+        row = rec.Record(rehearsal=self.rehearsal is not None,gate=self.gate.number, chapter=self.chapter, test_id=self.test_id, tree=p.tree,
                          chip=self.chip.name, platform=p.platform, device_kind=p.device_kind, jax=p.jax,
                          jaxlib=p.jaxlib, libtpu=p.libtpu, git_commit=p.git_commit, git_dirty=p.git_dirty,
                          modules=p.modules, notes=shown_in_text(notes, self.root)[:1000] if self.root else notes,
@@ -174,18 +207,24 @@ class GateRun:
 
     # ------------------------------------------------------------ correctness
 
-    def verify(self, criterion: str, op: str, shapes, dtype: str, check, notes: str = "") -> GateResult:
+    def verify(self, criterion: str, op: str, shapes, dtype: str, check, notes: str = "",
+               work=()) -> GateResult:
         """A correctness criterion: run `check()` (the graded checks at the gate's problem).
 
         Writes one kernel row, pass or fail: `off-chip-verified` under interpret mode or
         on a CPU, `measured` when the kernel ran natively on the chip. Code not written yet
-        (TODO) verifies nothing, writes no row, and is reported as TODO.
+        (TODO) verifies nothing, writes no row, and is reported as TODO. work: the gate-sized
+        programs (own_work.Work) that must be the graded tree's own kernels doing the op
+        (gates 01, 03, 04, 05 need them); otherwise the row fails, saying what was found.
         """
         from ..core.outcomes import GradingOutcome, Todo
 
         c = self.gate.criterion(criterion)
         if c.kind != "correctness":
             raise ValueError(f"gate {self.gate.number:02d} criterion {c.id} is not a correctness criterion")
+        if self.gate.number in own_work.GATES and self.tree_root is not None and not work:
+            raise ValueError(f"{self.test_id}: gate {self.gate.number:02d} judges the learner's own kernel: "
+                             f"pass work=[own_work.of_call(...)] to verify")
         native = self.on_accelerator and self.kernels_native
         common = dict(criterion=criterion, implementation="kernel", op=op, shapes=shapes, dtype=dtype,
                       method="measured" if native else "off-chip-verified", statistic="checks-passed",
@@ -199,6 +238,12 @@ class GateRun:
             text = failure.render() if isinstance(failure, GradingOutcome) else str(failure)
             text = text.strip() or type(failure).__name__
             row = self._record(value=0.0, verdict="fail", notes=f"{where}{text.splitlines()[0]}", **common)
+            return self._finish(GateResult(gate_criteria.FAIL, text, (row,)))
+        found = self._not_own_work(work)
+        if found:
+            text = f"{c.id}: not your own kernel doing the op: " + "; ".join(found)
+            row = self._record(value=0.0, verdict="fail", notes=f"{where}{text}",
+                               **{**common, "statistic": rec.OWN_WORK})
             return self._finish(GateResult(gate_criteria.FAIL, text, (row,)))
         row = self._record(value=1.0, verdict="pass", notes=f"{where}the chapter's differential checks", **common)
         status = gate_criteria.PASS if native else gate_criteria.PASS_OFF_CHIP
@@ -241,7 +286,7 @@ class GateRun:
         message = (f"{op} {dtype} {list(map(tuple, shapes))} on {self.chip.name}: measured {s.median * 1e6:.1f} us "
                    f"is {judged.median:.2f}x its roofline floor {floor * 1e6:.1f} us (95% interval "
                    f"{_interval(judged.interval)}); the band is [{low}, {high}]")
-        return self._finish(GateResult(judged.verdict, message, (row,)))
+        return self._finish(GateResult(judged.verdict, message, (row,), timed=True))
 
     # ------------------------------------------------------------ a kernel between floor and ceiling
 
@@ -302,6 +347,14 @@ class GateRun:
                 fns[name] = fn
         try:
             input_sets = [inputs(seed) for seed in range(INPUT_SETS)]
+            if "kernel" in fns:
+                found = self._not_own_work([self._timed_kernel_work(fns["kernel"], input_sets[0], cost)])
+                if found:
+                    for c in users["kernel"]:
+                        rows.append(self._record(criterion=c.id, implementation="kernel", statistic=rec.OWN_WORK,
+                                                 value=0.0, unit="check", verdict="fail",
+                                                 notes="; ".join(found), **common))
+                    return self._finish(self._trio_result(op, dtype, shapes, found, rows, judged))
             expected = [floor(*args) for args in input_sets]
             sweep_notes = ""
             if isinstance(fns.get("ceiling"), dict):
@@ -379,7 +432,8 @@ class GateRun:
                                 f"interval {_interval(r.ratio_ci)}), not inside [{c.ratio_range[0]}, "
                                 f"{c.ratio_range[1]:.3g}]")
         if failures:
-            return GateResult(gate_criteria.FAIL, f"{where}: " + "; ".join(dict.fromkeys(failures)), tuple(rows))
+            return GateResult(gate_criteria.FAIL, f"{where}: " + "; ".join(dict.fromkeys(failures)), tuple(rows),
+                              timed=not problems)
         blocked = [r for r in rows if r.verdict == "not-runnable"]
         if blocked:
             timed = sorted({r.implementation for r in rows if r.statistic == "median" and r.value is not None})
@@ -388,7 +442,7 @@ class GateRun:
                               f"not runnable on {self.device.device_kind} ({self.chip.name}): recorded as not "
                               f"runnable; measured: {' and '.join(timed) or 'nothing'}", tuple(rows))
         passed = ", ".join(f"{c.id} pass" for c in judged)
-        return GateResult(gate_criteria.PASS, f"{where}: {passed}", tuple(rows))
+        return GateResult(gate_criteria.PASS, f"{where}: {passed}", tuple(rows), timed=True)
 
     def _tune_ceiling(self, candidates: dict, input_sets, expected, dtype):
         """The fastest correct candidate on this chip, and the sweep as notes for the ceiling row."""
@@ -462,6 +516,12 @@ class GateRun:
                 "compute-alone": (compute_alone, compute_alone_inputs, compute_alone_reference)}
         try:
             sets = {name: [build(seed) for seed in range(INPUT_SETS)] for name, (_, build, _) in both.items()}
+            found = self._not_own_work([self._timed_kernel_work(fn, sets[name][0], cost, f"the timed {name}")
+                                        for name, (fn, _, _) in both.items()])
+            if found:
+                row = self._record(implementation="kernel", statistic=rec.OWN_WORK, value=0.0, unit="check",
+                                   verdict="fail", notes="; ".join(found), **common)
+                return self._finish(GateResult(gate_criteria.FAIL, "; ".join(found), (row,)))
             for name, (fn, _, reference) in both.items():
                 wrong = _wrong_output(name, fn, sets[name], [reference(*a) for a in sets[name]], dtype)
                 if wrong:
@@ -495,7 +555,7 @@ class GateRun:
                    f"{mine.summary.median * 1e6:.1f} us is {verdict.median:.2f}x its compute alone "
                    f"({alone.summary.median * 1e6:.1f} us; 95% interval {_interval(verdict.interval)}); "
                    f"the range is [{low}, {high}]")
-        return self._finish(GateResult(verdict.verdict, message, rows))
+        return self._finish(GateResult(verdict.verdict, message, rows, timed=True))
 
     def _check_failure(self, name: str, message: str, common: dict) -> GateResult:
         row = self._record(implementation=name, statistic=rec.TIMED_OUTPUT_CHECK, value=0.0, unit="check",
@@ -550,6 +610,14 @@ def _wrong_output(name: str, fn, input_sets, expected, dtype: str) -> str | None
     return None
 
 
+def _dims(shapes) -> str:
+    """Shapes as 4096x4096 · 4096x4096 (one shape or several)."""
+    shapes = list(shapes)
+    if shapes and not isinstance(shapes[0], (list, tuple)):
+        shapes = [shapes]
+    return " · ".join("x".join(str(d) for d in s) for s in shapes)
+
+
 def _interval(interval) -> str:
     return "none: too few rounds" if interval is None else f"[{interval[0]:.3g}, {interval[1]:.3g}]"
 
@@ -567,6 +635,7 @@ class GateContext:
     gates: tuple = field(default_factory=judge.snapshot)
     interpret_requested: bool = False
     kernels_native: bool = False
+    rehearsal: object = None  # a rehearsal.Rehearsal for `--rehearse`
 
     @property
     def on_accelerator(self) -> bool:
@@ -583,7 +652,7 @@ class GateContext:
 
 def gate_context(registry: chips.ChipRegistry, requested: str | None, device: DeviceFacts,
                  records_path: Path, root: Path, *, strict: bool, interpret_requested: bool = False,
-                 kernels_native: bool = False) -> GateContext:
+                 kernels_native: bool = False, rehearsal=None) -> GateContext:
     """Resolve the run's chip. strict: a chip that cannot be named for this device is an error."""
     try:
         name = chips.chip_for_run(requested, device.platform, device.device_kind, registry)
@@ -595,4 +664,4 @@ def gate_context(registry: chips.ChipRegistry, requested: str | None, device: De
         name = chips.DEFAULT_CHIP
     return GateContext(registry=registry, chip=registry.get(name) if name else None, device=device,
                        records_path=records_path, root=root, interpret_requested=interpret_requested,
-                       kernels_native=kernels_native)
+                       kernels_native=kernels_native, rehearsal=rehearsal)

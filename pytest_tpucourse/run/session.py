@@ -24,12 +24,13 @@ import pytest
 
 from .. import chips
 from . import hookspecs
-from ..core.course import Course, CourseDataError, find_course_root, load_course
+from ..core.course import EXERCISES, SOLUTIONS, Course, CourseDataError, find_course_root, load_course
 from ..gates import markers, report
 from ..gates.criteria import gate
 from ..gates import records as rec
 from ..gates.run import GateContext, GateRun, gate_context
 from ..gates.provenance import module_hashes, provenance, tree_label
+from ..gates.rehearsal import KeptFromBenchmark, Rehearsal
 from ..grading import backend, compiled, context
 from ..grading.context import GradingContext
 from ..grading.deadline import Deadline
@@ -65,6 +66,7 @@ class RunOptions:
     cpu_devices: int
     records: str | None
     hypothesis_profile: str | None
+    rehearse: bool = False
 
     @classmethod
     def from_config(cls, config: pytest.Config) -> RunOptions:
@@ -89,12 +91,17 @@ class RunOptions:
             raise pytest.UsageError("--solutions and --impl-root choose the graded tree: give one")
         if impl_root is not None and not Path(impl_root).is_dir():
             raise pytest.UsageError(f"--impl-root: {impl_root} is not a directory")
+        rehearse = config.getoption("rehearse")
+        if rehearse and not config.getoption("gates"):
+            raise pytest.UsageError("--rehearse rehearses the gate tests: give it with --gates")
+        if rehearse and config.getoption("records"):
+            raise pytest.UsageError("--rehearse writes its rows to a throwaway file of its own: leave out --records")
         return cls(
             registry=registry, chip=chip, solutions=solutions, impl_root=impl_root,
             interpret=config.getoption("interpret"), jax_cache=config.getoption("jax_cache"),
             gates=config.getoption("gates"), kernel_timeout=config.getoption("kernel_timeout"),
             cpu_devices=config.getoption("cpu_devices"), records=config.getoption("records"),
-            hypothesis_profile=config.getoption("hypothesis_profile", None),
+            hypothesis_profile=config.getoption("hypothesis_profile", None), rehearse=rehearse,
         )
 
     @property
@@ -162,11 +169,12 @@ class CourseSession:
         kept = jax_cache if jax_cache is not None and jax_cache.is_dir() else None  # what JAX's cache cannot keep
         compiled.compile_kernel_programs(None if kept is None else kept / compiled.KERNEL_PROGRAM_CACHE)
         libtpu.keep_results_in(None if kept is None else kept / TPU_COMPILES)
-        records_path = _records_path(options, root, tree)
+        rehearsal = Rehearsal() if options.rehearse else None
+        records_path = rehearsal.path if rehearsal else _records_path(options, root, tree)
         try:
             gates = gate_context(options.registry, options.chip, device, records_path, root,
                                  strict=options.chip_required, interpret_requested=options.interpret != "auto",
-                                 kernels_native=run_backend.mode == "native")
+                                 kernels_native=run_backend.mode == "native", rehearsal=rehearsal)
         except chips.ChipMismatch as error:
             raise pytest.UsageError(f"--chip: {error}") from None
         try:
@@ -212,7 +220,9 @@ class CourseSession:
             f"jaxlib {b.jaxlib_version}, hypothesis profile {self.hypothesis_profile}, "
             f"compilation cache {self.jax_cache or 'off'}",
         ]
-        if self.options.gates:
+        if self.gates.rehearsal is not None:
+            lines.append(self.gates.rehearsal.header_line(self.gates.chip.name, self.gates.device_kind))
+        elif self.options.gates:
             if not self.gates.on_accelerator:
                 where = "predicted only: nothing is timed off-chip"
             elif self.gates.interpret_requested:
@@ -256,7 +266,9 @@ class CourseSession:
         label = self.tree_label
         modules = (module_hashes(self.tree.chapter_dir(chapter_id), f"{label.removeprefix('impl-root:')}/{chapter_id}")
                    if "impl" in getattr(item, "fixturenames", ()) else {})
-        if gates.on_accelerator and self._harness is None:
+        if gates.rehearsal is not None:
+            self._harness, store = gates.rehearsal.harness, KeptFromBenchmark(store)
+        elif gates.on_accelerator and self._harness is None:
             self._harness = timer.harness_for(gates.platform)
         return GateRun(gate=gates.gates[number], chapter=chapter_id, test_id=item.nodeid, chip=gates.chip,
                        device=gates.device,
@@ -264,7 +276,14 @@ class CourseSession:
                        records_path=gates.records_path, harness=self._harness, store=store,
                        marker_cost=markers.roofline_cost(item), kernels_native=gates.kernels_native,
                        interpret_requested=gates.interpret_requested, live_device=backend.device_facts,
-                       root=self.course.root)
+                       root=self.course.root, tree_root=self.tree.root, rehearsal=gates.rehearsal)
+
+    def gate_test_outcome(self, results) -> tuple[str, str] | None:
+        """A gate test's outcome from its results; a rehearsal's fails only on errors in its path."""
+        from ..gates import rehearsal
+        from ..gates.run import test_outcome
+
+        return (rehearsal.test_outcome if self.gates.rehearsal is not None else test_outcome)(results)
 
     def seed_examples(self, item: pytest.Item) -> None:
         """A graded property test draws the same examples, run after run, until the graded
@@ -336,6 +355,8 @@ class CourseSession:
         self.progress.deselected(output.get(WORKER_DESELECTED, ()))
 
     def pytest_runtest_logreport(self, report: pytest.TestReport) -> None:
+        if self.gates.rehearsal is not None:
+            self.gates.rehearsal.ended_report(report)
         # pytest-xdist puts "[gw0] <platform> -- Python ..." above a worker's failure text.
         message = re.sub(r"\A\[gw\d+\] [^\n]*\n", "", report.longreprtext) if report.failed else ""
         self.progress.record(report, is_todo=getattr(report, "tpucourse_todo", False),
@@ -350,7 +371,7 @@ class CourseSession:
         if workeroutput is not None:
             workeroutput[WORKER_DESELECTED] = self._deselected_here
             return
-        if self.tree.is_learners and self.progress.results:
+        if self.tree.is_learners and self.progress.results and self.gates.rehearsal is None:
             try:
                 state.record_results(self.course, self.progress.results, worked_in=next_up.chapter_worked_in)
             except (OSError, state.CorruptState) as error:
@@ -360,6 +381,11 @@ class CourseSession:
     def pytest_terminal_summary(self, terminalreporter, exitstatus, config: pytest.Config) -> None:
         if self._problem:
             terminalreporter.write_line(f"tpucourse: {self._problem}", red=True)
+        if self.gates.rehearsal is not None:  # no status is read from a rehearsal's rows
+            terminalreporter.write_sep("=", "tpucourse rehearsal")
+            for line in self.gates.rehearsal.summary_lines(self.options.registry, self.gates.gates):
+                terminalreporter.write_line(line)
+            return
         show_gates = self.options.gates and self.gates.chip is not None
         if not (self.progress.results or show_gates):
             return
@@ -371,9 +397,13 @@ class CourseSession:
         if loaded.problems():
             terminalreporter.write_line(f"gate records: {len(loaded.problems())} bad lines or rejected rows, "
                                         f"not counted; see `tpucourse records check`", red=True)
-        passed = report.gates_passed(loaded.accepted, course_root=self.course.root, gates=self.gates.gates)
+        current = (report.current_modules(self.course.root, self.tree_label)  # statuses follow the code
+                   if self.tree_label in (EXERCISES, SOLUTIONS) else None)
+        passed = report.gates_passed(loaded.accepted, current=current, course_root=self.course.root,
+                                     gates=self.gates.gates)
         if show_gates:
-            for line in report.gate_table_lines(loaded.accepted, self.gates.chip.name, course_root=self.course.root,
+            for line in report.gate_table_lines(loaded.accepted, self.gates.chip.name, current=current,
+                                                course_root=self.course.root,
                                                 tree=self.tree_label, gates=self.gates.gates):
                 terminalreporter.write_line(line)
         learner_state = None

@@ -1,0 +1,95 @@
+"""A rehearsal of the gates (pytest --gates --rehearse): the measuring path on a stand-in clock,
+rows marked rehearsal that go only to a throwaway file and that no reader counts."""
+
+import pytest
+
+from pytest_tpucourse import chips, roofline
+from pytest_tpucourse.gates import criteria, judge, report
+from pytest_tpucourse.gates import records as rec
+from pytest_tpucourse.gates.rehearsal import STAND_IN_CALL_SECONDS, Rehearsal, StandInHarness
+
+from .gate_helpers import ADD_GATE_TEST, gate_run, make_record
+
+
+def _rehearsal_row(**kw):
+    return make_record(**{**dict(rehearsal=True, method="off-chip-verified", gate=1, criterion="correct",
+                                 chapter="ch11", implementation="kernel", statistic="checks-passed", value=1.0,
+                                 unit="check", verdict="pass", interpret=True), **kw})
+
+
+def test_a_rehearsal_row_goes_only_to_a_rehearsal_file_and_nothing_else_goes_there(tmp_path):
+    with pytest.raises(rec.HonestyError, match="a rehearsal row goes only to a \\*.rehearsal.jsonl file"):
+        rec.append(tmp_path / "records.jsonl", _rehearsal_row())
+    with pytest.raises(rec.HonestyError, match="only rehearsal rows go there"):
+        rec.append(tmp_path / f"x{rec.REHEARSAL_SUFFIX}", make_record())
+    assert not (tmp_path / "records.jsonl").exists()
+
+
+def test_no_reader_counts_a_rehearsal_row(tmp_path):
+    """Even copied by hand into the learner's records, a rehearsal row is rejected on read."""
+    path = tmp_path / "records.jsonl"
+    path.write_text(_rehearsal_row().to_json() + "\n")
+    loaded = report.load([path], chips.ChipRegistry())
+    assert not loaded.accepted
+    assert "a rehearsal row (pytest --gates --rehearse: a stand-in clock, no chip) never counts" in loaded.problems()[0]
+    judged = judge.judge_rows(rec.read(path).rows, chips.ChipRegistry(), rehearsal=True)
+    assert len(judged.accepted) == 1  # the rehearsal itself re-judges its own rows
+
+
+def test_the_real_harness_runs_its_rounds_on_the_stand_in_clock():
+    calls = []
+    timings = StandInHarness().measure({"floor": lambda x: calls.append(("floor", x)),
+                                        "kernel": lambda x: calls.append(("kernel", x))}, [(0,), (1,), (2,)])
+    for name, t in timings.items():
+        assert t.summary.median == pytest.approx(STAND_IN_CALL_SECONDS) and t.stopped == "interval"
+        assert len(t.samples) == 10 and t.calls_per_sample == 1
+        # every input set called once before timing, three warm-up calls, one per round
+        assert sum(1 for n, _ in calls if n == name) == 3 + 3 + 10
+
+
+def test_a_rehearsed_trio_writes_rehearsal_rows_that_judge_as_a_chips(tmp_path):
+    rehearsal = Rehearsal(path=tmp_path / f"t{rec.REHEARSAL_SUFFIX}")
+    run = gate_run(tmp_path, gate=1, platform="cpu", device_kind="cpu", harness=rehearsal.harness,
+                   rehearsal=rehearsal)
+    slot = criteria.gate(1).criterion("matmul-near-xla").slots[0]
+    assert run.on_accelerator and run.shapes(slot.shapes, cpu=[(8, 8), (8, 8)]) == [(8, 8), (8, 8)]
+    result = run.measure_trio("matmul-near-xla", slot.op, slot.shapes, slot.dtype, roofline.Cost(1e9, 1e6),
+                              floor=lambda x: x * 2, kernel=lambda x: x * 2, ceiling=None,
+                              inputs=lambda seed: (float(seed),))
+    assert result.status == "pass" and result.timed
+    rows = rec.read(rehearsal.path).records
+    assert {r.rehearsal for r in rows} == {True} and {r.platform for r in rows} == {"cpu"}
+    assert [r.method for r in rows] == ["roofline-predicted", "measured", "measured"]
+    assert "rehearsal on a stand-in clock, at 4096x4096 · 4096x4096 -> 8x8 · 8x8" in rows[1].notes
+    judged = judge.judge_rows(rec.read(rehearsal.path).rows, chips.ChipRegistry(), rehearsal=True)
+    assert len(judged.accepted) == 3 and not judged.rejected
+    assert not report.load([rehearsal.path], chips.ChipRegistry()).accepted
+
+
+def test_a_rehearsal_names_its_file_prints_each_test_and_writes_no_record(fake_course):
+    fake_course.test_file(ADD_GATE_TEST, "test_gate.py")
+    fake_course.test_file("""
+        import pytest
+
+        @pytest.mark.gate(0)
+        def test_broken(gate_run):
+            gate_run.measure_floor("roofline-predicts", "add", [(8, 8)], "bfloat16", None, None,
+                                   input_sets=[])
+    """, "test_gate_broken.py")
+    result = fake_course.run("--gates", "--rehearse", "--chip=v5e")
+    assert result.ret == pytest.ExitCode.TESTS_FAILED
+    result.assert_outcomes(passed=1, failed=1)
+    result.stdout.fnmatch_lines([
+        "*REHEARSAL of the gates for chip v5e on cpu*stand-in clock*no number about any chip*rehearsal.jsonl*",
+        "*tpucourse rehearsal*",
+        "  ran through  exercises/ch11/test_gate.py::test_add_near_floor",
+        "  ERROR        exercises/ch11/test_gate_broken.py::test_broken: exercises/ch11/test_gate_broken.py:6: "
+        "TypeError: GateRun.measure_floor() got an unexpected keyword argument 'input_sets'",
+        "rehearsal rows: 2 written to *gates.rehearsal.jsonl (marked rehearsal*re-judged as a chip's: 2 accepted, 0 "
+        "rejected*",
+        "rehearsal: 1/2 gate tests ran through",
+    ])
+    assert "gates: " not in result.stdout.str()  # no gate table: no status is read from rehearsal rows
+    assert not (fake_course.pytester.path / rec.DEFAULT_PATH).exists()
+    assert fake_course.run("--rehearse").ret == pytest.ExitCode.USAGE_ERROR
+    assert fake_course.run("--gates", "--rehearse", "--records", "r.jsonl").ret == pytest.ExitCode.USAGE_ERROR
