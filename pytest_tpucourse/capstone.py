@@ -163,7 +163,40 @@ class Case:
 
 
 def cases(manifest: dict) -> list[Case]:
-    return [Case.from_table(row) for row in manifest["cases"]]
+    """The manifest's [[cases]]; a WrongResult naming what is missing when there are none or a
+    row is malformed (a learner's manifest is often half written)."""
+    rows = manifest.get("cases") if isinstance(manifest, dict) else None
+    if not rows or not isinstance(rows, list):
+        raise WrongResult("the manifest lists no corner cases: add [[cases]] tables to capstone.toml "
+                          "(README, \"The manifest\": name, why, q_len, kv_len, head_dim, dtype, "
+                          "block_q, block_kv, options)")
+    found = []
+    for n, row in enumerate(rows):
+        try:
+            found.append(Case.from_table(row))
+        except (KeyError, TypeError, ValueError) as error:
+            missing = [k for k in CASE_KEYS if not isinstance(row, dict) or k not in row]
+            why = f"missing {', '.join(missing)}" if missing else f"{type(error).__name__}: {error}"
+            raise WrongResult(f"cases[{n}] of the manifest cannot be read: {why}") from None
+    return found
+
+
+def upstream_link(near) -> str | None:
+    """The public link `tpucourse records link` recorded for gate 05's upstream criterion in
+    the records of the checkout holding `near`, or None: the write-up's review section is due
+    once it exists."""
+    from pathlib import Path
+
+    from .course import find_course_root
+    from .gates import records
+
+    course_root = find_course_root(Path(near).resolve())
+    if course_root is None:
+        return None
+    rows = records.read(Path(course_root) / records.DEFAULT_PATH).rows
+    links = [r.record.value for r in rows
+             if r.record.gate == 5 and r.record.statistic == records.PUBLIC_LINK]
+    return links[-1] if links else None
 
 
 def _window_case(name, q_len, kv_len, head_dim, dtype, block_q, block_kv, window, **extra):

@@ -67,7 +67,7 @@ def _ring_mesh():
     return jax.make_mesh((4,), ("x",), devices=jax.devices()[:4], axis_types=(jax.sharding.AxisType.Auto,))
 
 
-def _ring(body, *, handshake=True):
+def _ring(body, *, handshake=True, compiler_params=pltpu.CompilerParams(collective_id=0)):
     """A one-kernel ring program over 4 devices whose kernel body is `body(x_ref, o_ref, buf, sems)`."""
     def kernel(x_ref, o_ref, buf, sems):
         me = lax.axis_index("x")
@@ -80,7 +80,7 @@ def _ring(body, *, handshake=True):
     def per_device(shard):
         return pl.pallas_call(kernel, out_shape=jax.ShapeDtypeStruct(shard.shape, shard.dtype),
                               scratch_shapes=[pltpu.VMEM(shard.shape, shard.dtype), pltpu.SemaphoreType.DMA((2,))],
-                              compiler_params=pltpu.CompilerParams(collective_id=0))(shard)
+                              compiler_params=compiler_params)(shard)
 
     return graded(jax.shard_map(per_device, mesh=_ring_mesh(), in_specs=jax.P("x"), out_specs=jax.P("x"),
                                 check_vma=False))
@@ -107,7 +107,10 @@ def test_a_ring_kernel_with_a_handshake_and_a_remote_copy_passes_the_structure_c
 
 
 @pytest.mark.parametrize("fn, message", [
-    (_ring(_send, handshake=False), "starts a remote DMA before any barrier handshake"),
+    (_ring(_send, handshake=False), "starts a remote DMA before any barrier handshake, in a kernel "
+                                    "that names its own barrier (collective_id=0)"),
+    (_ring(_send, handshake=False, compiler_params=pltpu.CompilerParams(skip_device_barrier=True)),
+     "turns off Pallas' default device barrier (skip_device_barrier=True)"),
     (_ring(lambda x_ref, o_ref, buf, sems, right: o_ref.__setitem__(..., x_ref[...])),
      "starts no remote DMA in its 1 pallas_call(s)"),
     (graded(lambda x: jax.shard_map(lambda s: lax.psum(s, "x"), mesh=_ring_mesh(), in_specs=jax.P("x"),
@@ -118,6 +121,13 @@ def test_communication_that_is_not_a_remote_dma_after_a_handshake_is_named(fn, m
     with pytest.raises(WrongResult, match=None) as caught:
         structure.assert_communicates_by_remote_dma(fn, X)
     assert message in caught.value.message
+
+
+def test_a_kernel_without_a_barrier_of_its_own_relies_on_the_default_device_barrier():
+    """JAX's right_permute_kernel: no collective_id, no handshake; Pallas synchronises the
+    devices at the kernel's entry (distributed Pallas guide, "Barrier Semaphores")."""
+    fn = _ring(_send, handshake=False, compiler_params=pltpu.CompilerParams())
+    structure.assert_communicates_by_remote_dma(fn, X)
 
 
 def test_computing_only_after_the_wait_hides_nothing():

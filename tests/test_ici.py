@@ -66,9 +66,36 @@ def test_a_chip_without_a_cited_figure_raises():
     with pytest.raises(ValueError, match="no cited ICI link bandwidth for v2"):
         ici.link_bandwidth(chips.get_chip("v2"))
     with pytest.raises(ValueError, match="no cited wraparound rule for v7x"):
-        ici.has_wraparound(chips.get_chip("v7x"), 4)
-    assert [ici.has_wraparound(chips.get_chip("v5e"), x) for x in (4, 8, 16)] == [False, False, True]
-    assert [ici.has_wraparound(chips.get_chip("v5p"), x) for x in (2, 4, 12)] == [False, True, True]
+        ici.wraparounds(chips.get_chip("v7x"), (4, 4, 4))
+
+
+@pytest.mark.parametrize("chip, topology, wraps", [
+    # v5e and v6e: a 16x16 torus without optical switches wraps along any axis of 16
+    ("v5e", (4, 4), (False, False)),
+    ("v5e", (8, 16), (False, True)),
+    ("v6e", (16, 16), (True, True)),
+    # v4 and v5p: the optical switches wrap whole 4x4x4 cubes (and their multiples) only
+    ("v5p", (4, 4, 4), (True, True, True)),
+    ("v5p", (4, 4, 8), (True, True, True)),
+    ("v4", (8, 8, 12), (True, True, True)),
+    ("v5p", (2, 2, 4), (False, False, False)),  # the scaling book: "won't have any wraparounds"
+    ("v5p", (4, 4, 2), (False, False, False)),
+    ("v4", (2, 2, 1), (False, False, False)),
+    ("v5p", (4, 4), (False, False)),  # not a cube
+])
+def test_wraparounds_follow_the_scaling_book(chip, topology, wraps):
+    assert ici.wraparounds(chips.get_chip(chip), topology) == wraps
+
+
+def test_mesh_draws_a_2x2x4_v5p_slice_without_rings(capsys):
+    assert cli.main(["mesh", "--chip", "v5p", "--topology", "2x2x4", "--op", "all-gather",
+                     "--bytes", "1MB"]) == 0
+    out = capsys.readouterr().out
+    assert "all-gather along axis 2: 4 chips, line (no wraparound link)" in out
+    assert "wraparound: every axis wraps around when the slice is made of whole 4x4x4 cubes" in out
+    assert cli.main(["mesh", "--chip", "v5p", "--topology", "4x4x4", "--op", "all-gather",
+                     "--bytes", "1MB"]) == 0
+    assert "all-gather along axis 2: 4 chips, ring, links used both ways" in capsys.readouterr().out
 
 
 def test_a_slice_runs_axis_after_axis():
