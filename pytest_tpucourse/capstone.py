@@ -211,7 +211,7 @@ WINDOW_CASES = (
                  128, 64, 200, grads=True),
     _window_case("bf16, q shorter than kv, blocks the other way round", 256, 512, 128, "bfloat16",
                  64, 128, 96, grads=True),
-    _window_case("window of one key", 256, 256, 64, "float32", 128, 128, 1),
+    _window_case("window of one key, two batches", 256, 256, 64, "float32", 128, 128, 1, batch=2),
     _window_case("window longer than the sequence", 256, 256, 64, "bfloat16", 128, 128, 4096),
     _window_case("one block, shorter than the default block", 64, 64, 64, "float32", 128, 128, 16),
     _window_case("long sequence, large logits", 1024, 1024, 64, "float32", 256, 128, 384,
