@@ -50,7 +50,7 @@ def test_the_scaling_books_worked_numbers(impl, what, call, book):
 @example(chip=chips.get_chip("v6e"), op="all-gather", size=5, nbytes=1e9, links=(True, True), latency=0.0)
 @example(chip=chips.get_chip("v6e"), op="reduce-scatter", size=2, nbytes=1e9, links=(True, True), latency=0.0)
 @example(chip=chips.get_chip("v5e"), op="all-reduce", size=1, nbytes=1e9, links=(True, True), latency=1e-6)
-@example(chip=chips.get_chip("v7x"), op="all-reduce", size=8, nbytes=1e9, links=(False, True), latency=0.0)
+@example(chip=chips.get_chip("v5p"), op="all-reduce", size=8, nbytes=1e9, links=(False, True), latency=0.0)
 def test_drawn_collectives(impl, chip, op, size, nbytes, links, latency):
     bidirectional, wraparound = links
     kwargs = dict(link_bandwidth=chip.ici_link_bandwidth, bidirectional=bidirectional,
