@@ -8,7 +8,7 @@ modes     chapter 14's solutions, the two DMA bugs the chapter's mutants plant (
           reduce-scatter step) and JAX's own jax.experimental.pallas.ops.tpu.all_gather,
           each on rings of 4 and 8 devices: right or wrong under dma_execution_mode
           'on_wait' and 'eager', how many of 3 race-detector seeds flag a race, and
-          whether the device-order check (device_sync.py) flags it, in how many runs.
+          whether the device-order check (checking/device_order.py) flags it, in how many runs.
 deadlock  the shipped pair exchange (both partners wait before either signals) as a
           graded call with a 60 s deadline: how long until it is stopped, and the report.
 sizes     a ring permute whose per-device array is 64 KiB to 256 KiB, on 4 and 8
@@ -63,7 +63,7 @@ def _variants(workdir: Path):
     """(label, function, reference name) of each kernel compared."""
     from jax.experimental.pallas.ops.tpu import all_gather as jax_all_gather
 
-    from pytest_tpucourse.mutants import build_tree, load_mutants
+    from pytest_tpucourse.run.mutants import build_tree, load_mutants
 
     mutants = {m.name: m for m in load_mutants(REPO / "tests" / "mutants" / "ch14.toml")}
     shared = _module(build_tree(mutants["all_gather_shared_semaphore"], REPO / "solutions", workdir / "a"),
@@ -101,7 +101,8 @@ def modes_table():
     from jax.experimental.pallas import tpu as pltpu
     from jax._src.pallas.mosaic.interpret import interpret_pallas_call as interpreter
 
-    from pytest_tpucourse import device_sync, jax_internals
+    from pytest_tpucourse.checking import device_order
+    from pytest_tpucourse.core import jax_internals
 
     print("| kernel | devices | on_wait | eager | races flagged (seeds 0-2) | device-order check |")
     print("|---|---|---|---|---|---|")
@@ -119,7 +120,7 @@ def modes_table():
                     with (pltpu.force_tpu_interpret_mode(params), contextlib.redirect_stdout(printed),
                           jax_internals.recording_device_events() as events):
                         out = jax.block_until_ready(call(x))
-                    unordered.append(bool(device_sync.problems(events)))
+                    unordered.append(bool(device_order.problems(events)))
                     if races:
                         flagged += bool((interpreter.races and interpreter.races.races_found)
                                         or "RACE DETECTED" in printed.getvalue())
@@ -136,7 +137,7 @@ def deadlock_report():
 
     from pytest_tpucourse import checks
     from pytest_tpucourse.grading.deadline import Deadline
-    from pytest_tpucourse.mutants import build_tree, load_mutants
+    from pytest_tpucourse.run.mutants import build_tree, load_mutants
 
     mutant = next(m for m in load_mutants(REPO / "tests" / "mutants" / "ch14.toml")
                   if m.name == "exchange_waits_before_signalling")

@@ -10,8 +10,11 @@ from jax import lax
 from jax.experimental import pallas as pl
 from jax.experimental.pallas import tpu as pltpu
 
-from pytest_tpucourse import checks, jax_internals, structure, tpu_checks
-from pytest_tpucourse.outcomes import WrongResult
+from pytest_tpucourse import checks
+from pytest_tpucourse.core import jax_internals
+from pytest_tpucourse.readers import traced_program
+from pytest_tpucourse.checking import tpu_rules
+from pytest_tpucourse.core.outcomes import WrongResult
 
 
 def graded(function):
@@ -40,13 +43,13 @@ def test_a_failure_in_one_dma_mode_says_which_and_what_that_mode_hides():
             raise WrongResult("kernel() in test: output is wrong")
 
     with pytest.raises(WrongResult, match="dma_execution_mode='eager', which runs a copy the moment it starts"):
-        tpu_checks.assert_correct_in_each_dma_mode(graded(None), check)
+        tpu_rules.assert_correct_in_each_dma_mode(graded(None), check)
 
 
 def test_the_generic_interpreter_is_replaced_by_tpu_interpret_mode_for_dma_checks():
     seen = []
     with pltpu.force_tpu_interpret_mode(True):
-        tpu_checks.assert_correct_in_each_dma_mode(
+        tpu_rules.assert_correct_in_each_dma_mode(
             graded(None), lambda: seen.append(jax_internals.interpret_mode_in_effect()))
     assert [p.dma_execution_mode for p in seen] == ["on_wait", "eager"]
 
@@ -102,8 +105,8 @@ X = jnp.ones((32, 128), jnp.float32)
 
 def test_a_ring_kernel_with_a_handshake_and_a_remote_copy_passes_the_structure_checks():
     fn = _ring(_send)
-    structure.assert_communicates_by_remote_dma(fn, X)
-    structure.assert_compute_overlaps_communication(fn, X)
+    traced_program.assert_communicates_by_remote_dma(fn, X)
+    traced_program.assert_compute_overlaps_communication(fn, X)
 
 
 @pytest.mark.parametrize("fn, message", [
@@ -119,7 +122,7 @@ def test_a_ring_kernel_with_a_handshake_and_a_remote_copy_passes_the_structure_c
 ])
 def test_communication_that_is_not_a_remote_dma_after_a_handshake_is_named(fn, message):
     with pytest.raises(WrongResult, match=None) as caught:
-        structure.assert_communicates_by_remote_dma(fn, X)
+        traced_program.assert_communicates_by_remote_dma(fn, X)
     assert message in caught.value.message
 
 
@@ -127,13 +130,13 @@ def test_a_kernel_without_a_barrier_of_its_own_relies_on_the_default_device_barr
     """JAX's right_permute_kernel: no collective_id, no handshake; Pallas synchronises the
     devices at the kernel's entry (distributed Pallas guide, "Barrier Semaphores")."""
     fn = _ring(_send, handshake=False, compiler_params=pltpu.CompilerParams())
-    structure.assert_communicates_by_remote_dma(fn, X)
+    traced_program.assert_communicates_by_remote_dma(fn, X)
 
 
 def test_computing_only_after_the_wait_hides_nothing():
     fn = _ring(functools.partial(_send, compute_while_in_flight=False))
     with pytest.raises(WrongResult, match="never computes while a copy is in flight"):
-        structure.assert_compute_overlaps_communication(fn, X)
+        traced_program.assert_compute_overlaps_communication(fn, X)
 
 
 def test_waits_are_grouped_by_what_the_devices_wait_for():
@@ -149,12 +152,12 @@ def test_waits_are_grouped_by_what_the_devices_wait_for():
     assert [w.hopeless for w in waits] == [True, True, True, True, False]
 
 
-# ---------------------------------------------------------------- device_sync: orderings proved
+# ---------------------------------------------------------------- device_order: orderings proved
 
 def _ring_events(n, *, signal_to, copies=1, credit=False, sems=None):
     """A ring program's events as each device would record them: a barrier handshake (signal
     `signal_to(me)`, wait 1), then `copies` copies right, on receive semaphores `sems(step)`."""
-    from pytest_tpucourse.jax_internals import DeviceEvent
+    from pytest_tpucourse.core.jax_internals import DeviceEvent
 
     sems = sems or (lambda step: 2000 + step)
     events = []
@@ -173,41 +176,41 @@ def _ring_events(n, *, signal_to, copies=1, credit=False, sems=None):
 
 
 def test_a_handshake_with_the_device_written_into_orders_the_copy():
-    from pytest_tpucourse import device_sync
+    from pytest_tpucourse.checking import device_order
 
-    assert device_sync.problems(_ring_events(4, signal_to=lambda me: (me - 1) % 4)) == []
+    assert device_order.problems(_ring_events(4, signal_to=lambda me: (me - 1) % 4)) == []
 
 
 def test_a_barrier_signal_to_the_wrong_neighbour_is_found_whatever_the_schedule():
-    from pytest_tpucourse import device_sync
+    from pytest_tpucourse.checking import device_order
 
-    found = device_sync.problems(_ring_events(4, signal_to=lambda me: (me + 1) % 4))
+    found = device_order.problems(_ring_events(4, signal_to=lambda me: (me + 1) % 4))
     assert len(found) == 4
     assert found[0].startswith("device 0's copy into device 1 can start before device 1 has entered "
                                "the kernel: before it, device 0 has waited for 1 on its barrier "
                                "semaphore, which the signals of device(s) 3 make up without device 1's")
     # on two devices the wrong neighbour is the right one
-    assert device_sync.problems(_ring_events(2, signal_to=lambda me: (me + 1) % 2)) == []
+    assert device_order.problems(_ring_events(2, signal_to=lambda me: (me + 1) % 2)) == []
 
 
 def test_a_receive_semaphore_reused_without_a_credit_is_found():
-    from pytest_tpucourse import device_sync
+    from pytest_tpucourse.checking import device_order
 
     in_turn = _ring_events(4, signal_to=lambda me: (me - 1) % 4, copies=3, sems=lambda s: 2000 + s % 2)
-    found = device_sync.problems(in_turn)
+    found = device_order.problems(in_turn)
     assert found and found[0].startswith("device 0 starts copy 2 into device 1's receive semaphore")
     credited = _ring_events(4, signal_to=lambda me: (me - 1) % 4, copies=3, sems=lambda s: 2000 + s % 2,
                             credit=True)
-    assert device_sync.problems(credited) == []
-    assert device_sync.problems(_ring_events(4, signal_to=lambda me: (me - 1) % 4, copies=3)) == []
+    assert device_order.problems(credited) == []
+    assert device_order.problems(_ring_events(4, signal_to=lambda me: (me - 1) % 4, copies=3)) == []
 
 
 def test_a_kernel_without_a_barrier_semaphore_is_left_to_the_default_barrier():
-    from pytest_tpucourse import device_sync
-    from pytest_tpucourse.jax_internals import DeviceEvent
+    from pytest_tpucourse.checking import device_order
+    from pytest_tpucourse.core.jax_internals import DeviceEvent
 
     copies = [DeviceEvent(0, me, "copy", 2000, peer=(me + 1) % 4) for me in range(4)]
-    assert device_sync.problems(copies) == []
+    assert device_order.problems(copies) == []
 
 
 def test_the_recording_reads_a_real_kernels_operations():

@@ -5,10 +5,9 @@ import textwrap
 
 import pytest
 
-from pytest_tpucourse import cli
+from pytest_tpucourse.commands import main
 
-from .support import FAKE_COURSE_TOML
-from .test_state import GRADED_TEST
+from .support import FAKE_COURSE_TOML, GRADED_TEST
 
 CH01 = """
 [[chapters]]
@@ -74,7 +73,7 @@ def course(fake_course, monkeypatch):
 
 
 def tpucourse(capsys, *argv) -> str:
-    assert cli.main(list(argv)) == 0
+    assert main.main(list(argv)) == 0
     return capsys.readouterr().out
 
 
@@ -128,7 +127,7 @@ def test_a_run_stopped_early_says_so_for_what_it_never_reached(course):
 
 NEGATE_AND_ITS_NOTES_TEST = NEGATE_TEST + """
     import pytest
-    from pytest_tpucourse.outcomes import WrongResult
+    from pytest_tpucourse.checks import WrongResult
 
     @pytest.mark.edits("NOTES.md")
     def test_the_notes_are_written(impl):

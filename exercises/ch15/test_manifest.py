@@ -9,8 +9,9 @@ kv of different lengths, a length shorter than a block, a long sequence.
 import jax
 import pytest
 
-from pytest_tpucourse import capstone, structure
-from pytest_tpucourse.outcomes import WrongResult
+from pytest_tpucourse.instruments import capstone
+from pytest_tpucourse import gating, ir
+from pytest_tpucourse.checks import WrongResult
 
 
 def _manifest(impl):
@@ -43,7 +44,7 @@ def test_oracle_is_not_a_kernel(impl):
     q, k, v = case.arrays(0)
     oracle = capstone.resolve(found["baselines"]["oracle"])
     closed = jax.make_jaxpr(lambda *a: oracle(*a, **case.kwargs))(q, k, v)
-    if structure.count_pallas_calls(closed):
+    if ir.count_pallas_calls(closed):
         raise WrongResult(f"baselines.oracle = {found['baselines']['oracle']!r} runs a pallas_call: "
                           f"a kernel checked against itself proves nothing")
 
@@ -79,7 +80,7 @@ def test_writeup_has_the_four_sections(impl):
         raise WrongResult(f"{path.name} is missing next to manifest.py: the write-up is the artifact")
     text = path.read_text(encoding="utf-8")
     sections = {part.splitlines()[0].strip(): part for part in text.split("\n## ")[1:]}
-    link = capstone.upstream_link(path)
+    link = gating.recorded_link(5, path)  # gate 05's upstream submission
     due = WRITEUP_SECTIONS + ((REVIEW_SECTION,) if link else ())
     problems = []
     for title in due:

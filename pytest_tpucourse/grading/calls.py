@@ -11,21 +11,23 @@ from __future__ import annotations
 import contextlib
 import functools
 from pathlib import Path
-from typing import TYPE_CHECKING
 
-from ..course import SOLUTIONS, Exercise
-from ..outcomes import LearnerCodeError, Todo
+from ..core.course import SOLUTIONS, Exercise
+from ..core.outcomes import LearnerCodeError, Todo
 from . import backend
-from ..reproduction import last_call, remember, reproduction
+from ..readers.reproduction import last_call, remember, reproduction
 from .compiled import compiled_or_eager
 from .context import GradingContext, active
 from .deadline import DeadlineExceeded
-from .messages import (deadline_message, describe_exception, exception_headline, out_of_bounds_detail,
-                       raised_in, relative)
+from .messages import (
+    deadline_message,
+    describe_exception,
+    exception_headline,
+    out_of_bounds_detail,
+    raised_in,
+)
+from ..core.paths import shown
 from .vmem import ScratchTooLarge
-
-if TYPE_CHECKING:
-    from .tree import LearnerModule
 
 
 class GradedFunction:
@@ -230,7 +232,8 @@ class LearnerFunction(GradedFunction):
     still there (Todo); raised anywhere else it is an ordinary failure.
     """
 
-    def __init__(self, module: LearnerModule, name: str, exercise: Exercise | None):
+    def __init__(self, module, name: str, exercise: Exercise | None):
+        # module: the tree.LearnerModule it belongs to (tree.py builds these; calls.py stays below it)
         super().__init__(None, "", module.path, module.course_root, module._context)
         self.module = module
         self.name = name
@@ -242,14 +245,14 @@ class LearnerFunction(GradedFunction):
 
     @property
     def display(self) -> str:
-        return f"{self.name}() in {relative(self.path, self.module.course_root)}"
+        return f"{self.name}() in {shown(self.path, self.module.course_root)}"
 
     def resolve(self):
         module = self.module.load()
         function = getattr(module, self.name, None)
         if not callable(function):
             raise LearnerCodeError(
-                f"{relative(self.path, self.module.course_root)} has no function {self.name}(); "
+                f"{shown(self.path, self.module.course_root)} has no function {self.name}(); "
                 f"the graded tests call {self.module._name}.{self.name}(...)."
             )
         self._refuse_code_from_elsewhere(function)
@@ -262,15 +265,15 @@ class LearnerFunction(GradedFunction):
         origin = defined_in(function)
         if origin is not None and not _inside(origin, root):
             raise LearnerCodeError(
-                f"{self.display} is defined in {relative(origin, course_root)}, outside the graded tree "
-                f"{relative(root, course_root)}/: the graded function must be written in "
-                f"{relative(self.path, course_root)} itself.")
+                f"{self.display} is defined in {shown(origin, course_root)}, outside the graded tree "
+                f"{shown(root, course_root)}/: the graded function must be written in "
+                f"{shown(self.path, course_root)} itself.")
         if self.module.is_learners:
             loaded = _reaches_into(getattr(function, "__globals__", {}), course_root / SOLUTIONS, root)
             if loaded is not None:
                 raise LearnerCodeError(
-                    f"{relative(self.path, course_root)} (or a module it imports) loads "
-                    f"{relative(loaded, course_root)}: your exercises are graded on your own code. "
+                    f"{shown(self.path, course_root)} (or a module it imports) loads "
+                    f"{shown(loaded, course_root)}: your exercises are graded on your own code. "
                     f"`tpucourse solution {self.module.chapter_id}.{self.module._name}` shows a solution "
                     f"once the exercise is done.")
 

@@ -19,11 +19,12 @@ import types
 from dataclasses import dataclass
 from pathlib import Path
 
-from ..course import EXERCISES, SOLUTIONS, Course, module_in_tree
-from ..outcomes import LearnerCodeError
+from ..core.course import EXERCISES, SOLUTIONS, Course, module_in_tree
+from ..core.outcomes import LearnerCodeError
 from .calls import LearnerFunction
 from .context import GradingContext
-from .messages import describe_exception, exception_headline, relative
+from ..core.paths import shown
+from .messages import describe_exception, exception_headline
 
 
 @dataclass(frozen=True)
@@ -34,11 +35,11 @@ class GradedTree:
     root: Path
 
     def describe(self, course_root: Path) -> str:
-        shown = relative(self.root, course_root)
+        where = shown(self.root, course_root)
         return {
-            EXERCISES: f"{shown}/ (your work)",
-            SOLUTIONS: f"{shown}/ (the shipped reference solutions)",
-            "impl-root": f"{shown}/ (--impl-root)",
+            EXERCISES: f"{where}/ (your work)",
+            SOLUTIONS: f"{where}/ (the shipped reference solutions)",
+            "impl-root": f"{where}/ (--impl-root)",
         }[self.kind]
 
     @property
@@ -133,7 +134,7 @@ class LearnerModule:
         """Import the module by path; failures become a LearnerCodeError."""
         if not self.path.is_file():
             raise LearnerCodeError(
-                f"{relative(self.path, self.course_root)} does not exist: the graded tree has no module "
+                f"{shown(self.path, self.course_root)} does not exist: the graded tree has no module "
                 f"{self._name!r} for {self._chapter_id}."
             )
         package = _chapter_package(self._tree, self._chapter_id)
@@ -143,9 +144,9 @@ class LearnerModule:
         except Exception as error:  # the learner's module failed to import
             sys.modules.pop(qualified, None)
             raise LearnerCodeError(
-                f"importing {relative(self.path, self.course_root)} failed:\n"
+                f"importing {shown(self.path, self.course_root)} failed:\n"
                 + describe_exception(error, self.path, self.course_root),
-                headline=exception_headline(f"importing {relative(self.path, self.course_root)}", error,
+                headline=exception_headline(f"importing {shown(self.path, self.course_root)}", error,
                                             self.path, self.course_root).replace(" raised ", " failed: ", 1),
             ) from None
 

@@ -21,7 +21,7 @@ import os
 import tempfile
 from pathlib import Path
 
-from ..course import EXERCISES
+from ..core.course import EXERCISES
 from .status import Status
 
 STATE_DIR = ".tpucourse"
@@ -131,16 +131,15 @@ def now() -> str:
     return dt.datetime.now(dt.timezone.utc).replace(microsecond=0).isoformat()
 
 
-def record_results(course, results) -> dict:
+def record_results(course, results, *, worked_in) -> dict:
     """Store what a run of the learner's tree showed: {exercise key: ExerciseResults}, and the
-    chapter the learner now works in (next_up.py).
+    chapter the learner now works in: `worked_in(course, data, touched chapters)`, the rule of
+    next_up.py (passed in: next_up reads this module).
 
     Exercises the run did not touch keep their earlier entry. A partial run (some
     tests not run, none failed) does not replace an earlier done: it neither shows
     the exercise complete nor shows it broken.
     """
-    from .next_up import chapter_worked_in
-
     stamp = now()
 
     def change(data):
@@ -166,9 +165,9 @@ def record_results(course, results) -> dict:
                 "date": stamp,
             }
         order = [c.id for c in course.chapters]
-        worked_in = chapter_worked_in(course, data, sorted(touched, key=order.index))
-        if worked_in is not None:
-            data["working_chapter"] = worked_in
+        chapter = worked_in(course, data, sorted(touched, key=order.index))
+        if chapter is not None:
+            data["working_chapter"] = chapter
 
     return update(course.root, change)
 
