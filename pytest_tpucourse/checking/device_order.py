@@ -12,7 +12,7 @@ that schedule. Two orderings every ring kernel needs, read from them:
   the copy, and S the signals all other devices send to my barrier in the whole kernel,
   the copy is covered when S < W (then e's signal was among those I took). A kernel
   that never touches the barrier semaphore relies on Pallas' default device barrier and
-  is not judged here (structure.assert_communicates_by_remote_dma checks that it has it).
+  is not judged here (readers/traced_program.assert_communicates_by_remote_dma checks that it has it).
 - A receive semaphore used twice. Device d's two copies into device e's receive
   semaphore r count into one semaphore; e's wait for the first copy can be satisfied by
   the second's bytes unless d starts the second only after e waited for the first. That
