@@ -90,15 +90,16 @@ def test_wraparounds_follow_the_scaling_book(chip, topology, wraps):
     assert ici.wraparounds(chips.get_chip(chip), topology) == wraps
 
 
+def _mesh(capsys, chip, topology, op="all-gather", nbytes="1MB") -> str:
+    assert main.main(["mesh", "--chip", chip, "--topology", topology, "--op", op, "--bytes", nbytes]) == 0
+    return capsys.readouterr().out
+
+
 def test_mesh_draws_a_2x2x4_v5p_slice_without_rings(capsys):
-    assert main.main(["mesh", "--chip", "v5p", "--topology", "2x2x4", "--op", "all-gather",
-                     "--bytes", "1MB"]) == 0
-    out = capsys.readouterr().out
+    out = _mesh(capsys, "v5p", "2x2x4")
     assert "all-gather along axis 2: 4 chips, line (no wraparound link)" in out
     assert "wraparound: every axis wraps around when the slice is made of whole 4x4x4 cubes" in out
-    assert main.main(["mesh", "--chip", "v5p", "--topology", "4x4x4", "--op", "all-gather",
-                     "--bytes", "1MB"]) == 0
-    assert "all-gather along axis 2: 4 chips, ring, links used both ways" in capsys.readouterr().out
+    assert "all-gather along axis 2: 4 chips, ring, links used both ways" in _mesh(capsys, "v5p", "4x4x4")
 
 
 def test_a_slice_runs_axis_after_axis():
@@ -116,9 +117,7 @@ def test_parse_bytes(text, value):
 
 
 def test_mesh_command_prints_the_steps_and_a_labelled_prediction(capsys):
-    assert main.main(["mesh", "--chip", "v5e", "--topology", "4x4", "--op", "all-gather",
-                     "--bytes", "1GiB"]) == 0
-    out = capsys.readouterr().out
+    out = _mesh(capsys, "v5e", "4x4", nbytes="1GiB")
     assert "all-gather along axis 0: 4 chips, line (no wraparound link), links used both ways; 3 steps" in out
     assert "  step 1: 0->1 c0, 1->0 c1, 1->2 c1, 2->1 c2, 2->3 c2, 3->2 c3" in out
     assert "predicted: 22369.6 us (roofline prediction" in out
