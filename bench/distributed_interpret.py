@@ -7,7 +7,8 @@ modes     chapter 14's solutions, the two DMA bugs the chapter's mutants plant (
           semaphore pair shared by every all-gather step, one receive slot for every
           reduce-scatter step) and JAX's own jax.experimental.pallas.ops.tpu.all_gather,
           each on rings of 4 and 8 devices: right or wrong under dma_execution_mode
-          'on_wait' and 'eager', and how many of 3 race-detector seeds flag a race.
+          'on_wait' and 'eager', how many of 3 race-detector seeds flag a race, and
+          whether the device-order check (checking/device_order.py) flags it, in how many runs.
 deadlock  the shipped pair exchange (both partners wait before either signals) as a
           graded call with a 60 s deadline: how long until it is stopped, and the report.
 sizes     a ring permute whose per-device array is 64 KiB to 256 KiB, on 4 and 8
@@ -67,6 +68,8 @@ def _variants(workdir: Path):
     mutants = {m.name: m for m in load_mutants(REPO / "tests" / "mutants" / "ch14.toml")}
     shared = _module(build_tree(mutants["all_gather_shared_semaphore"], REPO / "solutions", workdir / "a"),
                      "all_gather")
+    in_turn = _module(build_tree(mutants["all_gather_two_semaphore_pairs_in_turn"], REPO / "solutions",
+                                 workdir / "c"), "all_gather")
     slot = _module(build_tree(mutants["reduce_scatter_reused_receive_slot"], REPO / "solutions",
                               workdir / "b"), "reduce_scatter")
     solved_gather = _module(REPO / "solutions", "all_gather")
@@ -74,6 +77,7 @@ def _variants(workdir: Path):
     return [
         ("all-gather, solution", solved_gather.all_gather, "gather"),
         ("all-gather, one semaphore pair for every step", shared.all_gather, "gather"),
+        ("all-gather, two semaphore pairs in turn", in_turn.all_gather, "gather"),
         ("all-gather, jax.experimental.pallas.ops.tpu", jax_all_gather.all_gather, "gather"),
         ("reduce-scatter, solution", solved_scatter.reduce_scatter, "scatter"),
         ("reduce-scatter, one receive slot for every step", slot.reduce_scatter, "scatter"),
@@ -97,27 +101,34 @@ def modes_table():
     from jax.experimental.pallas import tpu as pltpu
     from jax._src.pallas.mosaic.interpret import interpret_pallas_call as interpreter
 
-    print("| kernel | devices | on_wait | eager | races flagged (seeds 0-2) |")
-    print("|---|---|---|---|---|")
+    from pytest_tpucourse.checking import device_order
+    from pytest_tpucourse.core import jax_internals
+
+    print("| kernel | devices | on_wait | eager | races flagged (seeds 0-2) | device-order check |")
+    print("|---|---|---|---|---|---|")
     with tempfile.TemporaryDirectory() as workdir:
         for label, fn, kind in _variants(Path(workdir)):
             for n in (4, DEVICES):
                 rows = n * 8 if kind == "gather" else n * n * 8
                 x = jnp.asarray((jnp.arange(rows * 128) % 97).reshape(rows, 128), jnp.float32)
                 call = jax.jit(functools.partial(fn, mesh=_mesh(n), axis_name="x"))
-                verdicts, flagged = [], 0
+                verdicts, flagged, unordered = [], 0, []
                 for mode, seed, races in [("on_wait", 0, False), ("eager", 0, False)] + \
                         [("on_wait", s, True) for s in range(3)]:
                     params = pltpu.InterpretParams(dma_execution_mode=mode, random_seed=seed, detect_races=races)
                     printed = io.StringIO()
-                    with pltpu.force_tpu_interpret_mode(params), contextlib.redirect_stdout(printed):
+                    with (pltpu.force_tpu_interpret_mode(params), contextlib.redirect_stdout(printed),
+                          jax_internals.recording_device_events() as events):
                         out = jax.block_until_ready(call(x))
+                    unordered.append(bool(device_order.problems(events)))
                     if races:
                         flagged += bool((interpreter.races and interpreter.races.races_found)
                                         or "RACE DETECTED" in printed.getvalue())
                     else:
                         verdicts.append("right" if _right(kind, n, x, out) else "WRONG")
-                print(f"| {label} | {n} | {verdicts[0]} | {verdicts[1]} | {flagged}/3 |", flush=True)
+                order = f"flags it ({sum(unordered)}/{len(unordered)} runs)" if any(unordered) else \
+                    f"passes ({len(unordered)}/{len(unordered)} runs)"
+                print(f"| {label} | {n} | {verdicts[0]} | {verdicts[1]} | {flagged}/3 | {order} |", flush=True)
 
 
 def deadlock_report():

@@ -210,13 +210,15 @@ def _builtin_tpus() -> list[Chip]:
              ici_source=SCALING_BOOK + ": v6e 9e10 B/s one-way per link, 2D torus",
              ici_chip_bandwidth=8.0e11),
         # v7x (Ironwood): 2 cores, each its own JAX device (JAX refuses 2 cores per device).
-        # Per chip 2 x 1.155e15 = 2.31e15 bf16, 7.4e12 B/s. ICI: the scaling book's
-        # interconnect table lists TPU7x at 9.0e10 B/s one-way per link (1.8e11 bidi). Google's
-        # TPU7x page: 1200 GB/s bidirectional ICI per chip; it states no port count, so
-        # ici_links stays None (a per-chip total is not divided by a guessed port count).
-        _tpu("v7x", 2, 1, ici_links=None, ici_link_bandwidth=9e10, topology="3D torus",
-             ici_source=SCALING_BOOK_ICI + ": TPU7x 9.0e10 B/s one-way per link; 3D torus per "
-             "Google Cloud TPU7x docs", ici_chip_bandwidth=1.2e12),
+        # Per chip 2 x 1.155e15 = 2.31e15 bf16, 7.4e12 B/s. ICI: no per-link figure is
+        # published. The scaling book's interconnect table (part 2) stops at v6e: it has no
+        # TPU7x row. Google's TPU7x page gives 1200 GB/s bidirectional ICI per chip (v5p's
+        # figure too) and no port count. So ici_link_bandwidth stays None, as for v2, and every
+        # per-link model refuses v7x rather than carry v5p's 9e10 over by analogy.
+        _tpu("v7x", 2, 1, ici_links=None, ici_link_bandwidth=None, topology="3D torus",
+             ici_source="no published per-link figure (not in the scaling book's interconnect "
+             "table); 3D torus and 1200 GB/s per chip per Google Cloud TPU7x docs",
+             ici_chip_bandwidth=1.2e12),
     ]
 
 

@@ -221,6 +221,9 @@ def pytest_runtest_makereport(item: pytest.Item, call: pytest.CallInfo):
         report.longrepr, report.tpucourse_todo, report.tpucourse_headline = found
     if call.when == "call" and report.passed:
         _gate_outcome(item, report)  # a gate test that returned takes the outcome its results say
+    edits = markers.edits_file(item)
+    if edits is not None:
+        report.tpucourse_edits = edits  # what the learner fixes when this test fails
     session = item.config.stash.get(SESSION, None)
     if report.failed and session is not None:
         session.reported(item, report, outcome=found is not None)

@@ -80,3 +80,27 @@ def test_every_mutant_applies_to_its_solution(path):
         assert mutant.apply(solution.read_text(encoding="utf-8")) != solution.read_text(encoding="utf-8")
         for test_file in mutant.caught_by:
             assert chapter.exercise_for_test_file(test_file), f"{mutant.name}: {test_file} grades nothing"
+
+
+def test_a_capstone_manifest_without_cases_is_a_short_failure():
+    """capstone.toml with no [[cases]] (or a half-written one) says what is missing, never a KeyError."""
+    from pytest_tpucourse.core.outcomes import WrongResult
+    from pytest_tpucourse.instruments import capstone
+
+    with pytest.raises(WrongResult, match=r"the manifest lists no corner cases: add \[\[cases\]\] tables"):
+        capstone.cases({"capstone": {}})
+    with pytest.raises(WrongResult, match=r"cases\[0\] of the manifest cannot be read: missing why, q_len"):
+        capstone.cases({"cases": [{"name": "half written"}]})
+
+
+def test_a_recorded_upstream_link_is_read_from_the_checkout_holding_a_path(tmp_path):
+    from pytest_tpucourse.gates import records
+
+    (tmp_path / "course.toml").write_text("")
+    (tmp_path / "exercises" / "ch15").mkdir(parents=True)
+    near = tmp_path / "exercises" / "ch15" / "WRITEUP.md"
+    assert records.recorded_link(5, near) is None
+    records.append(tmp_path / records.DEFAULT_PATH,
+                   records.link_record("https://github.com/openxla/tokamax/pull/1", gate=5,
+                                       criterion="upstream", chapter="ch15"))
+    assert records.recorded_link(5, near) == "https://github.com/openxla/tokamax/pull/1"

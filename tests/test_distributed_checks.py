@@ -70,7 +70,7 @@ def _ring_mesh():
     return jax.make_mesh((4,), ("x",), devices=jax.devices()[:4], axis_types=(jax.sharding.AxisType.Auto,))
 
 
-def _ring(body, *, handshake=True):
+def _ring(body, *, handshake=True, compiler_params=pltpu.CompilerParams(collective_id=0)):
     """A one-kernel ring program over 4 devices whose kernel body is `body(x_ref, o_ref, buf, sems)`."""
     def kernel(x_ref, o_ref, buf, sems):
         me = lax.axis_index("x")
@@ -83,7 +83,7 @@ def _ring(body, *, handshake=True):
     def per_device(shard):
         return pl.pallas_call(kernel, out_shape=jax.ShapeDtypeStruct(shard.shape, shard.dtype),
                               scratch_shapes=[pltpu.VMEM(shard.shape, shard.dtype), pltpu.SemaphoreType.DMA((2,))],
-                              compiler_params=pltpu.CompilerParams(collective_id=0))(shard)
+                              compiler_params=compiler_params)(shard)
 
     return graded(jax.shard_map(per_device, mesh=_ring_mesh(), in_specs=jax.P("x"), out_specs=jax.P("x"),
                                 check_vma=False))
@@ -110,7 +110,10 @@ def test_a_ring_kernel_with_a_handshake_and_a_remote_copy_passes_the_structure_c
 
 
 @pytest.mark.parametrize("fn, message", [
-    (_ring(_send, handshake=False), "starts a remote DMA before any barrier handshake"),
+    (_ring(_send, handshake=False), "starts a remote DMA before any barrier handshake, in a kernel "
+                                    "that names its own barrier (collective_id=0)"),
+    (_ring(_send, handshake=False, compiler_params=pltpu.CompilerParams(skip_device_barrier=True)),
+     "turns off Pallas' default device barrier (skip_device_barrier=True)"),
     (_ring(lambda x_ref, o_ref, buf, sems, right: o_ref.__setitem__(..., x_ref[...])),
      "starts no remote DMA in its 1 pallas_call(s)"),
     (graded(lambda x: jax.shard_map(lambda s: lax.psum(s, "x"), mesh=_ring_mesh(), in_specs=jax.P("x"),
@@ -121,6 +124,13 @@ def test_communication_that_is_not_a_remote_dma_after_a_handshake_is_named(fn, m
     with pytest.raises(WrongResult, match=None) as caught:
         traced_program.assert_communicates_by_remote_dma(fn, X)
     assert message in caught.value.message
+
+
+def test_a_kernel_without_a_barrier_of_its_own_relies_on_the_default_device_barrier():
+    """JAX's right_permute_kernel: no collective_id, no handshake; Pallas synchronises the
+    devices at the kernel's entry (distributed Pallas guide, "Barrier Semaphores")."""
+    fn = _ring(_send, handshake=False, compiler_params=pltpu.CompilerParams())
+    traced_program.assert_communicates_by_remote_dma(fn, X)
 
 
 def test_computing_only_after_the_wait_hides_nothing():
@@ -140,3 +150,75 @@ def test_waits_are_grouped_by_what_the_devices_wait_for():
     ]
     # a queued copy will run when its semaphore is waited on: that wait is not hopeless
     assert [w.hopeless for w in waits] == [True, True, True, True, False]
+
+
+# ---------------------------------------------------------------- device_order: orderings proved
+
+def _ring_events(n, *, signal_to, copies=1, credit=False, sems=None):
+    """A ring program's events as each device would record them: a barrier handshake (signal
+    `signal_to(me)`, wait 1), then `copies` copies right, on receive semaphores `sems(step)`."""
+    from pytest_tpucourse.core.jax_internals import DeviceEvent
+
+    sems = sems or (lambda step: 2000 + step)
+    events = []
+    for me in range(n):
+        right, left = (me + 1) % n, (me - 1) % n
+        events += [DeviceEvent(0, me, "signal", 0, barrier=True, peer=signal_to(me), value=1),
+                   DeviceEvent(0, me, "wait", 0, barrier=True, value=1)]
+        for step in range(copies):
+            if credit and step:
+                events.append(DeviceEvent(0, me, "wait", 3000, value=1))
+            events += [DeviceEvent(0, me, "copy", sems(step), peer=right),
+                       DeviceEvent(0, me, "copy_wait", sems(step))]
+            if credit and step < copies - 1:
+                events.append(DeviceEvent(0, me, "signal", 3000, peer=left, value=1))
+    return events
+
+
+def test_a_handshake_with_the_device_written_into_orders_the_copy():
+    from pytest_tpucourse.checking import device_order
+
+    assert device_order.problems(_ring_events(4, signal_to=lambda me: (me - 1) % 4)) == []
+
+
+def test_a_barrier_signal_to_the_wrong_neighbour_is_found_whatever_the_schedule():
+    from pytest_tpucourse.checking import device_order
+
+    found = device_order.problems(_ring_events(4, signal_to=lambda me: (me + 1) % 4))
+    assert len(found) == 4
+    assert found[0].startswith("device 0's copy into device 1 can start before device 1 has entered "
+                               "the kernel: before it, device 0 has waited for 1 on its barrier "
+                               "semaphore, which the signals of device(s) 3 make up without device 1's")
+    # on two devices the wrong neighbour is the right one
+    assert device_order.problems(_ring_events(2, signal_to=lambda me: (me + 1) % 2)) == []
+
+
+def test_a_receive_semaphore_reused_without_a_credit_is_found():
+    from pytest_tpucourse.checking import device_order
+
+    in_turn = _ring_events(4, signal_to=lambda me: (me - 1) % 4, copies=3, sems=lambda s: 2000 + s % 2)
+    found = device_order.problems(in_turn)
+    assert found and found[0].startswith("device 0 starts copy 2 into device 1's receive semaphore")
+    credited = _ring_events(4, signal_to=lambda me: (me - 1) % 4, copies=3, sems=lambda s: 2000 + s % 2,
+                            credit=True)
+    assert device_order.problems(credited) == []
+    assert device_order.problems(_ring_events(4, signal_to=lambda me: (me - 1) % 4, copies=3)) == []
+
+
+def test_a_kernel_without_a_barrier_semaphore_is_left_to_the_default_barrier():
+    from pytest_tpucourse.checking import device_order
+    from pytest_tpucourse.core.jax_internals import DeviceEvent
+
+    copies = [DeviceEvent(0, me, "copy", 2000, peer=(me + 1) % 4) for me in range(4)]
+    assert device_order.problems(copies) == []
+
+
+def test_the_recording_reads_a_real_kernels_operations():
+    """Each device's handshake and copy, read from TPU interpret mode's own objects."""
+    fn = _ring(_send)
+    with pltpu.force_tpu_interpret_mode(pltpu.InterpretParams()), \
+            jax_internals.recording_device_events() as events:
+        jax.block_until_ready(fn(X))
+    ops = sorted({(e.device, e.op, e.barrier, e.peer) for e in events if e.op in ("signal", "copy")})
+    assert ops == sorted([(d, "signal", True, (d + 3) % 4) for d in range(4)]
+                         + [(d, "copy", False, (d + 1) % 4) for d in range(4)])

@@ -69,9 +69,37 @@ def test_a_chip_without_a_cited_figure_raises():
     with pytest.raises(ValueError, match="no cited ICI link bandwidth for v2"):
         ici.link_bandwidth(chips.get_chip("v2"))
     with pytest.raises(ValueError, match="no cited wraparound rule for v7x"):
-        ici.has_wraparound(chips.get_chip("v7x"), 4)
-    assert [ici.has_wraparound(chips.get_chip("v5e"), x) for x in (4, 8, 16)] == [False, False, True]
-    assert [ici.has_wraparound(chips.get_chip("v5p"), x) for x in (2, 4, 12)] == [False, True, True]
+        ici.wraparounds(chips.get_chip("v7x"), (4, 4, 4))
+
+
+@pytest.mark.parametrize("chip, topology, wraps", [
+    # v5e and v6e: a 16x16 torus without optical switches wraps along any axis of 16
+    ("v5e", (4, 4), (False, False)),
+    ("v5e", (8, 16), (False, True)),
+    ("v6e", (16, 16), (True, True)),
+    # v4 and v5p: the optical switches wrap whole 4x4x4 cubes (and their multiples) only
+    ("v5p", (4, 4, 4), (True, True, True)),
+    ("v5p", (4, 4, 8), (True, True, True)),
+    ("v4", (8, 8, 12), (True, True, True)),
+    ("v5p", (2, 2, 4), (False, False, False)),  # the scaling book: "won't have any wraparounds"
+    ("v5p", (4, 4, 2), (False, False, False)),
+    ("v4", (2, 2, 1), (False, False, False)),
+    ("v5p", (4, 4), (False, False)),  # not a cube
+])
+def test_wraparounds_follow_the_scaling_book(chip, topology, wraps):
+    assert ici.wraparounds(chips.get_chip(chip), topology) == wraps
+
+
+def _mesh(capsys, chip, topology, op="all-gather", nbytes="1MB") -> str:
+    assert main.main(["mesh", "--chip", chip, "--topology", topology, "--op", op, "--bytes", nbytes]) == 0
+    return capsys.readouterr().out
+
+
+def test_mesh_draws_a_2x2x4_v5p_slice_without_rings(capsys):
+    out = _mesh(capsys, "v5p", "2x2x4")
+    assert "all-gather along axis 2: 4 chips, line (no wraparound link)" in out
+    assert "wraparound: every axis wraps around when the slice is made of whole 4x4x4 cubes" in out
+    assert "all-gather along axis 2: 4 chips, ring, links used both ways" in _mesh(capsys, "v5p", "4x4x4")
 
 
 def test_a_slice_runs_axis_after_axis():
@@ -89,9 +117,7 @@ def test_parse_bytes(text, value):
 
 
 def test_mesh_command_prints_the_steps_and_a_labelled_prediction(capsys):
-    assert main.main(["mesh", "--chip", "v5e", "--topology", "4x4", "--op", "all-gather",
-                     "--bytes", "1GiB"]) == 0
-    out = capsys.readouterr().out
+    out = _mesh(capsys, "v5e", "4x4", nbytes="1GiB")
     assert "all-gather along axis 0: 4 chips, line (no wraparound link), links used both ways; 3 steps" in out
     assert "  step 1: 0->1 c0, 1->0 c1, 1->2 c1, 2->1 c2, 2->3 c2, 3->2 c3" in out
     assert "predicted: 22369.6 us (roofline prediction" in out

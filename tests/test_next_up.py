@@ -123,3 +123,26 @@ def test_a_run_stopped_early_says_so_for_what_it_never_reached(course):
     summary = course.run("exercises/ch11", "-x").stdout.str()
     assert "  TODO  double             0/2 tests passed" in summary
     assert "  ----  negate             not run (the run ended before its 1 test finished)" in summary
+
+
+NEGATE_AND_ITS_NOTES_TEST = NEGATE_TEST + """
+    import pytest
+    from pytest_tpucourse.checks import WrongResult
+
+    @pytest.mark.edits("NOTES.md")
+    def test_the_notes_are_written(impl):
+        impl.negate.negate(np.zeros(1, np.float32))
+        raise WrongResult("NOTES.md: no section '## Why'")
+"""
+
+
+def test_when_only_a_file_beside_the_module_fails_next_names_that_file(course):
+    """A test marked @pytest.mark.edits("NOTES.md") grades a file next to the module (chapter
+    15's WRITEUP.md): when only such tests fail, next says to edit that file."""
+    course.test_file(NEGATE_AND_ITS_NOTES_TEST, "test_negate.py")
+    course.write("exercises", "negate", "def negate(x):\n    return -x\n")
+    summary = course.run("exercises/ch11").stdout.str()  # double done: negate is next
+    assert "next: ch11.negate: edit exercises/ch11/NOTES.md, then pytest exercises/ch11/test_negate.py" in summary
+    course.write("exercises", "negate", "def negate(x):\n    return x\n")
+    summary = course.run("exercises/ch11/test_negate.py").stdout.str()
+    assert "next: ch11.negate: edit exercises/ch11/negate.py, then pytest exercises/ch11/test_negate.py" in summary

@@ -158,6 +158,7 @@ def test_every_module_is_in_the_map():
 TESTED_THROUGH = {
     "checking.compiler_figures": "test_libtpu.py", "checking.ir_answers": "test_xray.py",
     "checking.schedules": "test_blockspecs.py", "checking.tpu_rules": "test_distributed_checks.py",
+    "checking.device_order": "test_distributed_checks.py",
     "commands.compile_kernel": "test_libtpu.py", "commands.learner": "test_learner_cli.py",
     "commands.main": "test_cli.py", "commands.records": "test_records.py",
     "core.jax_internals": "test_grading_speed.py", "core.kept_files": "test_grading_speed.py",

@@ -28,7 +28,7 @@ BOOK = [
     ("pop quiz 2 (2): 32 kB shards are latency-bound: 3 hops of about 1 us",
      ("all-gather", 4 * 64 * 256 * 2, 4, dict(link_bandwidth=V5E_LINK, wraparound=False, hop_latency=1e-6)),
      3e-6),
-    ("problem 1: all-gather of 2BD/Y bytes on a v4p 4x4x4 cube (wraparound): 2*1024*4096 / (9e10*4)",
+    ("Question 2, part 1: all-gather of 2BD/Y bytes on a v4p 4x4x4 cube (wraparound): 2*1024*4096 / (9e10*4)",
      ("all-gather", 2 * 1024 * 4096 / 4, 4, dict(link_bandwidth=V4_LINK)), 2 * 1024 * 4096 / (9e10 * 4)),
     ("an all-reduce is a reduce-scatter and an all-gather: 2 V / W_ici",
      ("all-reduce", 34e6, 16, dict(link_bandwidth=V5E_LINK)), 2 * 34e6 / 9e10),
@@ -36,7 +36,7 @@ BOOK = [
 
 
 @pytest.mark.parametrize("what, call, book", BOOK,
-                         ids=["quiz2-ring", "quiz2-line", "quiz2-latency", "problem1-v4p", "all-reduce"])
+                         ids=["quiz2-ring", "quiz2-line", "quiz2-latency", "question2-v4p", "all-reduce"])
 def test_the_scaling_books_worked_numbers(impl, what, call, book):
     op, nbytes, size, kwargs = call
     fn = impl.costs.collective_seconds
@@ -51,7 +51,7 @@ def test_the_scaling_books_worked_numbers(impl, what, call, book):
 @example(chip=chips.get_chip("v6e"), op="all-gather", size=5, nbytes=1e9, links=(True, True), latency=0.0)
 @example(chip=chips.get_chip("v6e"), op="reduce-scatter", size=2, nbytes=1e9, links=(True, True), latency=0.0)
 @example(chip=chips.get_chip("v5e"), op="all-reduce", size=1, nbytes=1e9, links=(True, True), latency=1e-6)
-@example(chip=chips.get_chip("v7x"), op="all-reduce", size=8, nbytes=1e9, links=(False, True), latency=0.0)
+@example(chip=chips.get_chip("v5p"), op="all-reduce", size=8, nbytes=1e9, links=(False, True), latency=0.0)
 def test_drawn_collectives(impl, chip, op, size, nbytes, links, latency):
     bidirectional, wraparound = links
     kwargs = dict(link_bandwidth=chip.ici_link_bandwidth, bidirectional=bidirectional,

@@ -26,6 +26,10 @@ CHIP = "v5e"
 # head_dim 512 in float32: big blocks stop fitting v5e's 16 MiB scoped VMEM.
 BIG = dict(q_shape=(1, 1, 2048, 512), k_shape=(1, 1, 2048, 512), dtype="float32", window=512)
 SMALL = dict(q_shape=(1, 2, 1024, 64), k_shape=(1, 2, 1024, 64), dtype="bfloat16", window=256)
+# q shorter than kv, with lengths that different blocks divide (384 = 3 x 128): a pass that
+# takes one length for both, or files the problem under the wrong shape, shows here.
+UNEQUAL = dict(q_shape=(1, 2, 384, 128), k_shape=(1, 2, 1024, 128), dtype="bfloat16", window=192)
+PROBLEMS = (BIG, SMALL, UNEQUAL)
 
 
 def fake_time_ms(problem, config):
@@ -49,7 +53,7 @@ def _footprints(impl, problem, config):
 
 def test_candidates_fit_the_chip(impl):
     limit = tpu.SCOPED_VMEM_LIMITS[CHIP]
-    for problem in (BIG, SMALL):
+    for problem in PROBLEMS:
         found = _candidates(impl, problem)
         if not found or not any(c["block_q"] != c["block_kv"] for c in found):
             raise WrongResult(f"candidates({problem}) offers {found}: it must offer several "
@@ -68,8 +72,8 @@ def test_candidates_fit_the_chip(impl):
 
 
 def test_sweep_records_every_configuration_and_picks_the_fastest(impl):
-    records = impl.autotune.sweep([BIG, SMALL], chip=CHIP, time_ms=fake_time_ms)
-    for problem in (BIG, SMALL):
+    records = impl.autotune.sweep(list(PROBLEMS), chip=CHIP, time_ms=fake_time_ms)
+    for problem in PROBLEMS:
         expected = _candidates(impl, problem)
         mine = [r["config"] for r in records if r["problem"] == problem]
         if sorted(map(str, mine)) != sorted(map(str, expected)) or len(mine) != len(expected):
@@ -80,7 +84,7 @@ def test_sweep_records_every_configuration_and_picks_the_fastest(impl):
                 raise WrongResult(f"sweep() record {r}: expected chip {CHIP!r} and the timer's "
                                   f"median_ms")
     best = impl.autotune.winners(records)
-    for problem in (BIG, SMALL):
+    for problem in PROBLEMS:
         fastest = min(_candidates(impl, problem), key=lambda c: fake_time_ms(problem, c))
         key = impl.autotune.problem_key(problem["q_shape"], problem["k_shape"], problem["dtype"],
                                         problem["window"])
@@ -92,7 +96,7 @@ def test_sweep_records_every_configuration_and_picks_the_fastest(impl):
 def test_cache_is_read_at_call_time(impl, tmp_path, monkeypatch):
     """Winners written for this device kind change the blocks window_attention(blocks=None) uses."""
     device_kind = jax.devices()[0].device_kind
-    problem = dict(q_shape=(1, 1, 512, 64), k_shape=(1, 1, 512, 64), dtype="float32", window=128)
+    problem = dict(q_shape=(1, 1, 256, 64), k_shape=(1, 1, 512, 64), dtype="float32", window=128)
     records = [dict(problem=problem, config=dict(block_q=bq, block_kv=bkv), chip=CHIP, median_ms=t)
                for bq, bkv, t in ((128, 128, 2.0), (256, 64, 1.0), (64, 64, 3.0))]
     path = impl.autotune.write_cache(records, tmp_path, device_kind)
@@ -110,8 +114,10 @@ def test_cache_is_read_at_call_time(impl, tmp_path, monkeypatch):
         raise WrongResult(f"tuned_blocks() read {tuned}; the fastest cached is block_q 256, block_kv 64")
     monkeypatch.setenv(impl.autotune.load().CACHE_ENV, str(tmp_path))
     q = tst.random_array(problem["q_shape"], "float32", 0)
-    log = ir.fetch_log(impl.backward.window_attention.jaxpr(q, q, q, window=128))
+    kv = tst.random_array(problem["k_shape"], "float32", 1)
+    log = ir.fetch_log(impl.backward.window_attention.jaxpr(q, kv, kv, window=128))
     q_blocks = {f.block_sizes[2] for f in log if f.operand == 0}
     if q_blocks != {256}:
-        raise WrongResult(f"window_attention(q, k, v, window=128) with blocks=None ran q blocks of "
+        raise WrongResult(f"window_attention(q, k, v, window=128) (q {problem['q_shape']}, k and v "
+                          f"{problem['k_shape']}) with blocks=None ran q blocks of "
                           f"{sorted(q_blocks)} rows; the cache for {device_kind!r} says 256")

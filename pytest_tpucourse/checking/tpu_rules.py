@@ -201,16 +201,36 @@ def interpret_setting(name: str, fn=None, *, base=None, cores: int | None = None
     printed = io.StringIO()
     pltpu.reset_tpu_interpret_mode_state()  # no race found by an earlier kernel is read as this one's
     try:
-        with pltpu.force_tpu_interpret_mode(params), contextlib.redirect_stdout(printed):
+        with (pltpu.force_tpu_interpret_mode(params), contextlib.redirect_stdout(printed),
+              jax_internals.recording_device_events() as events):
             yield params
     except WrongResult as failure:
-        cause = fn and _unclean_exit(fn, params, printed.getvalue(), why)
+        cause = fn and (_unclean_exit(fn, params, printed.getvalue(), why) or _unordered(fn, params, events))
         if cause:
             raise cause from None
         raise WrongResult(f"{failure.message}\n  (under TPU interpret mode with {_described(params)})") from None
-    cause = fn and _unclean_exit(fn, params, printed.getvalue(), why)
+    cause = fn and (_unclean_exit(fn, params, printed.getvalue(), why) or _unordered(fn, params, events))
     if cause:
         raise cause
+
+
+def _unordered(fn, params, events) -> WrongResult | None:
+    """A copy that the kernel's signals and waits do not order, read from what each device ran
+    in its own program order: the same verdict whatever order the device threads ran in."""
+    from . import device_order
+
+    found = device_order.problems(events)
+    if not found:
+        return None
+    return WrongResult(
+        f"{fn.display} lets a copy land before the device it depends on is ready (read from each "
+        f"device's signals, waits and copies under TPU interpret mode with {_described(params)}; "
+        f"the verdict does not depend on the order the devices happened to run in):\n  "
+        + "\n  ".join(found[:SYNC_LINES])
+        + (f"\n  ... and {len(found) - SYNC_LINES} more of the kind" if len(found) > SYNC_LINES else ""))
+
+
+SYNC_LINES = 2  # a ring kernel's mistake repeats on every device: two say it
 
 
 def _described(params) -> str:

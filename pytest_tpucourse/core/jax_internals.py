@@ -233,6 +233,15 @@ def equation_params(eqn) -> dict:
     return eqn.params
 
 
+def mosaic_compiler_params(pallas_eqn):
+    """A pallas_call equation's `pltpu.CompilerParams` (collective_id, skip_device_barrier, ...),
+    or None when it was given none."""
+    params = pallas_eqn.params.get("compiler_params")
+    if isinstance(params, dict):  # older jax: {"mosaic_tpu": CompilerParams(...)}
+        params = params.get("mosaic_tpu") or params.get("mosaic")
+    return params
+
+
 def cond_branches(eqn) -> list:
     """The branches (closed jaxprs) of a `cond` equation (`pl.when`, `lax.cond`)."""
     return list(eqn.params["branches"])
@@ -829,3 +838,86 @@ def backends_started() -> bool:
     from jax._src import xla_bridge
 
     return xla_bridge.backends_are_initialized()
+
+
+# ---------------------------------------------------------------- what each device did
+#
+# The order in which TPU interpret mode runs the simulated devices is the OS's thread
+# schedule: a wrong handshake or a reused semaphore shows in one run and hides in the next.
+# What each device signals, waits for and copies, in its own program order, does not
+# depend on that schedule, and is enough to judge the orderings a kernel proves
+# (checking/device_order.py). It is read by wrapping the interpreter's Semaphore.signal and .wait
+# (their caller, the interpreter's semaphore_signal / semaphore_wait / dma_wait callback,
+# says which operation it is) and the DMA record's constructor, for the block's duration.
+
+@dataclass(frozen=True)
+class DeviceEvent:
+    """One operation of one device's kernel, as the interpreter ran it."""
+
+    kernel: int  # which kernel run (one per SharedMemory of the interpreter)
+    device: int
+    op: str  # "signal", "wait" (a regular or barrier semaphore), "copy" (a DMA start), "copy_wait"
+    sem: int  # the semaphore: signalled, waited on, or the copy's receive semaphore
+    barrier: bool = False
+    peer: int | None = None  # signal: the device signalled; copy: the destination
+    value: int = 0  # signal: the increment; wait: the count waited for
+    send_sem: int | None = None  # copy: its send semaphore
+    where: str = ""
+
+
+@contextlib.contextmanager
+def recording_device_events():
+    """Within the block, every signal, wait and DMA start of TPU interpret mode is appended,
+    per device in program order, to the list this yields. Under another JAX version the
+    list stays empty (nothing is judged)."""
+    events: list[DeviceEvent] = []
+    lock = threading.Lock()
+    try:
+        from jax._src.pallas.mosaic.interpret import interpret_pallas_call as interpreter
+        from jax._src.pallas.mosaic.interpret import shared_memory as memory_module
+        semaphore, dma = memory_module.Semaphore, interpreter.DMA
+        originals = semaphore.signal, semaphore.wait, dma.__init__
+    except Exception:  # another JAX version: record nothing
+        yield events
+        return
+
+    def add(event):
+        with lock:
+            events.append(event)
+
+    def caller():
+        frame = sys._getframe(2)
+        return frame.f_code.co_name, frame.f_locals
+
+    def signal(self, inc, global_core_id, clock, logging_info=None):
+        name, variables = caller()
+        if name == "semaphore_signal":
+            memory = self.shared_memory
+            add(DeviceEvent(id(memory), int(variables["device_id"]), "signal", self.id,
+                            barrier=memory.fixed_id_sem.get(self.id) is self,
+                            peer=int(global_core_id) // memory.num_cores_per_device, value=int(inc),
+                            where=_where(variables.get("source_info"))))
+        return originals[0](self, inc, global_core_id, clock, logging_info=logging_info)
+
+    def wait(self, value, global_core_id, **kwargs):
+        name, variables = caller()
+        if name in ("semaphore_wait", "dma_wait"):
+            memory = self.shared_memory
+            add(DeviceEvent(id(memory), int(variables["device_id"]),
+                            "wait" if name == "semaphore_wait" else "copy_wait", self.id,
+                            barrier=memory.fixed_id_sem.get(self.id) is self, value=int(value),
+                            where=_where(variables.get("source_info"))))
+        return originals[1](self, value, global_core_id, **kwargs)
+
+    def construct(self, *args, **kwargs):
+        originals[2](self, *args, **kwargs)
+        add(DeviceEvent(id(self.dst_sem.shared_memory), int(self.src_device_id), "copy", self.dst_sem.id,
+                        peer=int(self.dst_device_id),
+                        send_sem=None if self.src_sem is None else self.src_sem.id,
+                        where=_where(self.source_info)))
+
+    semaphore.signal, semaphore.wait, dma.__init__ = signal, wait, construct
+    try:
+        yield events
+    finally:
+        semaphore.signal, semaphore.wait, dma.__init__ = originals

@@ -18,6 +18,16 @@ def register(config: pytest.Config) -> None:
     config.addinivalue_line(
         "markers",
         "kernel_timeout(seconds): a shorter deadline for this test's graded calls than --kernel-timeout")
+    config.addinivalue_line(
+        "markers",
+        "edits(file): this test grades a file next to the exercise's module (WRITEUP.md), not the "
+        "module; 'next' names that file when only such tests fail")
+
+
+def edits_file(item: pytest.Item) -> str | None:
+    """The file a test's @pytest.mark.edits names, or None."""
+    mark = item.get_closest_marker("edits")
+    return None if mark is None else str((list(mark.args) + list(mark.kwargs.values()))[0])
 
 
 def kernel_timeout(item: pytest.Item) -> float | None:

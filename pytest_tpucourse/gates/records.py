@@ -242,6 +242,19 @@ def link_record(url: str, *, gate: int, criterion: str, chapter: str, tree: str 
                   verdict="pass", platform="", device_kind="", interpret=False, notes=notes)
 
 
+def recorded_link(gate: int, near) -> str | None:
+    """The latest public link `tpucourse records link` recorded for `gate` in the records of
+    the checkout holding `near` (a path inside it), or None."""
+    from ..core.course import find_course_root
+
+    root = find_course_root(Path(near).resolve())
+    if root is None:
+        return None
+    links = [r.record.value for r in read(root / DEFAULT_PATH).rows
+             if r.record.gate == gate and r.record.statistic == PUBLIC_LINK]
+    return links[-1] if links else None
+
+
 def utc_now() -> str:
     return datetime.datetime.now(datetime.timezone.utc).isoformat(timespec="seconds")
 

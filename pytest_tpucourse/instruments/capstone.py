@@ -163,7 +163,22 @@ class Case:
 
 
 def cases(manifest: dict) -> list[Case]:
-    return [Case.from_table(row) for row in manifest["cases"]]
+    """The manifest's [[cases]]; a WrongResult naming what is missing when there are none or a
+    row is malformed (a learner's manifest is often half written)."""
+    rows = manifest.get("cases") if isinstance(manifest, dict) else None
+    if not rows or not isinstance(rows, list):
+        raise WrongResult("the manifest lists no corner cases: add [[cases]] tables to capstone.toml "
+                          "(README, \"The manifest\": name, why, q_len, kv_len, head_dim, dtype, "
+                          "block_q, block_kv, options)")
+    found = []
+    for n, row in enumerate(rows):
+        try:
+            found.append(Case.from_table(row))
+        except (KeyError, TypeError, ValueError) as error:
+            missing = [k for k in CASE_KEYS if not isinstance(row, dict) or k not in row]
+            why = f"missing {', '.join(missing)}" if missing else f"{type(error).__name__}: {error}"
+            raise WrongResult(f"cases[{n}] of the manifest cannot be read: {why}") from None
+    return found
 
 
 def _window_case(name, q_len, kv_len, head_dim, dtype, block_q, block_kv, window, **extra):
@@ -178,7 +193,7 @@ WINDOW_CASES = (
                  128, 64, 200, grads=True),
     _window_case("bf16, q shorter than kv, blocks the other way round", 256, 512, 128, "bfloat16",
                  64, 128, 96, grads=True),
-    _window_case("window of one key", 256, 256, 64, "float32", 128, 128, 1),
+    _window_case("window of one key, two batches", 256, 256, 64, "float32", 128, 128, 1, batch=2),
     _window_case("window longer than the sequence", 256, 256, 64, "bfloat16", 128, 128, 4096),
     _window_case("one block, shorter than the default block", 64, 64, 64, "float32", 128, 128, 16),
     _window_case("long sequence, large logits", 1024, 1024, 64, "float32", 256, 128, 384,

@@ -32,15 +32,35 @@ from ..chips import Chip
 
 OPS = ("all-gather", "reduce-scatter", "all-reduce")
 SCALING_BOOK_PART3 = "How to Scale Your Model (jax-ml/scaling-book), part 3"
+SCALING_BOOK_PART2_NETWORKING = "How to Scale Your Model (jax-ml/scaling-book), part 2, \"TPU Networking\""
 
-# When an axis has a wraparound link, per the scaling book (part 2): inference chips have one
-# only on a full axis of 16; training chips (v*p, v4) on any axis that is a multiple of 4 (a
-# full 4x4x4 cube's optical links). No source here states a rule for the other chips.
+# Which axes of a slice have a wraparound link, per the scaling book (part 2, "TPU Networking"):
+# v4 and v5p slices get theirs from the optical switches, "only available on a full cube": "Any
+# multiple of a full cube (e.g. 4x4x4 or 4x4x8) will have wraparounds provided by the optical
+# switches", while "a 2x2x4 won't have any wraparounds"; v5e and v6e (one 16x16 2D torus, no
+# optical switches) wrap "along any axis of size 16 (meaning an 8x16 has a wraparound on the
+# long axis)". (A footnote of the same part, on bidirectional bandwidth, says training chips
+# wrap on "an axis which is a multiple of 4"; the 2x2x4 example rules that reading out.) No
+# source here states a rule for the other chips.
+CUBE = 4  # the optical switches connect 4x4x4 cubes
+
+
+def _axes_of_16(topology: tuple[int, ...]) -> tuple[bool, ...]:
+    return tuple(size == 16 for size in topology)
+
+
+def _whole_cubes(topology: tuple[int, ...]) -> tuple[bool, ...]:
+    cubes = len(topology) == 3 and all(size % CUBE == 0 for size in topology)
+    return (cubes,) * len(topology)
+
+
 _WRAPAROUND_RULES = {
-    "v5e": ("only an axis of 16 chips wraps around", lambda size: size == 16),
-    "v6e": ("only an axis of 16 chips wraps around", lambda size: size == 16),
-    "v4": ("an axis whose size is a multiple of 4 wraps around", lambda size: size % 4 == 0),
-    "v5p": ("an axis whose size is a multiple of 4 wraps around", lambda size: size % 4 == 0),
+    "v5e": ("an axis of 16 chips wraps around, a shorter one does not", _axes_of_16),
+    "v6e": ("an axis of 16 chips wraps around, a shorter one does not", _axes_of_16),
+    "v4": ("every axis wraps around when the slice is made of whole 4x4x4 cubes, none otherwise",
+           _whole_cubes),
+    "v5p": ("every axis wraps around when the slice is made of whole 4x4x4 cubes, none otherwise",
+            _whole_cubes),
 }
 
 Send = tuple[int, int, int]  # (source chip, destination chip, chunk)
@@ -193,12 +213,17 @@ def link_bandwidth(chip: Chip) -> float:
     return _bandwidth(chip.ici_link_bandwidth, chip.name)
 
 
-def has_wraparound(chip: Chip, size: int) -> bool:
-    """Whether an axis of `size` chips of this chip's slices has a wraparound link."""
+def wraparounds(chip: Chip, topology: tuple[int, ...]) -> tuple[bool, ...]:
+    """Which axes of a slice of this chip with this topology (chips per axis) wrap around."""
     if chip.name not in _WRAPAROUND_RULES:
         raise ValueError(f"no cited wraparound rule for {chip.name}: say whether the axis "
                          f"wraps around (--wraparound yes or no)")
-    return _WRAPAROUND_RULES[chip.name][1](size)
+    return _WRAPAROUND_RULES[chip.name][1](tuple(topology))
+
+
+def wraparound_rule(chip: Chip) -> str:
+    """The cited rule, in words, for `tpucourse mesh` to print."""
+    return _WRAPAROUND_RULES[chip.name][0] if chip.name in _WRAPAROUND_RULES else "given by --wraparound"
 
 
 @dataclass(frozen=True)
@@ -244,12 +269,14 @@ def plan(op: str, nbytes: float, topology: tuple[int, ...], *, link_bandwidth: f
 
 
 def plan_lines(op: str, nbytes: float, chip: Chip, topology: tuple[int, ...], phases: list[Phase],
-               *, max_steps_shown: int = 8) -> list[str]:
+               *, max_steps_shown: int = 8, wraparound_from: str | None = None) -> list[str]:
     """What `tpucourse mesh` prints: the phases, their steps, the predicted time."""
     chips = math.prod(topology)
     lines = [f"{op} of {_size(nbytes)} over a {chip.name} {'x'.join(map(str, topology))} slice "
              f"({chips} chips), axis after axis",
              f"link: {chip.ici_link_bandwidth:.3g} B/s one way ({chip.sources.get('ici', 'no source')})"]
+    if wraparound_from:
+        lines.append(f"wraparound: {wraparound_from}")
     for phase in phases:
         shape = ("ring" if phase.wraparound else "line (no wraparound link)") + (
             ", links used both ways" if phase.bidirectional else ", links used one way")
@@ -317,11 +344,13 @@ def mesh_command(args) -> int:
     if min(topology) < 1:
         raise ValueError(f"--topology {args.topology!r}: every axis needs at least one chip")
     if args.wraparound == "auto":
-        wraparound = tuple(has_wraparound(chip, size) for size in topology)
+        wraparound = wraparounds(chip, topology)
+        source = f"{wraparound_rule(chip)} ({SCALING_BOOK_PART2_NETWORKING})"
     else:
         wraparound = (args.wraparound == "yes",) * len(topology)
+        source = f"{'every' if args.wraparound == 'yes' else 'no'} axis, as --wraparound {args.wraparound} says"
     nbytes = parse_bytes(args.bytes)
     phases = plan(args.op, nbytes, topology, link_bandwidth=link_bandwidth(chip), wraparound=wraparound,
                   bidirectional=not args.one_way)
-    print("\n".join(plan_lines(args.op, nbytes, chip, topology, phases)))
+    print("\n".join(plan_lines(args.op, nbytes, chip, topology, phases, wraparound_from=source)))
     return 0

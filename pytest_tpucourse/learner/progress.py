@@ -33,6 +33,13 @@ class ExerciseResults:
     deselected: set[str] = field(default_factory=set)
     unseen_tests: bool = False  # a filter (--lf, file::test ids) may have dropped tests unseen
     messages: dict[str, int] = field(default_factory=dict)  # each failure's headline: how many tests
+    edits: dict[str, str] = field(default_factory=dict)  # test -> the file it grades (@pytest.mark.edits)
+
+    def file_to_edit(self) -> str | None:
+        """The file, next to the module, that every failing test of this run grades; None when
+        a failure is the module's own (or nothing failed)."""
+        files = {self.edits.get(nodeid) for nodeid in self.failed}
+        return files.pop() if len(files) == 1 and None not in files else None
 
     @property
     def first_message(self) -> str:
@@ -116,6 +123,9 @@ class RunProgress:
                 entry.todo.add(nodeid)
             elif report.failed:
                 entry.failed.add(nodeid)
+                edits = getattr(report, "tpucourse_edits", None)
+                if edits:
+                    entry.edits[nodeid] = edits
             elif report.skipped:
                 entry.skipped.add(nodeid)
             elif report.when == "call":
@@ -175,8 +185,14 @@ class RunProgress:
             if upcoming is None:
                 lines.append("next: every shipped exercise is done")
             else:
-                lines.append(f"next: {upcoming.key}: edit {upcoming.module_path}, then pytest {upcoming.test_path}")
+                lines.append(f"next: {upcoming.key}: edit {self._to_edit(upcoming)}, then pytest {upcoming.test_path}")
         return lines
+
+    def _to_edit(self, exercise: Exercise) -> str:
+        """The exercise's module, or the file beside it that is all this run found wrong."""
+        entry = self.results.get(exercise.key)
+        other = entry.file_to_edit() if entry is not None else None
+        return str(PurePosixPath(exercise.module_path).with_name(other)) if other else exercise.module_path
 
     def _chapters_complete(self, data: dict) -> int:
         from . import next_up, state

@@ -203,24 +203,54 @@ def assert_communicates_by_remote_dma(fn, *args, **kwargs) -> None:
             f"{fn.display} lets XLA move the data ({', '.join(collectives)} outside the kernels): the "
             f"exercise is to move it yourself, with remote DMAs started inside the Pallas kernel.")
     kernels = pallas_call_eqns(closed)
-    bodies = [list(kernel_eqns(eqn)) for eqn in kernels]
-    remote = [body for body in bodies if any(is_remote_dma_start(e) for e in body)]
+    bodies = [(eqn, list(kernel_eqns(eqn))) for eqn in kernels]
+    remote = [(eqn, body) for eqn, body in bodies if any(is_remote_dma_start(e) for e in body)]
     if not remote:
         raise WrongResult(
             f"{fn.display} starts no remote DMA in its {len(kernels)} pallas_call(s): the devices must "
             f"exchange data with pltpu.make_async_remote_copy(..., device_id=...).start().")
-    for body in remote:
+    for eqn, body in remote:
+        if has_default_device_barrier(eqn):
+            continue  # Pallas synchronises the devices at the kernel's entry itself
         first_copy = next(i for i, e in enumerate(body) if is_remote_dma_start(e))
         before = [e.primitive.name for e in body[:first_copy]]
         signals_out = any(e.primitive.name == "semaphore_signal" and _signals_another_device(e)
                           for e in body[:first_copy])
         if "get_barrier_semaphore" not in before or not signals_out or "semaphore_wait" not in before:
             raise WrongResult(
-                f"{fn.display} starts a remote DMA before any barrier handshake: first signal the "
-                f"barrier semaphore (pltpu.get_barrier_semaphore()) of the device that will write into "
-                f"you, then wait on yours. On a TPU a copy into a device that has not entered the "
-                f"kernel lands in buffers still owned by its previous program; TPU interpret mode "
-                f"shows it, when it does, as a KeyError naming a buffer not allocated yet.")
+                f"{fn.display} starts a remote DMA before any barrier handshake, in a kernel that "
+                f"{_why_no_default_barrier(eqn)}: first signal the barrier semaphore "
+                f"(pltpu.get_barrier_semaphore()) of the device that will write into you, then wait "
+                f"on yours; or leave collective_id unset and let Pallas insert its default device "
+                f"barrier. On a TPU a copy into a device that has not entered the kernel lands in "
+                f"buffers still owned by its previous program; TPU interpret mode shows it, when it "
+                f"does, as a KeyError naming a buffer not allocated yet.")
+
+
+def has_default_device_barrier(pallas_eqn) -> bool:
+    """Whether Pallas synchronises every device at this kernel's entry by itself.
+
+    A kernel given no barrier semaphore of its own (no collective_id) gets a device barrier
+    at its start (JAX's distributed Pallas guide: "By default, if you do not specify a
+    barrier semaphore, Pallas will automatically insert a barrier semaphore at the beginning
+    of your program"; TPU interpret mode runs a global barrier there), unless
+    CompilerParams(skip_device_barrier=True) turns it off.
+    """
+    params = _mosaic_params(pallas_eqn)
+    return (getattr(params, "collective_id", None) is None
+            and not getattr(params, "skip_device_barrier", False))
+
+
+def _why_no_default_barrier(pallas_eqn) -> str:
+    params = _mosaic_params(pallas_eqn)
+    if getattr(params, "skip_device_barrier", False):
+        return "turns off Pallas' default device barrier (skip_device_barrier=True)"
+    return (f"names its own barrier (collective_id={params.collective_id}), so Pallas inserts no "
+            f"default one")
+
+
+def _mosaic_params(pallas_eqn):
+    return jax_internals.mosaic_compiler_params(pallas_eqn)
 
 
 def _signals_another_device(eqn) -> bool:
