@@ -181,7 +181,7 @@ TESTED_THROUGH = {
     "readers.mosaic": "test_blockspecs.py", "readers.reproduction": "test_checks.py",
     "readers.traced_program": "test_checks.py", "references": "test_tolerance.py",
     "run.hookspecs": "test_chips.py", "run.mutants": "test_grading_chapters.py",
-    "run.session": "test_options_and_markers.py", "strategies": "test_grading_chapters.py",
+    "run.session": "test_options_and_markers.py", "run.options": "test_options_and_markers.py", "strategies": "test_grading_chapters.py",
     "site.bench": "test_site.py", "site.build": "test_site.py", "site.command": "test_site.py",
     "site.instrument_pages": "test_site.py", "site.instruments": "test_site.py", "site.learner_view": "test_site.py",
     "site.markdown": "test_site.py", "site.pages": "test_site.py", "site.server": "test_site.py",
