@@ -18,7 +18,7 @@ from .gates import markers, timer
 from .grading import backend
 from .grading.deadline import DEFAULT_SECONDS
 from .grading.messages import outcome_report
-from .session import OPTIONS, SESSION, CourseSession, RunOptions, run_chip
+from .session import CALL_SEEN, OPTIONS, SESSION, CourseSession, RunOptions, run_chip
 
 
 GATE_RESULTS = pytest.StashKey[list]()
@@ -211,6 +211,8 @@ def pytest_runtest_call(item: pytest.Item):
 def pytest_runtest_makereport(item: pytest.Item, call: pytest.CallInfo):
     """A test that ended in a GradingOutcome reports its short message (a stub: TODO)."""
     report = yield
+    if call.when == "call":  # how the session saw the call end, for a controller under pytest-xdist
+        report.tpucourse_call = item.stash.get(CALL_SEEN, None)
     found = outcome_report(call.excinfo.value) if call.excinfo else None
     if found is not None:
         report.longrepr, report.tpucourse_todo, report.tpucourse_headline = found

@@ -31,6 +31,9 @@ class GradingContext:
     # The latest call of each graded function (by display), for the reproduction line of a
     # check that fails (reproduction.py).
     calls: dict = field(default_factory=dict)
+    # The sha256 of the bytes each graded module was imported from (its resolved path as text):
+    # what the state file and gate rows record, whatever the file holds later.
+    imported: dict = field(default_factory=dict)
 
 
 _active: list[GradingContext] = []

@@ -3,6 +3,8 @@ a hang, and the report of a test that ended in a GradingOutcome."""
 
 from __future__ import annotations
 
+import os
+
 import re
 import traceback
 from pathlib import Path
@@ -103,6 +105,10 @@ def relative(path: Path, base: Path | None) -> str:
     """`path` relative to the course root where it lies inside it, else absolute."""
     if base is None:
         return str(path)
+    try:  # the path as given first: a symlinked file is named as the learner's, not its target
+        return str(Path(os.path.abspath(path)).relative_to(Path(os.path.abspath(base))))
+    except ValueError:
+        pass
     try:
         return str(Path(path).resolve().relative_to(base.resolve()))
     except ValueError:

@@ -16,7 +16,7 @@ from ..course import (EXERCISES, Course, CourseDataError, Exercise, find_course_
                       module_in_tree)
 from ..gates import records as rec
 from ..gates import report
-from . import self_test, state
+from . import run_markers, self_test, state
 from .next_up import next_exercise, shipped
 from .status import Status
 
@@ -72,6 +72,10 @@ def progress_lines(course: Course, data: dict, gates: report.LearnerGates) -> li
                 line += f": {entry['message']}" + (f"  [{failed} tests failed]" if failed > 1 else "")
             elif status == Status.CHANGED:
                 line += ": passed, then edited: run its tests again"
+            elif status == Status.NOT_COUNTED:
+                unearned = state.why_not_from_a_run(data, exercise.key)
+                line += (f": not from a run ({unearned}): run its tests again" if unearned
+                         else f": not counted: {entry.get('message')}")
             if data.get("solutions_read", {}).get(exercise.key, {}).get("before_done"):
                 line += "  (its solution was read before it was done)"
             elif status == Status.PARTIAL:
@@ -80,6 +84,7 @@ def progress_lines(course: Course, data: dict, gates: report.LearnerGates) -> li
         if chapter.can_you:
             lines.append(f"      {self_test.summary(chapter, data)}")
     lines.append("")
+    lines += [f"WARNING: {run.describe()}" for run in run_markers.ended_without_summary(course.root)]
     lines.append(f"your progress: {complete}/{course.chapters_total} chapters")
     lines.append(f"gates: {gates.passed()}/{course.gates_total} gates passed (measured on hardware)")
     lines += gates.notes()
