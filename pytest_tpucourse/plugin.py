@@ -211,14 +211,16 @@ def pytest_runtest_call(item: pytest.Item):
 def pytest_runtest_makereport(item: pytest.Item, call: pytest.CallInfo):
     """A test that ended in a GradingOutcome reports its short message (a stub: TODO)."""
     report = yield
+    session = item.config.stash.get(SESSION, None)
     if call.when == "call":  # how the session saw the call end, for a controller under pytest-xdist
         report.tpucourse_call = item.stash.get(CALL_SEEN, None)
+    if report.skipped and call.excinfo is not None and session is not None:
+        report.tpucourse_skip_by = session.skip_made_by(item, call.excinfo.value)
     found = outcome_report(call.excinfo.value) if call.excinfo else None
     if found is not None:
         report.longrepr, report.tpucourse_todo, report.tpucourse_headline = found
     if call.when == "call" and report.passed:
         _gate_outcome(item, report)  # a gate test that returned takes the outcome its results say
-    session = item.config.stash.get(SESSION, None)
     if report.failed and session is not None:
         session.reported(item, report, outcome=found is not None)
         if call.when == "call":

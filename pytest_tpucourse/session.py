@@ -386,7 +386,8 @@ class CourseSession:
         finally:
             leftovers.end_forked_child()
             item.stash[CALL_SEEN] = self._calls_seen[item.nodeid] = seen
-            changed = self.guard.restore_changed()
+            graded = "impl" in getattr(item, "fixturenames", ()) or self.progress.exercise_of(item.nodeid)
+            changed = self.guard.restore_changed() if graded else []
             if changed and seen == "returned":
                 self._calls_seen[item.nodeid] = item.stash[CALL_SEEN] = "raised LearnerCodeError"
                 raise LearnerCodeError(
@@ -456,24 +457,35 @@ class CourseSession:
                              message=getattr(report, "tpucourse_headline", None) or first_line(message))
 
     def _skip_made_by(self, report: pytest.TestReport) -> str | None:
-        """Where a skip that the course did not make came from (None: the plugin's own skips, a
-        graded test file's, a gate test awaiting hardware)."""
         if hasattr(report, "wasxfail"):
             return "an xfail"
-        longrepr = report.longrepr
-        path = Path(str(longrepr[0])) if isinstance(longrepr, tuple) and longrepr else None
-        if path is None:
+        return getattr(report, "tpucourse_skip_by", None)
+
+    def skip_made_by(self, item: pytest.Item, error: BaseException) -> str | None:
+        """Where a skip the course did not make came from; None for the course's: the plugin's
+        own (no libtpu, too few devices, gate tests off-chip), a graded test file's, or a skip
+        mark written in one (not one a conftest added)."""
+        caller = None
+        tb = error.__traceback__
+        while tb is not None:
+            frame = tb.tb_frame
+            if not (frame.f_locals.get("__tracebackhide__") or frame.f_globals.get("__tracebackhide__")):
+                caller = Path(os.path.abspath(frame.f_code.co_filename))
+            tb = tb.tb_next
+        if caller is None:
             return None
-        if not path.is_absolute():
-            path = Path(self.course.root) / path
-        path = Path(os.path.abspath(path))
-        try:
-            path.relative_to(_PACKAGE)
+        if caller.is_relative_to(_PACKAGE) or caller == Path(os.path.abspath(item.path)):
             return None
-        except ValueError:
-            pass
-        nodepath = Path(os.path.abspath(Path(self.course.root) / report.nodeid.split("::", 1)[0]))
-        return None if path == nodepath else _shown(path, self.course.root)
+        if caller.name == "skipping.py" and "_pytest" in caller.parts:  # a skip or skipif mark
+            written = [m for holder in (getattr(item, "obj", None), getattr(item, "cls", None),
+                                        getattr(item, "module", None))
+                       for m in (getattr(holder, "pytestmark", None) or ())]
+            written = written if isinstance(written, list) else []
+            if any(getattr(m, "name", "") in ("skip", "skipif") for m in written) \
+                    or str(getattr(error, "msg", "")).startswith(markers.GATE_TESTS_SKIPPED):
+                return None
+            return "a skip mark a plugin or conftest added"
+        return _shown(caller, self.course.root)
 
     @pytest.hookimpl(trylast=True)
     def pytest_sessionfinish(self, session: pytest.Session, exitstatus) -> None:
