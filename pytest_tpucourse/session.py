@@ -209,6 +209,7 @@ class CourseSession:
         the state file already written (pytest_unconfigure is the run's last hook).
         """
         CTRL_C.uninstall()
+        leftovers.stop_watching_forks()
         if self._marker is not None:  # no terminal summary in this run (-p no:terminal): it ends here
             run_markers.summary_written(self.course.root, self._marker)
             self._marker = None

@@ -33,6 +33,12 @@ def watch_forks() -> None:
     _session_pid = os.getpid()
 
 
+def stop_watching_forks() -> None:
+    """The run is over: a fork from now on is not graded code's (a warm process forking runs)."""
+    global _session_pid
+    _session_pid = None
+
+
 def in_a_forked_child() -> bool:
     """This process is a fork of the run's process (the run's hooks call end_forked_child)."""
     return _session_pid is not None and os.getpid() != _session_pid
@@ -54,7 +60,8 @@ def _end_later() -> None:
     import time
 
     time.sleep(FORK_GRACE_SECONDS)
-    os._exit(0)
+    if in_a_forked_child():  # not if the child started a run of its own (pytest.main in a fork)
+        os._exit(0)
 
 
 def threads_at_start() -> set[int]:
