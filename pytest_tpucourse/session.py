@@ -142,6 +142,7 @@ class CourseSession:
         self._marker: Path | None = None
         self._unfinished: list = []  # earlier runs that ended without their summary
         self._threads_before = leftovers.threads_at_start()
+        self._is_worker = False  # a pytest-xdist worker (set when the session starts)
 
     @classmethod
     def from_config(cls, config: pytest.Config, options: RunOptions | None = None) -> CourseSession | None:
@@ -209,6 +210,9 @@ class CourseSession:
         the state file already written (pytest_unconfigure is the run's last hook).
         """
         CTRL_C.uninstall()
+        # Threads are this run's to end only in a process of its own: not in a run inside another
+        # (pytester in-process), nor on a pytest-xdist worker (whose controller reports it).
+        alone = context.runs_in_progress() == 1 and not self._is_worker
         leftovers.stop_watching_forks()
         if self._marker is not None:  # no terminal summary in this run (-p no:terminal): it ends here
             run_markers.summary_written(self.course.root, self._marker)
@@ -219,7 +223,7 @@ class CourseSession:
 
         compiled.stop_compiling_kernel_programs()  # each holds its kept folder to its size
         tpu_compile.keep_results_in(None)
-        left = leftovers.threads_left_by_the_run(self._threads_before, self.course.root)
+        left = leftovers.threads_left_by_the_run(self._threads_before, self.course.root) if alone else []
         if left and self.exitstatus is not None:
             sys.stderr.write("".join(f"tpucourse: {thread} is still running: the run ends here, its results "
                                      f"already written\n" for thread in left))
@@ -362,7 +366,8 @@ class CourseSession:
         CTRL_C.install()
         if _selection_may_drop_tests(session.config):
             self.progress.some_tests_unseen()
-        if getattr(session.config, "workerinput", None) is None:  # xdist's controller or a plain run
+        self._is_worker = getattr(session.config, "workerinput", None) is not None
+        if not self._is_worker:  # xdist's controller or a plain run
             self._unfinished = run_markers.ended_without_summary(self.course.root)
             try:
                 self._marker = run_markers.start(self.course.root, self.run_id, session.config.args, self.tree.kind)

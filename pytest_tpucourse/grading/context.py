@@ -49,6 +49,11 @@ def deactivate(context: GradingContext) -> None:
         _active.remove(context)
 
 
+def runs_in_progress() -> int:
+    """How many runs are active in this process (2: a pytester run inside another)."""
+    return len(_active)
+
+
 def active() -> GradingContext:
     """The context of the innermost run in progress, or the defaults outside any."""
     return _active[-1] if _active else _outside_a_run
