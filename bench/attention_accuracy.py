@@ -23,9 +23,10 @@ import jax
 import numpy as np
 from jax.experimental.pallas import tpu as pltpu
 
-from pytest_tpucourse import backend, public_kernels, references, tolerance
+from pytest_tpucourse import backend, public_kernels, references
+from pytest_tpucourse.core import tolerance
 from pytest_tpucourse import strategies as tst
-from pytest_tpucourse.course import load_course
+from pytest_tpucourse.core.course import load_course
 from pytest_tpucourse.implementations import GradedTree, Implementation
 from tolerance_evidence import _f64, _oracle
 

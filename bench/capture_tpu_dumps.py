@@ -2,7 +2,7 @@
 
 Needs the tpu-compile extra (`pip install -e ".[tpu-compile]"`: libtpu 0.0.42.*, the
 version jax[tpu]==0.10.2 pins), on any host (no TPU): every program goes through
-`pytest_tpucourse.tpu_compile.compile_for`, which runs XLA:TPU and Mosaic for a described
+`pytest_tpucourse.compiler.libtpu.compile_for`, which runs XLA:TPU and Mosaic for a described
 v5e while JAX stays on the CPU. The sharded program runs on a mesh of 4 simulated CPU
 devices here and is compiled over 4 devices of the v5e topology.
 
@@ -28,7 +28,7 @@ jax.config.update("jax_num_cpu_devices", 4)  # the sharded program's mesh; befor
 import jax.numpy as jnp  # noqa: E402
 import numpy as np  # noqa: E402
 
-from pytest_tpucourse import tpu_compile  # noqa: E402
+from pytest_tpucourse.compiler import libtpu  # noqa: E402
 
 ROOT = Path(__file__).resolve().parents[1]
 DUMPS = ROOT / "exercises" / "ch12" / "dumps"
@@ -54,8 +54,8 @@ def main(argv=None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--out", type=Path, default=DUMPS, help="where to write the dumps")
     args = parser.parse_args(argv)
-    if not tpu_compile.available():
-        sys.exit(tpu_compile.INSTALL_LINE)
+    if not libtpu.available():
+        sys.exit(libtpu.INSTALL_LINE)
     programs = _programs()
     date = datetime.datetime.now(datetime.timezone.utc).date().isoformat()
 
@@ -63,7 +63,7 @@ def main(argv=None) -> int:
         return [jax.ShapeDtypeStruct(shape, jnp.dtype(dtype), sharding=sharding)
                 for shape, dtype in programs.ARGS[name]]
 
-    with tpu_compile.quiet_libtpu_startup():
+    with libtpu.quiet_libtpu_startup():
         mesh = Mesh(np.array(jax.devices()[:4]), ("x",))
 
     def sharded_scan(x, w):
@@ -78,11 +78,11 @@ def main(argv=None) -> int:
     }
     args.out.mkdir(parents=True, exist_ok=True)
     for name, (fn, arguments) in jobs.items():
-        compiled = tpu_compile.compile_for(fn, *arguments, chip=CHIP)
+        compiled = libtpu.compile_for(fn, *arguments, chip=CHIP)
         shapes = ", ".join(f"{a.dtype}{list(a.shape)}" for a in arguments)
         header = (f"// XLA:TPU optimized HLO of programs.{name}({shapes}), compiled ahead of time for "
                   f"{compiled.device_kind} (topology {compiled.topology}, {compiled.devices} of its chips) by "
-                  f"libtpu {tpu_compile.libtpu_version()} with jax {jax.__version__} on a CPU host, {date}; "
+                  f"libtpu {libtpu.libtpu_version()} with jax {jax.__version__} on a CPU host, {date}; "
                   f"command: python bench/capture_tpu_dumps.py")
         path = args.out / f"v5e_{name}.hlo.txt"
         path.write_text(header + "\n" + _relative_file_names(compiled.optimized_hlo), encoding="utf-8")

@@ -26,12 +26,12 @@ def cases():
     import jax
     import jax.numpy as jnp
 
-    from pytest_tpucourse import mosaic
+    from pytest_tpucourse import public_kernels
 
     def s(*shape, dtype="bfloat16"):
         return jax.ShapeDtypeStruct(shape, jnp.dtype(dtype))
 
-    solution = lambda name: mosaic.course_solution(REPO, name)  # noqa: E731
+    solution = lambda name: public_kernels.course_solution(REPO, name)  # noqa: E731
     grad = solution("ch13.backward.flash_attention")
     attention_grad = jax.grad(lambda q, k, v: grad(q, k, v, causal=True).astype("float32").sum(), argnums=(0, 1, 2))
     return [
@@ -56,11 +56,11 @@ def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--chip", default="v5e")
     args = parser.parse_args()
-    from pytest_tpucourse import tpu_compile
+    from pytest_tpucourse.compiler import libtpu
 
-    if not tpu_compile.available():
-        sys.exit(tpu_compile.INSTALL_LINE)
-    print(f"tpu_compile.compile_for(..., chip={args.chip!r}); {tpu_compile.READ_AGAINST}; "
+    if not libtpu.available():
+        sys.exit(libtpu.INSTALL_LINE)
+    print(f"libtpu.compile_for(..., chip={args.chip!r}); {libtpu.READ_AGAINST}; "
           f"{os.cpu_count()} CPUs, {platform.processor() or platform.machine()}, "
           f"Python {platform.python_version()}, {time.strftime('%Y-%m-%d', time.gmtime())}")
     print()
@@ -72,9 +72,9 @@ def main() -> None:
         for dumps in (False, True):
             start = time.perf_counter()
             try:
-                compiled = tpu_compile.compile_for(fn, *shapes, chip=args.chip, dumps=dumps, **kwargs)
+                compiled = libtpu.compile_for(fn, *shapes, chip=args.chip, dumps=dumps, **kwargs)
                 inner = f"{compiled.compile_seconds:.2f} s"
-            except tpu_compile.TpuCompileError as error:
+            except libtpu.TpuCompileError as error:
                 verdict, inner = f"{error.kind} ({error.code})" if error.code else error.kind, "-"
             cells += [f"{time.perf_counter() - start:.2f} s", inner]
         note = " (starts the child compiler)" if index == 0 else ""

@@ -62,7 +62,7 @@ def _variants(workdir: Path):
     """(label, function, reference name) of each kernel compared."""
     from jax.experimental.pallas.ops.tpu import all_gather as jax_all_gather
 
-    from pytest_tpucourse.mutants import build_tree, load_mutants
+    from pytest_tpucourse.run.mutants import build_tree, load_mutants
 
     mutants = {m.name: m for m in load_mutants(REPO / "tests" / "mutants" / "ch14.toml")}
     shared = _module(build_tree(mutants["all_gather_shared_semaphore"], REPO / "solutions", workdir / "a"),
@@ -126,7 +126,7 @@ def deadlock_report():
 
     from pytest_tpucourse import checks
     from pytest_tpucourse.grading.deadline import Deadline
-    from pytest_tpucourse.mutants import build_tree, load_mutants
+    from pytest_tpucourse.run.mutants import build_tree, load_mutants
 
     mutant = next(m for m in load_mutants(REPO / "tests" / "mutants" / "ch14.toml")
                   if m.name == "exchange_waits_before_signalling")

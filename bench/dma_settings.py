@@ -3,7 +3,7 @@
     python bench/dma_settings.py
 
 Runs solutions/ch06/double_buffering.py and each of its DMA mutants (tests/mutants/ch06.toml)
-on one input under the three settings the graded tests use (tpu_checks.DMA_SETTINGS) and
+on one input under the three settings the graded tests use (tpu_rules.DMA_SETTINGS) and
 prints, per setting, the largest error against numpy, what the interpreter printed (a
 semaphore still counting at kernel exit, a race) and whether the call hung (a 5 s
 deadline). Off-chip, under interpret mode: it says nothing about a TPU's speed.
@@ -37,11 +37,12 @@ def load(source: str, name: str):
 def outcome(module, x, setting: str) -> str:
     import jax
     from jax.experimental.pallas import tpu as pltpu
-    from pytest_tpucourse import jax_internals, tpu_checks
+    from pytest_tpucourse.core import jax_internals
+    from pytest_tpucourse.checking import tpu_rules
     from pytest_tpucourse.grading import backend
     from pytest_tpucourse.grading.deadline import Deadline, DeadlineExceeded
 
-    params = pltpu.InterpretParams(random_seed=0, **tpu_checks.SETTINGS[setting])
+    params = pltpu.InterpretParams(random_seed=0, **tpu_rules.SETTINGS[setting])
     printed = io.StringIO()
     try:
         with pltpu.force_tpu_interpret_mode(params), contextlib.redirect_stdout(printed), \
@@ -70,8 +71,8 @@ def main() -> None:
     import jax
     import jax.numpy as jnp
 
-    from pytest_tpucourse import tpu_checks
-    from pytest_tpucourse.mutants import load_mutants
+    from pytest_tpucourse.checking import tpu_rules
+    from pytest_tpucourse.run.mutants import load_mutants
 
     solution = (REPO / "solutions/ch06/double_buffering.py").read_text()
     mutants = {m.name: m for m in load_mutants(REPO / "tests/mutants/ch06.toml")}
@@ -79,12 +80,12 @@ def main() -> None:
     print(f"column_sums(x (64, 256) float32, block_rows=8), jax {jax.__version__}, TPU interpret mode on "
           f"{jax.devices()[0].platform}")
     print()
-    print("| kernel | " + " | ".join(tpu_checks.DMA_SETTINGS) + " |")
-    print("|---|" + "---|" * len(tpu_checks.DMA_SETTINGS))
+    print("| kernel | " + " | ".join(tpu_rules.DMA_SETTINGS) + " |")
+    print("|---|" + "---|" * len(tpu_rules.DMA_SETTINGS))
     for name in ("solution",) + MUTANTS:
         source = solution if name == "solution" else mutants[name].apply(solution)
         module = load(source, f"double_buffering_{name}")
-        cells = [outcome(module, x, setting) for setting in tpu_checks.DMA_SETTINGS]
+        cells = [outcome(module, x, setting) for setting in tpu_rules.DMA_SETTINGS]
         print(f"| {name} | " + " | ".join(cells) + " |", flush=True)
 
 

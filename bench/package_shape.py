@@ -10,6 +10,10 @@ imports the plugin in child processes). An import inside a function (loaded on f
 use) is listed apart from the module-level imports that run when the module loads.
 Layers: a module's layer is one more than the highest layer among the package modules it
 imports at module level (layer 0 imports none of them).
+
+The rule the package keeps (LAYERS, tested by tests/test_package_shape.py): every module
+belongs to one layer, and imports only modules of its own layer or of layers below it, at
+load time or inside a function alike; and no import circle, of either kind.
 """
 
 from __future__ import annotations
@@ -24,6 +28,19 @@ from pathlib import Path
 
 PACKAGE = "pytest_tpucourse"
 HEAVY = ("numpy", "hypothesis", "jax", "jaxlib", "ml_dtypes")
+
+# Bottom to top. A name is a top-level module or a subpackage (all its modules).
+LAYERS = (
+    ("core",),                                   # the JAX shim, the course as data, outcomes, paths
+    ("chips", "roofline", "references"),         # figures and oracles: pure, no machinery
+    ("readers", "compiler"),                     # what a program contains; the TPU compiler
+    ("strategies",),                             # inputs graded tests draw
+    ("grading",),                                # how graded code is reached and run
+    ("checks", "checking", "public_kernels", "prompt", "instruments", "ir", "tpu"),  # the toolkit
+    ("gates", "learner", "gating"),              # one audience each: gate rows, the learner's loop
+    ("run",),                                    # one pytest run, built once from the config
+    ("commands", "plugin", "__init__"),          # wiring: the `tpucourse` command, pytest's hooks
+)
 
 
 def modules(package_dir: Path) -> dict[str, Path]:
@@ -96,6 +113,65 @@ def layers(known, eager) -> dict[str, int]:
     return level
 
 
+def layer_of(name: str) -> int | None:
+    """The LAYERS index of a module (dotted, relative to the package), None where unlisted."""
+    head = name.split(".")[0]
+    for index, members in enumerate(LAYERS):
+        if head in members:
+            return index
+    return None
+
+
+def upward_imports(known, eager, lazy) -> list[tuple[str, str]]:
+    """(importer, imported) pairs where the imported module sits in a higher layer."""
+    found = []
+    for name in known:
+        for target in sorted(eager[name] | lazy[name]):
+            here, there = layer_of(name), layer_of(target)
+            if here is not None and there is not None and there > here:
+                found.append((name, target))
+    return found
+
+
+def circles(known, eager, lazy) -> list[list[str]]:
+    """The import circles (strongly connected groups of more than one module), every import
+    counted: at load time, inside functions and for type checkers alike."""
+    edges = {name: eager[name] | lazy[name] for name in known}
+    index, low, on_stack, stack, groups = {}, {}, set(), [], []
+
+    def connect(v):
+        index[v] = low[v] = len(index)
+        stack.append(v)
+        on_stack.add(v)
+        for w in edges[v]:
+            if w not in index:
+                connect(w)
+                low[v] = min(low[v], low[w])
+            elif w in on_stack:
+                low[v] = min(low[v], index[w])
+        if low[v] == index[v]:
+            group = []
+            while True:
+                w = stack.pop()
+                on_stack.discard(w)
+                group.append(w)
+                if w == v:
+                    break
+            if len(group) > 1:
+                groups.append(sorted(group))
+
+    for name in sorted(known):
+        if name not in index:
+            connect(name)
+    return sorted(groups)
+
+
+def top_level_modules(known) -> list[str]:
+    """The package's own top-level .py files (its __init__.py included)."""
+    return sorted(n for n, path in known.items() if "." not in n and path.name != "__init__.py"
+                  or n == "__init__")
+
+
 def longest_function(known) -> tuple[int, str]:
     best = (0, "")
     for name, path in known.items():
@@ -134,6 +210,17 @@ def main() -> None:
     longest = max(files, key=sizes.get)
     length, function = longest_function(known)
     print(f"modules: {len(files)} (not counting __init__.py files), {sum(sizes.values())} lines")
+    edges = sum(len(eager[n] | lazy[n]) for n in known)
+    top = top_level_modules(known)
+    print(f"top-level modules: {len(top)} ({', '.join(top)})")
+    print(f"import edges: {edges} (every import, at load and inside functions)")
+    found = circles(known, eager, lazy)
+    print(f"import circles: {len(found)}" + "".join(f"\n  {' <-> '.join(c)}" for c in found))
+    upward = upward_imports(known, eager, lazy)
+    unlisted = sorted(n for n in known if layer_of(n) is None)
+    print(f"upward imports (LAYERS): {len(upward)}" + "".join(f"\n  {a} -> {b}" for a, b in upward))
+    if unlisted:
+        print(f"modules in no layer: {', '.join(unlisted)}")
     print(f"longest module: {longest} ({sizes[longest]} lines)")
     print(f"longest function: {function} ({length} lines)")
     print("layers (module [lines]: imports at load; + imports inside functions):")

@@ -24,14 +24,14 @@ import time
 from pathlib import Path
 
 import jax
-import numpy as np
 from jax.experimental.pallas import tpu as pltpu
 
-from pytest_tpucourse import backend, public_kernels, references, tolerance
+from pytest_tpucourse import backend, public_kernels, references
+from pytest_tpucourse.core import tolerance
 from pytest_tpucourse import strategies as tst
-from pytest_tpucourse.course import load_course
+from pytest_tpucourse.core.course import load_course
 from pytest_tpucourse.implementations import GradedTree, Implementation
-from pytest_tpucourse.mutants import build_tree, load_mutants
+from pytest_tpucourse.run.mutants import build_tree, load_mutants
 from tolerance_evidence import _f64, _oracle
 
 REPO = Path(__file__).resolve().parents[1]

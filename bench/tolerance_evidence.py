@@ -5,7 +5,7 @@
 For each case it prints the relative Frobenius error against the float64 oracle
 rounded to the output dtype, the XLA floor's own error, the bound the rule sets
 (tolerance.py), and whether the rule accepts it. Correct implementations must
-all be accepted and the wrong ones all rejected; docs/tolerance.md holds the
+all be accepted and the wrong ones all rejected; docs/checking.md ("The tolerance rule") holds the
 table this prints. Kernels run under TPU interpret mode: the errors are
 off-chip verification, not hardware measurements.
 """
@@ -22,10 +22,11 @@ import jax.numpy as jnp
 import numpy as np
 from jax.experimental.pallas import tpu as pltpu
 
-from pytest_tpucourse import public_kernels, references, tolerance
+from pytest_tpucourse import public_kernels, references
+from pytest_tpucourse.core import tolerance
 from pytest_tpucourse.grading import backend
 from pytest_tpucourse import strategies as tst
-from pytest_tpucourse.mutants import build_tree, load_mutants
+from pytest_tpucourse.run.mutants import build_tree, load_mutants
 
 REPO = Path(__file__).resolve().parents[1]
 BF16 = jnp.bfloat16

@@ -6,13 +6,13 @@
 
 `--compile` needs the tpu-compile extra (`pip install -e ".[tpu-compile]"`, libtpu 0.0.42.*,
 what jax[tpu]==0.10.2 pins). It compiles each kernel ahead of time for a described TPU on
-this CPU with `pytest_tpucourse.tpu_compile.compile_for`: nothing runs, nothing is timed.
+this CPU with `pytest_tpucourse.compiler.libtpu.compile_for`: nothing runs, nothing is timed.
 Every case is sized above the chip's default scoped VMEM limit, so the compiler refuses it
 with E1001 and prints the bytes it needed ("Scoped allocation with size 28.00M and limit
 16.00M"), or, above the whole VMEM, "Used 24.00M of 16.00M vmem"; compile_for reads both
 into TpuCompileError.vmem_needed_bytes and vmem_limit_bytes. `COMPILER` holds what libtpu
 0.0.42.1 printed (2026-11-30); tests/test_vmem_footprint.py checks that
-pytest_tpucourse.vmem_footprint reproduces it.
+pytest_tpucourse.readers.vmem_footprint reproduces it.
 """
 
 from __future__ import annotations
@@ -24,8 +24,9 @@ import jax
 import jax.numpy as jnp
 from jax.experimental import pallas as pl
 
-from pytest_tpucourse import tpu_compile, vmem_footprint
-from pytest_tpucourse.chip_checks import matmul_schedule as matmul
+from pytest_tpucourse.compiler import libtpu
+from pytest_tpucourse.readers import vmem_footprint
+from pytest_tpucourse.checking.compiler_figures import matmul_schedule as matmul
 
 MiB = 2**20
 LIMIT_CHIPS = ("v4", "v5e", "v5p", "v6e", "v7x")
@@ -116,9 +117,9 @@ def model_bytes(kernel, shapes, dtype) -> int:
 def compiler_figure(kernel, shapes, dtype, chip) -> str:
     """What the real compiler says of the kernel for `chip`: the VMEM it needed against the limit."""
     try:
-        tpu_compile.compile_for(kernel, *operands(shapes, dtype), chip=chip)
+        libtpu.compile_for(kernel, *operands(shapes, dtype), chip=chip)
         return "compiles"
-    except tpu_compile.TpuCompileError as error:  # the compiler's refusal is the measurement
+    except libtpu.TpuCompileError as error:  # the compiler's refusal is the measurement
         if error.kind == "vmem":
             return f"{error.vmem_needed_bytes / MiB:.2f}M (limit {error.vmem_limit_bytes / MiB:.2f}M, {error.code or 'no code'})"
         return error.message.splitlines()[0][:120]
@@ -130,8 +131,8 @@ def main(argv=None) -> int:
     parser.add_argument("--limits", action="store_true",
                         help="print the default scoped VMEM limit the compiler applies on each chip")
     args = parser.parse_args(argv)
-    if (args.compile or args.limits) and not tpu_compile.available():
-        sys.exit(tpu_compile.INSTALL_LINE)
+    if (args.compile or args.limits) and not libtpu.available():
+        sys.exit(libtpu.INSTALL_LINE)
     if args.limits:
         # 48 MiB of blocks: above every default limit, and above v4's whole VMEM.
         probe = elementwise((8, 262144)), [(8, 1048576)] * 2, "float32"

@@ -42,7 +42,7 @@ class Watcher:
     def __init__(self, root: Path, mode: str):
         env = {**os.environ, "TPUCOURSE_WATCH_RUNS": mode}
         self.process = subprocess.Popen(
-            [sys.executable, "-m", "pytest_tpucourse.cli", "watch", "ch11.matmul"], cwd=root, env=env,
+            [sys.executable, "-m", "pytest_tpucourse.commands.main", "watch", "ch11.matmul"], cwd=root, env=env,
             stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
         self.lines: list[tuple[float, str]] = []
         self.reader = threading.Thread(target=self._read, daemon=True)

@@ -21,13 +21,21 @@ import functools
 
 import numpy as np
 
-from . import jax_internals, structure, tolerance
+from .core import jax_internals, tolerance
+from .readers import traced_program
 from .grading.calls import GradedFunction
 from .grading.compiled import CompiledPrograms
 from .grading.deadline import DeadlineExceeded
-from .outcomes import CheckerError, GradingOutcome, WrongResult
-from .reproduction import remember, reproduction
+from .core.outcomes import CheckerError, GradingOutcome, WrongResult
+from .readers.reproduction import remember, reproduction
 from .strategies import cotangents_like
+
+__all__ = [
+    "assert_close", "assert_equal", "assert_grads_match", "assert_matches_reference",
+    "assert_one_kernel", "assert_rejects", "assert_uses_pallas", "CHECK_GRADS_EPS",
+    "CHECK_GRADS_TOL", "CheckerError", "count_pallas_calls", "fail", "graded", "gradient",
+    "WrongResult",
+]
 
 
 def graded(function, name: str) -> GradedFunction:
@@ -174,7 +182,7 @@ def _non_finite_inputs(fn) -> str | None:
     """What the inputs of fn's latest call held that was not finite, in words; None if unknown."""
     import jax
 
-    from .reproduction import last_call
+    from .readers.reproduction import last_call
 
     call = last_call(fn)
     if call is None:
@@ -193,14 +201,14 @@ def _non_finite_inputs(fn) -> str | None:
 
 def _kernel_ran_under_tpu_interpret(fn) -> bool:
     """Whether fn's latest call ran a pallas_call, under TPU interpret mode."""
-    from .reproduction import last_call
+    from .readers.reproduction import last_call
 
     mode = jax_internals.interpret_mode_in_effect()
     call = last_call(fn)
     if call is None or type(mode).__name__ != "InterpretParams":
         return False
     try:
-        return structure.count_pallas_calls(fn.jaxpr(*call.args, **call.kwargs)) > 0
+        return traced_program.count_pallas_calls(fn.jaxpr(*call.args, **call.kwargs)) > 0
     except Exception:
         return False
     finally:
@@ -253,7 +261,7 @@ def assert_matches_reference(fn, args, *, reference, kwargs=None, names=None,
     """
     kwargs = kwargs or {}
     if require_kernel:
-        structure.assert_uses_pallas(fn, *args, **kwargs)
+        traced_program.assert_uses_pallas(fn, *args, **kwargs)
     got = fn(*args, **kwargs)
     programs = fn.context.programs
     floor_out = _run_test_code("floor", _compiled(programs, reference.floor), args, {})
@@ -341,7 +349,7 @@ def assert_grads_match(fn, args, *, reference, argnames, kwargs=None, seed: int 
             continue
         _assert_close(g, ref, fn=fn, dtype=np.asarray(arg).dtype, tol=tol, floor=np.asarray(fl),
                       kind="grad", what=f"grad {name}", suffix=suffix)
-    if check_custom_vjp and structure.defines_custom_vjp(fn.jaxpr(*args, **kwargs)):
+    if check_custom_vjp and traced_program.defines_custom_vjp(fn.jaxpr(*args, **kwargs)):
         _assert_vjp_consistent_with_forward(fn, args, kwargs, suffix)
 
 
@@ -477,7 +485,7 @@ def _as_float64(tree):
                         tree)
 
 
-# Structural checks live in structure.py; re-exported as part of the checker's API.
-assert_one_kernel = structure.assert_one_kernel
-assert_uses_pallas = structure.assert_uses_pallas
-count_pallas_calls = structure.count_pallas_calls
+# Structural checks live in traced_program.py; re-exported as part of the checker's API.
+assert_one_kernel = traced_program.assert_one_kernel
+assert_uses_pallas = traced_program.assert_uses_pallas
+count_pallas_calls = traced_program.count_pallas_calls

@@ -31,6 +31,14 @@ from __future__ import annotations
 import functools
 from dataclasses import dataclass, field, replace
 
+__all__ = [
+    "builtin_chips", "Chip", "chip_for_device", "chip_for_run", "ChipMismatch", "ChipRegistry",
+    "COMPILE_TOPOLOGIES", "DEFAULT_CHIP", "dtype_family", "get_chip", "GOOGLE_ICI", "GPU_CHIPS",
+    "JAX_CHIP_VERSIONS", "JAX_TPU_INFO", "KNOWN_CHIPS", "SCALING_BOOK", "SCALING_BOOK_ICI",
+    "SCOPED_VMEM_LIMITS", "TPU_CHIPS", "validate_chip",
+]
+
+
 TPU_CHIPS = ("v2", "v3", "v4", "v5e", "v5p", "v6e", "v7x")
 GPU_CHIPS = ("a100", "a100-40gb", "h100", "h200")
 KNOWN_CHIPS = TPU_CHIPS + GPU_CHIPS
@@ -40,6 +48,20 @@ DEFAULT_CHIP = "v5e"
 # Our TPU names as JAX's pltpu.ChipVersion spells them.
 JAX_CHIP_VERSIONS = {"v2": "v2", "v3": "v3", "v4": "v4", "v5e": "v5e", "v5p": "v5p", "v6e": "v6e",
                      "v7x": "7x"}
+
+# A compile-only topology per chip. The smallest each chip accepts: "v5e:1x1" is
+# refused ("not divisible by the default chips_per_host_bounds 2x2x1"); v7x is "tpu7x".
+COMPILE_TOPOLOGIES = {
+    "v2": "v2:2x2", "v3": "v3:2x2", "v4": "v4:2x2x1", "v5e": "v5e:2x2",
+    "v5p": "v5p:2x2x1", "v6e": "v6e:2x2", "v7x": "tpu7x:2x2x1",
+}
+# The compiler's default scoped-VMEM limit per chip, read off its E1001 errors
+# ("Scoped allocation with size 28.00M and limit 16.00M") with libtpu 0.0.42.1: an f32
+# ch11 matmul with 1024 blocks on 2048² arrays needs 28 MiB (v5e, v5p refuse it), with
+# (1024, 2048, 1024) blocks on 4096² arrays 44 MiB (v6e, v7x refuse it). v2-v4 have
+# 16 MiB of VMEM in all and refuse an oversized allocation without an E1001.
+# `pltpu.CompilerParams(vmem_limit_bytes=...)` moves the limit.
+SCOPED_VMEM_LIMITS = {"v5e": 16 * 2 ** 20, "v5p": 16 * 2 ** 20, "v6e": 32 * 2 ** 20, "v7x": 32 * 2 ** 20}
 
 JAX_TPU_INFO = "jax pltpu.get_tpu_info_for_chip (per TensorCore, x cores)"
 SCALING_BOOK = "How to Scale Your Model (jax-ml/scaling-book), part 2, TPU table"
@@ -84,6 +106,8 @@ class Chip:
     mxus: int | None = None  # MXUs per TensorCore
     peaks: dict = field(default_factory=dict, compare=False)  # dtype family -> FLOP/s per chip
     ici_chip_bandwidth: float | None = None  # bidirectional, bytes/s, per chip (Google's figure)
+    compile_topology: str | None = None  # libtpu's compile-only topology ("v5e:2x2"): None, not compilable
+    scoped_vmem_bytes: int | None = None  # the compiler's default scoped-VMEM limit, None where unread
 
     def __post_init__(self):
         for what in ("peak_flops", "hbm_bandwidth"):
@@ -148,6 +172,7 @@ def _tpu(name: str, cores: int, cores_per_device: int, *, ici_links, ici_link_ba
                  **({"ici_chip_bandwidth": GOOGLE_ICI} if ici_chip_bandwidth else {})},
         mxu_width=core.mxu_column_size, mxus=core.num_mxus,
         peaks={k: v * cores for k, v in rates.items() if v > 0}, ici_chip_bandwidth=ici_chip_bandwidth,
+        compile_topology=COMPILE_TOPOLOGIES.get(name), scoped_vmem_bytes=SCOPED_VMEM_LIMITS.get(name),
     )
 
 

@@ -13,19 +13,20 @@ import importlib.util
 
 import pytest
 
-from . import chips, profiles
+from . import chips
+from .core import profiles
 from .gates import markers, timer
 from .grading import backend
 from .grading.deadline import DEFAULT_SECONDS
 from .grading.messages import outcome_report
-from .session import CALL_SEEN, OPTIONS, SESSION, CourseSession, RunOptions, run_chip
+from .run.session import CALL_SEEN, OPTIONS, SESSION, CourseSession, RunOptions, run_chip
 
 
 GATE_RESULTS = pytest.StashKey[list]()
 
 
 def pytest_addhooks(pluginmanager) -> None:
-    from . import hookspecs
+    from .run import hookspecs
 
     pluginmanager.add_hookspecs(hookspecs)
     pluginmanager.add_hookspecs(hookspecs.Retired)
@@ -33,7 +34,7 @@ def pytest_addhooks(pluginmanager) -> None:
 
 def pytest_plugin_registered(plugin, manager) -> None:
     """A conftest.py loaded during collection that answers a retired hook is refused too."""
-    from . import hookspecs
+    from .run import hookspecs
 
     hookspecs.refuse_retired(plugin)
 

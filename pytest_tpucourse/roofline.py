@@ -23,6 +23,13 @@ from dataclasses import dataclass
 
 from .chips import Chip
 
+__all__ = [
+    "attention_cost", "Cost", "elementwise_cost", "estimated_cost", "itemsize",
+    "LAYERNORM_FLOPS_PER_ELEMENT", "marker_cost", "matmul_bias_act_cost", "matmul_cost",
+    "op_cost", "operand_cost", "OPS", "parse_shape", "predict", "Prediction", "row_op_cost",
+    "SOFTMAX_FLOPS_PER_ELEMENT",
+]
+
 
 @dataclass(frozen=True)
 class Cost:

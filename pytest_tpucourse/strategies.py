@@ -26,7 +26,16 @@ from dataclasses import dataclass
 import numpy as np
 from hypothesis import strategies as st
 
-from . import profiles, reproduction
+from .core import profiles
+from .readers import reproduction
+
+__all__ = [
+    "as_float64", "attention_configs", "ATTENTION_KINDS", "AttentionConfig", "booleans",
+    "cotangents_like", "DIM_KINDS", "dims_around", "dot_general_problems", "DTYPES", "dtypes",
+    "few", "jnp_asarray", "LOW_VARIANCE_STD", "random_array", "seeds", "SHAPE_KINDS",
+    "shapes_2d", "SPIKE", "TILE", "tile", "tiled_shapes", "unequal_blocks", "VALUE_KINDS",
+]
+
 
 # The TPU's native tile (sublanes, lanes) by element width: the shapes a dtype's
 # blocks are drawn around. (The lowering's legality rule is (8, 128) or the full

@@ -90,3 +90,28 @@ DEFAULT_SIGINT = "import signal; signal.signal(signal.SIGINT, signal.default_int
 def pytest_child(*args: str) -> list[str]:
     """The command of a pytest child process that a test may interrupt with SIGINT."""
     return [sys.executable, "-c", DEFAULT_SIGINT + f"import sys, pytest; sys.exit(pytest.main({list(args)!r}))"]
+
+
+# A graded test of the fake course's double() exercise, two cases (test_state, learner CLI, watch).
+GRADED_TEST = """
+    import numpy as np
+    from pytest_tpucourse import checks
+
+    def test_double(impl):
+        x = np.arange(4, dtype=np.float32)
+        checks.assert_close(impl.double.double(x), 2.0 * x.astype(np.float64),
+                            fn=impl.double.double, dtype=np.float32)
+
+    def test_double_again(impl):
+        x = np.ones(3, dtype=np.float32)
+        checks.assert_close(impl.double.double(x), 2.0 * x.astype(np.float64),
+                            fn=impl.double.double, dtype=np.float32)
+"""
+
+
+def assert_short_report(result):
+    """No traceback through the plugin or JAX in the report."""
+    out = result.stdout.str()
+    assert "Traceback" not in out, out
+    assert "pytest_tpucourse/" not in out, out
+    assert "site-packages" not in out, out

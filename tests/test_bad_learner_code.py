@@ -5,6 +5,7 @@ import sys
 import textwrap
 
 import pytest
+from .support import assert_short_report
 
 GRADED_TEST = """
     import numpy as np
@@ -18,14 +19,6 @@ GRADED_TEST = """
     def test_session_goes_on():
         pass
 """
-
-
-def assert_short_report(result):
-    """No traceback through the plugin or JAX in the report."""
-    out = result.stdout.str()
-    assert "Traceback" not in out, out
-    assert "pytest_tpucourse/" not in out, out
-    assert "site-packages" not in out, out
 
 
 def test_stub_is_reported_as_todo_with_file_and_hint(fake_course):
@@ -315,10 +308,10 @@ def test_a_refused_block_is_explained_at_its_blockspec(fake_course):
     fake_course.write("exercises", "double", ILLEGAL_BLOCK)
     fake_course.test_file("""
         import jax.numpy as jnp
-        from pytest_tpucourse import tpu_checks
+        from pytest_tpucourse import tpu
 
         def test_lowers(impl):
-            tpu_checks.assert_lowers_for_tpu(impl.double.double, jnp.ones((16, 256), jnp.float32))
+            tpu.assert_lowers_for_tpu(impl.double.double, jnp.ones((16, 256), jnp.float32))
     """)
     result = fake_course.run()
     result.stdout.fnmatch_lines([
@@ -396,7 +389,7 @@ BUILT = {
 REDUCTION_TESTS = """
     import numpy as np
     import jax.numpy as jnp
-    from pytest_tpucourse import checks, tpu_checks
+    from pytest_tpucourse import checks, tpu
 
     X = jnp.arange(8 * 512, dtype=jnp.float32).reshape(8, 512) / 1000
 
@@ -405,10 +398,10 @@ REDUCTION_TESTS = """
         checks.assert_close(impl.double.double(X), want, fn=impl.double.double, dtype=np.float32)
 
     def test_races(impl):
-        tpu_checks.assert_no_races(impl.double.double, X)
+        tpu.assert_no_races(impl.double.double, X)
 
     def test_lowers(impl):
-        tpu_checks.assert_lowers_for_tpu(impl.double.double, X)
+        tpu.assert_lowers_for_tpu(impl.double.double, X)
 """
 
 

@@ -9,12 +9,16 @@ import pytest
 from jax.experimental import pallas as pl
 from jax.experimental.pallas import tpu as pltpu
 
-from pytest_tpucourse import block_skipping, blockspecs, checks, cli, tpu_checks, tpu_compile
-from pytest_tpucourse.outcomes import LearnerCodeError, WrongResult
+from pytest_tpucourse.readers import block_skipping, blockspecs
+from pytest_tpucourse import checks
+from pytest_tpucourse.commands import main
+from pytest_tpucourse.checking import tpu_rules
+from pytest_tpucourse.compiler import libtpu
+from pytest_tpucourse.core.outcomes import LearnerCodeError, WrongResult
 
 from .support import REPO
 
-needs_libtpu = pytest.mark.skipif(not tpu_compile.available(), reason=tpu_compile.INSTALL_LINE)
+needs_libtpu = pytest.mark.skipif(not libtpu.available(), reason=libtpu.INSTALL_LINE)
 
 
 def graded(function):
@@ -42,21 +46,21 @@ def test_a_rule_that_disagrees_with_the_lowering_is_named_with_the_lowerings_rea
 
 
 def test_the_sandbox_prints_verdict_grid_padding_and_vmem(capsys):
-    assert cli.main(["blockspec", "--shape", "1000x384", "--block", "128x128", "--dtype", "bfloat16"]) == 0
+    assert main.main(["blockspec", "--shape", "1000x384", "--block", "128x128", "--dtype", "bfloat16"]) == 0
     out = capsys.readouterr().out
     for line in ("verdict legal: the TPU lowering accepts it",
                  "grid    (8, 3): cdiv(1000, 128) x cdiv(384, 128) = 24 steps",
                  "ragged  axis 0: the last block holds 104 of 128; 24 padding",
                  "VMEM    32,768 bytes per buffer (128 x 128 x 2 bytes); a pipelined operand has 2 buffers: 65,536 bytes"):
         assert line in out
-    assert cli.main(["blockspec", "--shape", "1024x1024", "--block", "8x64"]) == 0
+    assert main.main(["blockspec", "--shape", "1024x1024", "--block", "8x64"]) == 0
     assert "verdict illegal: dimension -1 of the block is 64: neither a multiple of 128" in capsys.readouterr().out
 
 
 @needs_libtpu
 def test_the_sandbox_prints_the_compilers_verdict_after_the_lowerings(capsys):
     def sandbox(shape, block, dtype):
-        assert cli.main(["blockspec", "--shape", shape, "--block", block, "--dtype", dtype]) == 0
+        assert main.main(["blockspec", "--shape", shape, "--block", block, "--dtype", dtype]) == 0
         lines = capsys.readouterr().out.splitlines()
         assert lines[1].startswith("verdict "), lines
         return lines[2]
@@ -74,8 +78,8 @@ def test_the_sandbox_prints_the_compilers_verdict_after_the_lowerings(capsys):
 
 
 def test_without_the_compiler_the_sandbox_says_it_did_not_ask(capsys, monkeypatch):
-    monkeypatch.setattr(tpu_compile, "_available", False)
-    assert cli.main(["blockspec", "--shape", "1024x1024", "--block", "8x128", "--dtype", "int8"]) == 0
+    monkeypatch.setattr(libtpu, "_available", False)
+    assert main.main(["blockspec", "--shape", "1024x1024", "--block", "8x128", "--dtype", "int8"]) == 0
     lines = capsys.readouterr().out.splitlines()
     assert lines[2] == 'compiler: not checked (pip install -e ".[tpu-compile]")'
 
@@ -88,8 +92,8 @@ def test_the_compiler_facts_chapter_6_states():
     assert blockspecs.compiler_verdict((1024, 1024), (8, 128), "bfloat16") is None
     assert blockspecs.compiler_verdict((1024, 1024), (32, 128), "int8") is None
     x = jax.ShapeDtypeStruct((2048, 2048), jnp.float32)
-    with pytest.raises(tpu_compile.TpuCompileError) as caught:  # chapter 11's matmul, 1024 blocks
-        tpu_compile.compile_for(_ch11_matmul().resolve(), x, x, chip="v5e", bm=1024, bk=1024, bn=1024)
+    with pytest.raises(libtpu.TpuCompileError) as caught:  # chapter 11's matmul, 1024 blocks
+        libtpu.compile_for(_ch11_matmul().resolve(), x, x, chip="v5e", bm=1024, bk=1024, bn=1024)
     assert (caught.value.code, caught.value.vmem_needed_bytes, caught.value.vmem_limit_bytes) == (
         "E1001", 28 * 2 ** 20, 16 * 2 ** 20)  # 3 blocks x 2 buffers x 4 MiB + a 4 MiB f32 accumulator
 
@@ -115,13 +119,13 @@ def test_a_rule_refusing_a_dtypes_half_tile_is_told_what_the_compiler_says():
     (["blockspec", "--shape", "Nonex384", "--block", "8x128"], "an array shape takes sizes only"),
 ])
 def test_the_sandbox_names_a_bad_argument(capsys, argv, message):
-    assert cli.main(argv) == 2
+    assert main.main(argv) == 2
     assert message in capsys.readouterr().err
 
 
 def _ch11_matmul():
     from pytest_tpucourse.grading.tree import GradedTree, Implementation
-    from pytest_tpucourse.course import load_course
+    from pytest_tpucourse.core.course import load_course
 
     tree = GradedTree("solutions", REPO / "solutions")
     return Implementation(tree, load_course(REPO), "ch11").matmul.matmul
@@ -145,7 +149,7 @@ def test_the_interpreter_records_the_grid_in_the_tpus_order():
                               out_shape=jax.ShapeDtypeStruct(x.shape, x.dtype), grid=(2, 3),
                               in_specs=[spec], out_specs=spec)(x)
 
-    points = tpu_checks.recorded_grid_points(graded(add_one), jnp.zeros((16, 384)))
+    points = tpu_rules.recorded_grid_points(graded(add_one), jnp.zeros((16, 384)))
     assert points == [((i, j), 0) for i in range(2) for j in range(3)]
 
 
@@ -166,12 +170,12 @@ def _table_gather(table, idx):
 def test_an_index_past_the_end_raises_in_tpu_interpret_mode_and_is_clamped_by_the_generic_one():
     table = jnp.arange(10 * 128, dtype=jnp.float32).reshape(10, 128)
     past_the_end = jnp.asarray([3, 10], jnp.int32)
-    tpu_checks.assert_out_of_bounds_raises(graded(_table_gather), table, past_the_end)
+    tpu_rules.assert_out_of_bounds_raises(graded(_table_gather), table, past_the_end)
     with pltpu.force_tpu_interpret_mode(True):
         assert (jax.block_until_ready(_table_gather(table, past_the_end))[:, 0] == jnp.asarray([384.0, 1152.0])).all()
     clamped = graded(lambda t, i: _table_gather(t, jnp.minimum(i, 9)))
     with pytest.raises(WrongResult, match="the index was clamped or wrapped"):
-        tpu_checks.assert_out_of_bounds_raises(clamped, table, past_the_end)
+        tpu_rules.assert_out_of_bounds_raises(clamped, table, past_the_end)
 
 
 def _column_sums(x, *, prefetch_first: bool, wait: bool = True):
@@ -214,21 +218,21 @@ def _column_sums(x, *, prefetch_first: bool, wait: bool = True):
 
 def test_the_order_of_starts_and_waits_tells_a_pipeline_from_a_serial_loop():
     x = jnp.ones((32, 128), jnp.float32)
-    tpu_checks.assert_prefetches(graded(functools.partial(_column_sums, prefetch_first=True)), x)
+    tpu_rules.assert_prefetches(graded(functools.partial(_column_sums, prefetch_first=True)), x)
     with pytest.raises(WrongResult, match="waits for each copy before it starts the next one"):
-        tpu_checks.assert_prefetches(graded(functools.partial(_column_sums, prefetch_first=False)), x)
+        tpu_rules.assert_prefetches(graded(functools.partial(_column_sums, prefetch_first=False)), x)
 
 
 def test_a_copy_never_waited_for_is_caught_by_the_eager_setting_alone():
     x = jnp.ones((32, 128), jnp.float32)
     never_waited = graded(functools.partial(_column_sums, prefetch_first=True, wait=False))
-    with tpu_checks.interpret_setting("eager"):  # values alone: right, the bug hidden
+    with tpu_rules.interpret_setting("eager"):  # values alone: right, the bug hidden
         assert (never_waited(x) == 32.0).all()
     with pytest.raises(WrongResult, match="left a DMA semaphore counting at kernel exit"):
-        with tpu_checks.interpret_setting("eager", never_waited):
+        with tpu_rules.interpret_setting("eager", never_waited):
             never_waited(x)
     pipeline = graded(functools.partial(_column_sums, prefetch_first=True))
-    with tpu_checks.interpret_setting("eager", pipeline):
+    with tpu_rules.interpret_setting("eager", pipeline):
         assert (pipeline(x) == 32.0).all()  # a correct pipeline leaves nothing counting
 
 
@@ -237,5 +241,5 @@ def test_a_learner_error_inside_an_interpret_setting_is_still_the_learners():
         raise ValueError("no kernel here")
 
     with pytest.raises(LearnerCodeError, match="no kernel here"):
-        with tpu_checks.interpret_setting("on_wait", graded(broken)):
+        with tpu_rules.interpret_setting("on_wait", graded(broken)):
             graded(broken)(jnp.ones(3))

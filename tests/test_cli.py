@@ -2,7 +2,8 @@
 
 import pytest
 
-from pytest_tpucourse import cli, roofline
+from pytest_tpucourse.commands import main
+from pytest_tpucourse import roofline
 from pytest_tpucourse.gates import criteria
 from pytest_tpucourse.gates import records as rec
 
@@ -10,7 +11,7 @@ from .gate_helpers import MEASURED, gate_run, make_record
 
 
 def test_roofline_prints_floor_bound_intensity_ridge(capsys):
-    assert cli.main(["roofline", "--chip", "v5e", "--op", "matmul", "--shape", "8x4096x4096",
+    assert main.main(["roofline", "--chip", "v5e", "--op", "matmul", "--shape", "8x4096x4096",
                      "--dtype", "bfloat16"]) == 0
     out = capsys.readouterr().out
     for line in ("floor       41.1 us (memory-bound)", "intensity   8.0 FLOP/byte",
@@ -24,13 +25,13 @@ def test_roofline_prints_floor_bound_intensity_ridge(capsys):
     (["roofline", "--chip", "v9", "--op", "add", "--shape", "4x4"], "unknown chip 'v9'"),
 ])
 def test_roofline_errors_name_the_problem(capsys, argv, message):
-    assert cli.main(argv) == 2
+    assert main.main(argv) == 2
     assert message in capsys.readouterr().err
 
 
 def test_plot_needs_the_extra_or_draws(capsys, tmp_path):
     png = tmp_path / "r.png"
-    code = cli.main(["roofline", "--op", "add", "--shape", "4096x4096", "--plot", str(png),
+    code = main.main(["roofline", "--op", "add", "--shape", "4096x4096", "--plot", str(png),
                      "--records", str(tmp_path / "none.jsonl")])
     try:
         import matplotlib  # noqa: F401
@@ -56,7 +57,7 @@ def test_bench_page_marks_predictions_and_keeps_failures(tmp_path, capsys):
     run.predict("roofline-predicts", "matmul", [(8, 4096), (4096, 4096)], "bfloat16",
                 roofline.matmul_cost(8, 4096, 4096, "bfloat16"))
     rec.append(path, make_record())  # a row of the learner's tree: never on the course's page
-    assert cli.main(["bench", "--records", str(path)]) == 0
+    assert main.main(["bench", "--records", str(path)]) == 0
     page = (tmp_path / "README.md").read_text()
     assert "| 00 | roofline-predicts | add | 4096×4096 · 4096×4096 | bfloat16 | floor | measured median | 200.0 µs |" in page
     assert "| 00 | roofline-predicts | matmul | 8×4096 · 4096×4096 | bfloat16 | floor | predicted floor | 41.1 µs |" in page
@@ -69,7 +70,7 @@ def test_bench_reports_a_bad_line_and_a_rejected_row_on_the_page(tmp_path, capsy
     forged = make_record(**{**MEASURED, "tree": "solutions", "device_kind": "cpu"}, value=1.3e-4,
                          samples=[1.3e-4] * 12, spread=0.0, ratio_to_floor=1.06)
     path.write_text("oops\n" + forged.to_json() + "\n")
-    assert cli.main(["bench", "--records", str(path)]) == 0
+    assert main.main(["bench", "--records", str(path)]) == 0
     assert "2 rows rejected or unreadable (listed on the page)" in capsys.readouterr().out
     page = (tmp_path / "README.md").read_text()
     assert "records.jsonl:1: not a valid row" in page
@@ -80,12 +81,12 @@ def test_bench_reports_a_bad_line_and_a_rejected_row_on_the_page(tmp_path, capsy
 def test_a_public_link_is_recorded_as_self_reported(fake_course, monkeypatch, capsys):
     monkeypatch.chdir(fake_course.pytester.path)
     url = "https://github.com/jax-ml/jax/pull/1"
-    assert cli.main(["records", "link", url]) == 0
+    assert main.main(["records", "link", url]) == 0
     assert "(self-reported)" in capsys.readouterr().out
     [row] = rec.read(fake_course.pytester.path / rec.DEFAULT_PATH).records
     assert (row.gate, row.criterion, row.method, row.value, row.unit) == (5, "upstream", "self-reported", url, "url")
-    assert cli.main(["records", "link", "not a url"]) == 2
-    assert cli.main(["records", "link", url, "--criterion", "beats-xla"]) == 2
+    assert main.main(["records", "link", "not a url"]) == 2
+    assert main.main(["records", "link", url, "--criterion", "beats-xla"]) == 2
 
 
 def test_records_check_against_a_trusted_run(tmp_path, capsys):
@@ -95,7 +96,7 @@ def test_records_check_against_a_trusted_run(tmp_path, capsys):
         run = gate_run(where, gate=1, seconds={"floor": 1e-4, "kernel": kernel_seconds})
         run.measure_trio("fused-beats-unfused", slot.op, slot.shapes, slot.dtype, roofline.Cost(1e9, 1e6),
                          floor=lambda x: x, kernel=lambda x: x, ceiling=None, inputs=lambda seed: (float(seed),))
-    assert cli.main(["records", "check", str(mine / "r.jsonl"), "--against", str(trusted / "r.jsonl")]) == 0
+    assert main.main(["records", "check", str(mine / "r.jsonl"), "--against", str(trusted / "r.jsonl")]) == 0
     out = capsys.readouterr().out
     assert "gate 01 fused-beats-unfused matmul_bias_gelu on v5e: contradicted: the trusted run failed it" in out
 
@@ -107,7 +108,7 @@ def test_bench_page_shows_a_trio_and_a_not_runnable_kernel(tmp_path):
                        seconds={"floor": 1.228e-4})
     run.measure_trio("beats-xla", slot.op, slot.shapes, slot.dtype, roofline.Cost(1e9, 1e6),
                      floor=lambda x: x, kernel=lambda x: x, ceiling=None, inputs=lambda seed: (float(seed),))
-    assert cli.main(["bench", "--records", str(path)]) == 0
+    assert main.main(["bench", "--records", str(path)]) == 0
     page = (tmp_path / "README.md").read_text()
     shapes = " · ".join("×".join(map(str, s)) for s in slot.shapes)
     assert f"| 03 | beats-xla | {slot.op} | {shapes} | bfloat16 | floor | measured median | 122.8 µs |" in page
@@ -119,11 +120,11 @@ def test_bench_page_shows_a_trio_and_a_not_runnable_kernel(tmp_path):
         import matplotlib  # noqa: F401
     except ImportError:
         return
-    assert cli.main(["roofline", "--chip", "h200", "--plot", str(png), "--records", str(path)]) == 0
+    assert main.main(["roofline", "--chip", "h200", "--plot", str(png), "--records", str(path)]) == 0
 
 
 def test_roofline_says_which_chip_figures_it_used(capsys):
-    assert cli.main(["roofline", "--chip", "v5e", "--op", "add", "--shape", "4096x4096"]) == 0
+    assert main.main(["roofline", "--chip", "v5e", "--op", "add", "--shape", "4096x4096"]) == 0
     out = capsys.readouterr().out
     assert ("v5e: peak 1.97e+14 FLOP/s (bfloat16), HBM 8.2e+11 B/s, ridge 240.2 FLOP/byte "
             "(from jax pltpu.get_tpu_info_for_chip (per TensorCore, x cores))") in out

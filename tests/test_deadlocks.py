@@ -7,8 +7,8 @@ hard timeout, on the simulated CPU devices of an ordinary run.
 import time
 
 import pytest
+from .support import assert_short_report
 
-from .test_bad_learner_code import assert_short_report
 
 KERNELS = """
     import functools

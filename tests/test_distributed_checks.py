@@ -10,8 +10,11 @@ from jax import lax
 from jax.experimental import pallas as pl
 from jax.experimental.pallas import tpu as pltpu
 
-from pytest_tpucourse import checks, jax_internals, structure, tpu_checks
-from pytest_tpucourse.outcomes import WrongResult
+from pytest_tpucourse import checks
+from pytest_tpucourse.core import jax_internals
+from pytest_tpucourse.readers import traced_program
+from pytest_tpucourse.checking import tpu_rules
+from pytest_tpucourse.core.outcomes import WrongResult
 
 
 def graded(function):
@@ -40,13 +43,13 @@ def test_a_failure_in_one_dma_mode_says_which_and_what_that_mode_hides():
             raise WrongResult("kernel() in test: output is wrong")
 
     with pytest.raises(WrongResult, match="dma_execution_mode='eager', which runs a copy the moment it starts"):
-        tpu_checks.assert_correct_in_each_dma_mode(graded(None), check)
+        tpu_rules.assert_correct_in_each_dma_mode(graded(None), check)
 
 
 def test_the_generic_interpreter_is_replaced_by_tpu_interpret_mode_for_dma_checks():
     seen = []
     with pltpu.force_tpu_interpret_mode(True):
-        tpu_checks.assert_correct_in_each_dma_mode(
+        tpu_rules.assert_correct_in_each_dma_mode(
             graded(None), lambda: seen.append(jax_internals.interpret_mode_in_effect()))
     assert [p.dma_execution_mode for p in seen] == ["on_wait", "eager"]
 
@@ -102,8 +105,8 @@ X = jnp.ones((32, 128), jnp.float32)
 
 def test_a_ring_kernel_with_a_handshake_and_a_remote_copy_passes_the_structure_checks():
     fn = _ring(_send)
-    structure.assert_communicates_by_remote_dma(fn, X)
-    structure.assert_compute_overlaps_communication(fn, X)
+    traced_program.assert_communicates_by_remote_dma(fn, X)
+    traced_program.assert_compute_overlaps_communication(fn, X)
 
 
 @pytest.mark.parametrize("fn, message", [
@@ -116,14 +119,14 @@ def test_a_ring_kernel_with_a_handshake_and_a_remote_copy_passes_the_structure_c
 ])
 def test_communication_that_is_not_a_remote_dma_after_a_handshake_is_named(fn, message):
     with pytest.raises(WrongResult, match=None) as caught:
-        structure.assert_communicates_by_remote_dma(fn, X)
+        traced_program.assert_communicates_by_remote_dma(fn, X)
     assert message in caught.value.message
 
 
 def test_computing_only_after_the_wait_hides_nothing():
     fn = _ring(functools.partial(_send, compute_while_in_flight=False))
     with pytest.raises(WrongResult, match="never computes while a copy is in flight"):
-        structure.assert_compute_overlaps_communication(fn, X)
+        traced_program.assert_compute_overlaps_communication(fn, X)
 
 
 def test_waits_are_grouped_by_what_the_devices_wait_for():

@@ -18,7 +18,7 @@ import types
 import numpy as np
 import pytest
 
-from pytest_tpucourse import cli
+from pytest_tpucourse.commands import main as cli
 from pytest_tpucourse.gates import records as rec
 from pytest_tpucourse.gates.run import _wrong_output
 from pytest_tpucourse.grading import leftovers, toolkit_guard

@@ -1,13 +1,12 @@
 """Each way a gate pass could be had without earning it, tried: no gate passes, and the reason is printed.
 
 The conftest hook (test_gates.py::test_a_conftest_cannot_name_the_device), a device rewritten
-mid-run (test_timing.py::test_a_device_that_changed_since_the_start_writes_no_measured_row), a
-cached answer (test_timing.py::test_timed_outputs_are_checked_before_and_after_timing), torn
+mid-run (test_timer.py::test_a_device_that_changed_since_the_start_writes_no_measured_row), a
+cached answer (test_timer.py::test_timed_outputs_are_checked_before_and_after_timing), torn
 lines (test_records.py) and a criterion with unmeasured slots (test_gates.py,
 test_gates_on_a_tpu_standin_write_measured_rows) are tried where their machinery is tested.
 """
 
-import pytest
 
 from pytest_tpucourse import chips, roofline
 from pytest_tpucourse.gates import criteria, judge, report, stats

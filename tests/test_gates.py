@@ -11,7 +11,7 @@ import json
 import pytest
 
 from pytest_tpucourse import roofline
-from pytest_tpucourse.course import load_course
+from pytest_tpucourse.core.course import load_course
 from pytest_tpucourse.gates import criteria as gates
 from pytest_tpucourse.gates import judge, report
 from pytest_tpucourse.gates import records as rec

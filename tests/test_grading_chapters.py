@@ -9,8 +9,8 @@ import re
 
 import pytest
 
-from pytest_tpucourse.course import load_course
-from pytest_tpucourse.mutants import build_tree, load_mutants
+from pytest_tpucourse.core.course import load_course
+from pytest_tpucourse.run.mutants import build_tree, load_mutants
 
 from .chapter_runs import ChapterJob, wait_for
 from .support import REPO, failed_files

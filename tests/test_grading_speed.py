@@ -21,10 +21,16 @@ from jax.experimental.pallas import tpu as pltpu
 
 from jax._src import compiler
 
-from pytest_tpucourse import checks, jax_internals, kept_files, tpu_checks
+from pytest_tpucourse import checks
+from pytest_tpucourse.core import jax_internals, kept_files
+from pytest_tpucourse.checking import tpu_rules
 from pytest_tpucourse.grading import compiled
-from pytest_tpucourse.grading.compiled import KERNEL_PROGRAM_OPTIONS, CompiledPrograms, runs_interpreted_kernel
-from pytest_tpucourse.outcomes import WrongResult
+from pytest_tpucourse.grading.compiled import (
+    KERNEL_PROGRAM_OPTIONS,
+    CompiledPrograms,
+    runs_interpreted_kernel,
+)
+from pytest_tpucourse.core.outcomes import WrongResult
 
 from .chapter_worker import StopFileAtFirstFailure
 
@@ -150,7 +156,7 @@ def test_the_race_check_compiles_its_cores_programs_cheaply_and_keeps_them(kept_
     x = jnp.ones((32, 128), jnp.float32)
     for _ in range(2):
         with pytest.raises(WrongResult, match="data race"):
-            with tpu_checks.checking_races(racy):
+            with tpu_rules.checking_races(racy):
                 racy(x)
         racy.context.programs._programs.clear()  # the next run's programs: traced and lowered anew
     kept = len(list(kept_kernel_programs.iterdir()))
@@ -196,7 +202,7 @@ def test_a_program_compiles_once_per_signature_and_interpret_setting():
         assert len(program._executables) == 1
         program(jnp.ones((16, 128), jnp.float32))  # a new shape compiles
         assert len(program._executables) == 2
-    with tpu_checks.checking_races(checks.graded(blocked_copy, "copy() in test")):
+    with tpu_rules.checking_races(checks.graded(blocked_copy, "copy() in test")):
         np.testing.assert_array_equal(program(x), x)  # a race-detecting program of its own
     assert len(program._executables) == 3
 
@@ -217,13 +223,13 @@ def test_values_and_races_come_from_one_call():
     x = jnp.ones((32, 128), jnp.float32)
     racy = checks.graded(functools.partial(blocked_copy, out_block=(0, 0)), "copy() in test")
     with pytest.raises(WrongResult, match="(?s)data race under TPU interpret mode with 2 TensorCores.*RACE"):
-        with tpu_checks.checking_races(racy):
+        with tpu_rules.checking_races(racy):
             racy(x)  # the values of one block are right; the race is what fails it
 
     wrong = checks.graded(lambda a: blocked_copy(a) + 1, "copy() in test")
     with pytest.raises(WrongResult, match=r"(?s)output is wrong.*\(under TPU interpret mode with 2 "
                                           r"TensorCores per device \(detect_races=True\)\)"):
-        with tpu_checks.checking_races(wrong):
+        with tpu_rules.checking_races(wrong):
             checks.assert_close(wrong(x), np.ones((32, 128)), fn=wrong, dtype=np.float32)
 
 
@@ -302,7 +308,7 @@ def test_the_chapter_worker_preloads_without_starting_jax():
     """Runs are forked from the worker: a child of a process whose XLA client exists waits
     forever on compile threads it does not have."""
     preload = ("import sys; sys.path.insert(0, 'tests'); import chapter_worker as w; w.preload(); "
-               "from pytest_tpucourse import jax_internals; "
+               "from pytest_tpucourse.core import jax_internals; "
                "print('started' if jax_internals.backends_started() else 'not started')")
     done = subprocess.run([sys.executable, "-c", preload], cwd=Path(__file__).resolve().parents[1],
                           capture_output=True, text=True, timeout=300)
@@ -327,7 +333,7 @@ def test_a_kept_folder_past_its_size_loses_the_entries_used_longest_ago(tmp_path
 
 
 def test_both_kept_folders_are_trimmed_when_the_run_ends_not_at_each_compile(tmp_path, monkeypatch):
-    from pytest_tpucourse import tpu_compile
+    from pytest_tpucourse.compiler import libtpu
 
     monkeypatch.setattr(kept_files, "KEPT_BYTES", 250)
     programs, compiles = tmp_path / "kernel-programs", tmp_path / "tpu-compiles"
@@ -337,15 +343,15 @@ def test_both_kept_folders_are_trimmed_when_the_run_ends_not_at_each_compile(tmp
             (folder / f"entry{i}").write_bytes(b"x" * 100)
             os.utime(folder / f"entry{i}", (1000 + i, 1000 + i))
     this_runs_policy = jax_internals.compile_host_callback_programs(None)
-    this_runs_folder = tpu_compile.keep_results_in(None)
+    this_runs_folder = libtpu.keep_results_in(None)
     try:
         compiled.compile_kernel_programs(programs)
-        tpu_compile.keep_results_in(compiles)
+        libtpu.keep_results_in(compiles)
         assert len(list(programs.iterdir())) == len(list(compiles.iterdir())) == 3  # untouched while running
         compiled.stop_compiling_kernel_programs()
-        tpu_compile.keep_results_in(None)
+        libtpu.keep_results_in(None)
     finally:
         jax_internals.compile_host_callback_programs(this_runs_policy)
-        tpu_compile.keep_results_in(this_runs_folder)
+        libtpu.keep_results_in(this_runs_folder)
     for folder in (programs, compiles):  # 300 bytes past 250: down to 187, the oldest gone first
         assert sorted(p.name for p in folder.iterdir()) == ["entry2"]

@@ -1,11 +1,14 @@
-"""pytest_tpucourse.ici (collectives over ICI), collective_checks, and `tpucourse mesh`."""
+"""pytest_tpucourse.instruments.ici (collectives over ICI), collective_checks, and `tpucourse mesh`."""
 
 import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
-from pytest_tpucourse import checks, chips, cli, collective_checks, ici
-from pytest_tpucourse.outcomes import WrongResult
+from pytest_tpucourse import checks, chips
+from pytest_tpucourse.commands import main
+from pytest_tpucourse.readers import compiled_collectives
+from pytest_tpucourse.instruments import ici
+from pytest_tpucourse.core.outcomes import WrongResult
 
 LINKS = [(True, True), (True, False), (False, True)]  # (bidirectional, wraparound)
 
@@ -86,7 +89,7 @@ def test_parse_bytes(text, value):
 
 
 def test_mesh_command_prints_the_steps_and_a_labelled_prediction(capsys):
-    assert cli.main(["mesh", "--chip", "v5e", "--topology", "4x4", "--op", "all-gather",
+    assert main.main(["mesh", "--chip", "v5e", "--topology", "4x4", "--op", "all-gather",
                      "--bytes", "1GiB"]) == 0
     out = capsys.readouterr().out
     assert "all-gather along axis 0: 4 chips, line (no wraparound link), links used both ways; 3 steps" in out
@@ -95,7 +98,7 @@ def test_mesh_command_prints_the_steps_and_a_labelled_prediction(capsys):
 
 
 def test_mesh_command_refuses_what_it_cannot_cite(capsys):
-    assert cli.main(["mesh", "--chip", "v2", "--topology", "4", "--op", "all-gather", "--bytes", "1MB",
+    assert main.main(["mesh", "--chip", "v2", "--topology", "4", "--op", "all-gather", "--bytes", "1MB",
                      "--wraparound", "yes"]) == 2
     assert "no cited ICI link bandwidth for v2" in capsys.readouterr().err
 
@@ -126,10 +129,10 @@ def _ring_psum(mesh):
 
 def test_collective_checks_tell_a_ring_from_psum(mesh):
     ring, psum, x = _ring_psum(mesh(4))
-    ops = [c.op for c in collective_checks.compiled_collectives(ring, x)]
+    ops = [c.op for c in compiled_collectives.compiled_collectives(ring, x)]
     assert ops == ["collective-permute"] * 6  # 2 (X - 1) steps
-    collective_checks.assert_ring_collectives(ring, x, max_elements=2 * 16)
+    compiled_collectives.assert_ring_collectives(ring, x, max_elements=2 * 16)
     with pytest.raises(WrongResult, match="compiles to all-reduce"):
-        collective_checks.assert_ring_collectives(psum, x)
+        compiled_collectives.assert_ring_collectives(psum, x)
     with pytest.raises(WrongResult, match="sends 32 elements in one collective-permute .*at most 16 elements"):
-        collective_checks.assert_ring_collectives(ring, x, max_elements=16)
+        compiled_collectives.assert_ring_collectives(ring, x, max_elements=16)

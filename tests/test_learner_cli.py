@@ -5,13 +5,14 @@ import subprocess
 
 import pytest
 
-from pytest_tpucourse import cli, roofline
+from pytest_tpucourse.commands import main
+from pytest_tpucourse import roofline
 from pytest_tpucourse.gates import criteria
 from pytest_tpucourse.learner import state
 from pytest_tpucourse.gates import records as rec
 
 from .gate_helpers import gate_run, make_record
-from .test_state import GRADED_TEST
+from .support import GRADED_TEST
 
 
 @pytest.fixture
@@ -22,7 +23,7 @@ def course(fake_course, monkeypatch):
 
 
 def tpucourse(capsys, *argv):
-    code = cli.main(list(argv))
+    code = main.main(list(argv))
     captured = capsys.readouterr()
     return code, captured.out, captured.err
 

@@ -5,10 +5,9 @@ import textwrap
 
 import pytest
 
-from pytest_tpucourse import cli
+from pytest_tpucourse.commands import main
 
-from .support import FAKE_COURSE_TOML
-from .test_state import GRADED_TEST
+from .support import FAKE_COURSE_TOML, GRADED_TEST
 
 CH01 = """
 [[chapters]]
@@ -74,7 +73,7 @@ def course(fake_course, monkeypatch):
 
 
 def tpucourse(capsys, *argv) -> str:
-    assert cli.main(list(argv)) == 0
+    assert main.main(list(argv)) == 0
     return capsys.readouterr().out
 
 

@@ -4,8 +4,8 @@ import json
 import xml.etree.ElementTree as ET
 
 import pytest
+from .support import GRADED_TEST
 
-from .test_state import GRADED_TEST
 
 SOLVED = "def double(x):\n    return x * 2\n"
 

@@ -9,7 +9,7 @@ import time
 import pytest
 
 from pytest_tpucourse.gates import records as rec
-from pytest_tpucourse.gates.records import HonestyError, Record
+from pytest_tpucourse.gates.records import HonestyError
 
 from .gate_helpers import MEASURED, make_record
 from .support import DEFAULT_SIGINT, REPO

@@ -10,23 +10,7 @@ import pytest
 
 from pytest_tpucourse.learner import state
 
-from .support import pytest_child
-
-GRADED_TEST = """
-    import numpy as np
-    from pytest_tpucourse import checks
-
-    def test_double(impl):
-        x = np.arange(4, dtype=np.float32)
-        checks.assert_close(impl.double.double(x), 2.0 * x.astype(np.float64),
-                            fn=impl.double.double, dtype=np.float32)
-
-    def test_double_again(impl):
-        x = np.ones(3, dtype=np.float32)
-        checks.assert_close(impl.double.double(x), 2.0 * x.astype(np.float64),
-                            fn=impl.double.double, dtype=np.float32)
-"""
-
+from .support import GRADED_TEST, pytest_child
 
 BUMPER = """
 import sys

@@ -9,8 +9,7 @@ import time
 
 import pytest
 
-from .support import pytest_child
-from .test_bad_learner_code import assert_short_report
+from .support import assert_short_report, pytest_child
 
 KERNELS = """
     import jax
@@ -159,7 +158,7 @@ def test_the_callers_jax_context_reaches_the_graded_call():
     import jax
     from jax.experimental.pallas import tpu as pltpu
 
-    from pytest_tpucourse import jax_internals
+    from pytest_tpucourse.core import jax_internals
     from pytest_tpucourse.grading.deadline import Deadline
 
     def probe():

@@ -1,4 +1,4 @@
-"""pytest_tpucourse.vmem_footprint: the VMEM model reproduces the Mosaic compiler's figures."""
+"""pytest_tpucourse.readers.vmem_footprint: the VMEM model reproduces the Mosaic compiler's figures."""
 
 import importlib.util
 
@@ -8,7 +8,7 @@ import pytest
 from jax.experimental import pallas as pl
 from jax.experimental.pallas import tpu as pltpu
 
-from pytest_tpucourse import vmem_footprint
+from pytest_tpucourse.readers import vmem_footprint
 
 from .support import REPO
 

@@ -10,10 +10,9 @@ import time
 
 from pytest_tpucourse.learner import state
 
-from .support import DEFAULT_SIGINT
-from .test_state import GRADED_TEST
+from .support import DEFAULT_SIGINT, GRADED_TEST
 
-WATCH = [sys.executable, "-m", "pytest_tpucourse.cli", "watch"]
+WATCH = [sys.executable, "-m", "pytest_tpucourse.commands.main", "watch"]
 NO_CACHE = "--pytest-args=-p no:cacheprovider"
 
 
@@ -93,8 +92,8 @@ def test_a_run_that_dies_leaves_the_watcher_watching(fake_course):
 def test_ctrl_c_during_a_run_stops_the_run_and_the_watch(fake_course):
     fake_course.test_file(GRADED_TEST)
     # Python's own SIGINT handling, even where this suite runs with SIGINT ignored
-    command = [sys.executable, "-c", DEFAULT_SIGINT + "import sys; from pytest_tpucourse import cli; "
-               "sys.exit(cli.main(sys.argv[1:]))", "watch"]
+    command = [sys.executable, "-c", DEFAULT_SIGINT + "import sys; from pytest_tpucourse.commands import main; "
+               "sys.exit(main.main(sys.argv[1:]))", "watch"]
     watcher = Watcher(fake_course.pytester.path, "ch11.double", command=command)
     watcher.wait_for("waiting for changes")
     started = fake_course.pytester.path / "started"

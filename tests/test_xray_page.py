@@ -10,7 +10,7 @@ import shutil
 
 import pytest
 
-from pytest_tpucourse import cli
+from pytest_tpucourse.commands import main
 
 from .support import REPO
 
@@ -33,7 +33,7 @@ def browser_page(tmp_path_factory):
     except ImportError:
         pytest.skip("no playwright: pip install -e '.[test]' installs the version the project pins")
     out = tmp_path_factory.mktemp("xray") / "xray.html"
-    assert cli.main(["xray", f"{PROGRAM}:layer", "--shapes", "8x64", "64x32", "32", "--html", str(out)]) == 0
+    assert main.main(["xray", f"{PROGRAM}:layer", "--shapes", "8x64", "64x32", "32", "--html", str(out)]) == 0
     with sync_playwright() as playwright:
         browser = playwright.chromium.launch(executable_path=executable, args=["--no-sandbox"])
         page = browser.new_page()

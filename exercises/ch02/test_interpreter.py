@@ -11,7 +11,7 @@ import numpy as np
 from hypothesis import example, given
 from hypothesis import strategies as st
 
-from pytest_tpucourse import checks, references, structure
+from pytest_tpucourse import checks, references, ir
 from pytest_tpucourse import strategies as tst
 
 # Equations the interpreter must recurse into rather than bind.
@@ -114,7 +114,7 @@ def test_eval_jaxpr_binds_every_primitive_once_in_order(impl, program):
     closed = jax.make_jaxpr(f)(x, x)
     seen = []
     fn(closed, x, x, on_eqn=lambda eqn: seen.append(eqn.primitive.name))
-    want = [p for p in structure.primitives_outside_kernels(closed) if p not in CALLS]
+    want = [p for p in ir.primitives_outside_kernels(closed) if p not in CALLS]
     checks.assert_equal(seen, want, fn=fn, what="the primitives it called on_eqn for (every bound primitive, "
                         "jit and custom_* sub-programs recursed into, in evaluation order)",
                         note=f"closed_jaxpr = jax.make_jaxpr(f)(x, x), f: {_describe(program)}")

@@ -7,7 +7,7 @@ import jax.numpy as jnp
 import pytest
 from jax import lax
 
-from pytest_tpucourse import checks, references, structure
+from pytest_tpucourse import checks, references, ir
 from pytest_tpucourse import strategies as tst
 
 
@@ -65,7 +65,7 @@ def test_count_primitives(impl, name):
     fn = PROGRAMS[name]
     x = tst.random_array((16, 8), "float32", 0)
     got = impl.primitives.count_primitives(fn, x)
-    want = Counter(structure.primitives_outside_kernels(jax.make_jaxpr(fn)(x)))
+    want = Counter(ir.primitives_outside_kernels(jax.make_jaxpr(fn)(x)))
     graded = impl.primitives.count_primitives
     note = f"the program is PROGRAMS[{name!r}] of exercises/ch02/test_primitives.py"
     if not isinstance(got, dict):

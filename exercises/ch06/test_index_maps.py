@@ -11,7 +11,7 @@ import numpy as np
 import pytest
 from hypothesis import example, given
 
-from pytest_tpucourse import checks, tpu_checks
+from pytest_tpucourse import checks, tpu
 from pytest_tpucourse import strategies as tst
 from pytest_tpucourse.references import Reference
 
@@ -55,21 +55,21 @@ def test_transpose_matches_reference(impl, case, seed):
 
 def test_transpose_has_no_race_on_two_cores(impl):
     """Two simulated TensorCores split a ragged 3 x 3 grid; the same call's values are checked too."""
-    with tpu_checks.checking_races(impl.index_maps.transpose):
+    with tpu.checking_races(impl.index_maps.transpose):
         _check_transpose(impl, TRANSPOSES[0], 0)
 
 
 @pytest.mark.parametrize("dtype", ["float32", "bfloat16"])
 def test_transpose_lowers_for_tpu(impl, dtype):
     x = tst.random_array((512, 384), dtype, 0)
-    tpu_checks.assert_lowers_for_tpu(impl.index_maps.transpose, x)
+    tpu.assert_lowers_for_tpu(impl.index_maps.transpose, x)
 
 
 @pytest.mark.parametrize("dtype", ["float32", "bfloat16"])
 def test_transpose_compiles_for_v5e(impl, dtype):
     """The real compiler (libtpu, ahead of time for a v5e) at the lowering test's call."""
     x = tst.random_array((512, 384), dtype, 0)
-    tpu_checks.assert_compiles_for(impl.index_maps.transpose, x, chip="v5e")
+    tpu.assert_compiles_for(impl.index_maps.transpose, x, chip="v5e")
 
 
 def _check_gather(impl, case, seed):
@@ -90,24 +90,24 @@ def test_gather_rows_fails_on_an_index_past_the_table(impl):
     rows, width, count, dtype = GATHERS[1]  # the shapes of a value case: its program is reused
     table = tst.random_array((rows, width), dtype, 0)
     idx = _indices(rows, count, 0).at[count // 2].set(rows)  # one index one past the last row
-    tpu_checks.assert_out_of_bounds_raises(impl.index_maps.gather_rows, table, idx,
+    tpu.assert_out_of_bounds_raises(impl.index_maps.gather_rows, table, idx,
                                            what=f"index {rows} of a {rows}-row table")
 
 
 def test_gather_rows_has_no_race_on_two_cores(impl):
     """Two simulated TensorCores split the rows; the same call's values are checked too."""
-    with tpu_checks.checking_races(impl.index_maps.gather_rows):
+    with tpu.checking_races(impl.index_maps.gather_rows):
         _check_gather(impl, GATHERS[0], 0)
 
 
 @pytest.mark.parametrize("dtype", ["float32", "bfloat16"])
 def test_gather_rows_lowers_for_tpu(impl, dtype):
     table = tst.random_array((1000, 256), dtype, 0)
-    tpu_checks.assert_lowers_for_tpu(impl.index_maps.gather_rows, table, _indices(1000, 64, 0))
+    tpu.assert_lowers_for_tpu(impl.index_maps.gather_rows, table, _indices(1000, 64, 0))
 
 
 @pytest.mark.parametrize("dtype", ["float32", "bfloat16"])
 def test_gather_rows_compiles_for_v5e(impl, dtype):
     """The real compiler (libtpu, ahead of time for a v5e) at the lowering test's call."""
     table = tst.random_array((1000, 256), dtype, 0)
-    tpu_checks.assert_compiles_for(impl.index_maps.gather_rows, table, _indices(1000, 64, 0), chip="v5e")
+    tpu.assert_compiles_for(impl.index_maps.gather_rows, table, _indices(1000, 64, 0), chip="v5e")

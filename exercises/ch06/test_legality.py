@@ -1,7 +1,7 @@
 """Graded tests for ch06.legality: check_block(array_shape, block_shape, dtype) -> reason | None.
 
 The judge is the real thing: Pallas' TPU (Mosaic) lowering, run on this CPU for a kernel
-that copies one block of one array (pytest_tpucourse.blockspecs.lowering_error, about
+that copies one block of one array (pytest_tpucourse.readers.blockspecs.lowering_error, about
 10 ms a block). check_block must return None exactly where the lowering accepts the
 block, and a non-empty reason exactly where it refuses it. Where a dtype's native tile
 and the lowering's rule part ways, the real compiler (the tpu-compile extra) is asked
@@ -11,7 +11,7 @@ too, so that a rule that took the tile for the rule hears what the tile does dec
 from hypothesis import example, given
 from hypothesis import strategies as st
 
-from pytest_tpucourse import blockspecs, tpu_compile
+from pytest_tpucourse import ir, tpu
 
 DTYPES = ("float32", "bfloat16", "float16", "int32", "int8")
 ARRAY_DIMS = (1, 7, 8, 16, 24, 100, 128, 130, 256, 384, 1000, 1024, 4096)
@@ -66,18 +66,18 @@ def block_triples(draw):
 
 
 def test_check_block_agrees_on_the_corner_cases(impl):
-    blockspecs.assert_rule_matches_lowering(impl.legality.check_block, CORNERS)
+    ir.assert_rule_matches_lowering(impl.legality.check_block, CORNERS)
 
 
 def test_check_block_on_the_tiles_the_compiler_enforces(impl):
     """A native tile is a layout the compiler enforces per dtype, not the lowering's rule."""
     impl.legality.check_block(*DTYPE_TILES[0])  # a stub is reported as TODO, with or without the extra
-    tpu_compile.skip_unless_available()
-    blockspecs.assert_rule_matches_lowering(impl.legality.check_block, DTYPE_TILES, compiler="v5e",
+    tpu.skip_unless_available()
+    ir.assert_rule_matches_lowering(impl.legality.check_block, DTYPE_TILES, compiler="v5e",
                                             note="the triples: DTYPE_TILES of exercises/ch06/test_legality.py")
 
 
 @given(batch=st.lists(block_triples(), min_size=25, max_size=25))
 @example(batch=[((8, 128), (8, 128), "float32")] * 25)
 def test_check_block_agrees_with_the_tpu_lowering(impl, batch):
-    blockspecs.assert_rule_matches_lowering(impl.legality.check_block, batch)
+    ir.assert_rule_matches_lowering(impl.legality.check_block, batch)

@@ -9,7 +9,7 @@ in a shuffled order, and on two simulated cores both write one output block.
 import pytest
 from hypothesis import example, given
 
-from pytest_tpucourse import checks, references, tpu_checks
+from pytest_tpucourse import checks, references, tpu
 from pytest_tpucourse import strategies as tst
 
 # (L, M, N, blocks, dtype): each distinct case compiles once
@@ -37,18 +37,18 @@ def test_sum_leading_axis_matches_reference(impl, case, seed):
 def test_sum_leading_axis_has_no_race_on_two_cores(impl):
     """Two simulated TensorCores split the parallel axes: the reduced axis must not be one.
     The same call's values are checked too (a ragged last L block)."""
-    with tpu_checks.checking_races(impl.reduction.sum_leading_axis):
+    with tpu.checking_races(impl.reduction.sum_leading_axis):
         _check(impl, CASES[0], 0)
 
 
 @pytest.mark.parametrize("dtype", ["float32", "bfloat16"])
 def test_sum_leading_axis_lowers_for_tpu(impl, dtype):
     x = tst.random_array((20, 256, 256), dtype, 0)  # ragged L: the mask lowers too
-    tpu_checks.assert_lowers_for_tpu(impl.reduction.sum_leading_axis, x)
+    tpu.assert_lowers_for_tpu(impl.reduction.sum_leading_axis, x)
 
 
 @pytest.mark.parametrize("dtype", ["float32", "bfloat16"])
 def test_sum_leading_axis_compiles_for_v5e(impl, dtype):
     """The real compiler (libtpu, ahead of time for a v5e) at the lowering test's call."""
     x = tst.random_array((20, 256, 256), dtype, 0)
-    tpu_checks.assert_compiles_for(impl.reduction.sum_leading_axis, x, chip="v5e")
+    tpu.assert_compiles_for(impl.reduction.sum_leading_axis, x, chip="v5e")

@@ -3,7 +3,7 @@
 The truth is read off a real pallas_call built from the same BlockSpecs: every index map
 evaluated at the grid points in the order TPU interpret mode runs them (its own
 `grid_point_recorder`), a copy wherever an input's block index changes, a write-back
-wherever an output's is about to (pytest_tpucourse.block_skipping.pipeline_schedule).
+wherever an output's is about to (pytest_tpucourse.readers.block_skipping.pipeline_schedule).
 """
 
 import jax
@@ -11,7 +11,7 @@ import jax.numpy as jnp
 import pytest
 from jax.experimental import pallas as pl
 
-from pytest_tpucourse import block_skipping
+from pytest_tpucourse import ir
 
 
 def _arrays(*shapes, dtype="float32"):
@@ -58,7 +58,7 @@ CASES = {
 @pytest.mark.parametrize("name", CASES)
 def test_schedule_matches_the_pipeline(impl, name):
     grid, in_specs, out_specs, in_shapes, out_shapes = CASES[name]
-    block_skipping.assert_schedule_matches(
+    ir.assert_schedule_matches(
         impl.schedule.pipeline_schedule, grid, in_specs, out_specs, in_shapes, out_shapes,
         note=f"the arguments are CASES[{name!r}] of exercises/ch06/test_schedule.py")
 
@@ -66,7 +66,7 @@ def test_schedule_matches_the_pipeline(impl, name):
 def test_matmul_hbm_bytes_equal_the_closed_form(impl):
     """ch11's matmul in bf16 at 128 blocks: 2·(M·K·N/bn + K·N·M/bm + M·N) bytes."""
     sizes = (256, 512, 384, 128, 128, 128)
-    block_skipping.assert_schedule_matches(
+    ir.assert_schedule_matches(
         impl.schedule.pipeline_schedule, *matmul_case(*sizes, dtype="bfloat16"),
         hbm_bytes=matmul_hbm_bytes(*sizes, itemsize=2), record=False,
         note=f"the arguments are matmul_case{sizes}, dtype='bfloat16' of exercises/ch06/test_schedule.py")

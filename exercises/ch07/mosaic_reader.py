@@ -1,7 +1,7 @@
 """Exercise ch07.mosaic_reader: read a Pallas kernel's Mosaic module, as text.
 
 Write read_kernel(text): given the Mosaic module of one pallas_call (the MLIR text
-`pytest_tpucourse.mosaic.kernels(fn, *args)` decodes from the TPU lowering, before
+`pytest_tpucourse.readers.mosaic.kernels(fn, *args)` decodes from the TPU lowering, before
 the compiler lays anything out), return what the kernel function says about
 itself. The README's first section walks through one such text.
 """

@@ -1,7 +1,7 @@
 """Graded tests for ch07.mosaic_reader: read_kernel(text), on the Mosaic modules of real kernels.
 
 The texts are the pre-layout Mosaic modules the package decodes from each pallas_call's TPU
-lowering (mosaic.kernels). What read_kernel returns is checked against the pallas_call itself
+lowering (tpu.kernels). What read_kernel returns is checked against the pallas_call itself
 (its grid mapping, its kernel jaxpr's scratch refs, its compiler params) and, for the op counts,
 against MLIR's own walk of the parsed module.
 """
@@ -15,7 +15,7 @@ from jax.experimental import pallas as pl
 from jax.experimental.pallas import tpu as pltpu
 from jax.experimental.pallas.ops.tpu.paged_attention import paged_attention
 
-from pytest_tpucourse import mosaic, structure
+from pytest_tpucourse import ir, public_kernels, tpu
 
 MLIR_TYPES = {"float32": "f32", "bfloat16": "bf16", "int32": "i32", "int8": "i8", "int16": "i16",
               "dma_sem": "!tpu.dma_semaphore", "semaphore": "!tpu.semaphore"}
@@ -28,7 +28,7 @@ def expected(fn, args, kwargs=None) -> list[dict]:
     with pltpu.force_tpu_interpret_mode(None):
         closed = jax.make_jaxpr(lambda *a: fn(*a, **kwargs))(*args)
     answers = []
-    for eqn, kernel in zip(structure.pallas_call_eqns(closed), mosaic.kernels(fn, *args, **kwargs), strict=True):
+    for eqn, kernel in zip(ir.pallas_call_eqns(closed), tpu.kernels(fn, *args, **kwargs), strict=True):
         mapping = eqn.params["grid_mapping"]
         body = eqn.params["jaxpr"]
         scratch = body.invars[len(body.invars) - mapping.num_scratch_operands:] if mapping.num_scratch_operands else []
@@ -65,7 +65,7 @@ def check(impl, fn, args, what, kwargs=None):
 
 @pytest.fixture(scope="module")
 def course_kernels(request):
-    return {name: mosaic.course_solution(request.path, name)
+    return {name: public_kernels.course_solution(request.path, name)
             for name in ("ch11.matmul.matmul", "ch13.forward.flash_forward", "ch06.index_maps.gather_rows")}
 
 

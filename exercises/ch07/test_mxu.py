@@ -9,7 +9,7 @@ import jax
 import jax.numpy as jnp
 import pytest
 
-from pytest_tpucourse import mosaic, tpu_compile
+from pytest_tpucourse import public_kernels, tpu
 
 # (bm, bk, bn): square blocks at both MXU widths, an unequal block, and a 128-deep block on the
 # 256-wide MXU (the case that packs two row groups into one push).
@@ -22,10 +22,10 @@ CHIPS = ("v5e", "v6e")
 def test_vmatmuls_per_grid_step(impl, request, chip, blocks):
     bm, bk, bn = blocks
     predicted = impl.mxu.vmatmuls_per_step(bm, bk, bn, chip)
-    tpu_compile.skip_unless_available()
+    tpu.skip_unless_available()
     x = jax.ShapeDtypeStruct((512, 512), jnp.bfloat16)
-    matmul = mosaic.course_solution(request.path, "ch11.matmul.matmul")
-    kernel = tpu_compile.compile_for(matmul, x, x, chip=chip, dumps=True, bm=bm, bk=bk, bn=bn).kernel()
+    matmul = public_kernels.course_solution(request.path, "ch11.matmul.matmul")
+    kernel = tpu.compile_for(matmul, x, x, chip=chip, dumps=True, bm=bm, bk=bk, bn=bn).kernel()
     assert predicted == kernel.step_mxu_ops, (
         f"{impl.mxu.vmatmuls_per_step.display}: vmatmuls_per_step({bm}, {bk}, {bn}, {chip!r}) returned "
         f"{predicted!r}; the {chip} compiler's bundles for ch11's matmul at these blocks issue "

@@ -13,7 +13,7 @@ from hypothesis import given
 from hypothesis import strategies as st
 from jax.experimental import pallas as pl
 
-from pytest_tpucourse import mosaic, tpu_compile
+from pytest_tpucourse import tpu
 
 BODIES = {  # what the kernel does to its block x; each stores the result in its output block
     "copy": lambda x: x,
@@ -69,15 +69,15 @@ def toolchain_verdict(body, shape, dtype, block, chip, *, compile: bool) -> tupl
     """(verdict, the toolchain's own words) for the described kernel."""
     fn, x = catalogue_kernel(body, shape, block), jax.ShapeDtypeStruct(shape, jnp.dtype(dtype))
     try:
-        mosaic.lower_for_tpu(fn, x, chip=chip)
+        tpu.lower_for_tpu(fn, x, chip=chip)
     except Exception as error:
         text = str(error).splitlines()[0] if str(error) else type(error).__name__
         return ("block shape" if "block shape" in str(error) else "unsupported op"), text
     if not compile:
         return "ok", "the lowering accepts it"
     try:
-        tpu_compile.compile_for(fn, x, chip=chip)
-    except tpu_compile.TpuCompileError as error:
+        tpu.compile_for(fn, x, chip=chip)
+    except tpu.TpuCompileError as error:
         return error.kind, str(error)
     return "ok", "the compiler accepts it"
 
@@ -97,7 +97,7 @@ def check(impl, entry, *, compile: bool):
 
 @pytest.mark.parametrize("entry", CATALOGUE, ids=lambda e: f"{e[0]}-{e[2]}-{e[3][0]}x{e[3][1]}-{e[4]}")
 def test_catalogue(impl, entry):
-    check(impl, entry, compile=tpu_compile.available())
+    check(impl, entry, compile=tpu.available())
 
 
 @st.composite

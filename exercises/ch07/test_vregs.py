@@ -15,7 +15,7 @@ import pytest
 from hypothesis import example, given, settings
 from hypothesis import strategies as st
 
-from pytest_tpucourse import mosaic, tpu_compile
+from pytest_tpucourse import public_kernels, tpu
 
 DTYPES = ("float32", "bfloat16", "int8", "int32", "int16")
 DTYPE_OF_BITS = {32: "float32", 16: "bfloat16", 8: "int8"}
@@ -89,14 +89,14 @@ _COMPILED: dict = {}
 def compiled_kernels(request) -> dict:
     """ch11's matmul and ch13's causal forward, bf16, default blocks, through the real v5e compiler
     (once per run; skipped without the tpu-compile extra)."""
-    tpu_compile.skip_unless_available()
+    tpu.skip_unless_available()
     if not _COMPILED:
         x = jax.ShapeDtypeStruct((512, 512), jnp.bfloat16)
         q = jax.ShapeDtypeStruct((1, 2, 512, 128), jnp.bfloat16)
-        matmul = mosaic.course_solution(request.path, "ch11.matmul.matmul")
-        forward = mosaic.course_solution(request.path, "ch13.forward.flash_forward")
-        _COMPILED["ch11 matmul"] = tpu_compile.compile_for(matmul, x, x, chip="v5e", dumps=True).kernel()
-        _COMPILED["ch13 forward"] = tpu_compile.compile_for(forward, q, q, q, causal=True, chip="v5e",
+        matmul = public_kernels.course_solution(request.path, "ch11.matmul.matmul")
+        forward = public_kernels.course_solution(request.path, "ch13.forward.flash_forward")
+        _COMPILED["ch11 matmul"] = tpu.compile_for(matmul, x, x, chip="v5e", dumps=True).kernel()
+        _COMPILED["ch13 forward"] = tpu.compile_for(forward, q, q, q, causal=True, chip="v5e",
                                                             dumps=True).kernel()
     return _COMPILED
 

@@ -4,7 +4,7 @@ mxu_width, vmem_limit_bytes).
 Graded by brute force, on every TPU chip of the course's registry: every legal block
 triple (multiples of the chip's MXU width dividing the dimension, or the whole
 dimension) is tried; the pick must be one of them, fit the limit (VMEM by the course's
-model, pytest_tpucourse.vmem_footprint) and be within 5% of the least roofline time of
+model, pytest_tpucourse.readers.vmem_footprint) and be within 5% of the least roofline time of
 those that fit. Shapes include dimensions below the MXU width and below the bf16 tile
 (a skinny m of 8); limits run from a chip's whole VMEM down to tight ones where a
 footprint mistake picks blocks that do not fit. With the tpu-compile extra, the pick is also
@@ -18,7 +18,7 @@ import pytest
 from hypothesis import example, given
 from hypothesis import strategies as st
 
-from pytest_tpucourse import checks, chip_checks, chips, tpu_compile, vmem_footprint
+from pytest_tpucourse import checks, tpu, chips, ir
 
 MiB = 2**20
 TPUS = [chips.get_chip(name) for name in chips.TPU_CHIPS]
@@ -32,9 +32,9 @@ def legal(dim, width):
 
 def footprint(bm, bk, bn, dtype):
     """Chapter 11's matmul: x, y and the output double-buffered, a (bm, bn) f32 accumulator."""
-    return vmem_footprint.footprint_bytes([
-        vmem_footprint.Buffer("x", (bm, bk), dtype, 2), vmem_footprint.Buffer("y", (bk, bn), dtype, 2),
-        vmem_footprint.Buffer("out", (bm, bn), dtype, 2), vmem_footprint.Buffer("acc", (bm, bn), "float32", 1)])
+    return ir.footprint_bytes([
+        ir.Buffer("x", (bm, bk), dtype, 2), ir.Buffer("y", (bk, bn), dtype, 2),
+        ir.Buffer("out", (bm, bn), dtype, 2), ir.Buffer("acc", (bm, bn), "float32", 1)])
 
 
 def roofline_seconds(m, k, n, bm, bn, dtype, chip):
@@ -131,7 +131,7 @@ def test_picked_blocks_compile_under_the_limit(impl, name, m, k, n, limit):
     fn = impl.blocks.pick_blocks
     picked = fn(m, k, n, dtype="bfloat16", peak_flops=chip.peak_flops, hbm_bandwidth=chip.hbm_bandwidth,
                 mxu_width=chip.mxu_width, vmem_limit_bytes=limit)
-    tpu_compile.skip_unless_available()
-    chip_checks.assert_blocks_compile(
+    tpu.skip_unless_available()
+    tpu.assert_blocks_compile(
         fn, tuple(int(b) for b in picked), m, k, n, dtype="bfloat16", chip=name, vmem_limit_bytes=limit,
         note=f"compiled for {name}")

@@ -12,7 +12,7 @@ from hypothesis import strategies as st
 
 import pytest
 
-from pytest_tpucourse import checks, chip_checks, chips, tpu_compile
+from pytest_tpucourse import checks, tpu, chips
 
 WIDTHS = sorted({chips.get_chip(name).mxu_width for name in chips.TPU_CHIPS})
 DIMS = st.one_of(st.integers(1, 600), st.sampled_from((64, 128, 129, 256, 257, 384, 4096)))
@@ -51,6 +51,6 @@ def test_mxu_efficiency_is_what_the_compilers_vmatmuls_do(impl, chip, k):
     issues as many vmatmul as one of 128 (both pad to the MXU width)."""
     width = chips.get_chip(chip).mxu_width
     impl.mxu.mxu_efficiency(256, k, 256, mxu_width=width)  # a stub is reported as TODO, extra or not
-    tpu_compile.skip_unless_available()
-    chip_checks.assert_efficiency_matches_vmatmuls(impl.mxu.mxu_efficiency, 256, k, 256, chip=chip,
+    tpu.skip_unless_available()
+    tpu.assert_efficiency_matches_vmatmuls(impl.mxu.mxu_efficiency, 256, k, 256, chip=chip,
                                                    mxu_width=width)

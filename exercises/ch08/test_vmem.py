@@ -1,6 +1,6 @@
 """Graded tests for ch08.vmem: vmem_footprint(blocks, scratch).
 
-Judged exactly against the course's own VMEM model (pytest_tpucourse.vmem_footprint),
+Judged exactly against the course's own VMEM model (pytest_tpucourse.readers.vmem_footprint),
 which reproduces the sizes the Mosaic compiler reports (bench/vmem_compiler_figures.py),
 and, with the tpu-compile extra, against the compiler itself on traced kernels.
 Blocks are drawn where padding mistakes hide: rows below 8 (bf16 and int8 pack 2 and 4
@@ -16,7 +16,7 @@ from hypothesis import strategies as st
 from jax.experimental import pallas as pl
 from jax.experimental.pallas import tpu as pltpu
 
-from pytest_tpucourse import checks, chip_checks, tpu_compile, vmem_footprint
+from pytest_tpucourse import checks, tpu, ir
 
 MiB = 2**20
 ROWS = (1, 2, 3, 5, 8, 12, 16, 24, 40, 128, 256)
@@ -61,9 +61,9 @@ def kernels(draw):
 @example(kernel=([((2, 16, 384), "float32", 2)], []))  # a leading dimension multiplies
 def test_footprint_of_drawn_blocks(impl, kernel):
     blocks, scratch = kernel
-    expected = vmem_footprint.footprint_bytes(
-        [vmem_footprint.Buffer("block", shape, dtype, count) for shape, dtype, count in blocks]
-        + [vmem_footprint.Buffer("scratch", shape, dtype, 1) for shape, dtype in scratch])
+    expected = ir.footprint_bytes(
+        [ir.Buffer("block", shape, dtype, count) for shape, dtype, count in blocks]
+        + [ir.Buffer("scratch", shape, dtype, 1) for shape, dtype in scratch])
     _check(impl, blocks, scratch, expected, "these blocks")
 
 
@@ -135,8 +135,8 @@ def test_footprint_of_real_kernels(impl):
     """The blocks, buffer counts and scratch read off traced pallas_calls (never run)."""
     for what, kernel, operands in KERNELS:
         args = [jax.ShapeDtypeStruct(shape, jnp.dtype(dtype)) for shape, dtype in operands]
-        (buffers,) = vmem_footprint.kernel_buffers(jax.make_jaxpr(kernel)(*args))
-        expected = vmem_footprint.footprint_bytes(buffers)
+        (buffers,) = ir.kernel_buffers(jax.make_jaxpr(kernel)(*args))
+        expected = ir.footprint_bytes(buffers)
         blocks, scratch = _as_exercise(buffers)
         _check(impl, blocks, scratch, expected, what)
 
@@ -163,11 +163,11 @@ def test_footprint_the_compiler_counts(impl):
     answers = []
     for what, build, operands, limit in COMPILED:
         args = [jax.ShapeDtypeStruct(shape, jnp.dtype(dtype)) for shape, dtype in operands]
-        (buffers,) = vmem_footprint.kernel_buffers(jax.make_jaxpr(build(None))(*args))
+        (buffers,) = ir.kernel_buffers(jax.make_jaxpr(build(None))(*args))
         blocks, scratch = _as_exercise(buffers)
         answers.append((impl.vmem.vmem_footprint(blocks, scratch), blocks, scratch))
-    tpu_compile.skip_unless_available()
+    tpu.skip_unless_available()
     for (what, build, operands, limit), (_, blocks, scratch) in zip(COMPILED, answers):
         args = [jax.ShapeDtypeStruct(shape, jnp.dtype(dtype)) for shape, dtype in operands]
         got = impl.vmem.vmem_footprint(blocks, scratch)  # again: the reproduction is the call judged
-        chip_checks.assert_footprint_matches_compiler(impl.vmem.vmem_footprint, got, build(limit), args, what=what)
+        tpu.assert_footprint_matches_compiler(impl.vmem.vmem_footprint, got, build(limit), args, what=what)

@@ -3,7 +3,7 @@ bidirectional, wraparound, hop_latency).
 
 First the worked numbers of How to Scale Your Model (part 3, "Sharded Matrices"), with
 the book's own inputs; then drawn collectives on every chip with a cited link figure
-(the course's registry), against the package's model (pytest_tpucourse.ici). A chip
+(the course's registry), against the package's model (pytest_tpucourse.instruments.ici). A chip
 without a cited figure must raise, never guess.
 """
 
@@ -12,7 +12,8 @@ import pytest
 from hypothesis import example, given
 from hypothesis import strategies as st
 
-from pytest_tpucourse import checks, chips, ici
+from pytest_tpucourse import checks, chips
+from pytest_tpucourse.instruments import ici
 
 V5E_LINK = chips.get_chip("v5e").ici_link_bandwidth  # 4.5e10 B/s one way
 V4_LINK = chips.get_chip("v4").ici_link_bandwidth

@@ -16,7 +16,7 @@ import jax.numpy as jnp
 import pytest
 from jax import lax
 
-from pytest_tpucourse import checks, collective_checks
+from pytest_tpucourse import checks, tpu
 from pytest_tpucourse import strategies as tst
 from pytest_tpucourse.references import Reference
 
@@ -95,7 +95,7 @@ CHUNK_ROWS = {"all_gather": lambda rows, n: rows, "reduce_scatter": lambda rows,
 def test_only_collective_permutes_of_one_chunk(impl, mesh, function, size, rows):
     m = mesh(size)
     x = _inputs(size, rows)
-    collective_checks.assert_ring_collectives(
+    tpu.assert_ring_collectives(
         getattr(impl.ring, function), x, mesh=m, max_elements=CHUNK_ROWS[function](rows, size) * COLS)
 
 

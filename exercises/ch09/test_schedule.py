@@ -1,6 +1,6 @@
 """Graded tests for ch09.schedule: ring_schedule(op, ring_size, *, bidirectional, wraparound).
 
-Graded on properties, by running the schedule (pytest_tpucourse.ici.schedule_problems):
+Graded on properties, by running the schedule (pytest_tpucourse.instruments.ici.schedule_problems):
 every send on a link that exists, no link carrying two chunks one way in one step, an
 all-gather's sender holding what it sends and every chip receiving every other chunk
 exactly once, a reduce-scatter never counting a chip twice and leaving chip c with chunk
@@ -11,7 +11,8 @@ c summed over all chips, in X - 1 steps (one way, or along a line) or ceil((X - 
 from hypothesis import example, given
 from hypothesis import strategies as st
 
-from pytest_tpucourse import checks, ici
+from pytest_tpucourse import checks
+from pytest_tpucourse.instruments import ici
 
 OPS = ("all-gather", "reduce-scatter")
 LINKS = ((True, True), (False, True), (True, False))  # (bidirectional, wraparound)

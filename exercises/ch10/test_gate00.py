@@ -2,7 +2,7 @@
 
 XLA's own matmul, skinny matmul and add (the criterion's three slots, in
 pytest_tpucourse/gates/criteria.py), timed on the detected chip, must land within
-criteria.GATE0_BAND of their roofline floors: the whole 95% interval of the ratio, not
+gating.GATE0_BAND of their roofline floors: the whole 95% interval of the ratio, not
 just its median. On a CPU each writes its prediction and is skipped as awaiting hardware.
 """
 
@@ -10,9 +10,9 @@ import pytest
 
 from pytest_tpucourse import roofline
 from pytest_tpucourse import strategies as tst
-from pytest_tpucourse.gates import criteria
+from pytest_tpucourse import gating
 
-CRITERION = criteria.gate(0).criterion("roofline-predicts")
+CRITERION = gating.gate(0).criterion("roofline-predicts")
 
 
 def _slot_id(slot) -> str:

@@ -4,7 +4,7 @@ import pytest
 from hypothesis import example, given
 from hypothesis import strategies as st
 
-from pytest_tpucourse import checks, references, tpu_checks
+from pytest_tpucourse import checks, references, tpu
 from pytest_tpucourse import strategies as tst
 
 BLOCK = {"float32": (8, 128), "bfloat16": (16, 128)}  # one tile: several blocks on every shape
@@ -29,7 +29,7 @@ def test_add_matches_reference(impl, data, dtype, seed):
 def test_add_corner_shapes(impl, kind, dtype):
     """Partial last blocks, and arrays with a length-1 axis. Run as the race test runs (two
     cores, race detector), whose ragged f32 case is one of these programs."""
-    with tpu_checks.checking_races(impl.elementwise_add.add):
+    with tpu.checking_races(impl.elementwise_add.add):
         for shape in tst.shapes_2d(dtype, kind):
             _check(impl, shape, dtype, BLOCK[dtype], seed=0)
 
@@ -49,17 +49,17 @@ def test_add_is_one_kernel(impl):
 @pytest.mark.parametrize("dtype", ["float32", "bfloat16"])
 def test_add_lowers_for_tpu(impl, dtype):
     x = tst.random_array((512, 1024), dtype, 0)
-    tpu_checks.assert_lowers_for_tpu(impl.elementwise_add.add, x, x)
+    tpu.assert_lowers_for_tpu(impl.elementwise_add.add, x, x)
 
 
 @pytest.mark.parametrize("dtype", ["float32", "bfloat16"])
 def test_add_compiles_for_tpu(impl, dtype):
     """The real compiler (libtpu, ahead of time for a v5e) accepts the default blocks."""
     x = tst.random_array((512, 1024), dtype, 0)
-    tpu_checks.assert_compiles_for(impl.elementwise_add.add, x, x)
+    tpu.assert_compiles_for(impl.elementwise_add.add, x, x)
 
 
 def test_add_has_no_race_on_two_cores(impl):
     """Two simulated TensorCores split a ragged 2 x 3 grid of blocks; its values are checked too."""
-    with tpu_checks.checking_races(impl.elementwise_add.add):
+    with tpu.checking_races(impl.elementwise_add.add):
         _check(impl, tst.shapes_2d("float32", "ragged")[0], "float32", BLOCK["float32"], seed=1)

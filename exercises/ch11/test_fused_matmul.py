@@ -3,7 +3,7 @@
 import pytest
 from hypothesis import example, given
 
-from pytest_tpucourse import checks, references, tpu_checks
+from pytest_tpucourse import checks, references, tpu
 from pytest_tpucourse import strategies as tst
 
 # bm, bk and bn differ in both cases, so the bias's (1, bn) block cannot pass as (1, bm).
@@ -43,14 +43,14 @@ def test_bias_and_activation_are_fused(impl):
 def test_matmul_bias_act_lowers_for_tpu(impl):
     x = tst.random_array((512, 512), "bfloat16", 0)
     b = tst.random_array((512,), "bfloat16", 1)
-    tpu_checks.assert_lowers_for_tpu(impl.fused_matmul.matmul_bias_act, x, x, b, activation="gelu")
+    tpu.assert_lowers_for_tpu(impl.fused_matmul.matmul_bias_act, x, x, b, activation="gelu")
 
 
 def test_matmul_bias_act_compiles_for_tpu(impl):
     """The real compiler (libtpu, ahead of time for a v5e) accepts the default blocks."""
     x = tst.random_array((512, 512), "bfloat16", 0)
     b = tst.random_array((512,), "bfloat16", 1)
-    tpu_checks.assert_compiles_for(impl.fused_matmul.matmul_bias_act, x, x, b, activation="gelu")
+    tpu.assert_compiles_for(impl.fused_matmul.matmul_bias_act, x, x, b, activation="gelu")
 
 
 def test_matmul_bias_act_has_no_race_on_two_cores(impl):
@@ -58,5 +58,5 @@ def test_matmul_bias_act_has_no_race_on_two_cores(impl):
     cores' split falls inside the k steps of one output block. The same call's values are
     checked too (gelu: the bias must be in before the activation): one compiled program for
     both. Which cores run which steps does not depend on the activation."""
-    with tpu_checks.checking_races(impl.fused_matmul.matmul_bias_act):
+    with tpu.checking_races(impl.fused_matmul.matmul_bias_act):
         _check(impl, RACE_CASE, "gelu", "float32", 0)

@@ -20,9 +20,9 @@ import pytest
 
 from pytest_tpucourse import checks, references, roofline
 from pytest_tpucourse import strategies as tst
-from pytest_tpucourse.gates import criteria
+from pytest_tpucourse import gating
 
-GATE = criteria.gate(1)
+GATE = gating.gate(1)
 BLOCKS = dict(bm=512, bk=512, bn=512)
 
 

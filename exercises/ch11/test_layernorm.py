@@ -3,7 +3,7 @@
 import pytest
 from hypothesis import example, given
 
-from pytest_tpucourse import checks, references, tpu_checks
+from pytest_tpucourse import checks, references, tpu
 from pytest_tpucourse import strategies as tst
 
 ROWS = tst.dims_around(16, tile=8)  # row counts around block_rows=16: 8, 16, 48 and 40
@@ -54,16 +54,16 @@ def test_layernorm_is_one_kernel(impl):
 
 @pytest.mark.parametrize("dtype", ["float32", "bfloat16"])
 def test_layernorm_lowers_for_tpu(impl, dtype):
-    tpu_checks.assert_lowers_for_tpu(impl.layernorm.layernorm, *_inputs((256, 512), dtype, 0))
+    tpu.assert_lowers_for_tpu(impl.layernorm.layernorm, *_inputs((256, 512), dtype, 0))
 
 
 @pytest.mark.parametrize("dtype", ["float32", "bfloat16"])
 def test_layernorm_compiles_for_tpu(impl, dtype):
     """The real compiler (libtpu, ahead of time for a v5e) accepts the default blocks."""
-    tpu_checks.assert_compiles_for(impl.layernorm.layernorm, *_inputs((256, 512), dtype, 0))
+    tpu.assert_compiles_for(impl.layernorm.layernorm, *_inputs((256, 512), dtype, 0))
 
 
 def test_layernorm_has_no_race_on_two_cores(impl):
     """Two simulated TensorCores split the 3 row blocks; the same call's values are checked too."""
-    with tpu_checks.checking_races(impl.layernorm.layernorm):
+    with tpu.checking_races(impl.layernorm.layernorm):
         _check(impl, *CASES[0], "float32", 0)

@@ -3,7 +3,7 @@
 import pytest
 from hypothesis import example, given
 
-from pytest_tpucourse import checks, references, tpu_checks
+from pytest_tpucourse import checks, references, tpu
 from pytest_tpucourse import strategies as tst
 
 # (M, K, N, blocks). In every case bm, bk and bn differ (after clamping), so a
@@ -46,7 +46,7 @@ def test_matmul_has_no_race_on_two_cores(impl):
     A grid of 1 x 3 x 4: the parallel extents before k multiply to an odd number, so the
     split between the cores falls inside the k steps of one output block. The same call's
     values are checked too: one compiled program for both."""
-    with tpu_checks.checking_races(impl.matmul.matmul):
+    with tpu.checking_races(impl.matmul.matmul):
         _check(impl, RACE_CASE, "float32", 0)
 
 
@@ -58,11 +58,11 @@ def test_matmul_is_one_kernel(impl):
 @pytest.mark.parametrize("dtype", ["float32", "bfloat16"])
 def test_matmul_lowers_for_tpu(impl, dtype):
     x = tst.random_array((512, 512), dtype, 0)
-    tpu_checks.assert_lowers_for_tpu(impl.matmul.matmul, x, x)
+    tpu.assert_lowers_for_tpu(impl.matmul.matmul, x, x)
 
 
 @pytest.mark.parametrize("dtype", ["float32", "bfloat16"])
 def test_matmul_compiles_for_tpu(impl, dtype):
     """The real compiler (libtpu, ahead of time for a v5e) accepts the default blocks."""
     x = tst.random_array((512, 512), dtype, 0)
-    tpu_checks.assert_compiles_for(impl.matmul.matmul, x, x)
+    tpu.assert_compiles_for(impl.matmul.matmul, x, x)

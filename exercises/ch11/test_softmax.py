@@ -3,7 +3,7 @@
 import pytest
 from hypothesis import example, given
 
-from pytest_tpucourse import checks, references, tpu_checks
+from pytest_tpucourse import checks, references, tpu
 from pytest_tpucourse import strategies as tst
 
 ROWS = tst.dims_around(16, tile=8)  # row counts around block_rows=16: 8, 16, 48 and 40
@@ -33,7 +33,7 @@ def test_softmax_value_corner_cases(impl, kind):
     """Logits of 1e4 (exp overflows without the max subtraction), one huge logit per row
     among ordinary ones, equal rows, tiny values, -inf. Run as the race test runs (two cores,
     race detector, 3 row blocks): one compiled program for both."""
-    with tpu_checks.checking_races(impl.softmax.softmax):
+    with tpu.checking_races(impl.softmax.softmax):
         _check(impl, (48, 256), 16, "float32", kind, seed=0)
 
 
@@ -44,16 +44,16 @@ def test_softmax_is_one_kernel(impl):
 
 @pytest.mark.parametrize("dtype", ["float32", "bfloat16"])
 def test_softmax_lowers_for_tpu(impl, dtype):
-    tpu_checks.assert_lowers_for_tpu(impl.softmax.softmax, tst.random_array((256, 512), dtype, 0))
+    tpu.assert_lowers_for_tpu(impl.softmax.softmax, tst.random_array((256, 512), dtype, 0))
 
 
 @pytest.mark.parametrize("dtype", ["float32", "bfloat16"])
 def test_softmax_compiles_for_tpu(impl, dtype):
     """The real compiler (libtpu, ahead of time for a v5e) accepts the default blocks."""
-    tpu_checks.assert_compiles_for(impl.softmax.softmax, tst.random_array((256, 512), dtype, 0))
+    tpu.assert_compiles_for(impl.softmax.softmax, tst.random_array((256, 512), dtype, 0))
 
 
 def test_softmax_has_no_race_on_two_cores(impl):
     """Two simulated TensorCores split the 3 row blocks; the same call's values are checked too."""
-    with tpu_checks.checking_races(impl.softmax.softmax):
+    with tpu.checking_races(impl.softmax.softmax):
         _check(impl, (48, 256), 16, "float32", "normal", seed=0)

@@ -17,7 +17,8 @@ from pathlib import Path
 import jax
 import pytest
 
-from pytest_tpucourse import hlo_text, ir_checks, ir_xray, jax_internals, tpu_compile
+from pytest_tpucourse import ir, tpu
+from pytest_tpucourse.instruments import xray
 from pytest_tpucourse import strategies as tst
 
 COURSE_ROOT = Path(__file__).resolve().parents[2]
@@ -31,19 +32,19 @@ def _programs():
     return module
 
 
-def _chip_layers(program, args) -> ir_xray.Layers:
+def _chip_layers(program, args) -> xray.Layers:
     """The program's three layers from the TPU's compilation: this chip's, a v5e compile ahead of
     time in this run (the tpu-compile extra), or the shipped v5e dump."""
     jaxpr = jax.make_jaxpr(program)(*args)
     if jax.default_backend() == "tpu":
-        with jax_internals.current_locations():
+        with ir.current_locations():
             lowered = jax.jit(program).lower(*args)
-            return ir_xray.Layers(jaxpr, lowered.as_text(debug_info=True), lowered.compile().as_text(),
+            return xray.Layers(jaxpr, lowered.as_text(debug_info=True), lowered.compile().as_text(),
                                   f"XLA:TPU on {jax.devices()[0].device_kind}, compiled in this run")
-    if tpu_compile.available():
-        return ir_xray.tpu_layers(program, *args, chip="v5e")
-    dump = hlo_text.read_dump(DUMPS / "v5e_mlp_block.hlo.txt", COURSE_ROOT)
-    return ir_xray.Layers(jaxpr, ir_xray.tpu_stablehlo(program, *args), dump.text, dump.header)
+    if tpu.available():
+        return xray.tpu_layers(program, *args, chip="v5e")
+    dump = ir.read_dump(DUMPS / "v5e_mlp_block.hlo.txt", COURSE_ROOT)
+    return xray.Layers(jaxpr, xray.tpu_stablehlo(program, *args), dump.text, dump.header)
 
 
 @pytest.mark.gate(2)
@@ -52,18 +53,18 @@ def test_ir_mapped_on_the_chips_compilation(gate_run, impl):
     shapes = [shape for shape, _ in programs.ARGS["mlp_block"]]
     args = [tst.random_array(shape, dtype, seed) for seed, (shape, dtype) in enumerate(programs.ARGS["mlp_block"])]
     layers = _chip_layers(programs.mlp_block, args)
-    module = hlo_text.parse(layers.hlo)
+    module = ir.parse(layers.hlo)
 
     def check():
         rows = impl.xray.xray(layers.jaxpr, layers.stablehlo, layers.hlo)
-        ir_checks.assert_rows_match(impl.xray.xray, rows, ir_xray.xray(layers), program="programs.mlp_block")
+        ir.assert_rows_match(impl.xray.xray, rows, xray.xray(layers), program="programs.mlp_block")
         kernels = [name for row in rows if row["primitive"] == "pallas_call" for name in row["hlo"]]
         assert [module.entry.instruction(n).attribute("custom_call_target") for n in kernels] == [
             '"tpu_custom_call"'], f"the pallas_call should be one tpu_custom_call, the x-ray says {kernels}"
-        ir_checks.assert_summary_matches(impl.narrate.narrate, impl.narrate.narrate(layers.hlo),
-                                         hlo_text.summary(module), dump="programs.mlp_block")
-        ir_checks.assert_dots_match(impl.hlo_dots.decode_hlo_dots, impl.hlo_dots.decode_hlo_dots(layers.hlo),
-                                    [hlo_text.dot_numbers(module, i) for i in hlo_text.dots(module)],
+        ir.assert_summary_matches(impl.narrate.narrate, impl.narrate.narrate(layers.hlo),
+                                         ir.summary(module), dump="programs.mlp_block")
+        ir.assert_dots_match(impl.hlo_dots.decode_hlo_dots, impl.hlo_dots.decode_hlo_dots(layers.hlo),
+                                    [ir.dot_numbers(module, i) for i in ir.dots(module)],
                                     dump="programs.mlp_block")
 
     gate_run.verify("ir-mapped", "mlp_block", shapes, "bfloat16", check, notes=f"on {layers.compiler}"[:300])

@@ -16,7 +16,7 @@ import numpy as np
 from hypothesis import example, given
 from jax import lax
 
-from pytest_tpucourse import checks, hlo_text, ir_checks, references
+from pytest_tpucourse import checks, ir, references
 from pytest_tpucourse import strategies as tst
 
 COURSE_ROOT = Path(__file__).resolve().parents[2]
@@ -50,7 +50,7 @@ def _reference(instruction, numbers):
         labels = instruction.attribute("dim_labels")
         lhs_l, rest = labels.split("_")
         rhs_l, out_l = rest.split("->")
-        window = hlo_text.convolution_window(instruction)
+        window = ir.convolution_window(instruction)
 
         def spec(letters, first, second):
             digits = sorted(c for c in letters if c.isdigit())
@@ -73,10 +73,10 @@ def _check(impl, hlo, source, truth=None):
     """decode_hlo_dots on `hlo` against the course's reading, then every einsum run."""
     fn = impl.hlo_dots.decode_hlo_dots
     got = fn(hlo)
-    module = hlo_text.parse(hlo)
-    instructions = hlo_text.dots(module)
-    want = [hlo_text.dot_numbers(module, i) for i in instructions]
-    ir_checks.assert_dots_match(fn, got, want, dump=source)
+    module = ir.parse(hlo)
+    instructions = ir.dots(module)
+    want = [ir.dot_numbers(module, i) for i in instructions]
+    ir.assert_dots_match(fn, got, want, dump=source)
     for seed, (mine, instruction, numbers) in enumerate(zip(got, instructions, want)):
         if truth is not None:
             assert tuple(map(tuple, _numbers(mine))) == tuple(map(tuple, truth)), (
@@ -128,7 +128,7 @@ def test_decode_the_dots_xla_cpu_made(impl, problem, seed):
 
 def test_decode_tpu_convolutions(impl):
     """XLA:TPU writes dot_generals as convolutions; the programs' own numbers are known."""
-    dump = hlo_text.read_dump(DUMPS / "v5e_dots.hlo.txt", COURSE_ROOT)
+    dump = ir.read_dump(DUMPS / "v5e_dots.hlo.txt", COURSE_ROOT)
     _check(impl, dump.text, f"dumps/v5e_dots.hlo.txt ({dump.header[:80]}...)")
     # programs.dots: the operands reach each convolution unchanged, so its numbers are the program's.
     truth = {(4, 256, 128): ((0,), (0,), (2,), (1,)), (256, 384): ((), (), (1,), (0,)),
@@ -147,7 +147,7 @@ def test_decode_two_batch_dims_on_tpu(impl):
 
 
 def test_decode_the_matmul_beside_a_pallas_kernel(impl):
-    dump = hlo_text.read_dump(DUMPS / "v5e_mlp_block.hlo.txt", COURSE_ROOT)
+    dump = ir.read_dump(DUMPS / "v5e_mlp_block.hlo.txt", COURSE_ROOT)
     _check(impl, dump.text, "dumps/v5e_mlp_block.hlo.txt", truth=((), (), (1,), (0,)))
 
 

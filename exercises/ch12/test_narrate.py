@@ -17,7 +17,7 @@ from hypothesis import strategies as st
 from jax import lax
 from jax.sharding import PartitionSpec as P
 
-from pytest_tpucourse import hlo_text, ir_checks
+from pytest_tpucourse import ir
 from pytest_tpucourse import strategies as tst
 
 COURSE_ROOT = Path(__file__).resolve().parents[2]
@@ -32,7 +32,7 @@ def _on_cpu(x):
 def _narrate(impl, hlo, what):
     fn = impl.narrate.narrate
     got = fn(hlo)
-    ir_checks.assert_summary_matches(fn, got, hlo_text.summary(hlo_text.parse(hlo)), dump=what)
+    ir.assert_summary_matches(fn, got, ir.summary(ir.parse(hlo)), dump=what)
     return got
 
 
@@ -94,7 +94,7 @@ def test_narrate_a_sharded_program(impl, mesh, collective, devices):
     ("sharded_scan", ["AllocateBuffer"], {"kLoop"}),
 ])
 def test_narrate_tpu_dumps(impl, name, custom_calls, kinds):
-    dump = hlo_text.read_dump(DUMPS / f"v5e_{name}.hlo.txt", COURSE_ROOT)
+    dump = ir.read_dump(DUMPS / f"v5e_{name}.hlo.txt", COURSE_ROOT)
     got = _narrate(impl, dump.text, f"dumps/v5e_{name}.hlo.txt")
     assert [target for _, target in got["custom_calls"]] == custom_calls
     assert {kind for _, kind, _ in got["fusions"]} == kinds

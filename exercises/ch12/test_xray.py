@@ -1,7 +1,7 @@
 """Graded tests for ch12.xray: three_layers(fn, *args) and xray(jaxpr, stablehlo, hlo).
 
 The programs below are compiled here, on this machine's XLA, with current locations
-(pytest_tpucourse.ir_xray); your rows are judged against the course's linker on the same
+(pytest_tpucourse.instruments.xray); your rows are judged against the course's linker on the same
 three texts, and against what the programs are known to contain. The Pallas program is
 read on a TPU's own compilation: StableHLO lowered for a TPU here, optimized HLO from a
 dump compiled for a v5e (dumps/, its first line says by what and when).
@@ -18,7 +18,8 @@ import pytest
 from hypothesis import example, given
 from hypothesis import strategies as st
 
-from pytest_tpucourse import hlo_text, ir_checks, ir_xray, jax_internals, structure
+from pytest_tpucourse import ir
+from pytest_tpucourse.instruments import xray
 from pytest_tpucourse import strategies as tst
 
 COURSE_ROOT = Path(__file__).resolve().parents[2]
@@ -73,12 +74,12 @@ PROGRAMS = {
 
 def _layers(name):
     fn, shapes = PROGRAMS[name]
-    return ir_xray.three_layers(fn, *_arrays(*shapes))
+    return xray.three_layers(fn, *_arrays(*shapes))
 
 
 def _learner_rows(impl, layers):
     rows = impl.xray.xray(layers.jaxpr, layers.stablehlo, layers.hlo)
-    ir_checks.assert_rows_are_rows(impl.xray.xray, rows, program=f"a program compiled by {layers.compiler}")
+    ir.assert_rows_are_rows(impl.xray.xray, rows, program=f"a program compiled by {layers.compiler}")
     return rows
 
 
@@ -86,7 +87,7 @@ def _learner_rows(impl, layers):
 def test_xray_links_every_equation(impl, name):
     layers = _layers(name)
     rows = _learner_rows(impl, layers)
-    ir_checks.assert_rows_match(impl.xray.xray, rows, ir_xray.xray(layers), program=f"{name} ({layers.compiler})")
+    ir.assert_rows_match(impl.xray.xray, rows, xray.xray(layers), program=f"{name} ({layers.compiler})")
 
 
 @pytest.mark.parametrize("name", list(PROGRAMS))
@@ -94,15 +95,15 @@ def test_counts_agree_with_chapters_2_and_4(impl, name):
     """Rows per primitive are chapter 2's counts without the calls; the kernels are chapter 4's."""
     layers = _layers(name)
     rows = _learner_rows(impl, layers)
-    every = Counter(structure.primitives_outside_kernels(layers.jaxpr))
-    executed = {p: n for p, n in every.items() if p not in ir_xray.CALL_PRIMITIVES}
+    every = Counter(ir.primitives_outside_kernels(layers.jaxpr))
+    executed = {p: n for p, n in every.items() if p not in xray.CALL_PRIMITIVES}
     got = Counter(row.get("primitive") for row in rows)
     assert dict(got) == executed, (
         f"{impl.xray.xray.display} on {name}: rows per primitive {dict(sorted(got.items()))}, expected "
         f"{dict(sorted(executed.items()))} (every equation, jit and custom_jvp calls replaced by their bodies)")
     unmapped = [f"{row['primitive']}@{row['line']}" for row in rows if not row.get("stablehlo") or not row.get("hlo")]
     assert not unmapped, f"{impl.xray.xray.display} on {name}: rows with no StableHLO op or no HLO kernel: {unmapped}"
-    module = hlo_text.parse(layers.hlo)
+    module = ir.parse(layers.hlo)
     fusions = {i.name for i in module.entry.instructions if i.opcode == "fusion" and any(
         module.location(inner) for inner in module.contained(i.called[0]))}  # layout-only fusions have none
     named = {name for row in rows for name in row["hlo"] if name in fusions}
@@ -124,11 +125,11 @@ def test_attention_dots_become_distinct_kernels(impl):
 
 
 def test_elementwise_chain_is_one_fusion(impl):
-    layers = ir_xray.three_layers(elementwise_chain, *_arrays((64, 256), (256,)))
+    layers = xray.three_layers(elementwise_chain, *_arrays((64, 256), (256,)))
     rows = _learner_rows(impl, layers)
-    ir_checks.assert_rows_match(impl.xray.xray, rows, ir_xray.xray(layers), program="tanh(x + b) * 2 + 1")
+    ir.assert_rows_match(impl.xray.xray, rows, xray.xray(layers), program="tanh(x + b) * 2 + 1")
     kernels = {name for row in rows for name in row["hlo"]}
-    opcodes = {i.name: i.opcode for i in hlo_text.parse(layers.hlo).entry.instructions}
+    opcodes = {i.name: i.opcode for i in ir.parse(layers.hlo).entry.instructions}
     assert len(kernels) == 1 and opcodes[kernels.pop()] == "fusion"
 
 
@@ -142,14 +143,14 @@ def _dump_programs():
 def test_pallas_call_is_one_tpu_custom_call(impl):
     programs = _dump_programs()
     args = [tst.random_array(shape, dtype, seed) for seed, (shape, dtype) in enumerate(programs.ARGS["mlp_block"])]
-    dump = hlo_text.read_dump(DUMPS / "v5e_mlp_block.hlo.txt", COURSE_ROOT)
-    layers = ir_xray.Layers(jax.make_jaxpr(programs.mlp_block)(*args),
-                            ir_xray.tpu_stablehlo(programs.mlp_block, *args), dump.text, dump.header)
+    dump = ir.read_dump(DUMPS / "v5e_mlp_block.hlo.txt", COURSE_ROOT)
+    layers = xray.Layers(jax.make_jaxpr(programs.mlp_block)(*args),
+                            xray.tpu_stablehlo(programs.mlp_block, *args), dump.text, dump.header)
     rows = _learner_rows(impl, layers)
-    ir_checks.assert_rows_match(impl.xray.xray, rows, ir_xray.xray(layers),
+    ir.assert_rows_match(impl.xray.xray, rows, xray.xray(layers),
                                 program=f"programs.mlp_block on a v5e ({dump.header})")
     kernel = [row for row in rows if row["primitive"] == "pallas_call"]
-    module = hlo_text.parse(dump.text)
+    module = ir.parse(dump.text)
     (call,) = [module.entry.instruction(name) for name in kernel[0]["hlo"]]
     assert call.opcode == "custom-call" and call.attribute("custom_call_target") == '"tpu_custom_call"'
 
@@ -178,8 +179,8 @@ def test_xray_of_a_drawn_program(impl, tmp_path_factory, body, pad):
     spec = importlib.util.spec_from_file_location(f"drawn_{abs(hash(source))}", path)
     module = importlib.util.module_from_spec(spec)
     spec.loader.exec_module(module)
-    layers = ir_xray.three_layers(module.program, *_arrays((32, 32), (32, 32)))
-    ir_checks.assert_rows_match(impl.xray.xray, _learner_rows(impl, layers), ir_xray.xray(layers),
+    layers = xray.three_layers(module.program, *_arrays((32, 32), (32, 32)))
+    ir.assert_rows_match(impl.xray.xray, _learner_rows(impl, layers), xray.xray(layers),
                                 program="this program:\n" + textwrap.indent(source, "      | "))
 
 
@@ -235,14 +236,14 @@ def test_three_layers_reports_current_locations(impl, tmp_path):
     before = getattr(jax.config, FLAG)
     jax.config.update(FLAG, False)  # JAX's default: the key leaves locations out
     try:
-        with jax_internals.persistent_cache(tmp_path / "cache"):
+        with ir.persistent_cache(tmp_path / "cache"):
             jax.jit(load(old)).lower(x).compile()  # the cache now holds this program, with before.py's lines
             result = _three_layers(impl, load(moved), x)
     finally:
         jax.config.update(FLAG, before)
     hlo = result[2] if isinstance(result, tuple) and len(result) == 3 else None
     assert isinstance(hlo, str), f"{impl.xray.three_layers.display} should return (jaxpr, stablehlo, hlo text)"
-    module = hlo_text.parse(hlo)
+    module = ir.parse(hlo)
     places = {(Path(loc.file).name, loc.line) for loc in map(module.location, module.instructions()) if loc}
     assert places == {("after.py", 12)}, (
         f"{impl.xray.three_layers.display} returned HLO whose locations are {sorted(places)}; the program is "

@@ -7,9 +7,9 @@ import jax
 import pytest
 from hypothesis import example, given
 
-from pytest_tpucourse import block_skipping, checks, references, structure, tpu_checks
+from pytest_tpucourse import ir, checks, references, tpu
 from pytest_tpucourse import strategies as tst
-from pytest_tpucourse.outcomes import WrongResult
+from pytest_tpucourse.checks import WrongResult
 
 BLOCKS = dict(block_q=128, block_kv=128)
 Q_TWICE_KV, KV_TWICE_Q = tst.unequal_blocks(("block_q", "block_kv"), (256, 128))
@@ -80,14 +80,14 @@ def test_backward_is_pallas_kernels(impl):
     q, k, v = SQUARE.arrays(7)
     kwargs = dict(causal=True, **BLOCKS)
     forward = fn.jaxpr(q, k, v, **kwargs)
-    if not structure.defines_custom_vjp(forward):
+    if not ir.defines_custom_vjp(forward):
         raise WrongResult(f"{fn.display} defines no jax.custom_vjp: its gradient would be JAX's "
                           f"autodiff of the forward kernel (a gridded pallas_call with scratch "
                           f"is not differentiable), not the flash backward.")
     function = fn.resolve()
     vjp = jax.make_jaxpr(lambda q, k, v, do: jax.vjp(
         lambda *a: function(*a, **kwargs), q, k, v)[1](do))(q, k, v, q)
-    extra = structure.count_pallas_calls(vjp) - structure.count_pallas_calls(forward)
+    extra = ir.count_pallas_calls(vjp) - ir.count_pallas_calls(forward)
     if extra < 1:
         raise WrongResult(f"{fn.display}: its VJP runs no pallas_call beyond the forward's; the "
                           f"backward must be Pallas kernels (dq; dk and dv).")
@@ -101,7 +101,7 @@ def test_backward_has_no_race_on_two_cores(impl):
     with grouped heads.) The same call's dq, dk and dv are checked too."""
     fn = impl.backward.flash_attention
     cfg = dataclasses.replace(WIDE, q_len=384, kv_len=384, head_dim=64, causal=False)
-    with tpu_checks.checking_races(fn.derived(lambda function: function, f"the VJP of {fn.display}")):
+    with tpu.checking_races(fn.derived(lambda function: function, f"the VJP of {fn.display}")):
         check_grads(impl, cfg, 8)
 
 
@@ -121,14 +121,14 @@ def test_causal_backward_never_fetches_blocks_above_the_diagonal(impl, cfg, bloc
     forward; the dk/dv kernel walks q blocks, which must start at the first q block that
     sees its kv block."""
     q, k, v = cfg.arrays(0)
-    block_skipping.assert_causal_attention_skips_fetches(
+    ir.assert_causal_attention_skips_fetches(
         _gradient(impl, causal=True, **blocks), (q, k, v),
         note=str(cfg))
 
 
 def test_causal_backward_never_computes_blocks_above_the_diagonal(impl):
     q, k, v = SKIPPING.arrays(1)
-    block_skipping.assert_compute_is_conditional(
+    ir.assert_compute_is_conditional(
         _gradient(impl, causal=True, **BLOCKS), (q, k, v),
         why="Both backward kernels skip the block pairs the mask empties, as the forward does.",
         note=str(SKIPPING))
@@ -139,8 +139,8 @@ def test_causal_backward_ignores_poisoned_blocks_above_the_diagonal(impl):
     dv must come out 0 without the dk/dv kernel computing on them. Blocks (256, 128): a
     causal backward whose first needed q block is computed with the two sizes swapped skips
     blocks it needs here."""
-    q, k, v = block_skipping.poison_unseen_keys(*SKIPPING.arrays(2))
-    reference = block_skipping.seen_keys_reference(references.ATTENTION, SKIPPING.q_len)
+    q, k, v = ir.poison_unseen_keys(*SKIPPING.arrays(2))
+    reference = ir.seen_keys_reference(references.ATTENTION, SKIPPING.q_len)
     checks.assert_grads_match(
         impl.backward.flash_attention, (q, k, v), kwargs=dict(causal=True, **Q_TWICE_KV),
         reference=reference.bind(causal=True), argnames=("dq", "dk", "dv"), seed=2,
@@ -153,7 +153,7 @@ def test_backward_never_materialises_the_scores(impl):
     probabilities: every array the VJP legitimately holds (q, k, v, out, dO, lse, Δ and
     the grads) is smaller at this shape."""
     q, k, v = SKIPPING.arrays(3)
-    structure.assert_no_value_as_large_as(
+    ir.assert_no_value_as_large_as(
         _gradient(impl, causal=True, **BLOCKS), (q, k, v),
         elements=SKIPPING.q_len * SKIPPING.kv_len,
         what=f"one head's ({SKIPPING.q_len}, {SKIPPING.kv_len}) score or probability matrix",
@@ -168,7 +168,7 @@ def test_backward_lowers_for_tpu(impl, dtype):
     cfg = tst.AttentionConfig(batch=1, heads=2, kv_heads=2, q_len=512, kv_len=512, head_dim=128,
                               causal=True, dtype=dtype)
     q, k, v = cfg.arrays(0)
-    tpu_checks.assert_lowers_for_tpu(_gradient(impl, causal=True), q, k, v)
+    tpu.assert_lowers_for_tpu(_gradient(impl, causal=True), q, k, v)
 
 
 @pytest.mark.parametrize("dtype", ["float32", "bfloat16"])
@@ -178,4 +178,4 @@ def test_backward_compiles_for_tpu(impl, dtype):
     cfg = tst.AttentionConfig(batch=1, heads=2, kv_heads=2, q_len=512, kv_len=512, head_dim=128,
                               causal=True, dtype=dtype)
     q, k, v = cfg.arrays(0)
-    tpu_checks.assert_compiles_for(_gradient(impl, causal=True), q, k, v)
+    tpu.assert_compiles_for(_gradient(impl, causal=True), q, k, v)

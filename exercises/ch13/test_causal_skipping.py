@@ -5,7 +5,7 @@ Skipping cannot change a value, so it is graded through two effects a kernel tha
 computes every block and masks it cannot fake:
 
   - fetches: the blocks each kernel input's index map brings into VMEM, evaluated over
-    the grid in its order (pytest_tpucourse.block_skipping): no k or v block may be
+    the grid in its order (pytest_tpucourse.readers.block_skipping): no k or v block may be
     copied for a (q block, kv block) pair the mask empties, with equal and unequal
     block sizes;
   - poison: with q_len < kv_len, keys from q_len on are seen by no query (top-left
@@ -18,7 +18,7 @@ import dataclasses
 import jax.numpy as jnp
 import pytest
 
-from pytest_tpucourse import block_skipping, checks, references
+from pytest_tpucourse import ir, checks, references
 from pytest_tpucourse import strategies as tst
 from pytest_tpucourse.references import Reference
 
@@ -80,13 +80,13 @@ def test_causal_forward_never_fetches_blocks_above_the_diagonal(impl, cfg, block
     order: no k or v block copied for a q block that sees none of its keys (past the
     diagonal, or past the keys any query sees)."""
     q, k, v = cfg.arrays(0)
-    block_skipping.assert_causal_attention_skips_fetches(
+    ir.assert_causal_attention_skips_fetches(
         impl.forward.flash_forward, (q, k, v), kwargs=dict(causal=True, **blocks), note=str(cfg))
 
 
 def test_causal_forward_never_computes_blocks_above_the_diagonal(impl):
     q, k, v = POISONED.arrays(1)
-    block_skipping.assert_compute_is_conditional(
+    ir.assert_compute_is_conditional(
         impl.forward.flash_forward, (q, k, v), kwargs=dict(causal=True, **BLOCKS),
         why="Blocks wholly above the diagonal contribute nothing; computing and masking "
             "them costs as much as non-causal attention.")
@@ -94,8 +94,8 @@ def test_causal_forward_never_computes_blocks_above_the_diagonal(impl):
 
 @pytest.mark.parametrize("blocks", [BLOCKS, KV_TWICE_Q], ids=["128-128", "128-256"])
 def test_causal_forward_ignores_poisoned_blocks_above_the_diagonal(impl, blocks):
-    q, k, v = block_skipping.poison_unseen_keys(*POISONED.arrays(2))
-    reference = block_skipping.seen_keys_reference(references.ATTENTION_WITH_LSE, POISONED.q_len)
+    q, k, v = ir.poison_unseen_keys(*POISONED.arrays(2))
+    reference = ir.seen_keys_reference(references.ATTENTION_WITH_LSE, POISONED.q_len)
     checks.assert_matches_reference(
         impl.forward.flash_forward, (q, k, v), kwargs=dict(causal=True, **blocks),
         reference=reference.bind(causal=True), names=("out", "lse"),

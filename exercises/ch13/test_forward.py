@@ -5,7 +5,7 @@ import dataclasses
 import pytest
 from hypothesis import example, given
 
-from pytest_tpucourse import checks, references, structure, tpu_checks
+from pytest_tpucourse import checks, references, ir, tpu
 from pytest_tpucourse import strategies as tst
 
 # Blocks of 128 (the lane width, and the smallest kv block JAX's own kernel takes), with
@@ -91,7 +91,7 @@ def test_forward_has_no_race_on_two_cores(impl):
     an odd number, so the cores' split falls inside one q block's kv walk. The same call's
     out and lse are checked too: one compiled program for both."""
     cfg = dataclasses.replace(WIDE, q_len=384, kv_len=512, head_dim=64, causal=False)
-    with tpu_checks.checking_races(impl.forward.flash_forward):
+    with tpu.checking_races(impl.forward.flash_forward):
         check_forward(impl, cfg, 4)
 
 
@@ -100,7 +100,7 @@ def test_forward_never_materialises_the_scores(impl):
     the forward legitimately holds (q, k, v, out, lse) is smaller at this shape."""
     cfg = dataclasses.replace(SQUARE, kv_len=1024)
     q, k, v = cfg.arrays(5)
-    structure.assert_no_value_as_large_as(
+    ir.assert_no_value_as_large_as(
         impl.forward.flash_forward, (q, k, v), kwargs=dict(causal=True, **BLOCKS),
         elements=cfg.q_len * cfg.kv_len, what=f"one head's ({cfg.q_len}, {cfg.kv_len}) score matrix",
         why="Flash attention keeps the scores in VMEM, one (block_q, block_kv) tile at a time.",
@@ -113,7 +113,7 @@ def test_forward_lowers_for_tpu(impl, dtype):
     cfg = tst.AttentionConfig(batch=1, heads=2, kv_heads=2, q_len=512, kv_len=512, head_dim=128,
                               causal=True, dtype=dtype)
     q, k, v = cfg.arrays(0)
-    tpu_checks.assert_lowers_for_tpu(impl.forward.flash_forward, q, k, v, causal=True)
+    tpu.assert_lowers_for_tpu(impl.forward.flash_forward, q, k, v, causal=True)
 
 
 @pytest.mark.parametrize("dtype", ["float32", "bfloat16"])
@@ -123,4 +123,4 @@ def test_forward_compiles_for_tpu(impl, dtype):
     cfg = tst.AttentionConfig(batch=1, heads=2, kv_heads=2, q_len=512, kv_len=512, head_dim=128,
                               causal=True, dtype=dtype)
     q, k, v = cfg.arrays(0)
-    tpu_checks.assert_compiles_for(impl.forward.flash_forward, q, k, v, causal=True)
+    tpu.assert_compiles_for(impl.forward.flash_forward, q, k, v, causal=True)

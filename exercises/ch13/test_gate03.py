@@ -22,9 +22,9 @@ import pytest
 
 from pytest_tpucourse import checks, public_kernels, references, roofline
 from pytest_tpucourse import strategies as tst
-from pytest_tpucourse.gates import criteria
+from pytest_tpucourse import gating
 
-GATE = criteria.gate(3)
+GATE = gating.gate(3)
 CRITERIA = ("beats-xla", "near-ceiling")
 # (block_q, block_kv) of JAX's flash attention tried for the ceiling: its default 128, and
 # larger blocks, which amortise the per-step overhead at long sequences (docs/gates.md).
@@ -73,7 +73,7 @@ def test_flash_attention_is_correct(gate_run, impl, causal):
 
 SPEED_SLOTS = [(slot, causal, backward) for slot in GATE.criterion("beats-xla").slots
                for causal in (False, True) for backward in (False, True)
-               if slot.op == criteria.attention_op(causal, backward)]
+               if slot.op == gating.attention_op(causal, backward)]
 
 
 @pytest.mark.gate(3)

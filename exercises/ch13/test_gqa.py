@@ -4,7 +4,7 @@ the forward and the backward (several query heads share one kv head)."""
 import jax.numpy as jnp
 import pytest
 
-from pytest_tpucourse import checks, references, tpu_checks
+from pytest_tpucourse import checks, references, tpu
 from pytest_tpucourse import strategies as tst
 from pytest_tpucourse.references import Reference
 
@@ -59,5 +59,5 @@ def test_gqa_backward_has_no_race_on_two_cores(impl):
     test_forward.py's."""
     cfg = tst.AttentionConfig(batch=1, heads=3, kv_heads=1, q_len=128, kv_len=384, head_dim=64,
                               causal=False, dtype="float32")
-    tpu_checks.assert_no_races_in_backward(impl.backward.flash_attention, cfg.arrays(2),
+    tpu.assert_no_races_in_backward(impl.backward.flash_attention, cfg.arrays(2),
                                            kwargs=BLOCKS)

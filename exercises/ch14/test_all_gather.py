@@ -3,7 +3,7 @@
 import pytest
 from hypothesis import example, given
 
-from pytest_tpucourse import checks, collectives, structure, tpu_checks
+from pytest_tpucourse import checks, references, ir, tpu
 from pytest_tpucourse import strategies as tst
 
 pytestmark = pytest.mark.kernel_timeout(30)
@@ -23,8 +23,8 @@ def check_all_gather(impl, mesh, case, seed):
     kwargs = dict(mesh=mesh(devices), axis_name="x")
     x = tst.random_array(shape, dtype, seed, scale=100.0 if dtype == "int32" else 1.0)
     fn = impl.all_gather.all_gather
-    tpu_checks.assert_correct_in_each_dma_mode(fn, lambda: checks.assert_matches_reference(
-        fn, (x,), kwargs=kwargs, reference=collectives.ALL_GATHER.bind(**kwargs)))
+    tpu.assert_correct_in_each_dma_mode(fn, lambda: checks.assert_matches_reference(
+        fn, (x,), kwargs=kwargs, reference=references.ALL_GATHER.bind(**kwargs)))
 
 
 @given(case=tst.few(*CASES), seed=tst.seeds())
@@ -42,16 +42,16 @@ def test_all_gather_of_two_devices(impl, mesh):
 def test_all_gather_moves_data_by_remote_dma(impl, mesh):
     """Anti-cheat: remote DMAs after a barrier handshake, no lax.all_gather."""
     x = tst.random_array((32, 128), "float32", 0)
-    structure.assert_communicates_by_remote_dma(impl.all_gather.all_gather, x, mesh=mesh(4))
+    ir.assert_communicates_by_remote_dma(impl.all_gather.all_gather, x, mesh=mesh(4))
 
 
 def test_all_gather_has_no_race(impl, mesh):
     x = tst.random_array((64, 128), "float32", 2)
-    tpu_checks.assert_no_races(impl.all_gather.all_gather, x, cores=1, why=tpu_checks.RACE_BETWEEN_DEVICES,
+    tpu.assert_no_races(impl.all_gather.all_gather, x, cores=1, why=tpu.RACE_BETWEEN_DEVICES,
                                mesh=mesh(8))
 
 
 @pytest.mark.parametrize("dtype", ["float32", "bfloat16"])
 def test_all_gather_lowers_for_tpu(impl, mesh, dtype):
     x = tst.random_array((64, 256), dtype, 0)
-    tpu_checks.assert_lowers_for_tpu(impl.all_gather.all_gather, x, mesh=mesh(4))
+    tpu.assert_lowers_for_tpu(impl.all_gather.all_gather, x, mesh=mesh(4))

@@ -3,7 +3,7 @@
 import pytest
 from hypothesis import example, given
 
-from pytest_tpucourse import checks, collectives, structure, tpu_checks
+from pytest_tpucourse import checks, references, ir, tpu
 from pytest_tpucourse import strategies as tst
 
 pytestmark = pytest.mark.kernel_timeout(30)
@@ -25,8 +25,8 @@ def check_matmul(impl, mesh, case, seed):
     x = tst.random_array((m, k), dtype, seed)
     w = tst.random_array((k, n), dtype, seed + 1)
     fn = impl.collective_matmul.all_gather_matmul
-    tpu_checks.assert_correct_in_each_dma_mode(fn, lambda: checks.assert_matches_reference(
-        fn, (x, w), kwargs=kwargs, reference=collectives.ALL_GATHER_MATMUL.bind(**kwargs)))
+    tpu.assert_correct_in_each_dma_mode(fn, lambda: checks.assert_matches_reference(
+        fn, (x, w), kwargs=kwargs, reference=references.ALL_GATHER_MATMUL.bind(**kwargs)))
 
 
 @given(case=tst.few(*CASES), seed=tst.seeds())
@@ -51,23 +51,23 @@ def test_all_gather_matmul_rejects_columns_that_do_not_split(impl, mesh):
 def test_all_gather_matmul_moves_data_by_remote_dma(impl, mesh):
     """Anti-cheat: remote DMAs after a barrier handshake, no lax.all_gather."""
     x, w = tst.random_array((32, 256), "float32", 0), tst.random_array((256, 512), "float32", 1)
-    structure.assert_communicates_by_remote_dma(impl.collective_matmul.all_gather_matmul, x, w, mesh=mesh(4))
+    ir.assert_communicates_by_remote_dma(impl.collective_matmul.all_gather_matmul, x, w, mesh=mesh(4))
 
 
 def test_all_gather_matmul_computes_while_the_next_chunk_is_in_flight(impl, mesh):
     """The point of the kernel: a matmul between a copy's start and its wait."""
     x, w = tst.random_array((32, 256), "float32", 0), tst.random_array((256, 512), "float32", 1)
-    structure.assert_compute_overlaps_communication(impl.collective_matmul.all_gather_matmul, x, w,
+    ir.assert_compute_overlaps_communication(impl.collective_matmul.all_gather_matmul, x, w,
                                                     mesh=mesh(4))
 
 
 def test_all_gather_matmul_has_no_race(impl, mesh):
     x, w = tst.random_array((128, 128), "bfloat16", 2), tst.random_array((128, 1024), "bfloat16", 3)
-    tpu_checks.assert_no_races(impl.collective_matmul.all_gather_matmul, x, w, cores=1,
-                               why=tpu_checks.RACE_BETWEEN_DEVICES, mesh=mesh(8))
+    tpu.assert_no_races(impl.collective_matmul.all_gather_matmul, x, w, cores=1,
+                               why=tpu.RACE_BETWEEN_DEVICES, mesh=mesh(8))
 
 
 @pytest.mark.parametrize("dtype", ["float32", "bfloat16"])
 def test_all_gather_matmul_lowers_for_tpu(impl, mesh, dtype):
     x, w = tst.random_array((64, 256), dtype, 0), tst.random_array((256, 512), dtype, 1)
-    tpu_checks.assert_lowers_for_tpu(impl.collective_matmul.all_gather_matmul, x, w, mesh=mesh(4))
+    tpu.assert_lowers_for_tpu(impl.collective_matmul.all_gather_matmul, x, w, mesh=mesh(4))

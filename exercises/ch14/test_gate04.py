@@ -20,13 +20,13 @@ import functools
 import jax
 import pytest
 
-from pytest_tpucourse import checks, collectives, roofline, tpu_checks
+from pytest_tpucourse import checks, references, roofline, tpu
 from pytest_tpucourse import strategies as tst
-from pytest_tpucourse.gates import criteria
+from pytest_tpucourse import gating
 
 pytestmark = pytest.mark.kernel_timeout(60)
 
-GATE = criteria.gate(4)
+GATE = gating.gate(4)
 DEVICES = 4
 DTYPE = "bfloat16"
 # The timed problem. Per chip a step multiplies a (128, 256) chunk by w_j (256, 8192):
@@ -41,14 +41,14 @@ def _correctness_cases(mesh):
     """(graded function name, reference, inputs, keyword arguments) of each kernel, 4 devices."""
     ring = dict(mesh=mesh, axis_name="x")
     return [
-        ("permute", "ring_permute", collectives.PERMUTE, (tst.random_array((64, 256), DTYPE, 0),),
+        ("permute", "ring_permute", references.PERMUTE, (tst.random_array((64, 256), DTYPE, 0),),
          dict(ring, shift=1)),
-        ("all_gather", "all_gather", collectives.ALL_GATHER, (tst.random_array((64, 256), DTYPE, 1),), ring),
-        ("reduce_scatter", "reduce_scatter", collectives.REDUCE_SCATTER,
+        ("all_gather", "all_gather", references.ALL_GATHER, (tst.random_array((64, 256), DTYPE, 1),), ring),
+        ("reduce_scatter", "reduce_scatter", references.REDUCE_SCATTER,
          (tst.random_array((4 * 4 * 16, 256), DTYPE, 2),), ring),
-        ("collective_matmul", "all_gather_matmul", collectives.ALL_GATHER_MATMUL,
+        ("collective_matmul", "all_gather_matmul", references.ALL_GATHER_MATMUL,
          (tst.random_array((64, 256), DTYPE, 3), tst.random_array((256, 512), DTYPE, 4)), ring),
-        ("timeline", "pair_exchange", collectives.PAIR_EXCHANGE, (tst.random_array((64, 256), DTYPE, 5),),
+        ("timeline", "pair_exchange", references.PAIR_EXCHANGE, (tst.random_array((64, 256), DTYPE, 5),),
          ring),
     ]
 
@@ -63,9 +63,9 @@ def test_collectives_are_correct(gate_run, impl, mesh):
     def check():
         for module, name, reference, args, kwargs in cases:
             fn = getattr(getattr(impl, module), name)
-            tpu_checks.assert_correct_in_each_dma_mode(fn, functools.partial(
+            tpu.assert_correct_in_each_dma_mode(fn, functools.partial(
                 checks.assert_matches_reference, fn, args, kwargs=kwargs, reference=reference.bind(**kwargs)))
-            tpu_checks.assert_no_races(fn, *args, cores=1, why=tpu_checks.RACE_BETWEEN_DEVICES, **kwargs)
+            tpu.assert_no_races(fn, *args, cores=1, why=tpu.RACE_BETWEEN_DEVICES, **kwargs)
 
     gate_run.verify("correct", slot.op, slot.shapes, slot.dtype, check)
 
@@ -80,8 +80,8 @@ def test_communication_hidden_behind_compute(gate_run, impl):
         one = jax.make_mesh((1,), ("x",), devices=jax.devices()[:1])
         kernel = jax.jit(functools.partial(fn, mesh=ring, axis_name="x"))
         compute_alone = jax.jit(functools.partial(fn, mesh=one, axis_name="x"))
-        kernel_reference = jax.jit(functools.partial(collectives.ALL_GATHER_MATMUL.floor, mesh=ring, axis_name="x"))
-        alone_reference = jax.jit(functools.partial(collectives.ALL_GATHER_MATMUL.floor, mesh=one, axis_name="x"))
+        kernel_reference = jax.jit(functools.partial(references.ALL_GATHER_MATMUL.floor, mesh=ring, axis_name="x"))
+        alone_reference = jax.jit(functools.partial(references.ALL_GATHER_MATMUL.floor, mesh=one, axis_name="x"))
 
     def kernel_inputs(seed):
         return tst.random_array((M, K), DTYPE, 2 * seed), tst.random_array((K, N), DTYPE, 2 * seed + 1)

@@ -3,7 +3,7 @@
 import pytest
 from hypothesis import example, given
 
-from pytest_tpucourse import checks, collectives, structure, tpu_checks
+from pytest_tpucourse import checks, references, ir, tpu
 from pytest_tpucourse import strategies as tst
 
 # A kernel that deadlocks is stopped as soon as every device is blocked for good; this is
@@ -26,8 +26,8 @@ def check_permute(impl, mesh, case, seed):
     kwargs = dict(mesh=mesh(devices), axis_name="x", shift=shift)
     x = tst.random_array(shape, dtype, seed, scale=100.0 if dtype == "int32" else 1.0)
     fn = impl.permute.ring_permute
-    tpu_checks.assert_correct_in_each_dma_mode(fn, lambda: checks.assert_matches_reference(
-        fn, (x,), kwargs=kwargs, reference=collectives.PERMUTE.bind(**kwargs)))
+    tpu.assert_correct_in_each_dma_mode(fn, lambda: checks.assert_matches_reference(
+        fn, (x,), kwargs=kwargs, reference=references.PERMUTE.bind(**kwargs)))
 
 
 @given(case=tst.few(*CASES), seed=tst.seeds())
@@ -45,12 +45,12 @@ def test_two_devices_send_each_other_their_shard(impl, mesh):
 def test_ring_permute_moves_data_by_remote_dma(impl, mesh):
     """Anti-cheat: a remote DMA after a barrier handshake, no lax.ppermute."""
     x = tst.random_array((32, 128), "float32", 0)
-    structure.assert_communicates_by_remote_dma(impl.permute.ring_permute, x, mesh=mesh(4), shift=1)
+    ir.assert_communicates_by_remote_dma(impl.permute.ring_permute, x, mesh=mesh(4), shift=1)
 
 
 def test_ring_permute_has_no_race(impl, mesh):
     x = tst.random_array((64, 128), "float32", 2)
-    tpu_checks.assert_no_races(impl.permute.ring_permute, x, cores=1, why=tpu_checks.RACE_BETWEEN_DEVICES,
+    tpu.assert_no_races(impl.permute.ring_permute, x, cores=1, why=tpu.RACE_BETWEEN_DEVICES,
                                mesh=mesh(8), shift=1)
 
 
@@ -58,7 +58,7 @@ def test_ring_permute_has_no_race(impl, mesh):
 def test_ring_permute_lowers_for_tpu(impl, mesh, dtype):
     """The Mosaic lowering of the kernel for a 4-chip ring (no execution)."""
     x = tst.random_array((64, 256), dtype, 0)
-    tpu_checks.assert_lowers_for_tpu(impl.permute.ring_permute, x, mesh=mesh(4), shift=1)
+    tpu.assert_lowers_for_tpu(impl.permute.ring_permute, x, mesh=mesh(4), shift=1)
 
 
 def test_ring_permute_compiles_for_a_four_chip_v5e(impl, mesh):
@@ -68,4 +68,4 @@ def test_ring_permute_compiles_for_a_four_chip_v5e(impl, mesh):
 
     m = mesh(4)
     x = jax.device_put(tst.random_array((64, 256), "bfloat16", 0), jax.NamedSharding(m, jax.P("x")))
-    tpu_checks.assert_compiles_for(impl.permute.ring_permute, x, chip="v5e", mesh=m, shift=1)
+    tpu.assert_compiles_for(impl.permute.ring_permute, x, chip="v5e", mesh=m, shift=1)

@@ -3,7 +3,7 @@
 import pytest
 from hypothesis import example, given
 
-from pytest_tpucourse import checks, collectives, structure, tpu_checks
+from pytest_tpucourse import checks, references, ir, tpu
 from pytest_tpucourse import strategies as tst
 
 pytestmark = pytest.mark.kernel_timeout(30)
@@ -24,8 +24,8 @@ def check_reduce_scatter(impl, mesh, case, seed, *, kind="normal"):
     kwargs = dict(mesh=mesh(devices), axis_name="x")
     x = tst.random_array(shape, dtype, seed, kind=kind)
     fn = impl.reduce_scatter.reduce_scatter
-    tpu_checks.assert_correct_in_each_dma_mode(fn, lambda: checks.assert_matches_reference(
-        fn, (x,), kwargs=kwargs, reference=collectives.REDUCE_SCATTER.bind(**kwargs)))
+    tpu.assert_correct_in_each_dma_mode(fn, lambda: checks.assert_matches_reference(
+        fn, (x,), kwargs=kwargs, reference=references.REDUCE_SCATTER.bind(**kwargs)))
 
 
 @given(case=tst.few(*CASES), seed=tst.seeds())
@@ -51,16 +51,16 @@ def test_reduce_scatter_rejects_rows_that_do_not_split_into_chunks(impl, mesh):
 def test_reduce_scatter_moves_data_by_remote_dma(impl, mesh):
     """Anti-cheat: remote DMAs after a barrier handshake, no lax.psum_scatter or psum."""
     x = tst.random_array((4 * 4 * 8, 128), "float32", 0)
-    structure.assert_communicates_by_remote_dma(impl.reduce_scatter.reduce_scatter, x, mesh=mesh(4))
+    ir.assert_communicates_by_remote_dma(impl.reduce_scatter.reduce_scatter, x, mesh=mesh(4))
 
 
 def test_reduce_scatter_has_no_race(impl, mesh):
     x = tst.random_array((8 * 8 * 8, 128), "float32", 2)
-    tpu_checks.assert_no_races(impl.reduce_scatter.reduce_scatter, x, cores=1,
-                               why=tpu_checks.RACE_BETWEEN_DEVICES, mesh=mesh(8))
+    tpu.assert_no_races(impl.reduce_scatter.reduce_scatter, x, cores=1,
+                               why=tpu.RACE_BETWEEN_DEVICES, mesh=mesh(8))
 
 
 @pytest.mark.parametrize("dtype", ["float32", "bfloat16"])
 def test_reduce_scatter_lowers_for_tpu(impl, mesh, dtype):
     x = tst.random_array((4 * 4 * 16, 256), dtype, 0)
-    tpu_checks.assert_lowers_for_tpu(impl.reduce_scatter.reduce_scatter, x, mesh=mesh(4))
+    tpu.assert_lowers_for_tpu(impl.reduce_scatter.reduce_scatter, x, mesh=mesh(4))

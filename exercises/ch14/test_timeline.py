@@ -4,28 +4,29 @@ import pytest
 from hypothesis import example, given
 from hypothesis import strategies as st
 
-from pytest_tpucourse import checks, collectives, structure, timeline, tpu_checks
+from pytest_tpucourse import checks, references, ir, tpu
+from pytest_tpucourse.instruments import semaphore_timeline
 from pytest_tpucourse import strategies as tst
-from pytest_tpucourse.timeline import DmaStart, DmaWait, Signal, Wait
+from pytest_tpucourse.instruments.semaphore_timeline import DmaStart, DmaWait, Signal, Wait
 
 pytestmark = pytest.mark.kernel_timeout(30)
 
 
 def _schedule_text(programs) -> str:
-    return "\n".join(f"    device {d}: " + ", ".join(timeline.label(op) for op in ops)
+    return "\n".join(f"    device {d}: " + ", ".join(semaphore_timeline.label(op) for op in ops)
                      for d, ops in enumerate(programs))
 
 
 def check_simulation(impl, programs, what):
     """The learner's simulate() against the course's, field by field (the course's is withheld
     while the learner's runs)."""
-    expected = timeline.run(programs)
+    expected = semaphore_timeline.run(programs)
     fn = impl.timeline.simulate
-    with timeline.withheld():
+    with semaphore_timeline.withheld():
         got = fn(programs)
     note = f"the programs of {what}:\n{_schedule_text(programs)}"
     checks.assert_equal(type(got).__name__, "Timeline", fn=fn, what="the type of what it returned "
-                        "(a pytest_tpucourse.timeline.Timeline)", note=note)
+                        "(a pytest_tpucourse.instruments.semaphore_timeline.Timeline)", note=note)
     checks.assert_equal(len(got.rounds), len(expected.rounds), fn=fn, what="the number of devices in rounds",
                         note=note)
     for device, right in enumerate(expected.rounds):
@@ -36,12 +37,12 @@ def check_simulation(impl, programs, what):
                         what="what is left on the semaphores", note=note)
 
 
-@pytest.mark.parametrize("name", sorted(timeline.SCHEDULES))
+@pytest.mark.parametrize("name", sorted(semaphore_timeline.SCHEDULES))
 @pytest.mark.parametrize("devices", [2, 4])
 def test_simulate_the_shipped_schedules(impl, name, devices):
     """Ring permute, all-gather, collective matmul; the deadlocks of the pair exchange, of a
     wait for two signals, of a wait on the next step's semaphore; a copy never waited for."""
-    check_simulation(impl, timeline.SCHEDULES[name](devices), f"the shipped schedule {name!r}, {devices} devices")
+    check_simulation(impl, semaphore_timeline.SCHEDULES[name](devices), f"the shipped schedule {name!r}, {devices} devices")
 
 
 # Each rule of the README's semantics, alone.
@@ -91,11 +92,11 @@ def test_pair_exchange_predicted_then_fixed(impl, mesh):
     """Predict, then fix: your simulate() must find the shipped exchange's deadlock; then your
     pair_exchange() must equal ppermute with pairs (0, 1), (2, 3), ..., in both DMA execution
     modes, move its data by remote DMA and have no race."""
-    check_simulation(impl, timeline.exchange_deadlock(4), "the shipped pair exchange, 4 devices")
+    check_simulation(impl, semaphore_timeline.exchange_deadlock(4), "the shipped pair exchange, 4 devices")
     kwargs = dict(mesh=mesh(8), axis_name="x")
     x = tst.random_array((64, 128), "float32", 0)
     fn = impl.timeline.pair_exchange
-    tpu_checks.assert_correct_in_each_dma_mode(fn, lambda: checks.assert_matches_reference(
-        fn, (x,), kwargs=kwargs, reference=collectives.PAIR_EXCHANGE.bind(**kwargs)))
-    structure.assert_communicates_by_remote_dma(fn, x, **kwargs)
-    tpu_checks.assert_no_races(fn, x, cores=1, why=tpu_checks.RACE_BETWEEN_DEVICES, **kwargs)
+    tpu.assert_correct_in_each_dma_mode(fn, lambda: checks.assert_matches_reference(
+        fn, (x,), kwargs=kwargs, reference=references.PAIR_EXCHANGE.bind(**kwargs)))
+    ir.assert_communicates_by_remote_dma(fn, x, **kwargs)
+    tpu.assert_no_races(fn, x, cores=1, why=tpu.RACE_BETWEEN_DEVICES, **kwargs)

@@ -14,14 +14,21 @@ from jax import lax
 from jax.experimental import pallas as pl
 from jax.experimental.pallas import tpu as pltpu
 
-from pytest_tpucourse.timeline import Deadlock, DmaStart, DmaWait, Signal, Timeline, Wait
+from pytest_tpucourse.instruments.semaphore_timeline import (
+    Deadlock,
+    DmaStart,
+    DmaWait,
+    Signal,
+    Timeline,
+    Wait,
+)
 
 
 def simulate(programs) -> Timeline:
     """Play a schedule (one list of operations per device); its Timeline, deadlocked or not.
 
     programs[d] is device d's list of Signal / Wait / DmaStart / DmaWait (from
-    pytest_tpucourse.timeline). Rounds 0, 1, 2, ...: in each, every device with
+    pytest_tpucourse.instruments.semaphore_timeline). Rounds 0, 1, 2, ...: in each, every device with
     operations left tries its next one, devices in order. Signal(sem, device, inc)
     and DmaStart(device, send, recv) always run; what they add (inc to `sem` of
     `device`, or of this device when device is None; 1 to this device's `send` and
@@ -37,7 +44,7 @@ def simulate(programs) -> Timeline:
     still blocked (step: the index of its blocked operation); leftover: the sorted
     tuple of (device, sem, count) of every semaphore not at zero at the end.
     Raise ValueError naming the device if an operation addresses a device outside the
-    schedule. Do not call pytest_tpucourse.timeline.run: it is withheld while graded.
+    schedule. Do not call pytest_tpucourse.instruments.semaphore_timeline.run: it is withheld while graded.
     """
     raise NotImplementedError("write simulate(): rounds of signals, waits and DMAs until everyone "
                               "finishes or no one can move")

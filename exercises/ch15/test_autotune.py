@@ -5,7 +5,7 @@ timer, a deterministic stand-in that makes the largest blocks fastest, so a pass
 offers a configuration the chip cannot hold would pick it. What is checked:
 
   - every candidate divides the lengths and fits the chip's scoped VMEM, judged by the
-    course's own footprint model (pytest_tpucourse.vmem_footprint) of every kernel the
+    course's own footprint model (pytest_tpucourse.readers.vmem_footprint) of every kernel the
     learner's forward and backward run at those blocks;
   - the sweep writes one record per (problem, configuration), and the winner of each
     problem is its fastest record;
@@ -18,9 +18,9 @@ import json
 import jax
 import numpy as np
 
-from pytest_tpucourse import block_skipping, checks, tpu_compile, vmem_footprint
+from pytest_tpucourse import ir, checks, tpu
 from pytest_tpucourse import strategies as tst
-from pytest_tpucourse.outcomes import WrongResult
+from pytest_tpucourse.checks import WrongResult
 
 CHIP = "v5e"
 # head_dim 512 in float32: big blocks stop fitting v5e's 16 MiB scoped VMEM.
@@ -44,11 +44,11 @@ def _footprints(impl, problem, config):
     q = jax.ShapeDtypeStruct(problem["q_shape"], problem["dtype"])
     k = jax.ShapeDtypeStruct(problem["k_shape"], problem["dtype"])
     grad = checks.gradient(impl.backward.window_attention, window=problem["window"], blocks=blocks)
-    return [vmem_footprint.footprint_bytes(b) for b in vmem_footprint.kernel_buffers(grad.jaxpr(q, k, k))]
+    return [ir.footprint_bytes(b) for b in ir.kernel_buffers(grad.jaxpr(q, k, k))]
 
 
 def test_candidates_fit_the_chip(impl):
-    limit = tpu_compile.SCOPED_VMEM_LIMITS[CHIP]
+    limit = tpu.SCOPED_VMEM_LIMITS[CHIP]
     for problem in (BIG, SMALL):
         found = _candidates(impl, problem)
         if not found or not any(c["block_q"] != c["block_kv"] for c in found):
@@ -110,7 +110,7 @@ def test_cache_is_read_at_call_time(impl, tmp_path, monkeypatch):
         raise WrongResult(f"tuned_blocks() read {tuned}; the fastest cached is block_q 256, block_kv 64")
     monkeypatch.setenv(impl.autotune.load().CACHE_ENV, str(tmp_path))
     q = tst.random_array(problem["q_shape"], "float32", 0)
-    log = block_skipping.fetch_log(impl.backward.window_attention.jaxpr(q, q, q, window=128))
+    log = ir.fetch_log(impl.backward.window_attention.jaxpr(q, q, q, window=128))
     q_blocks = {f.block_sizes[2] for f in log if f.operand == 0}
     if q_blocks != {256}:
         raise WrongResult(f"window_attention(q, k, v, window=128) with blocks=None ran q blocks of "

@@ -9,7 +9,8 @@ computes only the band in both backward kernels, has no race, and lowers for a T
 
 import pytest
 
-from pytest_tpucourse import block_skipping, capstone, checks, references, structure, tpu_checks
+from pytest_tpucourse import ir, checks, references, tpu
+from pytest_tpucourse.instruments import capstone
 from pytest_tpucourse import strategies as tst
 
 GRAD_CASES = [c for c in capstone.WINDOW_CASES if c.grads]
@@ -62,14 +63,14 @@ def test_backward_is_pallas_kernels(impl):
     """A custom_vjp, and more pallas_calls in the VJP than in the forward."""
     case = STRUCTURE_CASE
     q, k, v = case.arrays(1)
-    structure.assert_backward_is_pallas(impl.backward.window_attention, q, k, v,
+    ir.assert_backward_is_pallas(impl.backward.window_attention, q, k, v,
                                         blocks=_blocks(impl, case), **case.kwargs)
 
 
 def test_backward_has_no_score_matrix_in_hbm(impl):
     case = STRUCTURE_CASE
     q, k, v = case.arrays(1)
-    structure.assert_no_value_as_large_as(
+    ir.assert_no_value_as_large_as(
         _gradient(impl, blocks=_blocks(impl, case), **case.kwargs), (q, k, v),
         elements=case.q_len * case.kv_len,
         what=f"one head's ({case.q_len}, {case.kv_len}) score matrix, in the forward or the backward",
@@ -81,17 +82,17 @@ def test_backward_fetches_only_the_band(impl):
     case = STRUCTURE_CASE
     window = case.kwargs["window"]
     q, k, v = case.arrays(1)
-    block_skipping.assert_attention_skips_fetches(
+    ir.assert_attention_skips_fetches(
         _gradient(impl, blocks=_blocks(impl, case), **case.kwargs), (q, k, v),
-        mask=f"a window of {window} keys", empty=block_skipping.sliding_window_empty(window),
-        advice=block_skipping.BAND_ADVICE,
+        mask=f"a window of {window} keys", empty=ir.sliding_window_empty(window),
+        advice=ir.BAND_ADVICE,
         note=f"capstone case ({case})")
 
 
 def test_backward_computes_only_the_band(impl):
     case = STRUCTURE_CASE
     q, k, v = case.arrays(1)
-    block_skipping.assert_compute_is_conditional(
+    ir.assert_compute_is_conditional(
         _gradient(impl, blocks=_blocks(impl, case), **case.kwargs), (q, k, v),
         why="In both backward kernels a step outside the band must skip its matmuls.",
         note=f"capstone case ({case})")
@@ -101,16 +102,16 @@ def test_backward_has_no_race_on_two_cores(impl):
     """The dq kernel's band axis and the dk/dv kernel's band axis carry sums."""
     case = capstone._window_case("race", 256, 256, 64, "float32", 64, 64, 100)  # bands of 2-3 blocks
     q, k, v = case.arrays(8)
-    tpu_checks.assert_no_races(_gradient(impl, blocks=_blocks(impl, case), **case.kwargs), q, k, v)
+    tpu.assert_no_races(_gradient(impl, blocks=_blocks(impl, case), **case.kwargs), q, k, v)
 
 
 @pytest.mark.parametrize("dtype", ["float32", "bfloat16"])
 def test_backward_lowers_for_tpu(impl, dtype):
     q = tst.random_array((1, 2, 512, 128), dtype, 0)
-    tpu_checks.assert_lowers_for_tpu(_gradient(impl, window=256, blocks=_default(impl)), q, q, q)
+    tpu.assert_lowers_for_tpu(_gradient(impl, window=256, blocks=_default(impl)), q, q, q)
 
 
 @pytest.mark.parametrize("dtype", ["float32", "bfloat16"])
 def test_backward_compiles_for_tpu(impl, dtype):
     q = tst.random_array((1, 2, 512, 128), dtype, 0)
-    tpu_checks.assert_compiles_for(_gradient(impl, window=256, blocks=_default(impl)), q, q, q)
+    tpu.assert_compiles_for(_gradient(impl, window=256, blocks=_default(impl)), q, q, q)

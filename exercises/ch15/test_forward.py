@@ -9,7 +9,8 @@ lowers for a TPU.
 
 import pytest
 
-from pytest_tpucourse import block_skipping, capstone, checks, references, structure, tpu_checks
+from pytest_tpucourse import ir, checks, references, tpu
+from pytest_tpucourse.instruments import capstone
 from pytest_tpucourse import strategies as tst
 
 CASES = capstone.WINDOW_CASES
@@ -64,17 +65,17 @@ def test_forward_refuses(impl, q_len, kv_len, window):
 def test_forward_fetches_only_the_band(impl, case):
     """Every k and v block copied into VMEM holds a key some row of its q block sees."""
     q, k, v = case.arrays(0)
-    block_skipping.assert_attention_skips_fetches(
+    ir.assert_attention_skips_fetches(
         impl.forward.window_forward, (q, k, v), mask=f"a window of {case.kwargs['window']} keys",
-        empty=block_skipping.sliding_window_empty(case.kwargs["window"]),
-        advice=block_skipping.BAND_ADVICE,
+        empty=ir.sliding_window_empty(case.kwargs["window"]),
+        advice=ir.BAND_ADVICE,
         kwargs=dict(blocks=_blocks(impl, case), **case.kwargs), note=f"capstone case ({case})")
 
 
 def test_forward_computes_only_the_band(impl):
     case = FETCH_CASES[1]
     q, k, v = case.arrays(0)
-    block_skipping.assert_compute_is_conditional(
+    ir.assert_compute_is_conditional(
         impl.forward.window_forward, (q, k, v), kwargs=dict(blocks=_blocks(impl, case), **case.kwargs),
         why="A step whose kv block lies outside the band must skip its matmuls.",
         note=f"capstone case ({case})")
@@ -83,7 +84,7 @@ def test_forward_computes_only_the_band(impl):
 def test_forward_has_no_score_matrix_in_hbm(impl):
     case = FETCH_CASES[1]
     q, k, v = case.arrays(0)
-    structure.assert_no_value_as_large_as(
+    ir.assert_no_value_as_large_as(
         impl.forward.window_forward, (q, k, v), elements=case.q_len * case.kv_len,
         what=f"one head's ({case.q_len}, {case.kv_len}) score matrix",
         kwargs=dict(blocks=_blocks(impl, case), **case.kwargs), note=f"capstone case ({case})")
@@ -93,7 +94,7 @@ def test_forward_has_no_race_on_two_cores(impl):
     """Two simulated TensorCores split the parallel axes: the band axis must not be one."""
     case = RACE_CASE
     q, k, v = case.arrays(3)
-    tpu_checks.assert_no_races(impl.forward.window_forward, q, k, v, blocks=_blocks(impl, case),
+    tpu.assert_no_races(impl.forward.window_forward, q, k, v, blocks=_blocks(impl, case),
                                **case.kwargs)
 
 
@@ -101,11 +102,11 @@ def test_forward_has_no_race_on_two_cores(impl):
 def test_forward_lowers_for_tpu(impl, dtype):
     """The default blocks compile for a TPU (Mosaic lowering)."""
     q = tst.random_array((1, 2, 512, 128), dtype, 0)
-    tpu_checks.assert_lowers_for_tpu(impl.forward.window_forward, q, q, q, window=256)
+    tpu.assert_lowers_for_tpu(impl.forward.window_forward, q, q, q, window=256)
 
 
 @pytest.mark.parametrize("dtype", ["float32", "bfloat16"])
 def test_forward_compiles_for_tpu(impl, dtype):
     """The real compiler (libtpu, ahead of time for a v5e) accepts the default blocks."""
     q = tst.random_array((1, 2, 512, 128), dtype, 0)
-    tpu_checks.assert_compiles_for(impl.forward.window_forward, q, q, q, window=256)
+    tpu.assert_compiles_for(impl.forward.window_forward, q, q, q, window=256)

@@ -19,7 +19,8 @@ import functools
 import jax
 import pytest
 
-from pytest_tpucourse import capstone, checks, roofline
+from pytest_tpucourse.instruments import capstone
+from pytest_tpucourse import checks, roofline
 from pytest_tpucourse import strategies as tst
 
 CRITERIA = ("beats-xla", "near-ceiling")

@@ -8,8 +8,9 @@ kv of different lengths, a length shorter than a block, a long sequence.
 
 import jax
 
-from pytest_tpucourse import capstone, structure
-from pytest_tpucourse.outcomes import WrongResult
+from pytest_tpucourse.instruments import capstone
+from pytest_tpucourse import ir
+from pytest_tpucourse.checks import WrongResult
 
 
 def _manifest(impl):
@@ -42,7 +43,7 @@ def test_oracle_is_not_a_kernel(impl):
     q, k, v = case.arrays(0)
     oracle = capstone.resolve(found["baselines"]["oracle"])
     closed = jax.make_jaxpr(lambda *a: oracle(*a, **case.kwargs))(q, k, v)
-    if structure.count_pallas_calls(closed):
+    if ir.count_pallas_calls(closed):
         raise WrongResult(f"baselines.oracle = {found['baselines']['oracle']!r} runs a pallas_call: "
                           f"a kernel checked against itself proves nothing")
 

@@ -4,7 +4,7 @@ A row is never taken at its word. On read, `judge_rows` recomputes what a row co
 have got from its measurement and rejects the row (with its path and line) when they
 disagree:
   - a measured row names a device kind that is the row's chip;
-  - a timed row carries its raw samples, at least MIN_ROUNDS of them, and its median and
+  - a timed row carries its raw samples, at least stats.MIN_ROUNDS of them, and its median and
     interquartile range are theirs;
   - a kernel row's ratios are recomputed round by round from its own samples and those of
     the reference rows timed in the same run (same run_id), and its verdict from the
@@ -27,7 +27,6 @@ from . import criteria, stats
 from .criteria import Criterion, Gate, Slot
 from .records import Located, Record
 
-MIN_ROUNDS = 10  # a measured time needs at least this many rounds (timer.MIN_ROUNDS)
 _RELATIVE = 1e-9  # recomputed numbers agree with the stored ones to this relative error
 _RATIO_FIELD = {"floor": "ratio_to_floor", "ceiling": "ratio_to_ceiling", "compute-alone": "ratio_to_compute_alone"}
 
@@ -134,8 +133,8 @@ def _own_problem(r: Record, registry, gates) -> str | None:
         if detected != r.chip:
             return f"device kind {r.device_kind!r} on {r.platform or 'no platform'} is not a {r.chip}"
     if r.is_timing:
-        if r.samples is None or len(r.samples) < MIN_ROUNDS:
-            return (f"a measured time needs its raw samples, at least {MIN_ROUNDS} rounds; it has "
+        if r.samples is None or len(r.samples) < stats.MIN_ROUNDS:
+            return (f"a measured time needs its raw samples, at least {stats.MIN_ROUNDS} rounds; it has "
                     f"{0 if r.samples is None else len(r.samples)}")
         if any(not (math.isfinite(s) and s > 0) for s in r.samples):
             return "a sample is not a positive number of seconds"

@@ -2,7 +2,7 @@
 
 Rows are published (bench/records.jsonl is tracked), so provenance carries no host name and
 no absolute path: module paths are relative to the graded tree's parent, an --impl-root tree
-is named by a label, and `relative_text` strips the course root and the home directory from
+is named by a label, and `core.paths.shown_in_text` strips the course root and the home directory from
 free text before it lands in a row.
 """
 
@@ -62,14 +62,6 @@ def module_hashes(chapter_dir: Path, shown_as: str) -> dict[str, str]:
 
 def sha256(path: Path) -> str:
     return hashlib.sha256(Path(path).read_bytes()).hexdigest()
-
-
-def relative_text(text: str, root: Path) -> str:
-    """Free text with the course root and the home directory taken out of its paths."""
-    for prefix, shown in ((str(Path(root).resolve()) + os.sep, ""), (str(Path.home()) + os.sep, "~/")):
-        if len(prefix) > 1:
-            text = text.replace(prefix, shown)
-    return text
 
 
 def git_state(root: Path) -> tuple[str | None, bool | None]:

@@ -37,7 +37,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from urllib.parse import urlparse
 
-from ..small_files import UnreadableFile, read_bytes
+from ..core.small_files import UnreadableFile, read_bytes
 from .criteria import GATE_NUMBERS, gate_range
 
 SCHEMA_VERSION = 2

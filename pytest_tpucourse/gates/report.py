@@ -12,7 +12,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from pathlib import Path
 
-from ..course import EXERCISES
+from ..core.course import EXERCISES
 from . import criteria, judge
 from . import records as rec
 from .provenance import module_hashes
@@ -82,11 +82,11 @@ class LearnerGates:
 
 def learner_gates(course_root: Path) -> LearnerGates:
     from .. import chips
-    from .provenance import relative_text
+    from ..core.paths import shown_in_text
 
     loaded = load([Path(course_root) / rec.DEFAULT_PATH], chips.ChipRegistry(), tree=EXERCISES)
     return LearnerGates(loaded.accepted, current_modules(course_root), Path(course_root),
-                        tuple(relative_text(p, course_root) for p in loaded.problems()))
+                        tuple(shown_in_text(p, course_root) for p in loaded.problems()))
 
 
 def _has_gate_test(g: criteria.Gate, course_root: Path | None) -> bool:

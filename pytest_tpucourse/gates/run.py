@@ -38,7 +38,8 @@ from ..roofline import Cost, predict
 from . import criteria as gate_criteria
 from . import judge, stats, timer
 from . import records as rec
-from .provenance import Provenance, relative_text
+from ..core.paths import shown_in_text
+from .provenance import Provenance
 
 INPUT_SETS = 3  # input sets each implementation is timed on, rotating
 NOTHING_TIMED = "nothing timed"  # a result status: interpret mode on an accelerator
@@ -133,7 +134,7 @@ class GateRun:
         row = rec.Record(gate=self.gate.number, chapter=self.chapter, test_id=self.test_id, tree=p.tree,
                          chip=self.chip.name, platform=p.platform, device_kind=p.device_kind, jax=p.jax,
                          jaxlib=p.jaxlib, libtpu=p.libtpu, git_commit=p.git_commit, git_dirty=p.git_dirty,
-                         modules=p.modules, notes=relative_text(notes, self.root)[:1000] if self.root else notes,
+                         modules=p.modules, notes=shown_in_text(notes, self.root)[:1000] if self.root else notes,
                          **fields)
         rec.append(self.records_path, row)
         return row
@@ -182,7 +183,7 @@ class GateRun:
         on a CPU, `measured` when the kernel ran natively on the chip. Code not written yet
         (TODO) verifies nothing, writes no row, and is reported as TODO.
         """
-        from ..outcomes import GradingOutcome, Todo
+        from ..core.outcomes import GradingOutcome, Todo
 
         c = self.gate.criterion(criterion)
         if c.kind != "correctness":
@@ -523,7 +524,7 @@ def _wrong_output(name: str, fn, input_sets, expected, dtype: str) -> str | None
     import jax
     import numpy as np
 
-    from .. import tolerance
+    from ..core import tolerance
 
     for i, (args, want) in enumerate(zip(input_sets, expected)):
         try:

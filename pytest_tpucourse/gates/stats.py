@@ -17,6 +17,10 @@ from __future__ import annotations
 import math
 from dataclasses import dataclass
 
+# The fewest timed rounds a measured row may rest on: the timer takes at least this many, and
+# the judge refuses a row with fewer (its interval would say more than the samples do).
+MIN_ROUNDS = 10
+
 CONFIDENCE = 0.95
 MIN_SAMPLES_FOR_INTERVAL = 6  # fewer: no 95% interval exists (2 · 0.5^5 > 0.05)
 

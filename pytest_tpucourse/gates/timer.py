@@ -36,7 +36,6 @@ from . import stats
 
 WARMUP_SECONDS = 0.25
 SAMPLE_SECONDS = 0.01
-MIN_ROUNDS = 10
 MAX_ROUNDS = 200
 BUDGET_SECONDS = 30.0
 TARGET_HALF_WIDTH = 0.01
@@ -97,7 +96,7 @@ class Harness:
         self._empty = empty
         self.warmup = WARMUP_SECONDS if warmup is None else warmup
         self.sample_seconds = SAMPLE_SECONDS if sample is None else sample
-        self.min_rounds = MIN_ROUNDS if min_rounds is None else min_rounds
+        self.min_rounds = stats.MIN_ROUNDS if min_rounds is None else min_rounds
         self.max_rounds = MAX_ROUNDS if max_rounds is None else max_rounds
         self.budget = BUDGET_SECONDS if budget is None else budget
         self.target = TARGET_HALF_WIDTH if target is None else target

@@ -21,7 +21,7 @@ import logging
 from dataclasses import dataclass
 from pathlib import Path
 
-from .. import jax_internals
+from ..core import jax_internals
 
 INTERPRET_MODES = ("auto", "tpu", "fast")
 ACCELERATORS = ("tpu", "gpu")

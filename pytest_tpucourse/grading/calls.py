@@ -11,24 +11,26 @@ from __future__ import annotations
 import contextlib
 import functools
 from pathlib import Path
-from typing import TYPE_CHECKING
 
 import pytest
 
-from ..course import SOLUTIONS, Exercise
-from ..outcomes import LearnerCodeError, Todo
+from ..core.course import SOLUTIONS, Exercise
+from ..core.outcomes import LearnerCodeError, Todo
 from . import backend
-from ..reproduction import last_call, remember, reproduction
+from ..readers.reproduction import last_call, remember, reproduction
 from .compiled import compiled_or_eager
 from .context import GradingContext, active
 from .deadline import DeadlineExceeded
-from .messages import (deadline_message, describe_exception, exception_headline, out_of_bounds_detail,
-                       raised_in, relative)
+from .messages import (
+    deadline_message,
+    describe_exception,
+    exception_headline,
+    out_of_bounds_detail,
+    raised_in,
+)
+from ..core.paths import shown
 from .solution_code import shipped_solution_in
 from .vmem import ScratchTooLarge
-
-if TYPE_CHECKING:
-    from .tree import LearnerModule
 
 
 # What pytest.skip(), pytest.fail(), pytest.xfail() and pytest.importorskip() raise: BaseExceptions,
@@ -54,7 +56,7 @@ def pytest_outcome_message(display: str, error: BaseException, path: Path | None
     kind = {"Skipped": "pytest.skip()", "XFailed": "pytest.xfail()", "Failed": "pytest.fail()"}.get(
         type(error).__name__, f"pytest's {type(error).__name__}")
     reason = str(getattr(error, "msg", "") or error).strip()
-    where = next((f" at {relative(Path(f.filename), course_root)}:{f.lineno}" for f in _frames(error)
+    where = next((f" at {shown(Path(f.filename), course_root)}:{f.lineno}" for f in _frames(error)
                   if path is not None and Path(f.filename).resolve() == Path(path).resolve()), "")
     return (f"{display} called {kind}{where}" + (f" ({reason})" if reason else "")
             + ": graded code cannot skip, fail or xfail its own tests, so the test fails instead.")
@@ -274,7 +276,8 @@ class LearnerFunction(GradedFunction):
     still there (Todo); raised anywhere else it is an ordinary failure.
     """
 
-    def __init__(self, module: LearnerModule, name: str, exercise: Exercise | None):
+    def __init__(self, module, name: str, exercise: Exercise | None):
+        # module: the tree.LearnerModule it belongs to (tree.py builds these; calls.py stays below it)
         super().__init__(None, "", module.path, module.course_root, module._context)
         self.module = module
         self.name = name
@@ -286,14 +289,14 @@ class LearnerFunction(GradedFunction):
 
     @property
     def display(self) -> str:
-        return f"{self.name}() in {relative(self.path, self.module.course_root)}"
+        return f"{self.name}() in {shown(self.path, self.module.course_root)}"
 
     def resolve(self):
         module = self.module.load()
         function = getattr(module, self.name, None)
         if not callable(function):
             raise LearnerCodeError(
-                f"{relative(self.path, self.module.course_root)} has no function {self.name}(); "
+                f"{shown(self.path, self.module.course_root)} has no function {self.name}(); "
                 f"the graded tests call {self.module._name}.{self.name}(...)."
             )
         self._refuse_code_from_elsewhere(function)
@@ -309,15 +312,15 @@ class LearnerFunction(GradedFunction):
                                        course_root / SOLUTIONS)
             if used is not None:
                 raise LearnerCodeError(
-                    f"{relative(self.path, course_root)} (or a module it imports) uses the shipped solution: "
+                    f"{shown(self.path, course_root)} (or a module it imports) uses the shipped solution: "
                     f"it {used}. Your exercises are graded on your own code; `tpucourse solution "
                     f"{self.module.chapter_id}.{self.module._name}` shows a solution once the exercise is done.")
         origin = defined_in(function)
         if origin is not None and not _inside(origin, root):
             raise LearnerCodeError(
-                f"{self.display} is defined in {relative(origin, course_root)}, outside the graded tree "
-                f"{relative(root, course_root)}/: the graded function must be written in "
-                f"{relative(self.path, course_root)} itself.")
+                f"{self.display} is defined in {shown(origin, course_root)}, outside the graded tree "
+                f"{shown(root, course_root)}/: the graded function must be written in "
+                f"{shown(self.path, course_root)} itself.")
 
     def _outcome(self, error: Exception) -> Exception:
         if isinstance(error, NotImplementedError) and raised_in(error, self.path):

@@ -21,11 +21,11 @@ which some exercises read, stays what it was.
 from __future__ import annotations
 
 import functools
-import hashlib
 from pathlib import Path
 
-from .. import jax_internals, kept_files
+from ..core import jax_internals, kept_files
 from . import backend
+from ..readers.call_keys import call_key, is_array
 
 # XLA's CPU compiler options for kernel programs under interpret mode. Each shortens the
 # compile of the course's kernels without slowing their runs (bench/compile_options.py):
@@ -145,7 +145,7 @@ class Program:
 
 def runs_interpreted_kernel(closed_jaxpr, args=(), traced=None) -> bool:
     """Whether a traced program runs a pallas_call under interpret mode on a CPU device."""
-    from ..structure import count_pallas_calls
+    from ..readers.traced_program import count_pallas_calls
 
     if jax_internals.interpret_mode_in_effect() is None:
         return False
@@ -190,38 +190,3 @@ def compiled_or_eager(compiled, eager, args):
     except Exception:
         backend.reset_after_failure()  # a kernel that failed must not poison the rerun
         return eager()
-
-
-def call_key(function, args=(), kwargs=None, *, exact: bool = False):
-    """One hashable key for a call of `function`, or None where the call cannot be keyed.
-
-    Keyword arguments are compile-time values (block sizes, flags, and masks that a trace
-    closes over), so they are keyed by value. Positional arrays are traced, so they are
-    keyed by shape and dtype, or by value too with exact=True (the very call that hung
-    before). Other values by repr; the function by identity.
-    """
-    import jax
-
-    try:
-        arg_leaves, arg_tree = jax.tree.flatten(tuple(args))
-        kwarg_leaves, kwarg_tree = jax.tree.flatten(dict(kwargs or {}))
-        key = (function, arg_tree, tuple(_leaf_key(x, exact) for x in arg_leaves),
-               kwarg_tree, tuple(_leaf_key(x, True) for x in kwarg_leaves))
-        hash(key)
-    except Exception:
-        return None
-    return key
-
-
-def _leaf_key(leaf, by_value: bool):
-    if not is_array(leaf):
-        return repr(leaf)
-    if not by_value:
-        return tuple(leaf.shape), str(leaf.dtype)
-    import numpy as np
-
-    return tuple(leaf.shape), str(leaf.dtype), hashlib.sha1(np.asarray(leaf).tobytes()).hexdigest()
-
-
-def is_array(value) -> bool:
-    return hasattr(value, "shape") and hasattr(value, "dtype")

@@ -24,7 +24,7 @@ class GradingContext:
     vmem: VmemBudget = field(default_factory=VmemBudget)
     lowering_chip: str = DEFAULT_CHIP  # the TPU that the Mosaic lowering check targets off a TPU
     programs: CompiledPrograms = field(default_factory=CompiledPrograms)
-    # Calls (compiled.call_key) already seen to run a pallas_call: a hypothesis test calls one
+    # Calls (call_keys.call_key) already seen to run a pallas_call: a hypothesis test calls one
     # function on a few shapes many times, and the trace costs about as much as one
     # interpret-mode call of a small kernel.
     kernel_calls: set = field(default_factory=set)

@@ -41,10 +41,10 @@ from __future__ import annotations
 
 import contextlib
 import ctypes
-import os
 import threading
 
-from .. import jax_internals
+from ..core import jax_internals
+from ..core.running_test import current_test
 from .interrupts import CTRL_C
 
 DEFAULT_SECONDS = 60.0
@@ -169,12 +169,6 @@ class Deadline:
             self._left_behind.append(worker)
         jax_internals.forget_abandoned_calls()
         return still_running
-
-
-def current_test() -> str | None:
-    """The node id of the test running now (pytest's PYTEST_CURRENT_TEST), or None."""
-    running = os.environ.get("PYTEST_CURRENT_TEST")
-    return running.rsplit(" (", 1)[0] if running else None
 
 
 def _raise_in(thread: threading.Thread, exception: type[BaseException]) -> None:

@@ -9,8 +9,9 @@ import re
 import traceback
 from pathlib import Path
 
-from .. import jax_internals
-from ..outcomes import GradingOutcome, Todo
+from ..core import jax_internals
+from ..core.outcomes import GradingOutcome, Todo
+from ..core.paths import shown
 from . import deadline
 
 MAX_MESSAGE_LINES = 6
@@ -71,7 +72,7 @@ def describe_exception(error: BaseException, learner_path: Path | None,
     ]
     if learner_frames:
         frame = learner_frames[-1]
-        lines.append(f"  {relative(Path(frame.filename), course_root)}:{frame.lineno} in {frame.name}")
+        lines.append(f"  {shown(Path(frame.filename), course_root)}:{frame.lineno} in {frame.name}")
         if frame.line:
             lines.append(f"    {frame.line.strip()}")
     text = message.splitlines() or [""]
@@ -87,7 +88,7 @@ def exception_headline(display: str, error: BaseException, learner_path: Path | 
     message = (_root_message(error).splitlines() or [""])[0].strip()
     frames = [f for f in traceback.extract_tb(error.__traceback__)
               if learner_path is not None and Path(f.filename).resolve() == learner_path.resolve()]
-    where = f" ({relative(Path(frames[-1].filename), course_root)}:{frames[-1].lineno})" if frames else ""
+    where = f" ({shown(Path(frames[-1].filename), course_root)}:{frames[-1].lineno})" if frames else ""
     return f"{display} raised {message}{where}"
 
 
@@ -99,20 +100,6 @@ def _root_message(error: BaseException) -> str:
             if head.endswith(("Error", "Exception")) and " " not in head:
                 return line.strip()
     return f"{type(error).__name__}: {text}"
-
-
-def relative(path: Path, base: Path | None) -> str:
-    """`path` relative to the course root where it lies inside it, else absolute."""
-    if base is None:
-        return str(path)
-    try:  # the path as given first: a symlinked file is named as the learner's, not its target
-        return str(Path(os.path.abspath(path)).relative_to(Path(os.path.abspath(base))))
-    except ValueError:
-        pass
-    try:
-        return str(Path(path).resolve().relative_to(base.resolve()))
-    except ValueError:
-        return str(path)
 
 
 def outcome_report(error: BaseException) -> tuple[str, bool, str] | None:
@@ -180,12 +167,13 @@ def lowering_explanation(error: BaseException, program, course_root: Path | None
 
     program: the closed jaxpr the lowering was given (to find the refused block's BlockSpec).
     """
-    from .. import blockspecs, jax_internals, structure
+    from ..readers import blockspecs, traced_program
+    from ..core import jax_internals
 
     text = str(error)
     refused = _BLOCK_REFUSED.search(text)
     if refused is not None and program is not None:
-        for eqn in structure.pallas_call_eqns(program):
+        for eqn in traced_program.pallas_call_eqns(program):
             grid = jax_internals.kernel_grid(eqn)
             for operand in (*grid.inputs, *grid.outputs):
                 if operand.origin != refused["origin"]:
@@ -233,7 +221,7 @@ def _where(source: str, course_root: Path | None) -> str:
     if not location:
         return ""
     path, _, line = location.rpartition(":")
-    return f"at {relative(Path(path), course_root)}:{line} " if path else f"at {location} "
+    return f"at {shown(Path(path), course_root)}:{line} " if path else f"at {location} "
 
 
 _OUT_OF_BOUNDS = re.compile(r'Out-of-bounds block index \((?P<index>[^)]*)\) for (?P<kind>input|output) "(?P<ref>\w+)"'
@@ -243,12 +231,13 @@ _OUT_OF_BOUNDS = re.compile(r'Out-of-bounds block index \((?P<index>[^)]*)\) for
 def out_of_bounds_detail(text: str, program, course_root: Path | None = None) -> str | None:
     """TPU interpret mode names the padded array in an out-of-bounds error ((16, 384) for a
     (13, 342) array in (8, 128) blocks): the line that gives the array as passed, and its blocks."""
-    from .. import jax_internals, structure
+    from ..core import jax_internals
+    from ..readers import traced_program
 
     found = _OUT_OF_BOUNDS.search(text)
     if found is None or program is None:
         return None
-    for eqn in structure.pallas_call_eqns(program):
+    for eqn in traced_program.pallas_call_eqns(program):
         names = list(getattr(jax_internals.kernel_jaxpr(eqn).debug_info, "arg_names", None) or ())
         if found["ref"] not in names:
             continue

@@ -19,11 +19,12 @@ import types
 from dataclasses import dataclass
 from pathlib import Path
 
-from ..course import EXERCISES, SOLUTIONS, Course, module_in_tree
-from ..outcomes import LearnerCodeError
+from ..core.course import EXERCISES, SOLUTIONS, Course, module_in_tree
+from ..core.outcomes import LearnerCodeError
 from .calls import PYTEST_OUTCOMES, LearnerFunction, pytest_outcome_message
 from .context import GradingContext, active
-from .messages import describe_exception, exception_headline, relative
+from ..core.paths import shown
+from .messages import describe_exception, exception_headline
 
 
 @dataclass(frozen=True)
@@ -34,11 +35,11 @@ class GradedTree:
     root: Path
 
     def describe(self, course_root: Path) -> str:
-        shown = relative(self.root, course_root)
+        where = shown(self.root, course_root)
         return {
-            EXERCISES: f"{shown}/ (your work)",
-            SOLUTIONS: f"{shown}/ (the shipped reference solutions)",
-            "impl-root": f"{shown}/ (--impl-root)",
+            EXERCISES: f"{where}/ (your work)",
+            SOLUTIONS: f"{where}/ (the shipped reference solutions)",
+            "impl-root": f"{where}/ (--impl-root)",
         }[self.kind]
 
     @property
@@ -138,7 +139,7 @@ class LearnerModule:
         """Import the module by path; failures become a LearnerCodeError."""
         if not self.path.is_file():
             raise LearnerCodeError(
-                f"{relative(self.path, self.course_root)} does not exist: the graded tree has no module "
+                f"{shown(self.path, self.course_root)} does not exist: the graded tree has no module "
                 f"{self._name!r} for {self._chapter_id}."
             )
         package = _chapter_package(self._tree, self._chapter_id)
@@ -150,15 +151,15 @@ class LearnerModule:
             return importlib.import_module(qualified)
         except PYTEST_OUTCOMES as error:  # pytest.skip() at import: a failure, never a skip
             sys.modules.pop(qualified, None)
-            shown = relative(self.path, self.course_root)
-            raise LearnerCodeError(pytest_outcome_message(f"importing {shown}", error, self.path,
+            shown_as = shown(self.path, self.course_root)
+            raise LearnerCodeError(pytest_outcome_message(f"importing {shown_as}", error, self.path,
                                                           self.course_root)) from None
         except Exception as error:  # the learner's module failed to import
             sys.modules.pop(qualified, None)
             raise LearnerCodeError(
-                f"importing {relative(self.path, self.course_root)} failed:\n"
+                f"importing {shown(self.path, self.course_root)} failed:\n"
                 + describe_exception(error, self.path, self.course_root),
-                headline=exception_headline(f"importing {relative(self.path, self.course_root)}", error,
+                headline=exception_headline(f"importing {shown(self.path, self.course_root)}", error,
                                             self.path, self.course_root).replace(" raised ", " failed: ", 1),
             ) from None
 

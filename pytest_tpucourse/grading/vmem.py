@@ -13,8 +13,9 @@ from __future__ import annotations
 
 import warnings
 
-from .. import jax_internals, structure
-from .compiled import call_key
+from ..core import jax_internals
+from ..readers import traced_program
+from ..readers.call_keys import call_key
 
 
 class ScratchTooLarge(Exception):
@@ -48,7 +49,7 @@ class VmemBudget:
                 closed = jax.make_jaxpr(lambda *a: function(*a, **kwargs))(*args)
         except Exception:
             return  # the real call reports it, charged to the code under grading
-        requested = max((scratch_bytes(eqn) for eqn in structure.pallas_call_eqns(closed)), default=0)
+        requested = max((scratch_bytes(eqn) for eqn in traced_program.pallas_call_eqns(closed)), default=0)
         if requested > self.capacity:
             raise ScratchTooLarge(requested, self.chip, self.capacity)
         if key is not None:

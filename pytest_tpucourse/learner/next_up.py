@@ -10,7 +10,7 @@ means not done as the state file says (done, and the file unchanged since).
 
 from __future__ import annotations
 
-from ..course import Course, Exercise
+from ..core.course import Course, Exercise
 from . import state
 from .status import Status
 

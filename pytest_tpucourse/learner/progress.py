@@ -21,7 +21,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from pathlib import PurePosixPath
 
-from ..course import EXERCISES, Course, Exercise
+from ..core.course import EXERCISES, Course, Exercise
 from .status import Status
 
 

@@ -24,7 +24,7 @@ import os
 from dataclasses import dataclass
 from pathlib import Path
 
-from ..small_files import UnreadableFile, read_text
+from ..core.small_files import UnreadableFile, read_text
 from .state import STATE_DIR, atomic_write_text, now
 
 RUNS_DIR = "runs"

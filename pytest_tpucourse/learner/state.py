@@ -27,8 +27,8 @@ import os
 import tempfile
 from pathlib import Path
 
-from ..course import EXERCISES
-from ..small_files import UnreadableFile, read_text
+from ..core.course import EXERCISES
+from ..core.small_files import UnreadableFile, read_text
 from .status import Status
 
 STATE_DIR = ".tpucourse"
@@ -152,17 +152,16 @@ def now() -> str:
     return dt.datetime.now(dt.timezone.utc).replace(microsecond=0).isoformat()
 
 
-def record_results(course, results, run_id: str, imported: dict | None = None) -> dict:
+def record_results(course, results, run_id: str, imported: dict | None = None, *, worked_in) -> dict:
     """Store what a run of the learner's tree showed: {exercise key: ExerciseResults}, and the
-    chapter the learner now works in (next_up.py).
+    chapter the learner now works in: `worked_in(course, data, touched chapters)`, the rule of
+    next_up.py (passed in: next_up reads this module).
 
     Exercises the run did not touch keep their earlier entry. A partial run (some
     tests not run, none failed) does not replace an earlier done: it neither shows
     the exercise complete nor shows it broken. imported: {module path: sha256 of the bytes
     this run imported}; a module the run did not import is hashed as it is now.
     """
-    from .next_up import chapter_worked_in
-
     stamp = now()
     imported = imported or {}
 
@@ -199,9 +198,9 @@ def record_results(course, results, run_id: str, imported: dict | None = None) -
                                                                    if e.status != Status.NOT_RUN)}
         _forget_old_runs(data)
         order = [c.id for c in course.chapters]
-        worked_in = chapter_worked_in(course, data, sorted(touched, key=order.index))
-        if worked_in is not None:
-            data["working_chapter"] = worked_in
+        chapter = worked_in(course, data, sorted(touched, key=order.index))
+        if chapter is not None:
+            data["working_chapter"] = chapter
 
     return update(course.root, change)
 

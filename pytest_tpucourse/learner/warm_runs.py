@@ -104,7 +104,7 @@ def preload() -> bool:
                  "jax.experimental.pallas", "jax.experimental.pallas.tpu", "jax.test_util"):
         importlib.import_module(name)
     import pytest_tpucourse
-    from pytest_tpucourse import jax_internals
+    from ..core import jax_internals
 
     for module in pkgutil.walk_packages(pytest_tpucourse.__path__, "pytest_tpucourse."):
         if module.name in STARTS_JAX_AT_IMPORT:

@@ -1,6 +1,6 @@
 """The semaphore timeline: a schedule simulated round by round, and the pair exchange that hung.
 
-`simulate` plays one program of operations per device (pytest_tpucourse.timeline's
+`simulate` plays one program of operations per device (pytest_tpucourse.instruments.semaphore_timeline's
 Signal, Wait, DmaStart and DmaWait) under the rules of the chapter's README: in each
 round every device tries its next operation; signals and DMA starts always run, and
 what they add arrives at the start of the next round; a wait runs only on what its
@@ -22,7 +22,14 @@ from jax import lax
 from jax.experimental import pallas as pl
 from jax.experimental.pallas import tpu as pltpu
 
-from pytest_tpucourse.timeline import Deadlock, DmaStart, DmaWait, Signal, Timeline, Wait
+from pytest_tpucourse.instruments.semaphore_timeline import (
+    Deadlock,
+    DmaStart,
+    DmaWait,
+    Signal,
+    Timeline,
+    Wait,
+)
 
 
 def simulate(programs) -> Timeline:

@@ -1,0 +1,1 @@
+"""The `tpucourse` command: its entry point and one module per group of subcommands."""

@@ -1,0 +1,1 @@
+"""The real TPU compiler on a machine without a TPU: libtpu, ahead of time."""

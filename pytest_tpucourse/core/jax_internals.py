@@ -1,0 +1,810 @@
+"""Every private JAX API this package touches, in one module. Read against jax 0.10.2.
+
+Upgrading JAX means reading this file: each function below names what it reaches
+into (`jax._src`, the TPU interpreter's module state, the tpu_info registry, the
+parameters of a `pallas_call` equation, a private entry point of a shipped kernel)
+and what the rest of the package relies on it for. Everything else uses public JAX.
+JAX is imported inside the functions: importing this module loads nothing heavy.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import re
+import sys
+import threading
+import time
+from dataclasses import dataclass
+from pathlib import Path
+
+from . import kept_files
+
+READ_AGAINST = "0.10.2"
+
+# The TPU interpreter reports a failing host callback through this logger, with a
+# full traceback, before the error reaches the caller.
+CALLBACK_LOGGER = "jax._src.callback"
+
+
+# ---------------------------------------------------------------- interpret mode
+
+def clear_global_interpret_mode() -> None:
+    """Undo `pltpu.set_tpu_interpret_mode` (JAX has no public way back to "not set")."""
+    from jax._src import config as jax_config
+
+    jax_config.pallas_tpu_interpret_mode_context_manager.set_global(None)
+
+
+def read_interpret_mode_when_called() -> None:
+    """Make every `pl.pallas_call(...)` read the Pallas TPU interpret mode when it is called.
+
+    JAX's `pallas_call` reads the mode once, when `pl.pallas_call(kernel, ...)` builds the
+    function (in the private `jax._src.pallas.pallas_call._pallas_call`), and the function
+    keeps it. A kernel a learner builds at module import (`kernel = pl.pallas_call(...)`)
+    would then keep whatever mode held at import: none, on a CPU ("Only interpret mode is
+    supported on CPU backend"), or the session's, even inside the race check's
+    `force_tpu_interpret_mode(detect_races=True)` or with interpret mode switched off for
+    the TPU lowering. Wrapped here, the function builds JAX's own pallas_call for the mode
+    in effect at each call (one per mode, kept), so a kernel built at import is graded
+    exactly like one built inside the function. Idempotent; `restore_interpret_mode_reading`
+    undoes it for kernels built afterwards.
+    """
+    import functools
+
+    from jax._src import config as jax_config
+    from jax._src.pallas import pallas_call as module
+
+    original = module._pallas_call
+    if getattr(original, "tpucourse_reads_mode_when_called", False):
+        return
+
+    @functools.wraps(original)
+    def build(kernel, out_shape, **params):
+        per_mode: dict = {}
+
+        def call(*args):
+            mode = jax_config.pallas_tpu_interpret_mode_context_manager.value
+            try:
+                built = per_mode.get(mode)
+            except TypeError:  # a mode that cannot be a key: built for this call alone
+                return original(kernel, out_shape, **params)(*args)
+            if built is None:
+                built = per_mode[mode] = original(kernel, out_shape, **params)
+            return built(*args)
+
+        return call
+
+    build.tpucourse_reads_mode_when_called = True
+    build.tpucourse_original = original
+    module._pallas_call = build
+    # The wrapper is one more frame between the learner's call and JAX's: without this, every
+    # pallas_call's source location (in a jaxpr, in the HLO's metadata) would be this file.
+    from jax._src import source_info_util
+
+    if __file__ not in source_info_util._exclude_paths:
+        source_info_util.register_exclusion(__file__)
+
+
+def restore_interpret_mode_reading() -> None:
+    """Undo read_interpret_mode_when_called for pallas_calls built from now on."""
+    from jax._src.pallas import pallas_call as module
+
+    module._pallas_call = getattr(module._pallas_call, "tpucourse_original", module._pallas_call)
+
+
+def interpret_mode_in_effect():
+    """The Pallas TPU interpret mode this thread sees (None, True or InterpretParams)."""
+    from jax._src import config as jax_config
+
+    return jax_config.pallas_tpu_interpret_mode_context_manager.value
+
+
+def jit_cache_context():
+    """The JAX settings a jitted program's trace depends on (interpret mode, x64, meshes...), as
+    the hashable value jit's own cache keys on."""
+    from jax._src import config as jax_config
+
+    return jax_config.trace_context()
+
+
+def races_found() -> bool:
+    """Whether the last run under `InterpretParams(detect_races=True)` found a race."""
+    from jax._src.pallas.mosaic.interpret import interpret_pallas_call as interpreter
+
+    races = interpreter.races
+    return races is not None and bool(races.races_found)
+
+
+def abort_tpu_interpreter() -> None:
+    """Make a hung TPU-interpret-mode kernel raise in the thread running it.
+
+    The interpreter's shared memory holds a failure flag that its semaphore waits poll
+    every 0.1 s, and two barriers; setting the flag and aborting the barriers ends the wait.
+    """
+    try:
+        from jax._src.pallas.mosaic.interpret import interpret_pallas_call as interpreter
+    except ImportError:
+        return
+    memory = getattr(interpreter, "_shared_memory", None)
+    if memory is None:
+        return
+    with memory.lock:
+        if getattr(memory, "_failure", None) is None:
+            memory._failure = TimeoutError("the graded call passed its deadline")
+    for barrier in (getattr(memory, "barrier", None), getattr(memory, "clean_up_barrier", None)):
+        if barrier is not None:
+            barrier.abort()
+    interpreter.reset_tpu_interpret_mode_state()
+
+
+def forget_abandoned_calls() -> None:
+    """After an abandoned call: reset the interpreter and drop the runtime tokens it held."""
+    from jax._src import dispatch
+    from jax.experimental.pallas import tpu as pltpu
+
+    pltpu.reset_tpu_interpret_mode_state()
+    dispatch.runtime_tokens.clear()
+
+
+# ---------------------------------------------------------------- thread-local settings
+
+# Context managers JAX keeps outside `config_states` (meshes, devices, interpret mode).
+_CONTEXT_CONFIGS = ("mesh_context_manager", "abstract_mesh_context_manager", "device_context",
+                    "compute_on_context_manager", "xla_metadata_context_manager",
+                    "pallas_tpu_interpret_mode_context_manager")
+
+
+def thread_local_settings() -> list:
+    """Every JAX setting the calling thread has set locally (interpret mode, x64, mesh, ...)."""
+    from jax._src import config as jax_config
+
+    configs = list(jax_config.config_states.values())
+    configs += [getattr(jax_config, name) for name in _CONTEXT_CONFIGS if hasattr(jax_config, name)]
+    unset = jax_config.config_ext.unset
+    return [(config, value) for config in configs if (value := config.get_local()) is not unset]
+
+
+@contextlib.contextmanager
+def thread_local_settings_applied(settings: list):
+    """Set another thread's local JAX settings (thread_local_settings()) in this one, as their
+    context managers do, and undo them on exit."""
+    previous = []
+    try:
+        for config, value in settings:
+            previous.append((config, config.swap_local(value)))
+            hook = getattr(config, "_update_thread_local_hook", None)
+            if hook:
+                hook(value)
+        yield
+    finally:
+        for config, value in reversed(previous):
+            config.set_local(value)
+
+
+# ---------------------------------------------------------------- the chip a lowering targets
+
+@contextlib.contextmanager
+def tpu_info_for_this_device(chip_version: str):
+    """Lower for `chip_version` (a pltpu.ChipVersion value) where this device is no TPU JAX knows.
+
+    Some Mosaic lowering rules (integer `//`, `sign`) ask tpu_info about the local device;
+    its registry maps a device kind to the chip's figures.
+    """
+    import jax
+    from jax._src.pallas.mosaic import tpu_info
+    from jax.experimental.pallas import tpu as pltpu
+
+    kind = jax.devices()[0].device_kind
+    if kind in tpu_info.registry or tpu_info.chip_version_from_device_kind(kind) is not None:
+        yield  # a real TPU, or a device JAX already knows
+        return
+    tpu_info.registry[kind] = lambda: pltpu.get_tpu_info_for_chip(pltpu.ChipVersion(chip_version), 1)
+    try:
+        yield
+    finally:
+        tpu_info.registry.pop(kind, None)
+
+
+# ---------------------------------------------------------------- MLIR
+
+def mlir_context(with_tpu_dialect: bool = False):
+    """JAX's own MLIR context (`jax._src.interpreters.mlir.make_ir_context`), with the Mosaic TPU
+    dialect registered (`jax._src.lib.tpu`) when asked: what decoding a kernel's body needs."""
+    from jax._src.interpreters import mlir as jax_mlir
+
+    context = jax_mlir.make_ir_context()
+    if with_tpu_dialect:
+        from jax._src.lib import tpu
+
+        tpu.register_dialect(context)
+    return context
+
+
+# ---------------------------------------------------------------- a pallas_call equation
+
+def kernel_jaxpr(eqn):
+    """The kernel body (an open jaxpr over its Refs) of a pallas_call equation."""
+    return eqn.params["jaxpr"]
+
+
+def equation_params(eqn) -> dict:
+    """An equation's parameters (sub-jaxprs, trees, compile-time values): what a walk over nested
+    programs or a re-bind of the primitive reads. Their names are JAX's own and change with it."""
+    return eqn.params
+
+
+def cond_branches(eqn) -> list:
+    """The branches (closed jaxprs) of a `cond` equation (`pl.when`, `lax.cond`)."""
+    return list(eqn.params["branches"])
+
+
+def dma_start_operands(eqn) -> list:
+    """A Pallas TPU `dma_start` equation's operands, unflattened: the device id comes last (None
+    for a copy on this chip)."""
+    import jax
+
+    return jax.tree.unflatten(eqn.params["tree"], eqn.invars)
+
+
+def semaphore_signal_operands(eqn) -> list:
+    """A `semaphore_signal` equation's operands: (semaphore, transforms, increment, device id, core)."""
+    import jax
+
+    return jax.tree.unflatten(eqn.params["args_tree"], eqn.invars)
+
+
+def scratch_avals(eqn) -> list:
+    """(shape, dtype, memory space name) of each scratch buffer a pallas_call equation asks for."""
+    count = eqn.params["grid_mapping"].num_scratch_operands
+    kernel = kernel_jaxpr(eqn)
+    found = []
+    for var in kernel.invars[len(kernel.invars) - count:] if count else ():
+        aval = var.aval
+        inner = getattr(aval, "inner_aval", aval)
+        found.append((tuple(inner.shape), inner.dtype, str(getattr(aval, "memory_space", "")).lower()))
+    return found
+
+
+@dataclass(frozen=True)
+class OperandBlocks:
+    """How one operand of a kernel (an input or an output) is cut into blocks."""
+
+    position: int  # among the kernel's inputs, or among its outputs
+    is_input: bool
+    index_map: object  # a closed jaxpr: grid indices -> block indices
+    block_shape: tuple  # per axis: an int, None, or a Blocked / Squeezed / Element / BoundedSlice
+    array_shape: tuple
+    dtype: object
+    block_value_shape: tuple  # the block as the kernel sees it (squeezed axes dropped)
+    memory_space: str  # lower-cased: "vmem", "any", "smem", ... or "default"
+    buffer_count: int | None  # what pl.Buffered(n) asked for, else None
+    origin: str = ""  # how the lowering names it: "args[0]", "outputs", "outputs[1]"
+    index_map_at: str = ""  # where its index map was written ("<lambda> at file.py:41"): its BlockSpec
+
+    @property
+    def name(self) -> str:
+        return f"{'input' if self.is_input else 'output'} {self.position}"
+
+
+@dataclass(frozen=True)
+class KernelGrid:
+    """A pallas_call equation's grid and how each operand is cut into blocks over it."""
+
+    grid: tuple[int, ...]
+    inputs: tuple[OperandBlocks, ...]
+    outputs: tuple[OperandBlocks, ...]
+    static: bool  # index maps read only grid indices: no scalar prefetch, no dynamic grid bounds
+    prefetch_vars: tuple = ()  # the equation's scalar-prefetch operands (jaxpr variables or literals)
+    dynamic_grid: bool = False  # grid bounds given at run time
+
+
+def kernel_grid(eqn) -> KernelGrid:
+    """The grid and operand blocks of a pallas_call equation (its private `grid_mapping`)."""
+    mapping = eqn.params["grid_mapping"]
+
+    def operand(block, position: int, is_input: bool) -> OperandBlocks:
+        aval = block.block_aval
+        mode = getattr(block, "pipeline_mode", None)
+        return OperandBlocks(
+            position=position, is_input=is_input, index_map=block.index_map_jaxpr,
+            block_shape=tuple(block.block_shape), array_shape=tuple(block.array_aval.shape),
+            dtype=block.array_aval.dtype, block_value_shape=tuple(aval.shape),
+            memory_space=str(getattr(aval, "memory_space", "default")).lower(),
+            buffer_count=(int(mode.buffer_count) if mode is not None and getattr(mode, "buffer_count", None)
+                          else None),
+            origin=str(getattr(block, "origin", "")),
+            index_map_at=_source_of(getattr(block.index_map_jaxpr, "jaxpr", None)))
+
+    blocks = mapping.block_mappings
+    inputs = tuple(operand(b, i, True) for i, b in enumerate(blocks[:mapping.num_inputs]))
+    outputs = tuple(operand(b, i, False) for i, b in
+                    enumerate(blocks[mapping.num_inputs:mapping.num_inputs + mapping.num_outputs]))
+    first = len(eqn.invars) - mapping.num_inputs - mapping.num_index_operands
+    return KernelGrid(grid=tuple(int(g) for g in mapping.grid), inputs=inputs, outputs=outputs,
+                      static=not (mapping.num_index_operands or mapping.num_dynamic_grid_bounds),
+                      prefetch_vars=tuple(eqn.invars[first:first + mapping.num_index_operands]),
+                      dynamic_grid=bool(mapping.num_dynamic_grid_bounds))
+
+
+def kernel_name(eqn) -> str:
+    """The name of a pallas_call's kernel function (dq_kernel), or "" where none was kept."""
+    info = getattr(eqn.params.get("jaxpr"), "debug_info", None)
+    return eqn.params.get("name") or getattr(info, "func_name", "") or ""
+
+
+def literal_value(var, otherwise=None):
+    """A jaxpr atom's value if it is a literal, else `otherwise`."""
+    from jax.extend import core as jex_core
+
+    return var.val if isinstance(var, jex_core.Literal) else otherwise
+
+
+def discharge_state(closed_jaxpr):
+    """A closed jaxpr whose Ref reads are discharged into plain array reads (an index map
+    that reads scalar-prefetch Refs becomes a function of their values)."""
+    from jax._src.state import discharge as state_discharge
+
+    return state_discharge.discharge_state(closed_jaxpr)
+
+
+def kernel_source(eqn) -> str:
+    """Where a pallas_call equation's kernel function was written: "matmul_kernel at file.py:20"."""
+    return _source_of(kernel_jaxpr(eqn))
+
+
+def _source_of(jaxpr) -> str:
+    info = getattr(jaxpr, "debug_info", None)
+    return str(getattr(info, "func_src_info", "") or "")
+
+
+def block_dim(dim) -> tuple[int, bool]:
+    """(elements per block along one axis, whether the index map returns element offsets)."""
+    if dim is None:
+        return 1, False
+    if isinstance(dim, int):
+        return dim, False
+    name = type(dim).__name__
+    if name == "Squeezed":
+        return 1, False
+    if name == "Blocked":
+        return int(dim.block_size), False
+    return int(getattr(dim, "block_size", 1)), True  # Element, BoundedSlice: offsets
+
+
+# ---------------------------------------------------------------- shipped kernels
+
+def flash_attention_with_residuals(q, k, v, *, causal: bool, scale: float, block_q: int, block_kv: int):
+    """(out, l, m) from jax.experimental.pallas.ops.tpu.flash_attention's forward kernel.
+
+    Its private `_flash_attention_impl` is the only entry point that returns the rows'
+    normaliser l and max m (saved as residuals for the backward).
+    """
+    from jax.experimental.pallas.ops.tpu import flash_attention as fa
+
+    return fa._flash_attention_impl(q, k, v, None, None, True, causal, scale, 1, block_q,
+                                    block_kv, block_kv, False)
+
+
+# ---------------------------------------------------------------- what simulated devices wait on
+#
+# What TPU interpret mode is doing inside a graded call: its waits, its deadlocks, its mode.
+#
+# A kernel that deadlocks under TPU interpret mode blocks one thread per simulated
+# device inside the interpreter's semaphore wait, forever (the wait polls every 0.1 s
+# for a failure flag and never gives up). `snapshot()` reads those threads' frames:
+# which device waits, on which kind of semaphore (the barrier semaphore, a DMA
+# semaphore, a scratch semaphore), for how much, what the semaphore holds, and, for DMA
+# waits, the kernel line that waits. `join_watching` waits for a graded call like
+# `Thread.join`, and returns early with the waits when they form a deadlock: every
+# device blocked on a semaphore that holds too little, with no queued DMA that could
+# add to it. Nothing can then ever signal, so the call is stopped at once instead of
+# at the deadline.
+#
+# Private JAX API (jax 0.10.2, `JAX_VERSION`): the frames of
+# `jax._src.pallas.mosaic.interpret.interpret_pallas_call`'s `semaphore_wait`,
+# `dma_wait` and barrier callbacks, their local variables, the interpreter's
+# `_shared_memory` (semaphore counts and queued DMA tasks), and JAX's config holder of
+# the Pallas interpret mode. Every access is guarded: under another JAX version a
+# snapshot is empty and no deadlock is ever found (the deadline still applies).
+
+
+_INTERPRETER_FILE = "interpret_pallas_call.py"
+_WAITS = {"semaphore_wait", "dma_wait"}
+POLL_SECONDS = 0.25
+# A deadlock must look the same for this long before the call is stopped: a thread that
+# is about to be signalled leaves its wait within the interpreter's 0.1 s poll.
+STABLE_SECONDS = 1.0
+
+FINISHED = "end-of-kernel barrier"
+ENTERING = "entry barrier"  # waiting for every device to enter a kernel that has no barrier semaphore
+BUSY = "running"  # inside another interpreter step (a load, a store, an allocation)
+_BARRIERS = {"_barrier": ENTERING, "_clean_up_shared_memory": FINISHED}  # interpreter callback -> kind
+
+
+@dataclass(frozen=True)
+class BlockedWait:
+    """One simulated device's thread, blocked in the interpreter."""
+
+    device: int
+    kind: str  # "barrier semaphore", "DMA semaphore", "semaphore", FINISHED, ENTERING or BUSY
+    wants: int | None = None  # the count the wait needs (bytes, for a DMA semaphore)
+    holds: int | None = None  # what the semaphore holds now
+    where: str = ""  # the kernel's line, where the interpreter knows it (DMA waits)
+    queued: int = 0  # DMAs queued on the semaphore that a wait would run (dma_execution_mode on_wait)
+
+    @property
+    def hopeless(self) -> bool:
+        """Nothing this device can do alone will ever satisfy the wait."""
+        return self.kind in (FINISHED, ENTERING) or (
+            self.holds is not None and self.wants is not None and self.holds < self.wants
+            and self.queued == 0)
+
+    def describe(self) -> str:
+        if self.kind == FINISHED:
+            return "finished its kernel and waits for the other devices"
+        if self.kind == ENTERING:
+            return "waits for the other devices to enter the kernel"
+        if self.kind == BUSY:
+            return f"not waiting: busy in the interpreter's {self.where}"
+        unit = " bytes" if self.kind == "DMA semaphore" else ""
+        text = f"waits on a {self.kind} for {self.wants}{unit} (it holds {self.holds})"
+        return text + (f" at {self.where}" if self.where else "")
+
+
+def snapshot() -> list[BlockedWait]:
+    """Every simulated device thread blocked in a TPU-interpret-mode wait now, by device."""
+    try:
+        from jax._src.pallas.mosaic.interpret import interpret_pallas_call as interpreter
+        memory = interpreter._shared_memory
+        frames = list(sys._current_frames().values())
+    except Exception:  # another JAX version: nothing to say
+        return []
+    if memory is None:
+        return []
+    found = []
+    for frame in frames:
+        try:
+            wait = _wait_in(frame, memory)
+        except Exception:
+            wait = None
+        if wait is not None:
+            found.append(wait)
+    return sorted(found, key=lambda w: (w.device, w.kind, w.where))
+
+
+def is_deadlock(waits: list[BlockedWait]) -> bool:
+    """Every device of the running kernel blocked for good, and at least one not finished."""
+    try:
+        from jax._src.pallas.mosaic.interpret import interpret_pallas_call as interpreter
+        memory = interpreter._shared_memory
+        devices, cores = memory.num_devices, memory.num_cores_per_device
+    except Exception:
+        return False
+    if cores != 1 or len(waits) != devices or {w.device for w in waits} != set(range(devices)):
+        return False  # several cores per device share a device id: do not guess
+    return all(w.hopeless for w in waits) and any(w.kind not in (FINISHED, ENTERING, BUSY) for w in waits)
+
+
+def join_watching(thread, seconds: float, between=None) -> list[BlockedWait] | None:
+    """Join `thread` for at most `seconds`; the waits of a deadlock found on the way, else None.
+
+    between: called after every poll (it may raise, to stop waiting: a Ctrl-C, say).
+    """
+    end = time.monotonic() + seconds
+    candidate, since = None, 0.0
+    while thread.is_alive():
+        left = end - time.monotonic()
+        if left <= 0:
+            return None
+        thread.join(min(POLL_SECONDS, left))
+        if between is not None:
+            between()
+        if not thread.is_alive():
+            return None
+        waits = snapshot()
+        if not is_deadlock(waits):
+            candidate = None
+        elif waits != candidate:
+            candidate, since = waits, time.monotonic()
+        elif time.monotonic() - since >= STABLE_SECONDS:
+            return waits
+    return None
+
+
+def summary_lines(waits: list[BlockedWait], limit: int = 6) -> list[str]:
+    """One line per distinct wait, devices with the same wait grouped: 'devices 0-3: waits ...'."""
+    groups: dict[str, list[int]] = {}
+    for wait in waits:
+        groups.setdefault(wait.describe(), []).append(wait.device)
+    lines = [f"{_devices(devices)}: {text}" for text, devices in
+             sorted(groups.items(), key=lambda item: min(item[1]))]
+    return lines[:limit] + ([f"... and {len(lines) - limit} more"] if len(lines) > limit else [])
+
+
+
+def _wait_in(frame, memory) -> BlockedWait | None:
+    """The interpreter wait this thread's stack is blocked in, if any."""
+    while frame is not None:
+        code = frame.f_code
+        if code.co_filename.endswith(_INTERPRETER_FILE):
+            if code.co_name in _WAITS:
+                return _semaphore_wait(frame.f_locals, memory, dma=code.co_name == "dma_wait")
+            if code.co_name in _BARRIERS:  # they drop their device_id: read their wrapper's arguments
+                caller = frame.f_back.f_locals.get("args", ()) if frame.f_back is not None else ()
+                return BlockedWait(int(caller[1]), _BARRIERS[code.co_name]) if len(caller) > 1 else None
+            if "device_id" in frame.f_locals:
+                return BlockedWait(int(frame.f_locals["device_id"]), BUSY, where=code.co_name)
+        frame = frame.f_back
+    return None
+
+
+def _semaphore_wait(variables, memory, *, dma: bool) -> BlockedWait:
+    device, sem_id = int(variables["device_id"]), int(variables["sem_id"])
+    core = memory.get_global_core_id(device, int(variables.get("local_core_id", 0)))
+    wants = int(variables["size"] if dma else variables["value"])
+    barrier = sem_id in memory.fixed_id_sem
+    semaphore = memory.fixed_id_sem.get(sem_id) if barrier else memory.sem.get(sem_id)
+    holds, queued = None, 0
+    if semaphore is not None:
+        holds, queued = int(semaphore.count_by_core[core]), len(semaphore.tasks[core])
+    kind = "barrier semaphore" if barrier else "DMA semaphore" if dma else "semaphore"
+    return BlockedWait(device, kind, wants, holds, _where(variables.get("source_info")), queued)
+
+
+def _where(source_info) -> str:
+    if source_info is None:
+        return ""
+    try:
+        from jax._src import source_info_util
+
+        return source_info_util.summarize(source_info)
+    except Exception:
+        return ""
+
+
+def _devices(devices: list[int]) -> str:
+    devices = sorted(set(devices))
+    if len(devices) == 1:
+        return f"device {devices[0]}"
+    if devices == list(range(devices[0], devices[-1] + 1)):
+        return f"devices {devices[0]}-{devices[-1]}"
+    return "devices " + ", ".join(map(str, devices))
+
+
+_LEFT_NONZERO = re.compile(r"Semaphore (\d+) has non-zero count for (\d+) \(global core \d+\) at kernel "
+                           r"exit: (-?\d+)")
+# The interpreter numbers the semaphores a kernel allocates from 2000 on; lower ids are the
+# fixed ones, the barrier semaphores of collective kernels (their collective_id).
+_FIRST_ALLOCATED_SEMAPHORE = 2000
+
+
+def semaphores_left_nonzero(printed: str) -> str:
+    """What TPU interpret mode printed about semaphores left non-zero at kernel exit, condensed:
+    'the barrier semaphore = 1 on devices 0-7', or '' when it printed nothing of the kind."""
+    found: dict[tuple[str, int], list[int]] = {}
+    for sem, device, count in _LEFT_NONZERO.findall(printed):
+        name = ("the barrier semaphore" if int(sem) < _FIRST_ALLOCATED_SEMAPHORE
+                else f"scratch semaphore {int(sem) - _FIRST_ALLOCATED_SEMAPHORE}")
+        found.setdefault((name, int(count)), []).append(int(device))
+    return "; ".join(f"{name} = {count} on {_devices(devices)}"
+                     for (name, count), devices in sorted(found.items()))
+
+
+# ---------------------------------------------------------------- source locations and the compilation cache
+#
+# JAX internals behind source locations in IR; written against jax 0.10.2.
+#
+# Every use of JAX's private modules for reading locations lives here, so a JAX upgrade
+# touches one file (tests/test_xray.py exercises each piece):
+#
+# - equation_location: the innermost user frame of a jaxpr equation, through
+#   `jax._src.source_info_util.user_frame` (jax.extend only exposes a summary string,
+#   which lacks the end of the range).
+# - current_locations: the persistent compilation cache keys a program on its text with
+#   the debug information stripped (`jax._src.cache_key`), so by default a compile of
+#   moved or copied code returns the executable cached for the old code, metadata and
+#   all: stale lines, even another file's name. The public flag
+#   `jax_compilation_cache_include_metadata_in_key` puts locations into the key. (Setting
+#   `jax_enable_compilation_cache` to False mid-process does not help: once the cache
+#   has been used it only changes the key, and entries under that key go stale too.)
+# - persistent_cache: a persistent cache in a directory of one's choosing for a block,
+#   through `jax._src.compilation_cache.reset_cache`, so tests can provoke the trap.
+
+
+
+
+def equation_location(eqn):
+    """Where the user's code created this jaxpr equation (a core.source_location.SourceLocation): its
+    innermost non-JAX frame, or None."""
+    from jax._src import source_info_util
+
+    from .source_location import SourceLocation
+
+    frame = source_info_util.user_frame(eqn.source_info.traceback)
+    if frame is None:
+        return None
+    return SourceLocation(frame.file_name, frame.start_line, frame.start_column, frame.end_line,
+                          frame.end_column)
+
+
+@contextlib.contextmanager
+def current_locations():
+    """Compiles inside this block carry the source's current locations, cache or no cache."""
+    import jax
+
+    previous = jax.config.jax_compilation_cache_include_metadata_in_key
+    jax.config.update("jax_compilation_cache_include_metadata_in_key", True)
+    try:
+        yield
+    finally:
+        jax.config.update("jax_compilation_cache_include_metadata_in_key", previous)
+
+
+_CACHE_SETTINGS = ("jax_compilation_cache_dir", "jax_enable_compilation_cache",
+                   "jax_persistent_cache_min_compile_time_secs", "jax_persistent_cache_min_entry_size_bytes")
+
+
+@contextlib.contextmanager
+def persistent_cache(directory: Path):
+    """A persistent compilation cache in `directory` for this block; the previous one after.
+
+    JAX initialises its cache once per process, from the settings of the first compile;
+    reset_cache makes it read them again on entry and again on exit.
+    """
+    import jax
+    from jax._src import compilation_cache
+
+    saved = {name: getattr(jax.config, name) for name in _CACHE_SETTINGS}
+    compilation_cache.reset_cache()
+    jax.config.update("jax_compilation_cache_dir", str(directory))
+    jax.config.update("jax_enable_compilation_cache", True)
+    jax.config.update("jax_persistent_cache_min_compile_time_secs", 0.0)
+    jax.config.update("jax_persistent_cache_min_entry_size_bytes", 0)
+    try:
+        yield Path(directory)
+    finally:
+        compilation_cache.reset_cache()
+        for name, value in saved.items():
+            jax.config.update(name, value)
+
+
+# ---------------------------------------------------------------- programs with host callbacks
+#
+# Every kernel under TPU interpret mode is a program of host callbacks (each Ref access,
+# DMA and semaphore is one), and so are the per-core programs the interpreter compiles
+# while it runs a kernel on several simulated cores (`interpret/thread_map.py` compiles
+# each with XLA's defaults, inside the run). JAX never writes such a program to its
+# persistent cache, so every run of a kernel chapter compiled all of them again.
+#
+# The callbacks are not in the compiled code: the program refers to them by index (`index`
+# of the custom call `xla_ffi_python_cpu_callback`), and they are handed to the executable
+# when it is loaded, so an executable compiled once can be loaded again with the callbacks
+# of a new lowering of the same program (`Client.deserialize_executable(...,
+# host_callbacks=...)`). Only programs on one device are kept: serialising one over several
+# devices with host callbacks crashes the process. The key is JAX's own cache key (the
+# program's text, the compiler options, devices, backend and jaxlib versions; locations as
+# `current_locations` says): equal keys mean equal compiled code, and the callbacks it calls
+# are always this process's. The entries live in a directory of their own, since JAX reads
+# its cache before it looks at callbacks and would load one without them; whoever sets the
+# policy holds that directory to a size (kept_files), and each load marks its entry as used.
+#
+# Reaches into `jax._src.compiler.compile_or_get_cached` (wrapped once; it changes nothing
+# until `compile_host_callback_programs` sets a policy) and
+# `jax._src.compilation_cache.get_cache_key`.
+
+
+@dataclass(frozen=True)
+class HostCallbackPrograms:
+    """How this process compiles programs with host callbacks on a CPU: `options`, XLA
+    compiler options added where the caller set none of them, and `directory`, where the
+    executables are kept across runs (None: compiled every time)."""
+
+    directory: Path | None
+    options: tuple = ()
+
+
+_host_callback_programs: HostCallbackPrograms | None = None
+
+
+def compile_host_callback_programs(policy: HostCallbackPrograms | None) -> HostCallbackPrograms | None:
+    """Set the process-wide policy (None: as JAX compiles them); returns the previous one."""
+    global _host_callback_programs
+    _wrap_compile_or_get_cached()
+    previous, _host_callback_programs = _host_callback_programs, policy
+    return previous
+
+
+def _wrap_compile_or_get_cached() -> None:
+    import functools
+
+    from jax._src import compiler
+
+    original = compiler.compile_or_get_cached
+    if getattr(original, "tpucourse_compiles_host_callback_programs", False):
+        return
+
+    @functools.wraps(original)
+    def compile_or_get_cached(backend, computation, devices, compile_options, host_callbacks,
+                              executable_devices, *args, **kwargs):
+        policy = _host_callback_programs
+        if policy is None or not host_callbacks or backend.platform != "cpu":
+            return original(backend, computation, devices, compile_options, host_callbacks,
+                            executable_devices, *args, **kwargs)
+        set_by_caller = {name for name, _ in compile_options.env_option_overrides}
+        if not set_by_caller & {name for name, _ in policy.options}:
+            compile_options.env_option_overrides = [*compile_options.env_option_overrides, *policy.options]
+        if policy.directory is None or len(executable_devices) != 1:
+            return compiler.backend_compile_and_load(backend, computation, executable_devices,
+                                                     compile_options, list(host_callbacks))
+        return _cached_callback_program(policy.directory, backend, computation, devices, compile_options,
+                                        list(host_callbacks), executable_devices)
+
+    compile_or_get_cached.tpucourse_compiles_host_callback_programs = True
+    compiler.compile_or_get_cached = compile_or_get_cached
+
+
+def _cached_callback_program(directory: Path, backend, computation, devices, compile_options,
+                             host_callbacks, executable_devices):
+    """The loaded executable: from `directory` if compiled before, else compiled and kept there."""
+    from jax._src import compilation_cache
+
+    key = compilation_cache.get_cache_key(computation, devices, compile_options, backend)
+    with _compiling(key):  # the simulated cores' threads compile the same program at once: one does
+        return _load_or_compile(Path(directory) / key, backend, computation, compile_options, host_callbacks,
+                                executable_devices)
+
+
+_compile_locks: dict = {}
+_compile_locks_guard = threading.Lock()
+
+
+def _compiling(key: str):
+    """The lock held while the program under `key` is loaded or compiled."""
+    with _compile_locks_guard:
+        return _compile_locks.setdefault(key, threading.Lock())
+
+
+def _load_or_compile(path: Path, backend, computation, compile_options, host_callbacks, executable_devices):
+    """The executable stored at `path`, loaded with these callbacks; else compiled and stored there."""
+    import os
+
+    from jax._src import compiler
+
+    header = f"{len(host_callbacks)} host callbacks\n".encode()
+    try:
+        stored = path.read_bytes()
+    except OSError:
+        stored = b""
+    if stored.startswith(header):
+        try:
+            executable = backend.deserialize_executable(stored[len(header):], executable_devices,
+                                                        compile_options, host_callbacks=host_callbacks)
+        except Exception:  # written by another jaxlib, or damaged: compiled again below
+            pass
+        else:
+            kept_files.touch(path)
+            return executable
+    executable = compiler.backend_compile_and_load(backend, computation, executable_devices,
+                                                   compile_options, host_callbacks)
+    partial = path.with_name(f"{path.name}.{os.getpid()}.{threading.get_ident()}.partial")
+    try:
+        path.parent.mkdir(parents=True, exist_ok=True)
+        partial.write_bytes(header + executable.serialize())
+        os.replace(partial, path)  # whole or not at all, whoever else writes the same key
+    except Exception:  # a full disk, or a program that cannot be serialised: compiled next run
+        partial.unlink(missing_ok=True)
+    return executable
+
+
+# ---------------------------------------------------------------- backends
+
+def backends_started() -> bool:
+    """Whether this process has started a JAX backend (and with it XLA's thread pools).
+
+    `tpucourse watch` forks its runs from a process that imported JAX; a child forked
+    after the backend started inherits its locks but none of its threads and can hang on
+    the first compile. Asks `jax._src.xla_bridge.backends_are_initialized()`.
+    """
+    from jax._src import xla_bridge
+
+    return xla_bridge.backends_are_initialized()

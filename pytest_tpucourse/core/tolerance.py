@@ -1,0 +1,69 @@
+"""The tolerance rule: how far from the float64 oracle a correct result may be.
+
+    error(x) = ||x - R|| / ||R||      (relative Frobenius error, per output or grad)
+    R        = the float64 oracle, computed from the same dtype-rounded inputs,
+               then rounded to the output's dtype (what a perfect kernel returns)
+    bound    = min(error(floor) + margin[kind][dtype], ceiling[dtype])
+
+`floor` is the plain XLA implementation run on the same inputs, on the same
+backend, at the course's precision contract (references.py): a kernel may be
+as far from the oracle as that accepted implementation already is, plus a
+margin for what the floor does not do (another summation order, intermediates
+rounded inside a fused kernel). The ceiling keeps a floor that is itself
+imprecise on some backend from opening the bound without limit.
+
+Margins, in bf16: 1e-3 forward (the course's "1e-3 forward": a quarter of one
+bf16 rounding step, 2^-8 = 3.9e-3) and 2e-3 for grads. The course's "1e-2
+grads" is the ceiling rather than the margin: as a margin it accepts a fully
+bf16 attention backward (dq 6.5e-3 against a floor of 2.7e-3). Twice the
+floor's error, as Tri Dao's flash-attention tests allow for a max-abs metric,
+accepts the fully bf16 forward too (5.0e-3 against 2 x 2.5e-3 + 1e-3).
+Evidence: docs/checking.md ("The tolerance rule"), printed by bench/tolerance_evidence.py.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+
+FLOOR_FACTOR = 1.0
+
+BASE = {
+    "forward": {"float64": 1e-12, "float32": 1e-5, "float16": 1e-3, "bfloat16": 1e-3},
+    "grad": {"float64": 1e-10, "float32": 1e-4, "float16": 2e-3, "bfloat16": 2e-3},
+}
+
+CEILING = {"float64": 1e-6, "float32": 1e-2, "float16": 1e-2, "bfloat16": 1e-2}
+
+
+def base(dtype, kind: str = "forward") -> float:
+    name = np.dtype(dtype).name
+    try:
+        return BASE[kind][name]
+    except KeyError:
+        raise ValueError(f"no {kind} tolerance for dtype {name}; pass tol= explicitly") from None
+
+
+def bound(dtype, kind: str = "forward", floor_error: float = 0.0) -> float:
+    return min(FLOOR_FACTOR * floor_error + base(dtype, kind), CEILING[np.dtype(dtype).name])
+
+
+def rounded_reference(reference, dtype) -> np.ndarray:
+    """The oracle as a perfect implementation in `dtype` would return it, in float64."""
+    return np.asarray(reference, dtype=np.float64).astype(np.dtype(dtype)).astype(np.float64)
+
+
+def relative_error(got, reference) -> float:
+    """||got - ref|| / ||ref|| over the entries where the reference is finite."""
+    got = np.asarray(got, dtype=np.float64)
+    reference = np.asarray(reference, dtype=np.float64)
+    finite = np.isfinite(reference)
+    diff = np.subtract(got, reference, out=np.zeros_like(got), where=finite)
+    norm = float(np.linalg.norm(np.where(finite, reference, 0.0)))
+    return float(np.linalg.norm(diff)) / (norm if norm > 0 else 1.0)
+
+
+def judge(got, expected, dtype, kind: str = "forward", floor=None) -> tuple[float, float, float]:
+    """(error, bound, floor_error) of `got` against the float64 oracle output `expected`."""
+    reference = rounded_reference(expected, dtype)
+    floor_error = 0.0 if floor is None else relative_error(floor, reference)
+    return relative_error(got, reference), bound(dtype, kind, floor_error), floor_error

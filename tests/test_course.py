@@ -1,0 +1,82 @@
+"""course.toml, exercises/, solutions/ and tests/mutants/ agree with each other."""
+
+import ast
+
+import pytest
+
+from pytest_tpucourse.core.course import SOLUTIONS, load_course, module_in_tree
+from pytest_tpucourse.gates import criteria
+from pytest_tpucourse.run.mutants import load_mutants
+
+from .support import REPO
+
+COURSE = load_course(REPO)
+EXERCISES = [e for c in COURSE.chapters for e in c.exercises]
+BUILT = [c for c in COURSE.chapters if c.exercises]
+
+
+def test_the_chapters_are_numbered_in_order_and_carry_every_gate_once():
+    """Counted from the data: adding a chapter is an entry in course.toml, not a number here."""
+    assert [c.id for c in COURSE.chapters] == [f"ch{n:02d}" for n in range(1, len(COURSE.chapters) + 1)]
+    assert COURSE.chapters_total == len(COURSE.chapters)
+    gates = sorted(c.gate for c in COURSE.chapters if c.gate is not None)
+    assert gates == list(criteria.GATE_NUMBERS) and COURSE.gates_total == len(criteria.GATES)
+    assert all(c.kind == "stage" for c in COURSE.chapters if c.gate is not None)
+
+
+@pytest.mark.parametrize("chapter", BUILT, ids=lambda c: c.id)
+def test_chapter_readme_carries_its_title(chapter):
+    readme = REPO / "exercises" / chapter.id / "README.md"
+    first_line = readme.read_text(encoding="utf-8").splitlines()[0]
+    assert first_line.startswith("# ") and chapter.title in first_line, first_line
+
+
+@pytest.mark.parametrize("chapter", BUILT, ids=lambda c: c.id)
+def test_every_graded_test_file_belongs_to_an_exercise_or_the_gate(chapter):
+    for path in (REPO / "exercises" / chapter.id).glob("test_*.py"):
+        if path.name.startswith("test_gate"):
+            assert chapter.gate is not None and path.name == f"test_gate{chapter.gate:02d}.py", (
+                f"{path}: a gate test file is test_gateNN.py, NN the chapter's gate")
+            continue
+        assert chapter.exercise_for_test_file(path.name), f"{path} grades no exercise of course.toml"
+
+
+def _public_functions(path):
+    """{name: ast.FunctionDef} of a module's top-level functions not starting with _."""
+    tree = ast.parse(path.read_text(encoding="utf-8"))
+    return {n.name: n for n in tree.body if isinstance(n, ast.FunctionDef) and not n.name.startswith("_")}
+
+
+@pytest.mark.parametrize("exercise", EXERCISES, ids=lambda e: e.key)
+def test_stub_solution_and_tests_exist_with_one_signature(exercise):
+    """Every public function of the stub is a TODO with a docstring and the solution's signature
+    (those course.toml lists as `given` ship written, to be read or fixed); the solution may add
+    helpers (its kernels) that the stub leaves to the learner."""
+    stub_path, solution_path = REPO / exercise.module_path, REPO / exercise.solution_path
+    assert (REPO / exercise.test_path).is_file()
+    stubs, solutions = _public_functions(stub_path), _public_functions(solution_path)
+    assert exercise.function in stubs, f"{stub_path} has no top-level function {exercise.function}()"
+    for name, stub in stubs.items():
+        assert name in solutions, f"{stub_path} defines {name}(), which {solution_path} does not"
+        assert ast.dump(stub.args) == ast.dump(solutions[name].args), (
+            f"{name}(): stub and solution signatures differ")
+        assert ast.get_docstring(stub), f"the stub {exercise.key}.{name} needs a docstring: what to write"
+        if name in exercise.given:
+            continue
+        last = stub.body[-1]
+        assert isinstance(last, ast.Raise) and "NotImplementedError" in ast.dump(last), (
+            f"the stub {exercise.key}.{name} must end by raising NotImplementedError"
+        )
+    assert set(exercise.given) <= set(stubs), f"{exercise.key}: given {exercise.given} not all in the stub"
+    assert exercise.function not in exercise.given, f"{exercise.key}: its graded function cannot be given"
+    assert exercise.hints, f"{exercise.key} has no hints"
+
+
+@pytest.mark.parametrize("path", sorted((REPO / "tests" / "mutants").glob("ch*.toml")), ids=lambda p: p.stem)
+def test_every_mutant_applies_to_its_solution(path):
+    chapter = COURSE.chapter(path.stem)
+    for mutant in load_mutants(path) + load_mutants(path, "equivalents"):
+        solution = REPO / module_in_tree(SOLUTIONS, mutant.chapter, mutant.module)
+        assert mutant.apply(solution.read_text(encoding="utf-8")) != solution.read_text(encoding="utf-8")
+        for test_file in mutant.caught_by:
+            assert chapter.exercise_for_test_file(test_file), f"{mutant.name}: {test_file} grades nothing"

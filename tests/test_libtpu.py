@@ -1,0 +1,285 @@
+"""The real TPU compiler on a CPU (libtpu, the tpu-compile extra): start-up, verdicts, dumps, command.
+
+Tests that need libtpu skip with the extra's one-line install hint; the start-up is
+also run with libtpu hidden, as a learner without the extra has it.
+"""
+
+import os
+import textwrap
+
+import jax
+import jax.numpy as jnp
+import pytest
+from jax.experimental import pallas as pl
+
+from pytest_tpucourse import chips
+from pytest_tpucourse.commands import main
+from pytest_tpucourse.compiler import libtpu
+
+needs_libtpu = pytest.mark.skipif(not libtpu.available(), reason=libtpu.INSTALL_LINE)
+
+COMPILE_TEST = """
+    import jax.numpy as jnp
+    from pytest_tpucourse import tpu
+
+    def test_double(impl):
+        assert float(impl.double.double(jnp.ones(4))[0]) == 2.0
+
+    def test_double_compiles(impl):
+        tpu.assert_compiles_for(impl.double.double, jnp.ones((8, 128)))
+"""
+STARTUP_NOISE = ("TPU_WORKER_HOSTNAMES", "TPU accelerator type", "InitGoogle")
+
+
+def _hide_libtpu(pytester, monkeypatch):
+    """A `libtpu` package that fails to import, first on the path: JAX then finds no TPU library."""
+    hidden = pytester.mkdir("hidden")
+    (hidden / "libtpu").mkdir()
+    (hidden / "libtpu" / "__init__.py").write_text('raise ImportError("hidden for this test")\n')
+    monkeypatch.delenv("TPU_LIBRARY_PATH", raising=False)  # set by `import libtpu` in this process
+    monkeypatch.setenv("PYTHONPATH", os.pathsep.join(filter(None, [str(hidden), os.environ.get("PYTHONPATH")])))
+
+
+@needs_libtpu
+def test_with_libtpu_the_run_stays_on_the_cpu_in_interpret_mode_and_quiet(fake_course):
+    fake_course.test_file(COMPILE_TEST)
+    result = fake_course.run("--solutions", "-v")
+    assert result.ret == pytest.ExitCode.OK, result.stdout.str()
+    result.stdout.fnmatch_lines(["*kernels run under TPU interpret mode*", "*backend cpu (cpu,*",
+                                 "*test_double_compiles PASSED*"])
+    everything = result.stdout.str() + result.stderr.str()
+    assert not any(noise in everything for noise in STARTUP_NOISE), result.stderr.str()
+
+
+def test_without_libtpu_the_compile_check_skips_with_one_line(fake_course, pytester, monkeypatch):
+    _hide_libtpu(pytester, monkeypatch)
+    fake_course.test_file(COMPILE_TEST)
+    result = fake_course.run("--solutions", "-rs")
+    assert result.ret == pytest.ExitCode.OK, result.stdout.str()
+    result.stdout.fnmatch_lines(["*kernels run under TPU interpret mode*", "*backend cpu (cpu,*",
+                                 "SKIPPED * needs the real TPU compiler: pip install -e *tpu-compile*",
+                                 "*1 passed, 1 skipped*"])
+
+
+def double(x, *, block):
+    """A kernel doubling x in `block`-shaped blocks: the cheapest compile that still pipelines."""
+    return pl.pallas_call(
+        lambda x_ref, o_ref: o_ref.__setitem__(..., x_ref[...] * 2),
+        out_shape=jax.ShapeDtypeStruct(x.shape, x.dtype),
+        grid=(x.shape[0] // block[0], x.shape[1] // block[1]),
+        in_specs=[pl.BlockSpec(block, lambda i, j: (i, j))],
+        out_specs=pl.BlockSpec(block, lambda i, j: (i, j)),
+    )(x)
+
+
+def copy(x, *, block):
+    return pl.pallas_call(
+        lambda x_ref, o_ref: o_ref.__setitem__(..., x_ref[...]),
+        out_shape=jax.ShapeDtypeStruct(x.shape, x.dtype),
+        grid=(x.shape[0] // block[0], x.shape[1] // block[1]),
+        in_specs=[pl.BlockSpec(block, lambda i, j: (i, j))],
+        out_specs=pl.BlockSpec(block, lambda i, j: (i, j)),
+    )(x)
+
+
+def matmul_one_block(x, y):
+    """One grid step, the whole (M, K) @ (K, N) in VMEM: the MXU count is the block's."""
+    return pl.pallas_call(
+        lambda x_ref, y_ref, o_ref: o_ref.__setitem__(..., jnp.dot(
+            x_ref[...], y_ref[...], preferred_element_type=jnp.float32).astype(o_ref.dtype)),
+        out_shape=jax.ShapeDtypeStruct((x.shape[0], y.shape[1]), x.dtype),
+    )(x, y)
+
+
+@needs_libtpu
+def test_blocks_over_the_scoped_vmem_limit_name_both_sizes():
+    x = jax.ShapeDtypeStruct((4096, 1024), jnp.float32)
+    with pytest.raises(libtpu.TpuCompileError) as caught:
+        libtpu.compile_for(double, x, chip="v5e", block=(2048, 1024))
+    error = caught.value
+    # 8 MiB blocks, input and output, two buffers each: 32 MiB, against v5e's 16 MiB default.
+    assert (error.kind, error.code, error.kernel) == ("vmem", "E1001", "_lambda_")
+    assert (error.vmem_needed_bytes, error.vmem_limit_bytes) == (32 * 2 ** 20, 16 * 2 ** 20)
+    assert "32.00 MiB" in str(error) and "16.00 MiB" in str(error) and "vmem_limit_bytes" in str(error)
+    assert error.vmem_limit_bytes == chips.SCOPED_VMEM_LIMITS["v5e"]
+    compiled = libtpu.compile_for(double, x, chip="v6e", block=(2048, 1024))  # 32 MiB limit there
+    assert "tpu_custom_call" in compiled.optimized_hlo and compiled.chip == "v6e"
+
+
+@needs_libtpu
+def test_a_block_the_dtype_tiling_does_not_divide_names_operand_block_and_tile():
+    x = jax.ShapeDtypeStruct((64, 256), jnp.int8)
+    with pytest.raises(libtpu.TpuCompileError) as caught:
+        libtpu.compile_for(copy, x, block=(8, 128))  # legal for the lowering; int8 tiles are (32, 128)
+    error = caught.value
+    assert (error.kind, error.code, error.operand) == ("tiling", "E2002", "input 0")
+    assert (error.block_shape[-2:], error.tiling, error.array_shape[-2:]) == ((8, 128), (32, 128), (64, 256))
+    assert "(32, 128)" in str(error) and "input 0" in str(error)
+    libtpu.compile_for(copy, x, block=(32, 128))
+
+
+@needs_libtpu
+def test_a_lowering_error_comes_back_as_the_lowering_kind():
+    with pytest.raises(libtpu.TpuCompileError) as caught:
+        libtpu.compile_for(copy, jax.ShapeDtypeStruct((64, 256), jnp.float32), block=(4, 128))
+    assert caught.value.kind == "lowering" and "divisible by 8 and 128" in str(caught.value)
+
+
+@needs_libtpu
+@pytest.mark.parametrize("chip, vmatmuls", [("v5e", 64), ("v6e", 16)])
+def test_dumps_give_bundles_mxu_instructions_and_vreg_counts(chip, vmatmuls):
+    """(256, 256) @ (256, 256) bf16: 4 MXUs of 128² take 16 pushes of a 16-row vreg per 128² weight
+    tile, 4 tiles (64); 2 MXUs of 256² hold the weights whole (16)."""
+    x = jax.ShapeDtypeStruct((256, 256), jnp.bfloat16)
+    compiled = libtpu.compile_for(matmul_one_block, x, x, chip=chip, dumps=True)
+    kernel = compiled.kernel()
+    assert kernel.mxu_ops == vmatmuls
+    assert 0 < kernel.bundles and kernel.step_bundles <= kernel.bundles
+    assert kernel.scoped_vmem_bytes == 3 * 256 * 256 * 2  # x, y, out, one buffer each (a single step)
+    assert "#tpu.vpad<" in kernel.mosaic_layouts and (compiled.dump_dir / "llo").is_dir()
+    native = [v for v in kernel.values if v.layout.offsets == (0, 0) and v.layout.implicit_dim is None]
+    assert native
+    for value in native:  # a vreg is 8 x 128 x 32 bits: as many (rows, lanes) tiles as fit, side by side
+        rows, lanes = value.layout.tiling
+        tiles_per_vreg = 8 * 128 * (32 // value.layout.bitwidth) // (rows * lanes)
+        expected = -(-value.shape[-2] // rows) * -(-value.shape[-1] // (lanes * tiles_per_vreg))
+        assert value.vregs == expected, value
+
+
+@needs_libtpu
+def test_the_compile_command_prints_static_output_labelled_as_such(tmp_path, capsys):
+    module = tmp_path / "kernels.py"
+    module.write_text(textwrap.dedent("""
+        import jax, jax.numpy as jnp
+        from jax.experimental import pallas as pl
+
+        def matmul(x, y):
+            return pl.pallas_call(
+                lambda x_ref, y_ref, o_ref: o_ref.__setitem__(..., jnp.dot(
+                    x_ref[...], y_ref[...], preferred_element_type=jnp.float32).astype(o_ref.dtype)),
+                out_shape=jax.ShapeDtypeStruct((x.shape[0], y.shape[1]), x.dtype))(x, y)
+
+        def stub(x, y):
+            raise NotImplementedError("write stub()")
+    """))
+    assert main.main(["compile", f"{module}:matmul", "--chip", "v5e", "--shape", "256x256,256x256",
+                     "--dtype", "bfloat16"]) == 0
+    out = capsys.readouterr().out
+    for expected in ("nothing ran and nothing was timed", "kernel", "VMEM:", "bundles:",
+                     "64 vmatmul per grid step", "vregs"):
+        assert expected in out, out
+    assert main.main(["compile", f"{module}:matmul", "--shape", "256x256,256x256", "--dtype", "int8"]) == 1
+    assert "the compiler refuses it" in capsys.readouterr().out  # int8 operands, f32 accumulator
+    assert main.main(["compile", f"{module}:stub", "--shape", "256x256,256x256"]) == 1
+    assert "stub raised while it was traced: NotImplementedError: write stub()" in capsys.readouterr().out
+
+
+@needs_libtpu
+def test_a_compile_past_its_deadline_is_stopped_and_the_next_one_runs():
+    x = jax.ShapeDtypeStruct((2048, 2048), jnp.float32)
+    with pytest.raises(libtpu.TpuCompileError) as caught:
+        libtpu.compile_for(matmul_one_block, x, x, timeout=0.01)
+    assert caught.value.kind == "timeout" and "did not finish within 0.01 s" in str(caught.value)
+    libtpu.compile_for(copy, jax.ShapeDtypeStruct((64, 256), jnp.float32), block=(8, 128))
+
+
+def test_the_compile_command_without_libtpu_says_how_to_install(monkeypatch, capsys):
+    monkeypatch.setattr(libtpu, "_available", False)
+    assert main.main(["compile", "x.py:f", "--shape", "8x128"]) == 2
+    assert libtpu.INSTALL_LINE in capsys.readouterr().err
+
+
+def test_the_startup_filter_drops_only_libtpu_lines(monkeypatch, capfd):
+    monkeypatch.setattr(libtpu, "_available", True)
+    with libtpu.quiet_libtpu_startup():
+        os.write(2, b"E0000 00:00:1 common_lib.cc:554] INVALID_ARGUMENT: from env var TPU_WORKER_HOSTNAMES\n"
+                    b"WARNING: Logging before InitGoogle() is written to STDERR\n"
+                    b"a line somebody else wrote\n")
+    err = capfd.readouterr().err
+    assert "a line somebody else wrote" in err and "TPU_WORKER_HOSTNAMES" not in err
+
+
+@needs_libtpu
+def test_a_program_sharded_over_a_mesh_compiles_over_as_many_devices_of_the_topology(mesh):
+    """A psum over 4 simulated CPU devices, compiled for 4 devices of a v5e slice: the all-reduce
+    the TPU compiler made of it is in the optimized HLO, which is named after the function."""
+    from jax.sharding import NamedSharding
+    from jax.sharding import PartitionSpec as P
+
+    four = mesh(4)
+
+    def column_sums(x):
+        return jax.shard_map(lambda part: jax.lax.psum(part.sum(axis=0), "x"), mesh=four,
+                             in_specs=P("x"), out_specs=P())(x)
+
+    x = jax.ShapeDtypeStruct((512, 256), jnp.float32, sharding=NamedSharding(four, P("x")))
+    compiled = libtpu.compile_for(column_sums, x, chip="v5e")
+    assert compiled.devices == 4 and compiled.device_kind == "TPU v5 lite"
+    assert compiled.optimized_hlo.startswith("HloModule jit_column_sums")
+    assert " all-reduce(" in compiled.optimized_hlo or " all-reduce-start(" in compiled.optimized_hlo
+    assert f"libtpu {libtpu.libtpu_version()}" in compiled.compiler
+    assert "4 TPU v5 lite devices of topology v5e:2x2" in compiled.compiler and "nothing ran" in compiled.compiler
+
+
+@pytest.fixture
+def kept_results(tmp_path):
+    """Compile results kept in tmp_path for the test, as a run keeps them in --jax-cache."""
+    previous = libtpu.keep_results_in(tmp_path)
+    yield tmp_path
+    libtpu.keep_results_in(previous)  # this run's own folder again
+
+
+def _compile_matmul(chip: str = "v5e", dumps: bool = True):
+    """One call site: the exported program carries its caller's locations, so the same
+    test line compiles the same program."""
+    x = jax.ShapeDtypeStruct((256, 256), jnp.bfloat16)
+    return libtpu.compile_for(matmul_one_block, x, x, chip=chip, dumps=dumps)
+
+
+def _compile_int8_copy():
+    return libtpu.compile_for(copy, jax.ShapeDtypeStruct((64, 256), jnp.int8), block=(8, 128))
+
+
+@needs_libtpu
+def test_a_compile_kept_from_an_earlier_run_is_read_back_without_the_compiler(kept_results, monkeypatch):
+    first = _compile_matmul()
+    assert not first.from_cache and len(list(kept_results.iterdir())) == 1
+
+    def no_compiler():
+        raise AssertionError("the compiler was asked again")
+
+    monkeypatch.setattr(libtpu, "_child_compiler", no_compiler)
+    again = _compile_matmul()
+    assert again.from_cache and again.optimized_hlo == first.optimized_hlo
+    kept, fresh = again.kernel(), first.kernel()
+    assert (kept.bundles_text, kept.mosaic_layouts, kept.mosaic_unrolled, kept.scoped_vmem_bytes) == (
+        fresh.bundles_text, fresh.mosaic_layouts, fresh.mosaic_unrolled, fresh.scoped_vmem_bytes)
+    assert _compile_matmul(dumps=False).from_cache
+    with pytest.raises(AssertionError, match="asked again"):  # another chip is another compile
+        _compile_matmul(chip="v6e")
+
+
+@needs_libtpu
+def test_a_refusal_is_kept_but_a_timeout_is_not(kept_results, monkeypatch):
+    with pytest.raises(libtpu.TpuCompileError):
+        _compile_int8_copy()  # the compiler's verdict (int8 tiles are (32, 128)): kept
+    assert len(list(kept_results.iterdir())) == 1
+    big = jax.ShapeDtypeStruct((2048, 2048), jnp.float32)
+    with pytest.raises(libtpu.TpuCompileError, match="did not finish"):
+        libtpu.compile_for(matmul_one_block, big, big, timeout=0.01)
+    assert len(list(kept_results.iterdir())) == 1  # nothing of the stopped compile
+    monkeypatch.setattr(libtpu, "_child_compiler", lambda: pytest.fail("compiled again"))
+    with pytest.raises(libtpu.TpuCompileError) as caught:
+        _compile_int8_copy()
+    assert caught.value.code == "E2002"
+
+
+def test_a_registered_chip_is_compiled_for_with_its_own_topology():
+    """The chip table is one: a Chip registered through the hook carries its compile topology."""
+    import dataclasses
+
+    mine = dataclasses.replace(chips.get_chip("v5e"), name="my-v5e", compile_topology="v5e:2x2")
+    assert libtpu._topology_name(mine) == "v5e:2x2" and libtpu._lowering_name(mine) == "v5e"
+    assert libtpu._topology_name("v7x") == chips.get_chip("v7x").compile_topology == "tpu7x:2x2x1"
+    with pytest.raises(ValueError, match="no compile_topology"):
+        libtpu._topology_name(dataclasses.replace(mine, compile_topology=None))

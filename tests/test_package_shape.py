@@ -1,0 +1,213 @@
+"""The package's shape: layers that only point down, no import circle, a toolkit of at most 12
+top-level modules that graded code alone imports, faces that export what they declare, and a
+map (docs/authoring.md section 9) that names every module.
+
+The rule itself (LAYERS) and the import graph are bench/package_shape.py's, so the figure a
+reader prints and the rule the suite keeps are one.
+"""
+
+from __future__ import annotations
+
+import ast
+import importlib
+import importlib.util
+import re
+
+import pytest
+
+from .support import REPO
+
+PACKAGE_DIR = REPO / "pytest_tpucourse"
+
+
+def _shape():
+    spec = importlib.util.spec_from_file_location("package_shape", REPO / "bench" / "package_shape.py")
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module
+
+
+SHAPE = _shape()
+KNOWN = SHAPE.modules(PACKAGE_DIR)
+EAGER, LAZY = SHAPE.imports(KNOWN)
+TOOLKIT = tuple(importlib.import_module("pytest_tpucourse").__all__)
+FACES = ("ir", "tpu", "gating")
+
+
+def _graded_files():
+    for tree in ("exercises", "solutions"):
+        yield from sorted((REPO / tree).rglob("*.py"))
+
+
+def test_no_import_circle():
+    assert SHAPE.circles(KNOWN, EAGER, LAZY) == []
+
+
+def test_every_module_sits_in_a_layer_and_imports_only_below_or_beside_it():
+    unlisted = sorted(n for n in KNOWN if SHAPE.layer_of(n) is None)
+    assert not unlisted, f"add these to bench/package_shape.py LAYERS: {unlisted}"
+    assert SHAPE.upward_imports(KNOWN, EAGER, LAZY) == []
+
+
+def test_the_layer_rule_fails_on_an_upward_import():
+    eager = {name: set(targets) for name, targets in EAGER.items()}
+    eager["readers.traced_program"] = eager["readers.traced_program"] | {"grading.compiled"}
+    assert ("readers.traced_program", "grading.compiled") in SHAPE.upward_imports(KNOWN, eager, LAZY)
+    eager["grading.compiled"] = eager["grading.compiled"] | {"readers.traced_program"}
+    assert SHAPE.circles(KNOWN, eager, LAZY)
+
+
+def test_at_most_twelve_top_level_modules():
+    top = SHAPE.top_level_modules(KNOWN)
+    assert len(top) <= 12, top
+
+
+def test_the_toolkit_is_the_top_level_and_instruments():
+    top = {n for n in SHAPE.top_level_modules(KNOWN)} - {"__init__", "plugin"}
+    assert top == set(TOOLKIT) - {"instruments"}, (top, TOOLKIT)
+
+
+def test_plugin_only_wires():
+    assert len((PACKAGE_DIR / "plugin.py").read_text(encoding="utf-8").splitlines()) <= 250
+
+
+@pytest.mark.parametrize("name", [n for n in TOOLKIT if n != "instruments"])
+def test_each_toolkit_module_declares_what_it_exports(name):
+    module = importlib.import_module(f"pytest_tpucourse.{name}")
+    declared = getattr(module, "__all__", None)
+    assert declared is not None, f"pytest_tpucourse/{name}.py has no __all__"
+    missing = [n for n in declared if not hasattr(module, n)]
+    assert not missing, f"{name}.__all__ names what it does not have: {missing}"
+    assert len(set(declared)) == len(declared)
+
+
+@pytest.mark.parametrize("name", FACES)
+def test_a_face_exports_exactly_what_it_declares(name):
+    """A face re-exports; everything public in it is declared, and nothing else is there."""
+    module = importlib.import_module(f"pytest_tpucourse.{name}")
+    public = {n for n, value in vars(module).items() if not n.startswith("_")
+              and type(value).__name__ != "module" and n != "annotations"}
+    assert public == set(module.__all__)
+
+
+def _toolkit_uses(path):
+    """(imports of the package this file makes, attribute uses of faces) in a graded file."""
+    tree = ast.parse(path.read_text(encoding="utf-8"))
+    imports, bound = [], {}
+    for node in ast.walk(tree):
+        if isinstance(node, ast.ImportFrom) and node.module and node.module.startswith("pytest_tpucourse"):
+            for alias in node.names:
+                imports.append((node.module, alias.name))
+                if node.module == "pytest_tpucourse":
+                    bound[alias.asname or alias.name] = alias.name
+        elif isinstance(node, ast.Import):
+            imports += [(alias.name, None) for alias in node.names if alias.name.startswith("pytest_tpucourse")]
+    uses = [(bound[node.value.id], node.attr) for node in ast.walk(tree)
+            if isinstance(node, ast.Attribute) and isinstance(node.value, ast.Name) and node.value.id in bound]
+    return imports, uses
+
+
+def _allowed(module: str, name: str | None) -> bool:
+    if module == "pytest_tpucourse":
+        return name in TOOLKIT
+    sub = module.removeprefix("pytest_tpucourse.")
+    return sub.split(".")[0] in TOOLKIT
+
+
+@pytest.mark.parametrize("path", list(_graded_files()), ids=lambda p: str(p.relative_to(REPO)))
+def test_graded_code_imports_only_the_toolkit(path):
+    imports, uses = _toolkit_uses(path)
+    outside = [f"{m}{'.' + n if n else ''}" for m, n in imports if not _allowed(m, n)]
+    assert not outside, f"{path.relative_to(REPO)} imports machinery: {outside}"
+    for module_name, attribute in uses:
+        module = importlib.import_module(f"pytest_tpucourse.{module_name}")
+        if hasattr(module, "__all__"):
+            assert attribute in module.__all__, (
+                f"{path.relative_to(REPO)} uses {module_name}.{attribute}, which "
+                f"pytest_tpucourse/{module_name}.py does not export")
+
+
+def test_the_toolkit_check_fails_on_machinery():
+    assert not _allowed("pytest_tpucourse.core", "jax_internals")
+    assert not _allowed("pytest_tpucourse", "grading")
+    assert _allowed("pytest_tpucourse.instruments.semaphore_timeline", "Signal")
+
+
+def test_every_module_is_in_the_map():
+    text = (REPO / "docs" / "authoring.md").read_text(encoding="utf-8")
+    section = text[text.index("## 9. The package a chapter uses"):].split("```")[1]
+    missing = []
+    for name, path in KNOWN.items():
+        if path.name == "__init__.py":
+            continue
+        relative = path.relative_to(PACKAGE_DIR)
+        folder = f"{relative.parent.as_posix()}/" if relative.parent.name else None
+        if folder is None:
+            found = re.search(rf"^  {re.escape(relative.name)}\s", section, re.M)
+        else:
+            start = re.search(rf"^\s*{re.escape(folder)}\s", section, re.M)
+            rest = section[start.end():] if start else ""
+            found = start and re.search(rf"^\s+{re.escape(relative.name)}\s", rest.split("\n\n")[0], re.M)
+        if not found:
+            missing.append(relative.as_posix())
+    assert not missing, f"docs/authoring.md section 9 does not name: {missing}"
+
+
+# Where a module with logic is tested, when not in tests/test_<module>.py: modules tested through
+# the command, the fixture or the check that uses them.
+TESTED_THROUGH = {
+    "core.small_files": "test_earned.py", "grading.leftovers": "test_earned.py",
+    "grading.solution_code": "test_earned.py", "grading.toolkit_guard": "test_earned.py",
+    "learner.foreign_plugins": "test_earned.py", "learner.run_markers": "test_earned.py",
+    "learner.shipped": "test_earned.py",
+    "checking.compiler_figures": "test_libtpu.py", "checking.ir_answers": "test_xray.py",
+    "checking.schedules": "test_blockspecs.py", "checking.tpu_rules": "test_distributed_checks.py",
+    "commands.compile_kernel": "test_libtpu.py", "commands.learner": "test_learner_cli.py",
+    "commands.main": "test_cli.py", "commands.records": "test_records.py",
+    "core.jax_internals": "test_grading_speed.py", "core.kept_files": "test_grading_speed.py",
+    "core.outcomes": "test_bad_learner_code.py", "core.paths": "test_bad_learner_code.py",
+    "core.profiles": "test_options_and_markers.py", "core.running_test": "test_bad_learner_code.py",
+    "core.source_location": "test_xray.py", "gates.criteria": "test_gates.py", "gates.judge": "test_gates.py",
+    "gates.markers": "test_options_and_markers.py", "gates.provenance": "test_records.py",
+    "gates.report": "test_gates.py", "gates.run": "test_gates.py", "gates.stats": "test_timer.py",
+    "gating": "test_gates.py", "grading.backend": "test_devices.py", "grading.calls": "test_bad_learner_code.py",
+    "grading.compiled": "test_grading_speed.py", "grading.context": "test_grading_speed.py",
+    "grading.deadline": "test_deadlocks.py", "grading.interrupts": "test_survival.py",
+    "grading.messages": "test_bad_learner_code.py", "grading.tree": "test_bad_learner_code.py",
+    "grading.vmem": "test_survival.py", "instruments.capstone": "test_course.py",
+    "instruments.roofline_plot": "test_cli.py", "instruments.xray_page": "test_xray_page.py",
+    "ir": "test_package_shape.py", "learner.progress": "test_state.py", "learner.self_test": "test_learner_cli.py",
+    "learner.status": "test_state.py", "learner.warm_runs": "test_watch.py", "plugin": "test_options_and_markers.py",
+    "prompt": "test_checks.py", "public_kernels": "test_grading_chapters.py",
+    "readers.block_skipping": "test_blockspecs.py", "readers.call_keys": "test_grading_speed.py",
+    "readers.compiled_collectives": "test_ici.py", "readers.hlo_text": "test_xray.py",
+    "readers.mosaic": "test_blockspecs.py", "readers.reproduction": "test_checks.py",
+    "readers.traced_program": "test_checks.py", "references": "test_tolerance.py",
+    "run.hookspecs": "test_chips.py", "run.mutants": "test_grading_chapters.py",
+    "run.session": "test_options_and_markers.py", "strategies": "test_grading_chapters.py",
+    "tpu": "test_package_shape.py",
+}
+
+
+def _has_logic(path) -> bool:
+    tree = ast.parse(path.read_text(encoding="utf-8"))
+    return any(isinstance(node, (ast.FunctionDef, ast.ClassDef)) for node in tree.body)
+
+
+def test_every_module_with_logic_has_a_test_module():
+    tests = {p.name for p in (REPO / "tests").glob("test_*.py")}
+    missing, stale = [], []
+    for name, path in KNOWN.items():
+        leaf = name.split(".")[-1]
+        if path.name == "__init__.py":
+            continue
+        if f"test_{leaf}.py" in tests:
+            continue
+        where = TESTED_THROUGH.get(name)
+        if where is None:
+            if _has_logic(path) or name in FACES:
+                missing.append(name)
+        elif where not in tests:
+            stale.append((name, where))
+    assert not missing, f"no tests/test_<module>.py and no entry in TESTED_THROUGH: {missing}"
+    assert not stale, f"TESTED_THROUGH names test modules that do not exist: {stale}"

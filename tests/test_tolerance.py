@@ -1,0 +1,85 @@
+"""The tolerance rule accepts every correct implementation and rejects the known-wrong ones.
+
+JAX's own Pallas TPU kernels (flash attention, splash attention, matmul) are graded
+here exactly as a learner's kernel would be. The full evidence table, with more
+shapes, is docs/checking.md ("The tolerance rule") (python bench/tolerance_evidence.py).
+"""
+
+import jax.numpy as jnp
+import pytest
+
+from pytest_tpucourse import checks, public_kernels, references
+from pytest_tpucourse.run.mutants import build_tree, load_mutants
+from pytest_tpucourse import strategies as tst
+from pytest_tpucourse.core.outcomes import WrongResult
+
+from .support import REPO
+
+ATTENTION_CASES = [
+    tst.AttentionConfig(1, 2, 2, 256, 256, 128, causal, dtype)
+    for causal in (False, True) for dtype in ("bfloat16", "float32")
+]
+
+
+def fully_bf16_attention(q, k, v, *, causal=False):
+    """WRONG: scores, softmax and P·V accumulated and stored in bf16."""
+    return references.attention(q, k, v, causal=causal, probabilities_dtype=jnp.bfloat16,
+                                accumulate=jnp.bfloat16)
+
+
+@pytest.mark.parametrize("kernel", ["flash_attention", "splash_attention"])
+@pytest.mark.parametrize("config", ATTENTION_CASES, ids=str)
+def test_jax_attention_kernels_pass_values_and_grads(kernel, config):
+    fn = checks.graded(getattr(public_kernels, kernel), f"jax ops.tpu {kernel}")
+    q, k, v = config.arrays(seed=0)
+    reference = references.ATTENTION.bind(causal=config.causal)
+    kwargs = dict(causal=config.causal)
+    checks.assert_matches_reference(fn, (q, k, v), reference=reference, kwargs=kwargs, names=("out",))
+    checks.assert_grads_match(fn, (q, k, v), reference=reference, kwargs=kwargs,
+                              argnames=("dq", "dk", "dv"), seed=1,
+                              check_custom_vjp=config.dtype == "float32" and kernel == "flash_attention")
+
+
+def test_the_xla_floor_itself_passes():
+    q, k, v = ATTENTION_CASES[1].arrays(seed=0)
+    fn = checks.graded(references.attention_floor, "XLA floor")
+    checks.assert_matches_reference(fn, (q, k, v), reference=references.ATTENTION, require_kernel=False)
+    checks.assert_grads_match(fn, (q, k, v), reference=references.ATTENTION, argnames=("dq", "dk", "dv"))
+
+
+@pytest.mark.parametrize("k", [512, 2048])
+def test_jax_matmul_passes(k):
+    x = tst.random_array((256, k), "bfloat16", 0)
+    y = tst.random_array((k, 256), "bfloat16", 1)
+    checks.assert_matches_reference(checks.graded(public_kernels.matmul, "jax ops.tpu matmul"),
+                                    (x, y), reference=references.MATMUL)
+
+
+@pytest.mark.parametrize("causal", [False, True])
+def test_fully_bf16_attention_is_rejected_forward_and_backward(causal):
+    q, k, v = ATTENTION_CASES[0].arrays(seed=0)
+    fn = checks.graded(fully_bf16_attention, "fully bf16 attention")
+    reference = references.ATTENTION.bind(causal=causal)
+    with pytest.raises(WrongResult, match="output is wrong"):
+        checks.assert_matches_reference(fn, (q, k, v), reference=reference, kwargs=dict(causal=causal),
+                                        require_kernel=False)
+    with pytest.raises(WrongResult, match="grad dq is wrong"):
+        checks.assert_grads_match(fn, (q, k, v), reference=reference, kwargs=dict(causal=causal),
+                                  argnames=("dq", "dk", "dv"))
+
+
+def test_bf16_accumulation_is_rejected_even_at_k_512(tmp_path):
+    """The shipped ch11 mutant: a Pallas matmul whose accumulator is bf16."""
+    import importlib.util
+
+    mutant = next(m for m in load_mutants(REPO / "tests" / "mutants" / "ch11.toml")
+                  if m.name == "matmul_bf16_accumulator")
+    path = build_tree(mutant, REPO / "solutions", tmp_path) / "ch11" / "matmul.py"
+    spec = importlib.util.spec_from_file_location("bf16_accumulator_matmul", path)
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    x = tst.random_array((256, 512), "bfloat16", 0)
+    y = tst.random_array((512, 256), "bfloat16", 1)
+    with pytest.raises(WrongResult, match="output is wrong"):
+        checks.assert_matches_reference(checks.graded(module.matmul, "bf16-accumulating matmul"),
+                                        (x, y), reference=references.MATMUL)
