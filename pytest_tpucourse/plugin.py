@@ -16,7 +16,7 @@ from .gates import markers, timer
 from .grading import backend
 from .grading.messages import outcome_report
 from .run import options as course_options
-from .run.session import OPTIONS, SESSION, CourseSession, RunOptions, run_chip
+from .run.session import CALL_SEEN, OPTIONS, SESSION, CourseSession, RunOptions, run_chip
 
 
 GATE_RESULTS = pytest.StashKey[list]()
@@ -163,6 +163,11 @@ def pytest_runtest_call(item: pytest.Item):
 def pytest_runtest_makereport(item: pytest.Item, call: pytest.CallInfo):
     """A test that ended in a GradingOutcome reports its short message (a stub: TODO)."""
     report = yield
+    session = item.config.stash.get(SESSION, None)
+    if call.when == "call":  # how the session saw the call end, for a controller under pytest-xdist
+        report.tpucourse_call = item.stash.get(CALL_SEEN, None)
+    if report.skipped and call.excinfo is not None and session is not None:
+        report.tpucourse_skip_by = session.skip_made_by(item, call.excinfo.value)
     found = outcome_report(call.excinfo.value) if call.excinfo else None
     if found is not None:
         report.longrepr, report.tpucourse_todo, report.tpucourse_headline = found
@@ -171,7 +176,6 @@ def pytest_runtest_makereport(item: pytest.Item, call: pytest.CallInfo):
     edits = markers.edits_file(item)
     if edits is not None:
         report.tpucourse_edits = edits  # what the learner fixes when this test fails
-    session = item.config.stash.get(SESSION, None)
     if report.failed and session is not None:
         session.reported(item, report, outcome=found is not None)
         if call.when == "call":

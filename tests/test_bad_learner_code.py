@@ -340,11 +340,11 @@ FROM_SOLUTIONS = """
 
 @pytest.mark.parametrize("body, expected", [
     ("double = _module.double",
-     "double() in exercises/ch11/double.py is defined in solutions/ch11/double.py, outside the graded tree "
-     "exercises/: the graded function must be written in exercises/ch11/double.py itself."),
+     "exercises/ch11/double.py (or a module it imports) uses the shipped solution: it * solutions/ch11/double.py."
+     " Your exercises are graded on your own code*"),
     ("def double(x):\n    return _module.double(x)",
-     "exercises/ch11/double.py (or a module it imports) loads solutions/ch11/double.py: your exercises are "
-     "graded on your own code.*tpucourse solution ch11.double*"),
+     "exercises/ch11/double.py (or a module it imports) uses the shipped solution: it * solutions/ch11/double.py."
+     " Your exercises are graded on your own code; `tpucourse solution ch11.double`*"),
 ], ids=["takes-the-function", "calls-the-solution"])
 def test_a_solution_loaded_by_path_is_refused(fake_course, body, expected):
     fake_course.write("exercises", "double", textwrap.dedent(FROM_SOLUTIONS) + body + "\n")

@@ -156,6 +156,10 @@ def test_every_module_is_in_the_map():
 # Where a module with logic is tested, when not in tests/test_<module>.py: modules tested through
 # the command, the fixture or the check that uses them.
 TESTED_THROUGH = {
+    "core.small_files": "test_earned.py", "grading.leftovers": "test_earned.py",
+    "grading.solution_code": "test_earned.py", "grading.toolkit_guard": "test_earned.py",
+    "learner.foreign_plugins": "test_earned.py", "learner.run_markers": "test_earned.py",
+    "learner.shipped": "test_earned.py",
     "checking.compiler_figures": "test_libtpu.py", "checking.ir_answers": "test_xray.py",
     "checking.schedules": "test_blockspecs.py", "checking.tpu_rules": "test_distributed_checks.py",
     "checking.device_order": "test_distributed_checks.py",

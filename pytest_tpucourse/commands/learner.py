@@ -24,7 +24,7 @@ from ..core.course import (
 from ..gates import criteria
 from ..gates import records as rec
 from ..gates import report
-from ..learner import self_test, state
+from ..learner import run_markers, self_test, state
 from ..learner.next_up import next_exercise, shipped
 from ..learner.status import Status
 
@@ -81,6 +81,10 @@ def progress_lines(course: Course, data: dict, gates: report.LearnerGates) -> li
                 line += f": {entry['message']}" + (f"  [{failed} tests {said}]" if failed > 1 else "")
             elif status == Status.CHANGED:
                 line += ": passed, then edited: run its tests again"
+            elif status == Status.NOT_COUNTED:
+                unearned = state.why_not_from_a_run(data, exercise.key)
+                line += (f": not from a run ({unearned}): run its tests again" if unearned
+                         else f": not counted: {entry.get('message')}")
             if data.get("solutions_read", {}).get(exercise.key, {}).get("before_done"):
                 line += "  (its solution was read before it was done)"
             elif status == Status.PARTIAL:
@@ -89,6 +93,7 @@ def progress_lines(course: Course, data: dict, gates: report.LearnerGates) -> li
         if chapter.can_you:
             lines.append(f"      {self_test.summary(chapter, data)}")
     lines.append("")
+    lines += [f"WARNING: {run.describe()}" for run in run_markers.ended_without_summary(course.root)]
     lines.append(f"your progress: {complete}/{course.chapters_total} chapters")
     lines.append(f"gates: {gates.passed()}/{len(criteria.GATES)} gates passed (measured on hardware)")
     lines += gates.notes()

@@ -15,6 +15,10 @@ def shown(path, root: Path | None) -> str:
     """`path` relative to `root` (POSIX separators) where it lies inside it, else as given."""
     if root is None:
         return str(path)
+    try:  # the path as given first: a symlinked file is named as the learner's, not its target
+        return Path(os.path.abspath(path)).relative_to(Path(os.path.abspath(root))).as_posix()
+    except ValueError:
+        pass
     try:
         return Path(path).resolve().relative_to(Path(root).resolve()).as_posix()
     except ValueError:

@@ -8,6 +8,8 @@ import pytest
 from .. import chips, roofline
 from .criteria import gate_range, is_gate_number
 
+GATE_TESTS_SKIPPED = "gate test: runs with --gates"  # the reason of the skip a plain run gives gate tests
+
 
 def register(config: pytest.Config) -> None:
     config.addinivalue_line(
@@ -98,7 +100,7 @@ def select_gate_tests(config: pytest.Config, items: list[pytest.Item], gates_onl
             config.hook.pytest_deselected(items=deselected)
             items[:] = selected
     else:
-        skip = pytest.mark.skip(reason="gate test: runs with --gates")
+        skip = pytest.mark.skip(reason=GATE_TESTS_SKIPPED)
         for item in items:
             if item.get_closest_marker("gate") is not None:
                 item.add_marker(skip)

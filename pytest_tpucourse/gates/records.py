@@ -41,6 +41,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from urllib.parse import urlparse
 
+from ..core.small_files import UnreadableFile, read_bytes
 from .criteria import GATE_NUMBERS, gate_range
 
 SCHEMA_VERSION = 2
@@ -58,6 +59,7 @@ TREES = ("exercises", "solutions")  # or "impl-root:<label>"
 TIMED_OUTPUT_CHECK = "timed-output-check"  # statistic of a row whose timed output was wrong
 OWN_WORK = "own-work"  # statistic of a fail row whose kernel is not the graded tree's own (gates/own_work.py)
 PUBLIC_LINK = "public-link"  # statistic of a self-reported link row
+MAX_BYTES = 512 * 1024 * 1024  # a records file larger than this is read as one bad line, not loaded
 
 DEFAULT_PATH = Path(".tpucourse") / "records.jsonl"  # rows of every run; the learner's progress reads it
 PUBLISHED_PATH = Path("bench") / "records.jsonl"  # the course's rows of its reference solutions
@@ -355,9 +357,12 @@ EMPTY = Readout((), ())
 def read(path) -> Readout:
     """Every row of a records file that parses, and every line that does not (path:line, why)."""
     path = Path(path)
-    if not path.exists():
+    try:
+        data = read_bytes(path, MAX_BYTES)
+    except UnreadableFile as error:  # a directory, a device, far too big: one line, and the run goes on
+        return Readout((), (BadLine(path, 0, str(error).removeprefix(f"{path} "), b""),))
+    if data is None:
         return EMPTY
-    data = path.read_bytes()
     lines = data.split(b"\n")
     rows, bad, seen = [], [], set()
     for number, raw in enumerate(lines, start=1):

@@ -12,6 +12,8 @@ import contextlib
 import functools
 from pathlib import Path
 
+import pytest
+
 from ..core.course import SOLUTIONS, Exercise
 from ..core.outcomes import LearnerCodeError, Todo
 from . import backend
@@ -27,7 +29,43 @@ from .messages import (
     raised_in,
 )
 from ..core.paths import shown
+from .solution_code import shipped_solution_in
 from .vmem import ScratchTooLarge
+
+
+# What pytest.skip(), pytest.fail(), pytest.xfail() and pytest.importorskip() raise: BaseExceptions,
+# which graded code must not use to end its own test (a skip would count as finished).
+PYTEST_OUTCOMES = (pytest.skip.Exception, pytest.fail.Exception)
+_PACKAGE = Path(__file__).resolve().parents[1]
+
+
+def raised_by_the_course(error: BaseException) -> bool:
+    """Whether a pytest outcome was raised by the course's own code (the plugin's skips: no
+    libtpu, too few devices), not by code under grading."""
+    tb, caller = error.__traceback__, None
+    while tb is not None:
+        if not tb.tb_frame.f_globals.get("__tracebackhide__") and not tb.tb_frame.f_locals.get("__tracebackhide__"):
+            caller = tb.tb_frame.f_code.co_filename
+        tb = tb.tb_next
+    return caller is not None and _inside(Path(caller), _PACKAGE)
+
+
+def pytest_outcome_message(display: str, error: BaseException, path: Path | None,
+                           course_root: Path | None) -> str:
+    """A pytest.skip() (fail, xfail) from graded code, as the failure it is."""
+    kind = {"Skipped": "pytest.skip()", "XFailed": "pytest.xfail()", "Failed": "pytest.fail()"}.get(
+        type(error).__name__, f"pytest's {type(error).__name__}")
+    reason = str(getattr(error, "msg", "") or error).strip()
+    where = next((f" at {shown(Path(f.filename), course_root)}:{f.lineno}" for f in _frames(error)
+                  if path is not None and Path(f.filename).resolve() == Path(path).resolve()), "")
+    return (f"{display} called {kind}{where}" + (f" ({reason})" if reason else "")
+            + ": graded code cannot skip, fail or xfail its own tests, so the test fails instead.")
+
+
+def _frames(error: BaseException):
+    import traceback
+
+    return traceback.extract_tb(error.__traceback__)
 
 
 class GradedFunction:
@@ -157,6 +195,12 @@ class GradedFunction:
         try:
             with backend.quiet_callback_errors():
                 yield
+        except PYTEST_OUTCOMES as error:
+            if raised_by_the_course(error):
+                raise
+            backend.reset_after_failure()
+            raise LearnerCodeError(pytest_outcome_message(self.display, error, self._path, self._course_root)
+                                   + reproduction(self)) from None
         except Exception as error:
             backend.reset_after_failure()
             raise self._outcome(error) from None
@@ -260,22 +304,23 @@ class LearnerFunction(GradedFunction):
 
     def _refuse_code_from_elsewhere(self, function) -> None:
         """The graded function must be code of the graded tree, and a learner's tree must not
-        load the shipped solutions: either would be marked done for code that is not theirs."""
+        use the shipped solutions (solution_code.py): either would be marked done for code that
+        is not theirs."""
         root, course_root = self.module.tree_root, self.module.course_root
+        if self.module.is_learners:
+            used = shipped_solution_in(function, self.path, self.module.imported_digest, root,
+                                       course_root / SOLUTIONS)
+            if used is not None:
+                raise LearnerCodeError(
+                    f"{shown(self.path, course_root)} (or a module it imports) uses the shipped solution: "
+                    f"it {used}. Your exercises are graded on your own code; `tpucourse solution "
+                    f"{self.module.chapter_id}.{self.module._name}` shows a solution once the exercise is done.")
         origin = defined_in(function)
         if origin is not None and not _inside(origin, root):
             raise LearnerCodeError(
                 f"{self.display} is defined in {shown(origin, course_root)}, outside the graded tree "
                 f"{shown(root, course_root)}/: the graded function must be written in "
                 f"{shown(self.path, course_root)} itself.")
-        if self.module.is_learners:
-            loaded = _reaches_into(getattr(function, "__globals__", {}), course_root / SOLUTIONS, root)
-            if loaded is not None:
-                raise LearnerCodeError(
-                    f"{shown(self.path, course_root)} (or a module it imports) loads "
-                    f"{shown(loaded, course_root)}: your exercises are graded on your own code. "
-                    f"`tpucourse solution {self.module.chapter_id}.{self.module._name}` shows a solution "
-                    f"once the exercise is done.")
 
     def _outcome(self, error: Exception) -> Exception:
         if isinstance(error, NotImplementedError) and raised_in(error, self.path):
@@ -319,32 +364,3 @@ def _inside(path: Path, root: Path) -> bool:
     except ValueError:
         return False
     return True
-
-
-def _reaches_into(namespace: dict, folder: Path, tree_root: Path, seen=None) -> Path | None:
-    """A file under `folder` that a module namespace of the graded tree holds: a module loaded
-    from there (by import or by path, which never enters sys.modules), or a function or class
-    written there; followed into the graded tree's own modules that the namespace holds.
-    Modules the graded tests load (a given program) are not the learner's and are not seen."""
-    import types
-
-    seen = set() if seen is None else seen
-    if id(namespace) in seen:
-        return None
-    seen.add(id(namespace))
-    for value in list(namespace.values()):
-        if isinstance(value, types.ModuleType):
-            file = getattr(value, "__file__", None)
-            if not file:
-                continue
-            if _inside(Path(file), folder):
-                return Path(file)
-            if _inside(Path(file), tree_root):
-                found = _reaches_into(vars(value), folder, tree_root, seen)
-                if found is not None:
-                    return found
-        elif callable(value):
-            origin = defined_in(value)
-            if origin is not None and _inside(origin, folder):
-                return origin
-    return None

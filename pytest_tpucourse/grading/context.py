@@ -31,6 +31,9 @@ class GradingContext:
     # The latest call of each graded function (by display), for the reproduction line of a
     # check that fails (reproduction.py).
     calls: dict = field(default_factory=dict)
+    # The sha256 of the bytes each graded module was imported from (its resolved path as text):
+    # what the state file and gate rows record, whatever the file holds later.
+    imported: dict = field(default_factory=dict)
 
 
 _active: list[GradingContext] = []
@@ -44,6 +47,11 @@ def activate(context: GradingContext) -> None:
 def deactivate(context: GradingContext) -> None:
     if context in _active:
         _active.remove(context)
+
+
+def runs_in_progress() -> int:
+    """How many runs are active in this process (2: a pytester run inside another)."""
+    return len(_active)
 
 
 def active() -> GradingContext:

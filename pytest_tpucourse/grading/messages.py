@@ -3,6 +3,8 @@ a hang, and the report of a test that ended in a GradingOutcome."""
 
 from __future__ import annotations
 
+import os
+
 import re
 import traceback
 from pathlib import Path

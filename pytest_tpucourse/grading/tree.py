@@ -21,8 +21,8 @@ from pathlib import Path
 
 from ..core.course import EXERCISES, SOLUTIONS, Course, module_in_tree
 from ..core.outcomes import LearnerCodeError
-from .calls import LearnerFunction
-from .context import GradingContext
+from .calls import PYTEST_OUTCOMES, LearnerFunction, pytest_outcome_message
+from .context import GradingContext, active
 from ..core.paths import shown
 from .messages import describe_exception, exception_headline
 
@@ -124,6 +124,11 @@ class LearnerModule:
     def is_learners(self) -> bool:
         return self._tree.is_learners
 
+    @property
+    def imported_digest(self) -> str | None:
+        """The sha256 of the bytes this run imported the module from (None: not imported yet)."""
+        return (self._context or active()).imported.get(str(self.path.resolve()))
+
     def __getattr__(self, function_name: str) -> LearnerFunction:
         if function_name.startswith("_"):
             raise AttributeError(function_name)
@@ -139,8 +144,16 @@ class LearnerModule:
             )
         package = _chapter_package(self._tree, self._chapter_id)
         qualified = f"{package}.{self._name}"
+        if qualified not in sys.modules:  # what is imported is what the run records (state, gate rows)
+            imported = (self._context or active()).imported
+            imported[str(self.path.resolve())] = hashlib.sha256(self.path.read_bytes()).hexdigest()
         try:
             return importlib.import_module(qualified)
+        except PYTEST_OUTCOMES as error:  # pytest.skip() at import: a failure, never a skip
+            sys.modules.pop(qualified, None)
+            shown_as = shown(self.path, self.course_root)
+            raise LearnerCodeError(pytest_outcome_message(f"importing {shown_as}", error, self.path,
+                                                          self.course_root)) from None
         except Exception as error:  # the learner's module failed to import
             sys.modules.pop(qualified, None)
             raise LearnerCodeError(

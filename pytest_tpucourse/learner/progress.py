@@ -4,7 +4,11 @@ Results are keyed by node id (`exercises/chNN/test_<exercise>.py::...`), which i
 all a pytest-xdist controller sees of a test, so the same code serves a plain
 run and a distributed one. An exercise counts as done only when every graded
 test collected for it ran and passed in this run: a run that deselected some
-(`-k`, `--lf`) never claims it.
+(`-k`, `--lf`) never claims it. A skip counts as finished only where the course made it
+(the plugin's own skips, a shipped test's); a pass only where the session saw the test
+return (a plugin that rewrites reports cannot make one); and a run whose graded tests
+differ from the course's, or with a plugin that hooks the reports, counts nothing
+(`not_counted`, docs/earned.md).
 
 For the learner's own tree the summary counts as `tpucourse progress` does: the state
 file merged with this run (the run writes it first), and "next" follows next_up.py, so
@@ -40,6 +44,10 @@ class ExerciseResults:
         a failure is the module's own (or nothing failed)."""
         files = {self.edits.get(nodeid) for nodeid in self.failed}
         return files.pop() if len(files) == 1 and None not in files else None
+    skipped_elsewhere: set[str] = field(default_factory=set)  # skipped by code that is not the course's
+    test_files: dict[str, str] = field(default_factory=dict)  # graded test file -> sha256 as collected
+    tests_shipped: bool | None = None  # the test files are the course's (git HEAD); None: unknown
+    not_counted: str = ""  # why passing tests of this run do not count
 
     @property
     def first_message(self) -> str:
@@ -48,7 +56,7 @@ class ExerciseResults:
     @property
     def ran(self) -> bool:
         """Some test of this exercise ran in this run (skipped counts; deselected does not)."""
-        return bool(self.passed or self.failed or self.todo or self.skipped)
+        return bool(self.passed or self.failed or self.todo or self.skipped or self.skipped_elsewhere)
 
     @property
     def status(self) -> Status:
@@ -56,6 +64,8 @@ class ExerciseResults:
             return Status.TODO
         if self.failed:
             return Status.FAILED
+        if self.not_counted and self.passed:
+            return Status.NOT_COUNTED
         finished = self.passed | self.skipped
         if self.passed and self.collected <= finished and not self.deselected and not self.unseen_tests:
             return Status.DONE
@@ -69,12 +79,29 @@ class RunProgress:
         self.course = course
         self.results: dict[str, ExerciseResults] = {}
         self.unseen_tests = False
+        self.run_not_counted = ""  # why nothing this run passed counts (a plugin hooking reports)
 
     def some_tests_unseen(self) -> None:
         """This run's selection may have dropped tests without deselecting them: claim no exercise done."""
         self.unseen_tests = True
         for entry in self.results.values():
             entry.unseen_tests = True
+
+    def count_nothing(self, why: str) -> None:
+        """Nothing this run passed counts, for `why` (said in the summary and the state file)."""
+        self.run_not_counted = why
+        for entry in self.results.values():
+            entry.not_counted = entry.not_counted or why
+
+    def tests_as_collected(self, key: str, files: dict[str, str], shipped: bool | None, why: str = "") -> None:
+        """The graded test files of exercise `key` as this run collected them (path -> sha256);
+        shipped False: they differ from the course's, and `why` says how."""
+        entry = self.results.get(key)
+        if entry is None:
+            return
+        entry.test_files, entry.tests_shipped = files, shipped
+        if shipped is False:
+            entry.not_counted = why
 
     def exercise_of(self, nodeid: str) -> Exercise | None:
         parts = PurePosixPath(nodeid.split("::", 1)[0]).parts
@@ -98,7 +125,8 @@ class RunProgress:
         exercise = self.exercise_of(nodeid)
         if exercise is None:
             return None
-        return self.results.setdefault(exercise.key, ExerciseResults(exercise, unseen_tests=self.unseen_tests))
+        return self.results.setdefault(exercise.key, ExerciseResults(exercise, unseen_tests=self.unseen_tests,
+                                                                     not_counted=self.run_not_counted))
 
     def collected(self, nodeids) -> None:
         for nodeid in nodeids:
@@ -133,6 +161,15 @@ class RunProgress:
             if is_todo or report.failed:
                 headline = message.strip() or "failed"
                 entry.messages[headline] = entry.messages.get(headline, 0) + 1
+
+    def refuse(self, nodeid: str, message: str, *, skipped: bool = False) -> None:
+        """A report the course does not take as it says: a pass the session did not see the test
+        earn (a failure), or a skip made by code that is not the course's (not finished)."""
+        entry = self._entry(nodeid)
+        if entry is None:
+            return
+        (entry.skipped_elsewhere if skipped else entry.failed).add(nodeid)
+        entry.messages[message] = entry.messages.get(message, 0) + 1
 
     def chapters_seen(self):
         seen = {r.exercise.chapter for r in self.results.values()}
@@ -216,6 +253,10 @@ def _exercise_line(entry: ExerciseResults) -> str:
     line = f"  {entry.status.mark:4}  {entry.exercise.name:<18} {len(entry.passed)}/{total} tests passed"
     if entry.status == Status.PARTIAL:
         line += f" ({ran} ran)"
+        for message in list(entry.messages)[:MESSAGES_SHOWN]:
+            line += "\n        " + message
+    if entry.status == Status.NOT_COUNTED:
+        line += f", not counted: {entry.not_counted}"
     if entry.status in (Status.TODO, Status.FAILED):
         shown = list(entry.messages.items())[:MESSAGES_SHOWN]
         for message, count in shown:

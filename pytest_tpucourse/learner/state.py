@@ -8,7 +8,13 @@ the self-test items the learner ticked (`tpucourse tick`: their word, not a test
 Every change is read-modify-write under an exclusive lock (`.tpucourse/state.lock`),
 so concurrent runs and pytest-xdist never lose an update, and is written to a
 temporary file, fsynced, then renamed over the old one: a run killed mid-write
-leaves either the old file or the new one, never half of one.
+leaves either the old file or the new one, never half of one (and the temporary
+file it left is removed by the next update, under the lock).
+
+Each exercise entry a run writes names its run (`run`, listed under "runs"), the sha256 of
+the graded test files it ran and of the module bytes it imported, its counts, and a seal
+over all of those. A done entry that does not add up (no such run, counts that are not a
+pass, a seal that does not match: an entry written by hand) is "not counted" (docs/earned.md).
 """
 
 from __future__ import annotations
@@ -22,12 +28,15 @@ import tempfile
 from pathlib import Path
 
 from ..core.course import EXERCISES
+from ..core.small_files import UnreadableFile, read_text
 from .status import Status
 
 STATE_DIR = ".tpucourse"
 STATE_FILE = "state.json"
 LOCK_FILE = "state.lock"
 VERSION = 1
+MAX_BYTES = 8 * 1024 * 1024  # a state file is a few kB; anything this big is not one
+RUNS_KEPT = 50  # runs listed in the state file besides those its entries name
 
 try:  # POSIX
     import fcntl
@@ -44,15 +53,17 @@ def state_path(course_root: Path) -> Path:
 
 
 def empty() -> dict:
-    return {"version": VERSION, "exercises": {}, "hints": {}, "ticks": {}}
+    return {"version": VERSION, "exercises": {}, "hints": {}, "ticks": {}, "runs": {}}
 
 
 def read(course_root: Path) -> dict:
     """The state, or an empty one when no run has written it yet."""
     path = state_path(course_root)
     try:
-        text = path.read_text(encoding="utf-8")
-    except FileNotFoundError:
+        text = read_text(path, MAX_BYTES)
+    except UnreadableFile as error:
+        raise CorruptState(f"{error}; delete it to start afresh") from None
+    if text is None:
         return empty()
     try:
         data = json.loads(text)
@@ -63,13 +74,15 @@ def read(course_root: Path) -> dict:
     data.setdefault("exercises", {})
     data.setdefault("hints", {})
     data.setdefault("ticks", {})
+    data.setdefault("runs", {})
     statuses = {status.value for status in Status}
     if not (isinstance(data["exercises"], dict)
             and all(isinstance(e, dict) and e.get("status") in statuses for e in data["exercises"].values())
             and isinstance(data["hints"], dict)
             and all(isinstance(n, int) and not isinstance(n, bool) for n in data["hints"].values())
             and isinstance(data["ticks"], dict)
-            and all(isinstance(items, list) for items in data["ticks"].values())):
+            and all(isinstance(items, list) for items in data["ticks"].values())
+            and isinstance(data["runs"], dict)):
         raise CorruptState(f"{path} has fields of the wrong type (exercises, hints and ticks are objects); "
                            f"delete it to start afresh")
     return data
@@ -114,10 +127,18 @@ def atomic_write_text(path: Path, text: str) -> None:
 def update(course_root: Path, change) -> dict:
     """Apply `change(state)` (it edits the dict in place) under the lock; return the new state."""
     with _locked(course_root):
+        _remove_left_temporaries(Path(course_root) / STATE_DIR)
         data = read(course_root)
         change(data)
         atomic_write_text(state_path(course_root), json.dumps(data, indent=1, sort_keys=True) + "\n")
         return data
+
+
+def _remove_left_temporaries(directory: Path) -> None:
+    """Temporary state files a killed writer left (every writer holds the lock, so none is live)."""
+    for left in directory.glob(f".{STATE_FILE}.*.tmp"):
+        with contextlib.suppress(OSError):
+            left.unlink()
 
 
 def file_digest(path: Path) -> str | None:
@@ -131,16 +152,18 @@ def now() -> str:
     return dt.datetime.now(dt.timezone.utc).replace(microsecond=0).isoformat()
 
 
-def record_results(course, results, *, worked_in) -> dict:
+def record_results(course, results, run_id: str, imported: dict | None = None, *, worked_in) -> dict:
     """Store what a run of the learner's tree showed: {exercise key: ExerciseResults}, and the
     chapter the learner now works in: `worked_in(course, data, touched chapters)`, the rule of
     next_up.py (passed in: next_up reads this module).
 
     Exercises the run did not touch keep their earlier entry. A partial run (some
     tests not run, none failed) does not replace an earlier done: it neither shows
-    the exercise complete nor shows it broken.
+    the exercise complete nor shows it broken. imported: {module path: sha256 of the bytes
+    this run imported}; a module the run did not import is hashed as it is now.
     """
     stamp = now()
+    imported = imported or {}
 
     def change(data):
         touched = []
@@ -154,16 +177,26 @@ def record_results(course, results, *, worked_in) -> dict:
             if status == Status.PARTIAL and previous is not None and previous["status"] == Status.DONE:
                 continue
             exercise = entry.exercise
-            data["exercises"][key] = {
+            module = Path(course.root) / exercise.module_path
+            written = {
                 "status": status,
                 "tree": EXERCISES,
                 "tests_passed": len(entry.passed),
                 "tests_failed": len(entry.failed | entry.todo),
                 "tests_total": len(entry.collected | entry.deselected),
-                "message": entry.first_message.removeprefix("TODO: "),
-                "module_sha256": file_digest(Path(course.root) / exercise.module_path),
+                "message": (entry.not_counted if status == Status.NOT_COUNTED
+                            else entry.first_message.removeprefix("TODO: ")),
+                "module_sha256": imported.get(str(module.resolve())) or file_digest(module),
+                "test_files": dict(sorted(entry.test_files.items())),
+                "tests_shipped": entry.tests_shipped,
+                "run": run_id,
                 "date": stamp,
             }
+            written["seal"] = seal(key, written)
+            data["exercises"][key] = written
+        data["runs"][run_id] = {"date": stamp, "exercises": sorted(k for k, e in results.items()
+                                                                   if e.status != Status.NOT_RUN)}
+        _forget_old_runs(data)
         order = [c.id for c in course.chapters]
         chapter = worked_in(course, data, sorted(touched, key=order.index))
         if chapter is not None:
@@ -172,11 +205,44 @@ def record_results(course, results, *, worked_in) -> dict:
     return update(course.root, change)
 
 
+def seal(key: str, entry: dict) -> str:
+    """What ties an entry to the run that wrote it: the sha256 of its fields, the key included."""
+    fields = {name: value for name, value in entry.items() if name != "seal"}
+    return hashlib.sha256(json.dumps([key, fields], sort_keys=True).encode()).hexdigest()
+
+
+def _forget_old_runs(data: dict) -> None:
+    named = {entry.get("run") for entry in data["exercises"].values()}
+    runs = sorted(data["runs"].items(), key=lambda item: str(item[1].get("date", "")))
+    for run_id, _ in runs[:-RUNS_KEPT]:
+        if run_id not in named:
+            del data["runs"][run_id]
+
+
+def why_not_from_a_run(data: dict, key: str) -> str | None:
+    """Why a done entry does not add up to a run that passed every test (None: it does)."""
+    entry = data["exercises"].get(key)
+    if entry is None or entry.get("status") != Status.DONE:
+        return None
+    run = data["runs"].get(entry.get("run"))
+    if not isinstance(run, dict) or key not in run.get("exercises", ()):
+        return "no run of its tests wrote it"
+    if entry.get("seal") != seal(key, entry):
+        return "it was changed after its run wrote it"
+    total = entry.get("tests_total")
+    if not (isinstance(total, int) and total > 0 and entry.get("tests_passed") == total
+            and entry.get("tests_failed") == 0 and entry.get("test_files")):
+        return "its counts are not those of a run that passed every test"
+    return None
+
+
 def exercise_status(course_root: Path, data: dict, exercise) -> Status:
-    """done / failed / todo / partial / changed (passed, edited since) / not run."""
+    """done / failed / todo / partial / changed (passed, edited since) / not counted / not run."""
     entry = data["exercises"].get(exercise.key)
     if entry is None:
         return Status.NOT_RUN
+    if why_not_from_a_run(data, exercise.key) is not None:
+        return Status.NOT_COUNTED
     if entry["status"] == Status.DONE:
         current = file_digest(Path(course_root) / exercise.module_path)
         if current != entry.get("module_sha256"):

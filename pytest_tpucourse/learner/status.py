@@ -13,6 +13,7 @@ class Status(StrEnum):
     TODO = "todo"  # the stub still raises NotImplementedError
     PARTIAL = "partial"  # some tests passed, the rest did not run
     CHANGED = "changed"  # done, then the module was edited (the state file only)
+    NOT_COUNTED = "not counted"  # passed, but not as the course grades (docs/earned.md)
     NOT_RUN = "not run"
 
     @property
@@ -27,7 +28,8 @@ class Status(StrEnum):
 
 
 _MARKS = {Status.DONE: "done", Status.FAILED: "FAIL", Status.TODO: "TODO", Status.PARTIAL: "part",
-          Status.CHANGED: "edit", Status.NOT_RUN: "----"}
+          Status.CHANGED: "edit", Status.NOT_COUNTED: "void", Status.NOT_RUN: "----"}
 _WORDS = {Status.DONE: "done", Status.FAILED: "failing", Status.TODO: "not written yet",
           Status.PARTIAL: "partly run", Status.CHANGED: "edited since it passed",
+          Status.NOT_COUNTED: "not counted",
           Status.NOT_RUN: "not run yet"}

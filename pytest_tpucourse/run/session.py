@@ -7,6 +7,12 @@ VMEM budget and the TPU lowering check all read it), the grading context (the de
 the VMEM budget and the run's caches) and the run's progress. The session is the one
 plugin object that receives the run's reports: it keeps progress (pytest-xdist workers'
 deselections included), writes the learner's state file and prints the closing summary.
+It also keeps the run honest (docs/earned.md): the checker bound before any graded import
+(grading/toolkit_guard.py), passes counted only where it saw the test return, skips only
+where the course made them, the graded test files checked against the course's
+(learner/shipped.py), plugins that hook reports named (learner/foreign_plugins.py), a marker
+for a run that never reaches its summary (learner/run_markers.py), and threads or forks that
+graded code leaves behind ended (grading/leftovers.py).
 
 Importing this module loads no JAX, NumPy or hypothesis: building the session does.
 """
@@ -17,6 +23,7 @@ import hashlib
 import os
 import re
 import sys
+import uuid
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -31,16 +38,17 @@ from ..gates import records as rec
 from ..gates.run import GateContext, GateRun, gate_context
 from ..gates.provenance import module_hashes, provenance, tree_label
 from ..gates.rehearsal import KeptFromBenchmark, Rehearsal
-from ..grading import backend, compiled, context
+from ..grading import backend, compiled, context, leftovers
 from ..grading.context import GradingContext
 from ..grading.deadline import Deadline
 from ..grading.interrupts import CTRL_C
 from ..grading.messages import without_reproduction
+from ..grading.toolkit_guard import ToolkitGuard
 from ..grading.tree import GradedTree, Implementation, graded_tree
 from ..grading.vmem import VmemBudget
-from ..learner import next_up, state
+from ..learner import foreign_plugins, next_up, run_markers, shipped, state
 from ..learner.progress import RunProgress
-from ..core.outcomes import first_line
+from ..core.outcomes import LearnerCodeError, first_line
 from ..core.paths import shown, shown_in_text
 
 OPTIONS = pytest.StashKey["RunOptions"]()
@@ -48,6 +56,10 @@ SESSION = pytest.StashKey["CourseSession"]()
 
 # The key under which an xdist worker hands its deselected test ids to the controller.
 WORKER_DESELECTED = "tpucourse_deselected"
+WORKER_FOREIGN = "tpucourse_foreign_hooks"  # a worker's plugins that hook reports
+WORKER_IMPORTED = "tpucourse_imported"  # a worker's graded modules: path -> sha256 of the bytes imported
+CALL_SEEN = pytest.StashKey[str]()  # how the session saw a test's call phase end: "returned", "raised ..."
+_PACKAGE = Path(__file__).resolve().parents[1]  # the package
 TPU_COMPILES = "tpu-compiles"  # the folder of --jax-cache keeping compiles for a described TPU
 
 
@@ -131,6 +143,15 @@ class CourseSession:
         self._harness = None  # the gates' timing harness, made on first use on an accelerator
         self._reported: dict = {}  # (exercise, report without its reproduction) -> the test that had it
         self.exitstatus: int | None = None
+        self.run_id = uuid.uuid4().hex
+        self.guard = ToolkitGuard()
+        self._calls_seen: dict[str, str] = {}  # node id -> how the session saw its call phase end
+        self._foreign: list[str] = []  # plugins hooking reports, from this process and xdist workers
+        self._imported_elsewhere: dict = {}  # graded modules imported on xdist workers
+        self._marker: Path | None = None
+        self._unfinished: list = []  # earlier runs that ended without their summary
+        self._threads_before = leftovers.threads_at_start()
+        self._is_worker = False  # a pytest-xdist worker (set when the session starts)
 
     @classmethod
     def from_config(cls, config: pytest.Config, options: RunOptions | None = None) -> CourseSession | None:
@@ -156,11 +177,11 @@ class CourseSession:
                 backend.force_cpu_devices(options.cpu_devices)
                 device = backend.device_facts()  # read once, before any graded module is imported
         except ValueError as error:
+            if "CPU device" not in str(error):
+                raise pytest.UsageError(_backend_failed(error)) from None
             raise pytest.UsageError(f"--cpu-devices: {error}") from None
-        except RuntimeError as error:  # JAX_PLATFORMS names a backend this machine lacks
-            first = str(error).strip().splitlines()[0] if str(error).strip() else type(error).__name__
-            raise pytest.UsageError(f"JAX could not start its backend ({first}); check JAX_PLATFORMS "
-                                    f"(JAX_PLATFORMS=tpu needs a TPU and jax[tpu])") from None
+        except Exception as error:  # JAX_PLATFORMS names a backend this machine lacks (cuda: an AssertionError)
+            raise pytest.UsageError(_backend_failed(error)) from None
         profile = _load_hypothesis_profile(options.hypothesis_profile)
         tree = graded_tree(root, options.solutions, options.impl_root)
         run_backend = backend.select(options.interpret)
@@ -186,6 +207,8 @@ class CourseSession:
         grading = GradingContext(deadline=deadline, vmem=vmem, lowering_chip=lowering_chip)
         session = cls(options=options, course=course, tree=tree, run_backend=run_backend, gates=gates,
                       chip=chip, grading=grading, hypothesis_profile=profile, jax_cache=jax_cache)
+        session.guard.bind()  # the checker and the gate runner, before any graded import
+        leftovers.watch_forks()
         context.activate(session.grading)
         return session
 
@@ -197,13 +220,24 @@ class CourseSession:
         the state file already written (pytest_unconfigure is the run's last hook).
         """
         CTRL_C.uninstall()
+        # Threads are this run's to end only in a process of its own: not in a run inside another
+        # (pytester in-process), nor on a pytest-xdist worker (whose controller reports it).
+        alone = context.runs_in_progress() == 1 and not self._is_worker
+        leftovers.stop_watching_forks()
+        if self._marker is not None:  # no terminal summary in this run (-p no:terminal): it ends here
+            run_markers.summary_written(self.course.root, self._marker)
+            self._marker = None
         context.deactivate(self.grading)
         backend.restore()
         from ..compiler import libtpu
 
         compiled.stop_compiling_kernel_programs()  # each holds its kept folder to its size
         libtpu.keep_results_in(None)
-        if self.grading.deadline.left_running and self.exitstatus is not None:
+        left = leftovers.threads_left_by_the_run(self._threads_before, self.course.root) if alone else []
+        if left and self.exitstatus is not None:
+            sys.stderr.write("".join(f"tpucourse: {thread} is still running: the run ends here, its results "
+                                     f"already written\n" for thread in left))
+        if (self.grading.deadline.left_running or left) and self.exitstatus is not None:
             sys.stdout.flush()
             sys.stderr.flush()
             os._exit(int(self.exitstatus))
@@ -234,6 +268,7 @@ class CourseSession:
             if self.gates.on_accelerator and self.gates.interpret_requested:
                 lines.append(f"tpucourse: WARNING --interpret {self.options.interpret} on "
                              f"{self.gates.device_kind}: gate speed criteria are not timed in this run")
+        lines += [f"tpucourse: WARNING {run.describe()}" for run in self._unfinished]
         return lines
 
     @property
@@ -264,8 +299,7 @@ class CourseSession:
         chapter = self.course.chapter_of_path(path)
         chapter_id = chapter.id if chapter else gate(number).chapter
         label = self.tree_label
-        modules = (module_hashes(self.tree.chapter_dir(chapter_id), f"{label.removeprefix('impl-root:')}/{chapter_id}")
-                   if "impl" in getattr(item, "fixturenames", ()) else {})
+        modules = (self._imported_hashes(chapter_id, label) if "impl" in getattr(item, "fixturenames", ()) else {})
         if gates.rehearsal is not None:
             self._harness, store = gates.rehearsal.harness, KeptFromBenchmark(store)
         elif gates.on_accelerator and self._harness is None:
@@ -284,6 +318,24 @@ class CourseSession:
         from ..gates.run import test_outcome
 
         return (rehearsal.test_outcome if self.gates.rehearsal is not None else test_outcome)(results)
+
+    def _imported_hashes(self, chapter_id: str, label: str) -> dict[str, str]:
+        """The sha256 of each graded module of the chapter as this run imports it (imported now
+        where it was not yet: the row must name the code that runs, not the file at the end)."""
+        chapter_dir = self.tree.chapter_dir(chapter_id)
+        shown_as = f"{label.removeprefix('impl-root:')}/{chapter_id}"
+        modules = module_hashes(chapter_dir, shown_as)
+        graded = Implementation(self.tree, self.course, chapter_id, self.grading)
+        for path in sorted(Path(chapter_dir).glob("*.py")):
+            shown = f"{shown_as}/{path.name}"
+            if shown not in modules:
+                continue
+            try:
+                getattr(graded, path.stem).load()
+            except LearnerCodeError:
+                pass  # the test's own call reports it
+            modules[shown] = self.grading.imported.get(str(path.resolve()), modules[shown])
+        return modules
 
     def seed_examples(self, item: pytest.Item) -> None:
         """A graded property test draws the same examples, run after run, until the graded
@@ -304,9 +356,30 @@ class CourseSession:
         seed(int(digest[:16], 16))(test)
 
     def collected(self, items: list[pytest.Item]) -> None:
-        """Graded tests in course order; progress learns what this run holds."""
+        """Graded tests in course order; progress learns what this run holds, and which of its
+        graded test files are the course's as shipped."""
         self.progress.sort_in_course_order(items)
         self.progress.collected(item.nodeid for item in items)
+        files: dict[str, dict[str, bytes]] = {}  # exercise key -> {test file: bytes as collected}
+        for item in items:
+            exercise = self.progress.exercise_of(item.nodeid)
+            if exercise is not None:
+                relative = item.nodeid.split("::", 1)[0]
+                if relative not in files.setdefault(exercise.key, {}):
+                    files[exercise.key][relative] = Path(item.path).read_bytes()
+        if self._marker is not None:
+            run_markers.collected(self._marker, [f for found in files.values() for f in found])
+        if not (files and self.tree.is_learners):
+            return
+        blobs = shipped.head_blobs(self.course.root, ("exercises",))
+        for key, found in files.items():
+            changed = shipped.changed_from_shipped(found, blobs)
+            self.progress.tests_as_collected(
+                key, {path: shipped.sha256(data) for path, data in found.items()},
+                None if changed is None else not changed,
+                f"{', '.join(changed)} differ{'s' if len(changed or ()) == 1 else ''} from the course's "
+                f"(git HEAD): only the course's graded tests count (git checkout -- <file> restores them)"
+                if changed else "")
 
     # ------------------------------------------------------------ reports (a registered plugin)
 
@@ -314,8 +387,43 @@ class CourseSession:
         CTRL_C.install()
         if _selection_may_drop_tests(session.config):
             self.progress.some_tests_unseen()
+        self._is_worker = getattr(session.config, "workerinput", None) is not None
+        if not self._is_worker:  # xdist's controller or a plain run
+            self._unfinished = run_markers.ended_without_summary(self.course.root)
+            try:
+                self._marker = run_markers.start(self.course.root, self.run_id, session.config.args, self.tree.kind)
+            except OSError:
+                self._marker = None
+
+    def pytest_collection_finish(self, session: pytest.Session) -> None:
+        self.guard.watch_loaded()  # the toolkit the graded tests imported, before graded code runs
+
+    @pytest.hookimpl(wrapper=True, tryfirst=True)
+    def pytest_runtest_call(self, item: pytest.Item):
+        """The outermost view of the test's call: how it ended (a pass counts only if the test
+        returned here), and whether the course's checks were changed while it ran."""
+        seen = "raised"
+        try:
+            result = yield
+            seen = "returned"
+            return result
+        except BaseException as error:
+            seen = f"raised {type(error).__name__}"
+            raise
+        finally:
+            leftovers.end_forked_child()
+            item.stash[CALL_SEEN] = self._calls_seen[item.nodeid] = seen
+            graded = "impl" in getattr(item, "fixturenames", ()) or self.progress.exercise_of(item.nodeid)
+            changed = self.guard.restore_changed() if graded else []
+            if changed and seen == "returned":
+                self._calls_seen[item.nodeid] = item.stash[CALL_SEEN] = "raised LearnerCodeError"
+                raise LearnerCodeError(
+                    f"the course's checks were changed while this test ran ({', '.join(changed[:5])}): graded "
+                    f"code may not change the course's code, so the test fails; they are restored for the "
+                    f"tests that follow.")
 
     def pytest_runtest_logfinish(self, nodeid, location) -> None:
+        leftovers.end_forked_child()
         CTRL_C.check()  # a Ctrl-C that JAX swallowed during the test stops the run now
 
     def pytest_keyboard_interrupt(self, excinfo) -> None:
@@ -353,32 +461,106 @@ class CourseSession:
     def pytest_testnodedown(self, node, error) -> None:
         output = getattr(node, "workeroutput", None) or {}
         self.progress.deselected(output.get(WORKER_DESELECTED, ()))
+        self._foreign = sorted(set(self._foreign) | set(output.get(WORKER_FOREIGN, ())))
+        self._imported_elsewhere.update(output.get(WORKER_IMPORTED, {}))
 
     def pytest_runtest_logreport(self, report: pytest.TestReport) -> None:
+        leftovers.end_forked_child()
         if self.gates.rehearsal is not None:
             self.gates.rehearsal.ended_report(report)
+        if report.when == "call" and report.passed:
+            seen = self._calls_seen.get(report.nodeid) or getattr(report, "tpucourse_call", None)
+            if seen != "returned":
+                self.progress.refuse(report.nodeid, f"reported as passed, but the course saw its test "
+                                                    f"{seen or 'not run'}: a plugin changed the report")
+                return
+        if report.skipped:
+            made_by = self._skip_made_by(report)
+            if made_by is not None:
+                self.progress.refuse(report.nodeid, f"skipped by {made_by}, not by the course: a skip counts "
+                                                    f"only where the course makes it", skipped=True)
+                return
         # pytest-xdist puts "[gw0] <platform> -- Python ..." above a worker's failure text.
         message = re.sub(r"\A\[gw\d+\] [^\n]*\n", "", report.longreprtext) if report.failed else ""
         self.progress.record(report, is_todo=getattr(report, "tpucourse_todo", False),
                              message=getattr(report, "tpucourse_headline", None) or first_line(message))
+
+    def _skip_made_by(self, report: pytest.TestReport) -> str | None:
+        if hasattr(report, "wasxfail"):
+            return "an xfail"
+        return getattr(report, "tpucourse_skip_by", None)
+
+    def skip_made_by(self, item: pytest.Item, error: BaseException) -> str | None:
+        """Where a skip the course did not make came from; None for the course's: the plugin's
+        own (no libtpu, too few devices, gate tests off-chip), a graded test file's, or a skip
+        mark written in one (not one a conftest added)."""
+        caller = None
+        tb = error.__traceback__
+        while tb is not None:
+            frame = tb.tb_frame
+            if not (frame.f_locals.get("__tracebackhide__") or frame.f_globals.get("__tracebackhide__")):
+                caller = Path(os.path.abspath(frame.f_code.co_filename))
+            tb = tb.tb_next
+        if caller is None:
+            return None
+        if caller.is_relative_to(_PACKAGE) or caller == Path(os.path.abspath(item.path)):
+            return None
+        if caller.name == "skipping.py" and "_pytest" in caller.parts:  # a skip or skipif mark
+            written = [m for holder in (getattr(item, "obj", None), getattr(item, "cls", None),
+                                        getattr(item, "module", None))
+                       for m in (getattr(holder, "pytestmark", None) or ())]
+            written = written if isinstance(written, list) else []
+            if any(getattr(m, "name", "") in ("skip", "skipif") for m in written) \
+                    or str(getattr(error, "msg", "")).startswith(markers.GATE_TESTS_SKIPPED):
+                return None
+            return "a skip mark a plugin or conftest added"
+        return shown(caller, self.course.root)
 
     @pytest.hookimpl(trylast=True)
     def pytest_sessionfinish(self, session: pytest.Session, exitstatus) -> None:
         """A worker hands back its deselections; the process that saw every report (a plain
         run, or the xdist controller) saves a run of exercises/ to the state file."""
         self.exitstatus = int(session.exitstatus)
+        foreign = foreign_plugins.foreign_report_hooks(session.config.pluginmanager, self._shipped_conftest)
         workeroutput = getattr(session.config, "workeroutput", None)
         if workeroutput is not None:
             workeroutput[WORKER_DESELECTED] = self._deselected_here
+            workeroutput[WORKER_FOREIGN] = foreign
+            workeroutput[WORKER_IMPORTED] = dict(self.grading.imported)
             return
+        self._foreign = sorted(set(self._foreign) | set(foreign))
+        if self._foreign:
+            self.progress.count_nothing(f"plugins outside pytest's and the course's hook the test reports "
+                                        f"({'; '.join(shown_in_text(f, self.course.root) for f in self._foreign)})")
         if self.tree.is_learners and self.progress.results and self.gates.rehearsal is None:
             try:
-                state.record_results(self.course, self.progress.results, worked_in=next_up.chapter_worked_in)
+                state.record_results(self.course, self.progress.results, self.run_id,
+                                     {**self._imported_elsewhere, **self.grading.imported},
+                                     worked_in=next_up.chapter_worked_in)
             except (OSError, state.CorruptState) as error:
                 self._problem = f"progress not saved: {error}"
 
+    def _shipped_conftest(self, path: Path) -> bool:
+        """A conftest.py of the course as shipped (its bytes are git HEAD's)."""
+        try:
+            relative = Path(path).resolve().relative_to(Path(self.course.root).resolve()).as_posix()
+            data = Path(path).read_bytes()
+        except (ValueError, OSError):
+            return False
+        folder = relative.split("/", 1)[0] if "/" in relative else "."
+        changed = shipped.changed_from_shipped({relative: data}, shipped.head_blobs(self.course.root, (folder,)))
+        return changed == []
+
     @pytest.hookimpl(trylast=True)
     def pytest_terminal_summary(self, terminalreporter, exitstatus, config: pytest.Config) -> None:
+        try:
+            self._summary(terminalreporter)
+        finally:
+            if self._marker is not None:
+                run_markers.summary_written(self.course.root, self._marker)
+                self._marker = None
+
+    def _summary(self, terminalreporter) -> None:
         if self._problem:
             terminalreporter.write_line(f"tpucourse: {self._problem}", red=True)
         if self.gates.rehearsal is not None:  # no status is read from a rehearsal's rows
@@ -386,6 +568,11 @@ class CourseSession:
             for line in self.gates.rehearsal.summary_lines(self.options.registry, self.gates.gates):
                 terminalreporter.write_line(line)
             return
+        if self.progress.run_not_counted:
+            terminalreporter.write_line(f"tpucourse: this run counts nothing as done: {self.progress.run_not_counted}; "
+                                        f"run without them (-p no:NAME, or remove the conftest hook)", red=True)
+        for run in self._unfinished:
+            terminalreporter.write_line(f"tpucourse: {run.describe()}", red=True)
         show_gates = self.options.gates and self.gates.chip is not None
         if not (self.progress.results or show_gates):
             return
@@ -416,6 +603,14 @@ class CourseSession:
                                                 learner_state=learner_state, learner_tree=self.tree.is_learners,
                                                 gates_passed=passed, only_ran=self.options.gates):
             terminalreporter.write_line(line)
+
+
+def _backend_failed(error: Exception) -> str:
+    first = str(error).strip().splitlines()[0] if str(error).strip() else type(error).__name__
+    platforms = os.environ.get("JAX_PLATFORMS")
+    named = f"JAX_PLATFORMS={platforms}" if platforms else "JAX_PLATFORMS"
+    return (f"JAX could not start its backend ({first}); check {named}: it must name platforms this machine "
+            f"has (cpu; tpu needs a TPU and jax[tpu]; cuda a GPU and jax[cuda]), or be unset")
 
 
 def _records_path(options: RunOptions, root: Path, tree: GradedTree) -> Path:

@@ -1,0 +1,69 @@
+"""Plugins outside pytest's and the course's that hook a run's test reports.
+
+A plugin can turn every report into a pass: a `pytest_runtest_makereport` wrapper that sets
+`report.outcome = "passed"`, a `pytest_pyfunc_call` that never calls the test, a
+`pytest_report_teststatus` that prints PASSED. It can arrive from PYTEST_PLUGINS (no file in
+the checkout), `-p`, or a conftest.py. A run where one is registered counts nothing as done:
+its progress is recorded as such, naming the plugin (docs/earned.md).
+
+Allowed: pytest's and pluggy's own modules, the course's package, a few plugins that hook
+reports or calls for their own bookkeeping (pytest-xdist, pytest-benchmark, hypothesis, anyio,
+pytest-asyncio, pytest-cov, pytest-timeout), and the
+course's conftest files as shipped (git HEAD, learner/shipped.py).
+"""
+
+from __future__ import annotations
+
+import inspect
+import sys
+from pathlib import Path
+
+# Hooks through which a plugin decides or changes a test's outcome, or whether it runs at all.
+REPORT_HOOKS = ("pytest_runtest_protocol", "pytest_runtest_makereport", "pytest_report_teststatus",
+                "pytest_runtest_logreport", "pytest_runtest_call", "pytest_pyfunc_call",
+                "pytest_report_from_serializable", "pytest_runtest_setup")
+ALLOWED_PACKAGES = ("_pytest", "pytest", "pluggy", "pytest_tpucourse",
+                    # plugins that hook reports or calls for their own bookkeeping, never an outcome
+                    "xdist", "pytest_benchmark", "hypothesis", "_hypothesis_pytestplugin", "anyio",
+                    "pytest_asyncio", "pytest_cov", "pytest_timeout")
+
+
+def foreign_report_hooks(pluginmanager, shipped_file=lambda path: False) -> list[str]:
+    """'<file>: <hook>' of each hook implementation outside the allowed modules.
+
+    shipped_file(path): whether a conftest.py at `path` is one of the course's as shipped.
+    """
+    found = []
+    for hook in REPORT_HOOKS:
+        caller = getattr(pluginmanager.hook, hook, None)
+        if caller is None:
+            continue
+        for impl in caller.get_hookimpls():
+            origin = _origin(impl.function)
+            if origin is None or _allowed(origin, impl.function, shipped_file):
+                continue
+            found.append(f"{origin}: {hook}")
+    return sorted(set(found))
+
+
+def _origin(function) -> str | None:
+    try:
+        return inspect.getsourcefile(function) or inspect.getfile(function)
+    except TypeError:
+        return None
+
+
+def _allowed(origin: str, function, shipped_file) -> bool:
+    module = sys.modules.get(getattr(function, "__module__", "") or "")
+    top = (getattr(function, "__module__", "") or "").split(".")[0]
+    if top in ALLOWED_PACKAGES and module is not None:
+        package = sys.modules.get(top)
+        folder = Path(getattr(package, "__file__", "") or "").resolve().parent
+        if getattr(package, "__path__", None) is None:  # a single-file module: its own file
+            folder = Path(getattr(package, "__file__", "") or "").resolve()
+        try:
+            Path(origin).resolve().relative_to(folder)
+            return True
+        except ValueError:
+            pass
+    return Path(origin).name == "conftest.py" and shipped_file(Path(origin))

@@ -1,0 +1,418 @@
+"""Every "done" earned: the tricks a learner can try to get done without solving, refused,
+and the faults that would end a run dishonestly, handled (docs/earned.md).
+
+Each test reproduces one trick or fault on the one-exercise fake course.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import os
+import subprocess
+import sys
+import textwrap
+import time
+import types
+
+import numpy as np
+import pytest
+
+from pytest_tpucourse.commands import main as cli
+from pytest_tpucourse.gates import records as rec
+from pytest_tpucourse.gates.run import _wrong_output
+from pytest_tpucourse.grading import leftovers, toolkit_guard
+from pytest_tpucourse.learner import run_markers, state
+
+# Two graded cases of one exercise: a learner correct on one and not the other must not be done.
+TWO_CASES = """
+    import numpy as np
+    from pytest_tpucourse import checks
+
+    def _check(impl, n):
+        x = np.arange(n, dtype=np.float32)
+        checks.assert_close(impl.double.double(x), 2.0 * x.astype(np.float64),
+                            fn=impl.double.double, dtype=np.float32)
+
+    def test_four(impl):
+        _check(impl, 4)
+
+    def test_eight(impl):
+        _check(impl, 8)
+"""
+
+# A shipped solution long enough to be nobody's own by accident (solution_code.py).
+SOLUTION = '''\
+"""The reference double(): twice x, in the input's dtype."""
+import numpy as np
+
+
+def double(x):
+    x = np.asarray(x)
+    doubled = np.multiply(x, 2, dtype=np.float64)
+    result = doubled.astype(x.dtype)
+    return result
+'''
+
+CORRECT = "def double(x):\n    return x * 2\n"
+WRONG = "def double(x):\n    return x * 3\n"
+
+
+def _course(fake_course, learner: str = CORRECT, tests: str = TWO_CASES):
+    fake_course.write("exercises", "double", learner)
+    fake_course.write("solutions", "double", SOLUTION)
+    fake_course.test_file(tests)
+    return fake_course
+
+
+def _entry(fake_course) -> dict:
+    return json.loads((fake_course.pytester.path / ".tpucourse" / "state.json").read_text())["exercises"]["ch11.double"]
+
+
+def _git_commit(path) -> None:
+    for command in (["init", "-q"], ["add", "-A"], ["-c", "user.email=c@c", "-c", "user.name=c", "commit", "-qm", "c"]):
+        subprocess.run(["git", *command], cwd=path, check=True, capture_output=True)
+
+
+# ---------------------------------------------------------------- 1. skips
+
+
+def test_a_skip_from_graded_code_is_a_failure_naming_the_function(fake_course):
+    _course(fake_course, "import pytest\n\ndef double(x):\n    if x.shape[0] != 4:\n"
+                         "        pytest.skip('only four')\n    return x * 2\n")
+    result = fake_course.run()
+    result.assert_outcomes(passed=1, failed=1)
+    result.stdout.fnmatch_lines([
+        "double() in exercises/ch11/double.py called pytest.skip() at exercises/ch11/double.py:5 (only four): "
+        "graded code cannot skip, fail or xfail its own tests, so the test fails instead.",
+        "*FAIL  double*1/2 tests passed",
+    ])
+    assert _entry(fake_course)["status"] == "failed"
+
+
+def test_a_skip_at_import_is_a_failure(fake_course):
+    _course(fake_course, "import pytest\npytest.skip('nothing here', allow_module_level=True)\n")
+    result = fake_course.run()
+    result.assert_outcomes(failed=2)
+    result.stdout.fnmatch_lines(["importing exercises/ch11/double.py called pytest.skip()*(nothing here)*"])
+
+
+def test_a_skip_made_outside_the_course_does_not_finish_a_test(fake_course):
+    _course(fake_course)
+    fake_course.pytester.path.joinpath("exercises", "ch11", "conftest.py").write_text(textwrap.dedent("""
+        import pytest
+
+        @pytest.fixture(autouse=True)
+        def _skip_eight(request):
+            if request.node.name == "test_eight":
+                pytest.skip("not today")
+    """))
+    result = fake_course.run()
+    result.assert_outcomes(passed=1, skipped=1)
+    result.stdout.fnmatch_lines(["*part  double*1/2 tests passed*",
+                                 "*skipped by exercises/ch11/conftest.py, not by the course*"])
+    assert _entry(fake_course)["status"] == "partial"
+
+
+def test_a_gate_kernel_that_skips_fails_its_output_check():
+    def kernel(x):
+        pytest.skip("no timing today")
+
+    x = np.ones(4, np.float32)
+    assert _wrong_output("kernel", kernel, [(x,)], [x], "float32") == "kernel raised Skipped: no timing today"
+
+
+# ---------------------------------------------------------------- 2. the checker
+
+
+DISARMED = """
+    import numpy as np
+    from pytest_tpucourse import checks
+    from pytest_tpucourse.gates import run
+
+    checks._assert_close = checks.assert_close = lambda *a, **k: None
+    run._wrong_output = lambda *a, **k: None
+
+    def double(x):
+        return np.zeros_like(x)
+"""
+
+
+def test_graded_code_cannot_disarm_the_checker(fake_course):
+    _course(fake_course, textwrap.dedent(DISARMED))
+    result = fake_course.run()
+    result.assert_outcomes(failed=2)
+    result.stdout.fnmatch_lines(["*test_four*", "double() in exercises/ch11/double.py: output is wrong*",
+                                 "*test_eight*", "double() in exercises/ch11/double.py: output is wrong*",
+                                 "*FAIL  double*0/2 tests passed"])
+
+
+def test_bound_functions_keep_calling_what_the_module_held_at_binding():
+    module = types.ModuleType("pytest_tpucourse._bound_example")
+    exec("def inner():\n    return 'honest'\n\ndef outer():\n    return inner()\n\n"
+         "class Checker:\n    def check(self):\n        return inner()\n", vars(module))
+    module.Checker.__module__ = module.__name__
+    sys.modules[module.__name__] = module
+    try:
+        guard = toolkit_guard.ToolkitGuard()
+        guard.bind((module.__name__,))
+        module.inner = lambda: "disarmed"
+        assert module.outer() == "honest" and module.Checker().check() == "honest"
+        assert guard.restore_changed() == ["_bound_example.inner"]
+        assert module.inner() == "honest" and guard.restore_changed() == []
+    finally:
+        del sys.modules[module.__name__]
+
+
+# ---------------------------------------------------------------- 3. the bytes imported
+
+
+def test_state_records_the_bytes_imported_not_the_file_at_the_end(fake_course):
+    learner = ("import pathlib\n\ndef double(x):\n    return x * 2\n\n"
+               "pathlib.Path(__file__).write_text('def double(x):\\n    raise NotImplementedError\\n')\n")
+    _course(fake_course, learner)
+    result = fake_course.run()
+    result.assert_outcomes(passed=2)
+    entry = _entry(fake_course)
+    assert entry["module_sha256"] == hashlib.sha256(learner.encode()).hexdigest()
+    result.stdout.fnmatch_lines(["chapter 11 Pallas fundamentals: 0/1 exercises", "course: 0/15 chapters*"])
+
+
+# ---------------------------------------------------------------- 4. the shipped solution
+
+
+LOADED = """
+    import importlib.util
+    import pathlib
+
+    _path = pathlib.Path(__file__).resolve().parents[2] / "solutions" / "ch11" / "double.py"
+    _spec = importlib.util.spec_from_file_location("anything", _path)
+    _loaded = importlib.util.module_from_spec(_spec)
+    _spec.loader.exec_module(_loaded)
+    _IMPL = [_loaded.double]
+    del _loaded, _spec
+
+    def double(x):
+        return _IMPL[0](x)
+"""
+EXECUTED = """
+    import pathlib
+
+    _source = (pathlib.Path(__file__).resolve().parents[2] / "solutions" / "ch11" / "double.py").read_text()
+    exec(compile(_source, __file__, "exec"))
+"""
+
+
+@pytest.mark.parametrize("arrives, how", [
+    ("kept-in-a-list", "runs double() of solutions/ch11/double.py"),
+    ("executed", "runs the code of double() in solutions/ch11/double.py"),
+    ("hardlink", "is a copy of solutions/ch11/double.py"),
+    ("copy", "is a copy of solutions/ch11/double.py"),
+    ("symlink", "is a link to solutions/ch11/double.py"),
+])
+def test_the_shipped_solution_is_recognised_however_it_arrives(fake_course, arrives, how):
+    _course(fake_course)
+    learner = fake_course.pytester.path / "exercises" / "ch11" / "double.py"
+    solution = fake_course.pytester.path / "solutions" / "ch11" / "double.py"
+    if arrives in ("kept-in-a-list", "executed"):
+        learner.write_text(textwrap.dedent(LOADED if arrives == "kept-in-a-list" else EXECUTED))
+    else:
+        learner.unlink()
+        {"hardlink": lambda: os.link(solution, learner), "copy": lambda: learner.write_bytes(solution.read_bytes()),
+         "symlink": lambda: learner.symlink_to(solution)}[arrives]()
+    result = fake_course.run()
+    result.assert_outcomes(failed=2)
+    result.stdout.fnmatch_lines([f"exercises/ch11/double.py (or a module it imports) uses the shipped solution: it "
+                                 f"{how}. Your exercises are graded on your own code*", "*FAIL  double*"])
+    assert "must be written in solutions/" not in result.stdout.str()
+
+
+# ---------------------------------------------------------------- 5. the graded tests as shipped
+
+
+def test_only_the_course_graded_tests_count(fake_course):
+    _course(fake_course, WRONG)
+    _git_commit(fake_course.pytester.path)
+    fake_course.test_file("def test_four(impl):\n    pass\n\ndef test_eight(impl):\n    pass\n")
+    result = fake_course.run()
+    result.assert_outcomes(passed=2)
+    result.stdout.fnmatch_lines(["*void  double*2/2 tests passed, not counted: exercises/ch11/test_double.py "
+                                 "differs from the course's (git HEAD)*", "course: 0/15 chapters*"])
+    entry = _entry(fake_course)
+    assert entry["status"] == "not counted" and entry["tests_shipped"] is False
+    subprocess.run(["git", "checkout", "--", "."], cwd=fake_course.pytester.path, check=True)
+    fake_course.write("exercises", "double", CORRECT)
+    fake_course.run().assert_outcomes(passed=2)
+    entry = _entry(fake_course)
+    assert entry["status"] == "done" and entry["tests_shipped"] is True
+
+
+# ---------------------------------------------------------------- 6. plugins that rewrite reports
+
+
+FLIP = """
+    import pytest
+
+    @pytest.hookimpl(wrapper=True)
+    def pytest_runtest_makereport(item, call):
+        report = yield
+        report.outcome = "passed"
+        report.longrepr = None
+        return report
+"""
+
+
+@pytest.mark.parametrize("arrives", ["PYTEST_PLUGINS", "-p", "conftest"])
+def test_a_plugin_that_flips_reports_counts_nothing(fake_course, tmp_path, monkeypatch, arrives):
+    _course(fake_course, WRONG)
+    args = []
+    if arrives == "conftest":
+        fake_course.pytester.path.joinpath("conftest.py").write_text(textwrap.dedent(FLIP))
+    else:
+        (tmp_path / "flip.py").write_text(textwrap.dedent(FLIP))  # outside the checkout
+        monkeypatch.setenv("PYTHONPATH", str(tmp_path))
+        if arrives == "PYTEST_PLUGINS":
+            monkeypatch.setenv("PYTEST_PLUGINS", "flip")
+        else:
+            args = ["-p", "flip"]
+    result = fake_course.run(*args)
+    result.assert_outcomes(passed=2)
+    result.stdout.fnmatch_lines([
+        "tpucourse: this run counts nothing as done: plugins outside pytest's and the course's hook the test "
+        "reports (*conftest.py: pytest_runtest_makereport*" if arrives == "conftest" else
+        "tpucourse: this run counts nothing as done: plugins outside pytest's and the course's hook the test "
+        "reports (*flip.py: pytest_runtest_makereport*",
+        "*reported as passed, but the course saw its test raised WrongResult: a plugin changed the report*",
+        "course: 0/15 chapters*",
+    ])
+    assert _entry(fake_course)["status"] != "done"
+
+
+# ---------------------------------------------------------------- 7. a state file written by hand
+
+
+def test_a_hand_written_state_entry_is_not_from_a_run(fake_course, monkeypatch, capsys):
+    _course(fake_course)
+    root = fake_course.pytester.path
+    fake_course.run().assert_outcomes(passed=2)
+    monkeypatch.chdir(root)
+    cli.main(["progress"])
+    assert "      done  double" in capsys.readouterr().out
+    path = root / ".tpucourse" / "state.json"
+    data = json.loads(path.read_text())
+    data["exercises"]["ch11.double"]["tests_total"] = 3
+    path.write_text(json.dumps(data))
+    cli.main(["progress"])
+    assert "void  double: not from a run (it was changed after its run wrote it)" in capsys.readouterr().out
+    digest = hashlib.sha256((root / "exercises" / "ch11" / "double.py").read_bytes()).hexdigest()
+    path.write_text(json.dumps({"version": 1, "exercises": {"ch11.double": {
+        "status": "done", "tree": "exercises", "tests_passed": 2, "tests_failed": 0, "tests_total": 2,
+        "message": "", "module_sha256": digest, "date": "2026-12-01T00:00:00+00:00"}}}))
+    cli.main(["progress"])
+    out = capsys.readouterr().out
+    assert "void  double: not from a run (no run of its tests wrote it): run its tests again" in out
+    assert "your progress: 0/15 chapters" in out
+
+
+# ---------------------------------------------------------------- 8, 9, 12. how a run ends
+
+
+def test_a_thread_left_running_by_graded_code_does_not_keep_the_run_alive(fake_course):
+    _course(fake_course, "import threading\n\ndef _forever():\n    threading.Event().wait()\n\n"
+                         "threading.Thread(target=_forever).start()\n\n" + CORRECT)
+    result = fake_course.pytester.runpytest_subprocess("-p", "no:cacheprovider", timeout=240)
+    assert result.ret == 0
+    result.stderr.fnmatch_lines(["tpucourse: exercises/ch11/double.py:4 in _forever() (thread '*') is still "
+                                 "running: the run ends here, its results already written"])
+    assert _entry(fake_course)["status"] == "done"
+
+
+def test_a_run_that_ends_without_its_summary_is_said_so(fake_course, monkeypatch, capsys):
+    _course(fake_course, "import os\nos._exit(0)\n")
+    result = fake_course.run()
+    assert result.ret == 0 and "tpucourse" not in result.stdout.str().split("collected")[-1]
+    root = fake_course.pytester.path
+    [unfinished] = run_markers.ended_without_summary(root)
+    assert unfinished.test_files == ("exercises/ch11/test_double.py",)
+    assert not run_markers.reached_summary(root, unfinished.run)
+    monkeypatch.chdir(root)
+    cli.main(["progress"])
+    assert ("WARNING: the run of exercises/ch11/test_double.py started" in capsys.readouterr().out)
+    fake_course.write("exercises", "double", CORRECT)
+    result = fake_course.run()
+    result.assert_outcomes(passed=2)
+    result.stdout.fnmatch_lines(["tpucourse: WARNING the run of exercises/ch11/test_double.py started * (pid *) "
+                                 "ended without its summary: graded code called os._exit(), or the process was "
+                                 "killed; nothing of it was recorded"])
+    assert run_markers.ended_without_summary(root) == [] and run_markers.reached_summary(root, unfinished.run)
+
+
+def test_a_fork_at_import_leaves_no_pytest_behind(fake_course):
+    _course(fake_course, "import os, pathlib\n\nif os.fork() == 0:\n"
+                         "    pathlib.Path(__file__).with_name('child.pid').write_text(str(os.getpid()))\n\n"
+                         + CORRECT)
+    result = fake_course.pytester.runpytest_subprocess("-p", "no:cacheprovider", timeout=240)
+    result.assert_outcomes(passed=2)
+    pid_file = fake_course.pytester.path / "exercises" / "ch11" / "child.pid"
+    end = time.monotonic() + leftovers.FORK_GRACE_SECONDS + 30
+    while not pid_file.exists() and time.monotonic() < end:
+        time.sleep(0.2)
+    child = int(pid_file.read_text())
+    while time.monotonic() < end:
+        try:
+            os.kill(child, 0)
+        except ProcessLookupError:
+            return
+        time.sleep(0.5)
+    os.kill(child, 9)
+    pytest.fail(f"the forked pytest {child} was still running")
+
+
+# ---------------------------------------------------------------- 10, 12. state and records files
+
+
+@pytest.mark.parametrize("make, said", [
+    (lambda path: path.write_bytes(bytes(range(256)) * 4), "is not UTF-8 text"),
+    (lambda path: path.mkdir(), "is a directory, not a file"),
+    (lambda path: path.symlink_to("/dev/zero"), "is not a regular file"),
+])
+def test_a_broken_state_file_is_named_and_read_with_a_limit(tmp_path, make, said):
+    (tmp_path / ".tpucourse").mkdir()
+    make(tmp_path / ".tpucourse" / "state.json")
+    with pytest.raises(state.CorruptState, match=f"{tmp_path}/.tpucourse/state.json {said}.*delete it"):
+        state.read(tmp_path)
+    if "UTF" not in said:  # a records file in its place: one bad line with the path, nothing loaded
+        [bad] = rec.read(tmp_path / ".tpucourse" / "state.json").bad
+        assert str(bad).startswith(f"{tmp_path}/.tpucourse/state.json:0: {said}")
+
+
+def test_a_run_goes_on_when_the_state_file_is_a_directory(fake_course):
+    _course(fake_course)
+    (fake_course.pytester.path / ".tpucourse" / "state.json").mkdir(parents=True)
+    (fake_course.pytester.path / ".tpucourse" / "records.jsonl").symlink_to("/dev/zero")
+    result = fake_course.run()
+    result.assert_outcomes(passed=2)
+    result.stdout.fnmatch_lines(["*progress not saved: */.tpucourse/state.json is a directory, not a file*",
+                                 "gate records: *records.jsonl:0: is not a regular file*",
+                                 "*done  double*"])
+    assert "Traceback" not in result.stdout.str() + result.stderr.str()
+
+
+def test_temporary_files_of_a_killed_writer_are_removed(tmp_path):
+    (tmp_path / ".tpucourse").mkdir()
+    left = tmp_path / ".tpucourse" / ".state.json.abc123.tmp"
+    left.write_text("{half")
+    state.update(tmp_path, lambda data: None)
+    assert not left.exists() and state.read(tmp_path)["version"] == state.VERSION
+
+
+# ---------------------------------------------------------------- 11. a backend the machine lacks
+
+
+def test_jax_platforms_naming_a_missing_backend_is_a_usage_error(fake_course, monkeypatch):
+    _course(fake_course)
+    monkeypatch.setenv("JAX_PLATFORMS", "cuda")
+    result = fake_course.run()
+    assert result.ret == pytest.ExitCode.USAGE_ERROR
+    result.stderr.fnmatch_lines(["*JAX could not start its backend*check JAX_PLATFORMS=cuda*"])
+    assert "INTERNALERROR" not in result.stdout.str() + result.stderr.str()
