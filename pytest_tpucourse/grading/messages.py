@@ -3,7 +3,6 @@ a hang, and the report of a test that ended in a GradingOutcome."""
 
 from __future__ import annotations
 
-import os
 
 import re
 import traceback
