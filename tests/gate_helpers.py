@@ -18,7 +18,7 @@ from pytest_tpucourse import chips
 from pytest_tpucourse.gates import criteria, judge
 from pytest_tpucourse.gates import records as rec
 from pytest_tpucourse.gates.provenance import Provenance
-from pytest_tpucourse.gates.run import GateRun
+from pytest_tpucourse.gates.run import GateContext, GateRun
 from pytest_tpucourse.gates.timer import Timing
 from pytest_tpucourse.grading.backend import DeviceFacts
 
@@ -82,13 +82,16 @@ def gate_run(tmp_path, gate=3, platform="tpu", device_kind=V5E_KIND, chip="v5e",
              interpret_requested=False, devices=1, live_device=None, modules=None, tree_root=None,
              rehearsal=None) -> GateRun:
     """A GateRun writing to tmp_path/r.jsonl, judged by the real thresholds, timed by a fake."""
+    context = GateContext(registry=chips.ChipRegistry(), chip=chips.get_chip(chip),
+                          device=DeviceFacts(platform, device_kind, devices),
+                          records_path=rehearsal.path if rehearsal else tmp_path / "r.jsonl", root=None,
+                          interpret_requested=interpret_requested, kernels_native=kernels_native,
+                          rehearsal=rehearsal)
     return GateRun(
-        gate=judge.snapshot()[gate], chapter=criteria.gate(gate).chapter, test_id="t::gate",
-        chip=chips.get_chip(chip), device=DeviceFacts(platform, device_kind, devices),
+        context, gate=gate, chapter=criteria.gate(gate).chapter, test_id="t::gate",
         provenance=Provenance(platform, device_kind, "0.10.2", "0.10.2", None, None, None, tree, modules or {}),
-        records_path=rehearsal.path if rehearsal else tmp_path / "r.jsonl", harness=harness or FakeHarness(seconds or {}), store=FakeStore(),
-        marker_cost=marker_cost, kernels_native=kernels_native, interpret_requested=interpret_requested,
-        live_device=live_device, tree_root=tree_root, rehearsal=rehearsal)
+        harness=harness or FakeHarness(seconds or {}), store=FakeStore(), marker_cost=marker_cost,
+        live_device=live_device, tree_root=tree_root)
 
 
 def make_record(**kw) -> rec.Record:

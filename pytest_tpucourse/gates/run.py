@@ -77,28 +77,29 @@ def test_outcome(results) -> tuple[str, str] | None:
 class GateRun:
     """Measures, judges and records the rows of one gate test."""
 
-    def __init__(self, *, gate: gate_criteria.Gate, chapter: str, test_id: str, chip: chips.Chip,
-                 device: DeviceFacts, provenance: Provenance, records_path: Path, harness=None,
-                 store=None, marker_cost: Cost | None = None, kernels_native: bool = False,
-                 interpret_requested: bool = False, live_device=None, root: Path | None = None,
-                 tree_root: Path | None = None, rehearsal=None):
-        self.gate = gate  # from the thresholds captured when the run started
+    def __init__(self, context: GateContext, *, gate: int, chapter: str, test_id: str, provenance: Provenance,
+                 harness=None, store=None, marker_cost: Cost | None = None, live_device=None,
+                 tree_root: Path | None = None):
+        self.context = context  # what every gate test of the run shares: chip, device, where rows go
+        self.gate = context.gates[gate]  # from the thresholds captured when the run started
         self.chapter = chapter
         self.test_id = test_id
-        self.chip = chip
-        self.device = device
         self.provenance = provenance
-        self.records_path = Path(records_path)
         self.harness = harness
         self.store = store
         self.marker_cost = marker_cost  # from the test's @pytest.mark.roofline(flops=, bytes=)
-        self.kernels_native = kernels_native  # Pallas kernels run compiled on this chip
-        self.interpret_requested = interpret_requested  # --interpret tpu|fast: nothing is timed
         self._live_device = live_device  # reads the device again when a measured row is written
-        self.root = root
         self.tree_root = tree_root  # the graded tree: a gate's kernel must be defined in it
-        self.rehearsal = rehearsal  # a rehearsal.Rehearsal: the path runs as on the chip, on a stand-in clock
         self.results: list[GateResult] = []
+
+    # The run's shared facts, read from its GateContext.
+    chip = property(lambda self: self.context.chip)
+    device = property(lambda self: self.context.device)
+    records_path = property(lambda self: Path(self.context.records_path))
+    root = property(lambda self: self.context.root)
+    kernels_native = property(lambda self: self.context.kernels_native)  # Pallas kernels run compiled here
+    interpret_requested = property(lambda self: self.context.interpret_requested)  # nothing is timed
+    rehearsal = property(lambda self: self.context.rehearsal)  # on the chip's path, on a stand-in clock
 
     # ------------------------------------------------------------ what the run is
 

@@ -304,13 +304,10 @@ class CourseSession:
             self._harness, store = gates.rehearsal.harness, KeptFromBenchmark(store)
         elif gates.on_accelerator and self._harness is None:
             self._harness = timer.harness_for(gates.platform)
-        return GateRun(gate=gates.gates[number], chapter=chapter_id, test_id=item.nodeid, chip=gates.chip,
-                       device=gates.device,
+        return GateRun(gates, gate=number, chapter=chapter_id, test_id=item.nodeid,
                        provenance=provenance(gates.platform, gates.device_kind, self.course.root, label, modules),
-                       records_path=gates.records_path, harness=self._harness, store=store,
-                       marker_cost=markers.roofline_cost(item), kernels_native=gates.kernels_native,
-                       interpret_requested=gates.interpret_requested, live_device=backend.device_facts,
-                       root=self.course.root, tree_root=self.tree.root, rehearsal=gates.rehearsal)
+                       harness=self._harness, store=store, marker_cost=markers.roofline_cost(item),
+                       live_device=backend.device_facts, tree_root=self.tree.root)
 
     def gate_test_outcome(self, results) -> tuple[str, str] | None:
         """A gate test's outcome from its results; a rehearsal's fails only on errors in its path."""
