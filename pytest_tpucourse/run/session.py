@@ -607,7 +607,8 @@ def _backend_failed(error: Exception) -> str:
     platforms = os.environ.get("JAX_PLATFORMS")
     named = f"JAX_PLATFORMS={platforms}" if platforms else "JAX_PLATFORMS"
     return (f"JAX could not start its backend ({first}); check {named}: it must name platforms this machine "
-            f"has (cpu; tpu needs a TPU and jax[tpu]; cuda a GPU and jax[cuda]), or be unset")
+            f"has (cpu; JAX_PLATFORMS=tpu needs a TPU and jax[tpu], JAX_PLATFORMS=cuda a GPU and jax[cuda]), "
+            f"or be unset")
 
 
 def _records_path(options: RunOptions, root: Path, tree: GradedTree) -> Path:
