@@ -33,7 +33,7 @@ def add_parser(commands) -> None:
 
 def run(args) -> int:
     if not tpu_compile.available():
-        print(f"tpucourse compile {tpu_compile.INSTALL_LINE}", file=sys.stderr)
+        print(f"tpucourse compile {tpu_compile.missing_line()}", file=sys.stderr)
         return 2
     with tpu_compile.quiet_libtpu_startup():  # JAX's backends start, and libtpu with them
         import jax

@@ -228,7 +228,7 @@ def main(args) -> int:
         from . import tpu_compile
 
         if not tpu_compile.available():
-            raise ValueError(f"--chip {tpu_compile.INSTALL_LINE}")
+            raise ValueError(f"--chip {tpu_compile.missing_line()}")
         with tpu_compile.quiet_libtpu_startup():  # JAX's backends start, and libtpu with them
             import jax
 

@@ -17,6 +17,7 @@ from ..course import (EXERCISES, Course, CourseDataError, Exercise, find_course_
 from ..gates import records as rec
 from ..gates import report
 from . import self_test, state
+from .progress import compiler_unchecked_note
 from .next_up import next_exercise, shipped
 from .status import Status
 
@@ -72,6 +73,8 @@ def progress_lines(course: Course, data: dict, gates: report.LearnerGates) -> li
                 line += f": {entry['message']}" + (f"  [{failed} tests failed]" if failed > 1 else "")
             elif status == Status.CHANGED:
                 line += ": passed, then edited: run its tests again"
+            elif status == Status.DONE and entry.get("compiler_unchecked", [0])[0]:
+                line += f": {compiler_unchecked_note(*entry['compiler_unchecked'])}"
             if data.get("solutions_read", {}).get(exercise.key, {}).get("before_done"):
                 line += "  (its solution was read before it was done)"
             elif status == Status.PARTIAL:
