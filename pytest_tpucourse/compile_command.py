@@ -51,7 +51,9 @@ def run(args) -> int:
     call = (f"{args.target}({', '.join(f'{d}[{_dims(s)}]' for s, d in zip(shapes, dtypes))}"
             + "".join(f", {k}={v!r}" for k, v in kwargs.items()) + ")")
     print(f"{call} for {args.chip} (topology {tpu_compile.TOPOLOGIES.get(args.chip, '?')})")
-    print(f"static compiler output of {tpu_compile.READ_AGAINST}, ahead of time: "
+    import jax
+
+    print(f"static compiler output of libtpu {tpu_compile.libtpu_version()} with jax {jax.__version__}, ahead of time: "
           "nothing ran and nothing was timed")
     try:
         compiled = tpu_compile.compile_for(function, *structs, chip=args.chip, dumps=True, **kwargs)
