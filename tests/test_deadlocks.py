@@ -25,11 +25,10 @@ KERNELS = """
         barrier = pltpu.get_barrier_semaphore()
         if wait_first:  # every device waits for a signal that no device has sent yet
             pl.semaphore_wait(barrier, 1)
-        pl.semaphore_signal(barrier, 1, device_id=(left,), device_id_type=pl.DeviceIdType.MESH)
+        pl.semaphore_signal(barrier, 1, device_id=(left,))
         if not wait_first:
             pl.semaphore_wait(barrier, 1)
-        copy = pltpu.make_async_remote_copy(x_ref, o_ref, send, recv, device_id=(right,),
-                                            device_id_type=pl.DeviceIdType.MESH)
+        copy = pltpu.make_async_remote_copy(x_ref, o_ref, send, recv, device_id=(right,))
         copy.start()
         copy.wait()
 

@@ -76,7 +76,7 @@ def _ring(body, *, handshake=True, compiler_params=pltpu.CompilerParams(collecti
         me = lax.axis_index("x")
         if handshake:
             barrier = pltpu.get_barrier_semaphore()
-            pl.semaphore_signal(barrier, 1, device_id=(lax.rem(me + 3, 4),), device_id_type=pl.DeviceIdType.MESH)
+            pl.semaphore_signal(barrier, 1, device_id=(lax.rem(me + 3, 4),))
             pl.semaphore_wait(barrier, 1)
         body(x_ref, o_ref, buf, sems, lax.rem(me + 1, 4))
 
@@ -90,8 +90,7 @@ def _ring(body, *, handshake=True, compiler_params=pltpu.CompilerParams(collecti
 
 
 def _send(x_ref, o_ref, buf, sems, right, *, compute_while_in_flight=True):
-    copy = pltpu.make_async_remote_copy(x_ref, buf, sems.at[0], sems.at[1], device_id=(right,),
-                                        device_id_type=pl.DeviceIdType.MESH)
+    copy = pltpu.make_async_remote_copy(x_ref, buf, sems.at[0], sems.at[1], device_id=(right,))
     copy.start()
     if compute_while_in_flight:
         o_ref[...] = jnp.dot(x_ref[...], x_ref[...].T)[:, :1] * 0 + x_ref[...]

@@ -26,8 +26,8 @@ from pytest_tpucourse.core import jax_internals, kept_files
 from pytest_tpucourse.checking import tpu_rules
 from pytest_tpucourse.grading import compiled
 from pytest_tpucourse.grading.compiled import (
-    KERNEL_PROGRAM_OPTIONS,
     CompiledPrograms,
+    kernel_program_options,
     runs_interpreted_kernel,
 )
 from pytest_tpucourse.core.outcomes import WrongResult
@@ -76,14 +76,14 @@ def test_the_checkers_own_programs_compile_cheaply_on_a_cpu_and_graded_ones_with
 
     programs.get(oracle, {}, checker=True)(x)
     programs.get(oracle, {})(x)  # the same function graded: a program of its own, XLA's defaults
-    assert seen == [KERNEL_PROGRAM_OPTIONS, None]
+    assert seen == [kernel_program_options(), None]
 
 
 @pytest.fixture
 def kept_kernel_programs(tmp_path):
     """Programs with host callbacks compiled as a run compiles them, kept in tmp_path."""
     previous = jax_internals.compile_host_callback_programs(
-        jax_internals.HostCallbackPrograms(tmp_path, tuple(KERNEL_PROGRAM_OPTIONS.items())))
+        jax_internals.HostCallbackPrograms(tmp_path, tuple(kernel_program_options().items())))
     yield tmp_path
     jax_internals.compile_host_callback_programs(previous)
 

@@ -61,6 +61,46 @@ def test_without_libtpu_the_compile_check_skips_with_one_line(fake_course, pytes
                                  "*1 passed, 1 skipped*"])
 
 
+# What a laptop that is not Linux x86_64 (a Mac) has: no libtpu wheel. The run's conftest makes
+# the availability probe see such a machine; libtpu is hidden too, as it would not be installed.
+NO_LIBTPU_WHEEL = """
+    from pytest_tpucourse import tpu_compile
+
+    tpu_compile.ships_here = lambda: False
+"""
+
+
+@pytest.mark.parametrize("system, machine, ships", [
+    ("Linux", "x86_64", True), ("Darwin", "arm64", False), ("Linux", "aarch64", False),
+    ("Windows", "AMD64", False),
+])
+def test_libtpu_ships_for_linux_x86_64_only(monkeypatch, system, machine, ships):
+    import platform
+
+    monkeypatch.setattr(platform, "system", lambda: system)
+    monkeypatch.setattr(platform, "machine", lambda: machine)
+    assert libtpu.ships_here() is ships
+    assert libtpu.missing_line() == (libtpu.INSTALL_LINE if ships else libtpu.NOT_SHIPPED_LINE)
+
+
+def test_without_a_libtpu_wheel_compiler_checks_say_so_and_progress_notes_them(
+        fake_course, pytester, monkeypatch, capsys):
+    _hide_libtpu(pytester, monkeypatch)
+    pytester.makeconftest(NO_LIBTPU_WHEEL)
+    fake_course.test_file(COMPILE_TEST)
+    fake_course.write("exercises", "double", "def double(x):\n    return x * 2\n")
+    result = fake_course.run("-rs")
+    assert result.ret == pytest.ExitCode.OK, result.stdout.str()
+    result.stdout.fnmatch_lines([
+        "*done  double * 1/2 tests passed; 1 compiler check not checked here (libtpu runs on Linux x86_64 only)",
+        "SKIPPED * not checked here (libtpu runs on Linux x86_64 only)"])
+    monkeypatch.chdir(pytester.path)
+    assert main.main(["progress"]) == 0
+    out = capsys.readouterr().out
+    assert "1/1 exercises" in out
+    assert "      done  double: 1 compiler check not checked here (libtpu runs on Linux x86_64 only)" in out
+
+
 def double(x, *, block):
     """A kernel doubling x in `block`-shaped blocks: the cheapest compile that still pipelines."""
     return pl.pallas_call(

@@ -276,7 +276,7 @@ def test_xray_command_with_a_chip_reads_the_tpu_compilers_hlo(capsys, monkeypatc
             "512x256:bfloat16", "1x256", "--color", "never", "--chip", "v5e"]
     assert main.main(argv) == 0
     out = capsys.readouterr().out
-    assert "optimized HLO: XLA:TPU of libtpu 0.0.42" in out and "topology v5e:2x2" in out
+    assert f"optimized HLO: XLA:TPU of libtpu {libtpu.libtpu_version()}" in out and "topology v5e:2x2" in out
     assert re.search(r"programs\.py:31  return pl\.pallas_call\(\n\S+ = pallas_call .*custom-call \"tpu_custom", out), out
     assert main.main(argv[:-1] + ["v9"]) == 2
     assert "did not trace, lower and compile for a v9 with the real TPU compiler" in capsys.readouterr().err

@@ -25,8 +25,9 @@ BODIES = {  # what the kernel does to its block x; each stores the result in its
 LOWERING_VERDICTS = ("ok", "block shape", "unsupported op")
 VERDICTS = LOWERING_VERDICTS + ("tiling", "mosaic", "vmem")
 
-# (body, shape, dtype, block, chip). Each verdict was measured on jax 0.10.2 with libtpu 0.0.42.1
-# before it shipped (the chapter's README has the table); the tests ask the toolchain again.
+# (body, shape, dtype, block, chip). Each verdict was measured with libtpu 0.0.42.1 (jax 0.10.2) and
+# 0.0.50.1 (jax 0.12) before it shipped (the chapter's README has the table, a column per libtpu);
+# the tests ask the installed toolchain again, and pass its version to the prediction.
 CATALOGUE = (
     ("copy", (64, 256), "float32", (8, 128), "v5e"),
     ("copy", (64, 256), "float32", (4, 128), "v5e"),
@@ -84,15 +85,17 @@ def toolchain_verdict(body, shape, dtype, block, chip, *, compile: bool) -> tupl
 
 def check(impl, entry, *, compile: bool):
     body, shape, dtype, block, chip = entry
-    predicted = impl.verdicts.predict_verdict(body, shape, dtype, block, chip)
+    libtpu = tpu_compile.libtpu_release() or tpu_compile.NEWEST_MEASURED
+    predicted = impl.verdicts.predict_verdict(body, shape, dtype, block, chip, libtpu=libtpu)
     display = impl.verdicts.predict_verdict.display
-    call = f"predict_verdict({body!r}, {shape}, {dtype!r}, {block}, {chip!r})"
+    call = f"predict_verdict({body!r}, {shape}, {dtype!r}, {block}, {chip!r}, libtpu={libtpu})"
     assert predicted in VERDICTS, f"{display}: {call} returned {predicted!r}, not one of {VERDICTS}"
     verdict, words = toolchain_verdict(*entry, compile=compile)
     seen = predicted if compile or predicted in LOWERING_VERDICTS else "ok"
     stage = "the lowering and the compiler" if compile else "the lowering (no libtpu here)"
     assert seen == verdict, (
-        f"{display}: {call} predicted {predicted!r}; {stage} say {verdict!r}:\n  {words[:400]}")
+        f"{display}: {call} predicted {predicted!r}; {stage} say {verdict!r}:\n  {words[:400]}"
+        + (f"\n  {tpu_compile.unmeasured_line()}" if compile and not tpu_compile.measured() else ""))
 
 
 @pytest.mark.parametrize("entry", CATALOGUE, ids=lambda e: f"{e[0]}-{e[2]}-{e[3][0]}x{e[3][1]}-{e[4]}")

@@ -14,7 +14,8 @@ shape[1] // block[1]), one input of `shape` and `dtype` in `block`-shaped blocks
 import numpy as np
 
 
-def predict_verdict(body: str, shape: tuple, dtype: str, block: tuple, chip: str = "v5e") -> str:
+def predict_verdict(body: str, shape: tuple, dtype: str, block: tuple, chip: str = "v5e",
+                    libtpu: tuple = (0, 0, 50)) -> str:
     """The first verdict the toolchain reaches for this kernel on `chip`, one of:
 
     "ok"              lowered and compiled
@@ -25,6 +26,8 @@ def predict_verdict(body: str, shape: tuple, dtype: str, block: tuple, chip: str
     "vmem"            the compiler: the blocks do not fit the scoped VMEM (E1001)
 
     The lowering runs first, then the compiler: a kernel refused by the lowering never
-    reaches the compiler. chip is "v5e", "v5p", "v6e" or "v7x".
+    reaches the compiler. chip is "v5e", "v5p", "v6e" or "v7x". libtpu is the compiler's
+    version, (0, 0, 42) or (0, 0, 50): the graded tests pass the installed one, and two of
+    0.0.42's refusals are gone in 0.0.50 (the README's catalogue has both columns).
     """
     raise NotImplementedError("write predict_verdict(): the lowering's rules first, then the compiler's")

@@ -34,7 +34,7 @@ def add_parser(commands) -> None:
 
 def run(args) -> int:
     if not libtpu.available():
-        print(f"tpucourse compile {libtpu.INSTALL_LINE}", file=sys.stderr)
+        print(f"tpucourse compile {libtpu.missing_line()}", file=sys.stderr)
         return 2
     with libtpu.quiet_libtpu_startup():  # JAX's backends start, and libtpu with them
         import jax
@@ -52,7 +52,9 @@ def run(args) -> int:
     call = (f"{args.target}({', '.join(f'{d}[{_dims(s)}]' for s, d in zip(shapes, dtypes))}"
             + "".join(f", {k}={v!r}" for k, v in kwargs.items()) + ")")
     print(f"{call} for {args.chip} (topology {chips.COMPILE_TOPOLOGIES.get(args.chip, '?')})")
-    print(f"static compiler output of {libtpu.READ_AGAINST}, ahead of time: "
+    import jax
+
+    print(f"static compiler output of libtpu {libtpu.libtpu_version()} with jax {jax.__version__}, ahead of time: "
           "nothing ran and nothing was timed")
     try:
         compiled = libtpu.compile_for(function, *structs, chip=args.chip, dumps=True, **kwargs)

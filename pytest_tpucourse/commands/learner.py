@@ -26,6 +26,7 @@ from ..gates import records as rec
 from ..gates import report
 from ..learner import run_markers, self_test, state
 from ..learner.next_up import next_exercise, shipped
+from ..learner.progress import compiler_unchecked_note
 from ..learner.status import Status
 
 
@@ -85,6 +86,8 @@ def progress_lines(course: Course, data: dict, gates: report.LearnerGates) -> li
                 unearned = state.why_not_from_a_run(data, exercise.key)
                 line += (f": not from a run ({unearned}): run its tests again" if unearned
                          else f": not counted: {entry.get('message')}")
+            elif status == Status.DONE and entry.get("compiler_unchecked", [0])[0]:
+                line += f": {compiler_unchecked_note(*entry['compiler_unchecked'])}"
             if data.get("solutions_read", {}).get(exercise.key, {}).get("before_done"):
                 line += "  (its solution was read before it was done)"
             elif status == Status.PARTIAL:

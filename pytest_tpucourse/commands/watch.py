@@ -142,7 +142,12 @@ def changed_paths(course: Course, changes) -> list[str]:
 
 
 def main(args) -> int:
-    import watchfiles
+    try:
+        import watchfiles
+    except ImportError:  # the course runs without it; only this command needs the OS's file events
+        raise learner.CommandError("needs watchfiles: pip install watchfiles "
+                                    "(or, in the course checkout, pip install -e .); pytest runs "
+                                    "the exercises without it") from None
 
     course = learner.course_here()
     try:

@@ -41,8 +41,14 @@ from pathlib import Path
 from ..chips import COMPILE_TOPOLOGIES, DEFAULT_CHIP, Chip
 from ..core import kept_files
 
-READ_AGAINST = "jax/jaxlib 0.10.2 with libtpu 0.0.42.1"
+READ_AGAINST = "jax/jaxlib 0.10.2 with libtpu 0.0.42.1; jax/jaxlib 0.12.0.1 with libtpu 0.0.50.1"
 INSTALL_LINE = "needs the real TPU compiler: pip install -e '.[tpu-compile]'"
+NOT_SHIPPED_LINE = "not checked here (libtpu runs on Linux x86_64 only)"
+# The libtpu releases whose figures the chapters quote (the pairs pyproject.toml installs):
+# a figure that moved between them is kept once per release, where the lesson cannot
+# derive it from the compiler at hand.
+MEASURED_LIBTPU = ((0, 0, 42), (0, 0, 50))
+NEWEST_MEASURED = MEASURED_LIBTPU[-1]
 
 
 # What libtpu prints on stderr when it starts on a machine without a TPU: harmless.
@@ -56,10 +62,20 @@ _STARTUP_NOISE = re.compile(
 _available: bool | None = None
 
 
+def ships_here() -> bool:
+    """Whether libtpu has a wheel for this machine: Linux on x86_64 only (no Mac, no ARM)."""
+    import platform
+
+    return platform.system() == "Linux" and platform.machine().lower() in ("x86_64", "amd64")
+
+
 def available() -> bool:
     """Whether libtpu can be imported here (the `tpu-compile` extra is installed)."""
     global _available
     if _available is None:
+        if not ships_here():
+            _available = False
+            return _available
         try:
             import libtpu  # noqa: F401
             _available = True
@@ -78,6 +94,29 @@ def libtpu_version() -> str:
         return "?"
 
 
+def libtpu_release() -> tuple[int, ...] | None:
+    """The installed libtpu's release, its first three numbers ((0, 0, 42)); None without it."""
+    numbers = re.findall(r"\d+", libtpu_version())[:3]
+    return tuple(int(n) for n in numbers) if len(numbers) == 3 else None
+
+
+def measured() -> bool:
+    """Whether the installed libtpu is one whose figures the chapters quote (MEASURED_LIBTPU)."""
+    return libtpu_release() in MEASURED_LIBTPU
+
+
+def unmeasured_line() -> str:
+    """What to say where the installed libtpu is none the course measured."""
+    known = ", ".join(".".join(map(str, r)) for r in MEASURED_LIBTPU)
+    return (f"libtpu {libtpu_version()} is not one this course was measured with ({known}): "
+            f"its verdicts may have moved; pyproject.toml's tpu-compile extra installs a measured one")
+
+
+def missing_line() -> str:
+    """Why a compiler check cannot run here: no wheel for this machine, or the extra not installed."""
+    return INSTALL_LINE if ships_here() else NOT_SHIPPED_LINE
+
+
 def _jax_version() -> str:
     import jax
 
@@ -89,12 +128,12 @@ def skip_unless_available() -> None:
     if not available():
         import pytest
 
-        pytest.skip(INSTALL_LINE)
+        pytest.skip(missing_line())
 
 
 class TpuCompilerMissing(RuntimeError):
     def __init__(self):
-        super().__init__(INSTALL_LINE)
+        super().__init__(missing_line())
 
 
 @contextlib.contextmanager

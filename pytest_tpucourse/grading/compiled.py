@@ -9,7 +9,7 @@ on values, NumPy calls on arrays) or that fails in any way is run again eagerly,
 so the learner sees the error of their code as written, never a tracer's.
 
 A program that runs a kernel under interpret mode on a CPU is compiled with
-`KERNEL_PROGRAM_OPTIONS`, its own compiler options: such a program is mostly host
+`kernel_program_options()`, its own compiler options: such a program is mostly host
 callbacks and loops, XLA compiles it two to three times faster without its
 optimisations, and it runs as fast (docs/speed.md). The checker's own programs on a CPU
 (oracles and floors: `checker=True`) compile with them too: each runs once or twice per
@@ -21,6 +21,8 @@ which some exercises read, stays what it was.
 from __future__ import annotations
 
 import functools
+import logging
+import threading
 from pathlib import Path
 
 from ..core import jax_internals, kept_files
@@ -28,18 +30,66 @@ from . import backend
 from ..readers.call_keys import call_key, is_array
 
 # XLA's CPU compiler options for kernel programs under interpret mode. Each shortens the
-# compile of the course's kernels without slowing their runs (bench/compile_options.py):
+# compile of the course's kernels without slowing their runs (bench/compile_options.py).
+# Wanted, not assumed: XLA drops options between versions (jaxlib 0.12's XLA no longer knows
+# `xla_cpu_use_fusion_emitters`, and refuses to compile with it), so a run uses the ones the
+# installed XLA accepts (kernel_program_options).
 KERNEL_PROGRAM_OPTIONS = {
     "xla_backend_optimization_level": 0,  # LLVM's optimisation level
     "xla_llvm_disable_expensive_passes": True,
-    "xla_cpu_use_fusion_emitters": False,  # the older elemental emitters: a fraction of the compile
+    "xla_cpu_use_fusion_emitters": False,  # the older elemental emitters (jaxlib 0.10-0.11 only)
 }
 KERNEL_PROGRAM_CACHE = "kernel-programs"  # the folder of --jax-cache that keeps them
+
+logger = logging.getLogger(__name__)
+_probe_lock = threading.Lock()
+
+
+@functools.cache
+def _accepted(options: tuple) -> dict:
+    with _probe_lock:
+        return _probe(dict(options))
+
+
+def kernel_program_options() -> dict:
+    """KERNEL_PROGRAM_OPTIONS less those the installed XLA rejects, probed once per process.
+
+    One compile of a one-op program with all of them (a few ms); only if XLA rejects that,
+    one per option, and each rejected one is left out with a debug line. Starts JAX's
+    backend if nothing has: call it where a program is about to be compiled.
+    """
+    return _accepted(tuple(KERNEL_PROGRAM_OPTIONS.items()))
+
+
+def _probe(options: dict) -> dict:
+    if _compiles_with(options) is None:
+        return options
+    accepted = {}
+    for name, value in options.items():
+        error = _compiles_with({name: value})
+        if error is None:
+            accepted[name] = value
+        else:
+            logger.debug("XLA compile option %s=%r left out: %s", name, value, error)
+    return accepted
+
+
+def _compiles_with(options: dict) -> str | None:
+    """None if a one-op CPU program compiles with these XLA options, else XLA's first line."""
+    import jax
+    import numpy as np
+
+    try:
+        one = jax.device_put(np.float32(1), jax.devices("cpu")[0])
+        jax.jit(lambda x: x + 1).lower(one).compile(compiler_options=options)
+    except Exception as error:  # "No such compile option", or a value of the wrong type
+        return (str(error).strip().splitlines() or [type(error).__name__])[0]
+    return None
 
 
 def compile_kernel_programs(directory: Path | None) -> None:
     """From now on, every program with host callbacks this process compiles on a CPU compiles
-    with KERNEL_PROGRAM_OPTIONS and is kept in `directory` across runs (None: not kept).
+    with kernel_program_options() and is kept in `directory` across runs (None: not kept).
 
     These are the kernels under interpret mode, and the per-core programs the interpreter
     compiles while it runs a kernel on several simulated cores (the race check), each
@@ -48,7 +98,7 @@ def compile_kernel_programs(directory: Path | None) -> None:
     `stop_compiling_kernel_programs` restores JAX's own way at its end.
     """
     jax_internals.compile_host_callback_programs(
-        jax_internals.HostCallbackPrograms(directory, tuple(KERNEL_PROGRAM_OPTIONS.items())))
+        jax_internals.HostCallbackPrograms(directory, tuple(kernel_program_options().items())))
 
 
 def stop_compiling_kernel_programs() -> None:
@@ -72,7 +122,7 @@ class CompiledPrograms:
         the others (block sizes, flags, scales) are compile-time, and the program is kept
         per (function, those values), so every call that binds the same ones shares one
         jit cache. Shared by the graded calls and by the checker's oracles and floors
-        (checker=True: compiled with KERNEL_PROGRAM_OPTIONS on a CPU).
+        (checker=True: compiled with kernel_program_options() on a CPU).
         """
         import jax
 
@@ -99,7 +149,7 @@ class Program:
 
     Called like the jitted function. The first call with a signature (the arrays' shapes,
     dtypes and placements, and the JAX settings a trace depends on, the interpret mode among
-    them) traces it, compiles it (with KERNEL_PROGRAM_OPTIONS where it runs a kernel under
+    them) traces it, compiles it (with kernel_program_options() where it runs a kernel under
     interpret mode on a CPU, or on a CPU at all with cheap_on_cpu) and keeps the executable;
     later calls run that executable.
     """
@@ -132,7 +182,7 @@ class Program:
         """Lower and compile a trace of this program (XLA's work, no learner code), and keep it."""
         cheap = ((self.cheap_on_cpu and _platforms(args, traced) == {"cpu"})
                  or runs_interpreted_kernel(stage.jaxpr, args, traced))
-        executable = stage.lower().compile(compiler_options=KERNEL_PROGRAM_OPTIONS if cheap else None)
+        executable = stage.lower().compile(compiler_options=kernel_program_options() if cheap else None)
         key = _signature(args, traced)
         if key is not None:
             self._executables[key] = executable

@@ -284,7 +284,7 @@ def main(args) -> int:
         from ..compiler import libtpu
 
         if not libtpu.available():
-            raise ValueError(f"--chip {libtpu.INSTALL_LINE}")
+            raise ValueError(f"--chip {libtpu.missing_line()}")
         with libtpu.quiet_libtpu_startup():  # JAX's backends start, and libtpu with them
             import jax
 

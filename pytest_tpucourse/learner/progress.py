@@ -34,6 +34,7 @@ class ExerciseResults:
     failed: set[str] = field(default_factory=set)
     todo: set[str] = field(default_factory=set)
     skipped: set[str] = field(default_factory=set)
+    compiler_unchecked: dict[str, str] = field(default_factory=dict)  # skipped without libtpu: why
     deselected: set[str] = field(default_factory=set)
     unseen_tests: bool = False  # a filter (--lf, file::test ids) may have dropped tests unseen
     messages: dict[str, int] = field(default_factory=dict)  # each failure's headline: how many tests
@@ -156,6 +157,9 @@ class RunProgress:
                     entry.edits[nodeid] = edits
             elif report.skipped:
                 entry.skipped.add(nodeid)
+                why = compiler_missing(report)
+                if why:
+                    entry.compiler_unchecked[nodeid] = why
             elif report.when == "call":
                 entry.passed.add(nodeid)
             if is_todo or report.failed:
@@ -245,6 +249,21 @@ class RunProgress:
 MESSAGES_SHOWN = 3
 
 
+def compiler_missing(report) -> str:
+    """The skip reason of a compiler check that could not run here (no libtpu), else ""."""
+    from .. import tpu_compile
+
+    reason = report.longrepr[2] if isinstance(report.longrepr, tuple) else str(report.longrepr or "")
+    lines = (tpu_compile.NOT_SHIPPED_LINE, tpu_compile.INSTALL_LINE)
+    return next((line for line in lines if line in reason), "")
+
+
+def compiler_unchecked_note(count: int, why: str) -> str:
+    """"2 compiler checks not checked here (libtpu runs on Linux x86_64 only)"."""
+    checks = f"{count} compiler check" + ("" if count == 1 else "s")
+    return f"{checks} {why}" if why.startswith("not checked here") else f"{checks} not run ({why})"
+
+
 def _exercise_line(entry: ExerciseResults) -> str:
     ran = len(entry.passed | entry.failed | entry.todo)
     total = len(entry.collected | entry.deselected)
@@ -257,6 +276,8 @@ def _exercise_line(entry: ExerciseResults) -> str:
             line += "\n        " + message
     if entry.status == Status.NOT_COUNTED:
         line += f", not counted: {entry.not_counted}"
+    if entry.status == Status.DONE and entry.compiler_unchecked:
+        line += f"; {compiler_unchecked_note(len(entry.compiler_unchecked), next(iter(entry.compiler_unchecked.values())))}"
     if entry.status in (Status.TODO, Status.FAILED):
         shown = list(entry.messages.items())[:MESSAGES_SHOWN]
         for message, count in shown:

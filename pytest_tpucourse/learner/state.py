@@ -192,6 +192,9 @@ def record_results(course, results, run_id: str, imported: dict | None = None, *
                 "run": run_id,
                 "date": stamp,
             }
+            if entry.compiler_unchecked:  # done, but its compiler checks could not run here
+                written["compiler_unchecked"] = [len(entry.compiler_unchecked),
+                                                 next(iter(entry.compiler_unchecked.values()))]
             written["seal"] = seal(key, written)
             data["exercises"][key] = written
         data["runs"][run_id] = {"date": stamp, "exercises": sorted(k for k, e in results.items()

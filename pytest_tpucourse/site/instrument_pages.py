@@ -39,7 +39,7 @@ STREAMING = """
 
 XRAY = """
 <section class="panel"><p class="note">The same page <code>tpucourse xray FILE.py:function --html</code> writes
-(pytest_tpucourse/xray_render.py, ir_xray.py), of one dense layer: hover an op and its counterparts light up
+(pytest_tpucourse/instruments/xray_page.py, xray.py), of one dense layer: hover an op and its counterparts light up
 in the other two layers. The optimized HLO is this machine's XLA, as the page's first line says.</p>
 <iframe id="xray" src="xray.html" title="the IR x-ray"></iframe></section>
 """

@@ -37,14 +37,13 @@ def all_gather_kernel(x_ref, o_ref, local_sem, send_sems, recv_sems, *, axis_nam
     own.wait()
 
     barrier = pltpu.get_barrier_semaphore()
-    pl.semaphore_signal(barrier, 1, device_id=(left,), device_id_type=pl.DeviceIdType.MESH)
+    pl.semaphore_signal(barrier, 1, device_id=(left,))
     pl.semaphore_wait(barrier, 1)
 
     for step in range(size - 1):
         slot = pl.ds(lax.rem(me - step + size, size) * rows, rows)
         hop = pltpu.make_async_remote_copy(o_ref.at[slot], o_ref.at[slot], send_sems.at[step],
-                                           recv_sems.at[step], device_id=(right,),
-                                           device_id_type=pl.DeviceIdType.MESH)
+                                           recv_sems.at[step], device_id=(right,))
         hop.start()
         hop.wait()  # my slot has left, and the left neighbour's slot of this step has landed
 

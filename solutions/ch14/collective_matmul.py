@@ -42,7 +42,7 @@ def all_gather_matmul_kernel(x_ref, w_ref, o_ref, buffers, local_sem, send_sems,
     prologue.wait()
 
     barrier = pltpu.get_barrier_semaphore()
-    pl.semaphore_signal(barrier, 1, device_id=(left,), device_id_type=pl.DeviceIdType.MESH)
+    pl.semaphore_signal(barrier, 1, device_id=(left,))
     pl.semaphore_wait(barrier, 1)
 
     for step in range(size):
@@ -52,8 +52,7 @@ def all_gather_matmul_kernel(x_ref, w_ref, o_ref, buffers, local_sem, send_sems,
             if step > 0:
                 pl.semaphore_wait(credit, 1)  # the right neighbour's buffer `other` is free
             hop = pltpu.make_async_remote_copy(buffers.at[held], buffers.at[other], send_sems.at[held],
-                                               recv_sems.at[other], device_id=(right,),
-                                               device_id_type=pl.DeviceIdType.MESH)
+                                               recv_sems.at[other], device_id=(right,))
             hop.start()
         chunk = lax.rem(me - step + size, size)
         o_ref[pl.ds(chunk * rows, rows), :] = jnp.dot(
@@ -61,7 +60,7 @@ def all_gather_matmul_kernel(x_ref, w_ref, o_ref, buffers, local_sem, send_sems,
         if sends:
             hop.wait()  # the next chunk has landed in `other`, and `held` has been sent
             if step < size - 2:  # the left neighbour sends into `held` at its step + 1
-                pl.semaphore_signal(credit, 1, device_id=(left,), device_id_type=pl.DeviceIdType.MESH)
+                pl.semaphore_signal(credit, 1, device_id=(left,))
 
 
 def all_gather_matmul(x: jax.Array, w: jax.Array, *, mesh: jax.sharding.Mesh,

@@ -39,11 +39,10 @@ def permute_kernel(x_ref, o_ref, send_sem, recv_sem, *, axis_name, shift):
     source = ring_neighbour(me, -shift, size)
 
     barrier = pltpu.get_barrier_semaphore()
-    pl.semaphore_signal(barrier, 1, device_id=(source,), device_id_type=pl.DeviceIdType.MESH)
+    pl.semaphore_signal(barrier, 1, device_id=(source,))
     pl.semaphore_wait(barrier, 1)
 
-    copy = pltpu.make_async_remote_copy(x_ref, o_ref, send_sem, recv_sem, device_id=(destination,),
-                                        device_id_type=pl.DeviceIdType.MESH)
+    copy = pltpu.make_async_remote_copy(x_ref, o_ref, send_sem, recv_sem, device_id=(destination,))
     copy.start()
     copy.wait()
 

@@ -39,15 +39,14 @@ def reduce_scatter_kernel(x_ref, o_ref, send_buf, recv_buf, send_sems, recv_sems
         return x_ref[pl.ds(lax.rem(chunk + 2 * size, size) * rows, rows), :].astype(jnp.float32)
 
     barrier = pltpu.get_barrier_semaphore()
-    pl.semaphore_signal(barrier, 1, device_id=(left,), device_id_type=pl.DeviceIdType.MESH)
+    pl.semaphore_signal(barrier, 1, device_id=(left,))
     pl.semaphore_wait(barrier, 1)
 
     partial = own_term(me - 1)
     for step in range(size - 1):
         send_buf[step] = partial
         hop = pltpu.make_async_remote_copy(send_buf.at[step], recv_buf.at[step], send_sems.at[step],
-                                           recv_sems.at[step], device_id=(right,),
-                                           device_id_type=pl.DeviceIdType.MESH)
+                                           recv_sems.at[step], device_id=(right,))
         hop.start()
         hop.wait()  # my partial sum has left, and my left neighbour's has landed
         partial = recv_buf[step] + own_term(me - step - 2)

@@ -84,10 +84,9 @@ def exchange_kernel(x_ref, o_ref, send_sem, recv_sem, *, axis_name):
     me = lax.axis_index(axis_name)
     partner = lax.bitwise_xor(me, 1)  # 0 <-> 1, 2 <-> 3, ...
     barrier = pltpu.get_barrier_semaphore()
-    pl.semaphore_signal(barrier, 1, device_id=(partner,), device_id_type=pl.DeviceIdType.MESH)
+    pl.semaphore_signal(barrier, 1, device_id=(partner,))
     pl.semaphore_wait(barrier, 1)
-    copy = pltpu.make_async_remote_copy(x_ref, o_ref, send_sem, recv_sem, device_id=(partner,),
-                                        device_id_type=pl.DeviceIdType.MESH)
+    copy = pltpu.make_async_remote_copy(x_ref, o_ref, send_sem, recv_sem, device_id=(partner,))
     copy.start()
     copy.wait()
 
