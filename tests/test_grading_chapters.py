@@ -115,12 +115,12 @@ def affected_test_files(chapter: str, module: str) -> list[str]:
 
 def _on_the_compiler_installed(mutant):
     """A mutant wrong only with an older libtpu is skipped, saying so, where a newer one is installed."""
-    from pytest_tpucourse import tpu_compile
+    from pytest_tpucourse.compiler import libtpu
 
-    release = tpu_compile.libtpu_release()
+    release = libtpu.libtpu_release()
     newer = (mutant.libtpu_below is not None and release is not None
              and release >= tuple(int(n) for n in mutant.libtpu_below.split(".")))
-    reason = (f"libtpu {tpu_compile.libtpu_version()} accepts what this mistake predicts it refuses "
+    reason = (f"libtpu {libtpu.libtpu_version()} accepts what this mistake predicts it refuses "
               f"(a mistake below libtpu {mutant.libtpu_below})")
     return pytest.param(mutant, id=f"{mutant.chapter}.{mutant.name}",
                         marks=pytest.mark.skipif(newer, reason=reason))

@@ -64,9 +64,9 @@ def test_without_libtpu_the_compile_check_skips_with_one_line(fake_course, pytes
 # What a laptop that is not Linux x86_64 (a Mac) has: no libtpu wheel. The run's conftest makes
 # the availability probe see such a machine; libtpu is hidden too, as it would not be installed.
 NO_LIBTPU_WHEEL = """
-    from pytest_tpucourse import tpu_compile
+    from pytest_tpucourse.compiler import libtpu
 
-    tpu_compile.ships_here = lambda: False
+    libtpu.ships_here = lambda: False
 """
 
 

@@ -251,10 +251,10 @@ MESSAGES_SHOWN = 3
 
 def compiler_missing(report) -> str:
     """The skip reason of a compiler check that could not run here (no libtpu), else ""."""
-    from .. import tpu_compile
+    from ..compiler import libtpu
 
     reason = report.longrepr[2] if isinstance(report.longrepr, tuple) else str(report.longrepr or "")
-    lines = (tpu_compile.NOT_SHIPPED_LINE, tpu_compile.INSTALL_LINE)
+    lines = (libtpu.NOT_SHIPPED_LINE, libtpu.INSTALL_LINE)
     return next((line for line in lines if line in reason), "")
 
 
