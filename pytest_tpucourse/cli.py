@@ -13,6 +13,7 @@
     tpucourse xray model.py:loss --shapes 8x128 128x10:bfloat16 [--html xray.html] [--chip v5e]   # the IR x-ray
     tpucourse compile exercises/ch11/matmul.py:matmul --chip v5e --shape 1024x1024,1024x1024 \
         --dtype bfloat16 --kw bm=256       # the real TPU compiler's verdict (the tpu-compile extra)
+    tpucourse grade trees/* --chapters ch01,ch11 --jobs 2 [--shard K/N] --out gradebook.json   # a class
 """
 
 from __future__ import annotations
@@ -99,6 +100,9 @@ def main(argv=None) -> int:
     from . import compile_command
 
     compile_command.add_parser(subcommands)
+    from .classroom import command as grade_command
+
+    grade_command.add_parser(subcommands)
 
     args = parser.parse_args(argv)
     from . import blockspecs, timeline, xray_render
@@ -108,7 +112,7 @@ def main(argv=None) -> int:
                 "mesh": ici.mesh_command,
                 "blockspec": blockspecs.main, "progress": commands.progress, "hint": commands.hint,
                 "reset": commands.reset, "solution": commands.solution, "tick": self_test.tick, "watch": watch.main, "xray": xray_render.main,
-                "compile": compile_command.run, "timeline": timeline.command}
+                "compile": compile_command.run, "timeline": timeline.command, "grade": grade_command.run}
     try:
         return handlers[args.command](args)
     except (ValueError, commands.CommandError) as error:

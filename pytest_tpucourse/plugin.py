@@ -22,6 +22,7 @@ from .session import OPTIONS, SESSION, CourseSession, RunOptions, run_chip
 
 
 GATE_RESULTS = pytest.StashKey[list]()
+RESULTS_RECORD = pytest.StashKey[object]()  # the end-of-run record (classroom/record.py), when asked for
 
 
 def pytest_addhooks(pluginmanager) -> None:
@@ -83,6 +84,11 @@ def pytest_addoption(parser: pytest.Parser) -> None:
         help="gate records file to append to (default: .tpucourse/records.jsonl in the course checkout, "
         "not tracked; bench/records.jsonl takes only --solutions rows)",
     )
+    group.addoption(
+        "--tpucourse-results", metavar="FILE", default=None,
+        help="write this run's end-of-run record to FILE (each exercise's counts, seconds and first "
+        "failure), as its last step; `tpucourse grade` reads it (docs/grading.md)",
+    )
     if importlib.util.find_spec("xdist") is None:  # say what -n needs instead of "unrecognized arguments"
         group.addoption("-n", "--numprocesses", dest="tpucourse_numprocesses", default=None,
                         help="needs pytest-xdist: pip install pytest-xdist (or pip install -e '.[test]')")
@@ -96,10 +102,18 @@ def pytest_configure(config: pytest.Config) -> None:
     if session is not None:
         config.stash[SESSION] = session
         config.pluginmanager.register(session, "tpucourse-session")
+    if config.getoption("tpucourse_results") is not None:
+        from .classroom.record import EndOfRunRecord
+
+        config.stash[RESULTS_RECORD] = record = EndOfRunRecord.from_config(config, session)
+        config.pluginmanager.register(record, "tpucourse-results")
 
 
 @pytest.hookimpl(trylast=True)  # the run's last word: close() may end the process (session.py)
 def pytest_unconfigure(config: pytest.Config) -> None:
+    record = config.stash.get(RESULTS_RECORD, None)
+    if record is not None:
+        record.write()  # before close(), which may end the process
     session = config.stash.get(SESSION, None)
     if session is not None:
         session.close()
