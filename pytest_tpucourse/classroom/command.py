@@ -12,16 +12,14 @@ is gradebook.py's; docs/grading.md has a CI matrix example.
 from __future__ import annotations
 
 import os
-import re
 import shutil
 import tempfile
 import threading
 from concurrent.futures import FIRST_COMPLETED, ThreadPoolExecutor, wait
 from pathlib import Path
-from xml.sax.saxutils import escape, quoteattr
 
 from ..course import find_course_root, load_course
-from . import gradebook, shards
+from . import gradebook, junit, shards
 from .progress_line import ProgressLine
 from .runner import GradingRun, TreeRun, grade_tree
 
@@ -70,7 +68,7 @@ def run(args) -> int:
     if timeout <= 0:
         raise ValueError("--timeout must be positive")
     junit_dir = Path(args.junitxml) if args.junitxml else None
-    junit_names = _junit_names(names) if junit_dir else {}
+    junit_names = junit.file_names(names) if junit_dir else {}
     grading = GradingRun(course_root=course.root, chapters=tuple(chapters), timeout=timeout,
                          jax_cache=args.jax_cache if args.jax_cache == "none" else str(course.root / args.jax_cache),
                          junitxml=junit_dir is not None)
@@ -78,7 +76,7 @@ def run(args) -> int:
     if junit_dir is not None:
         junit_dir.mkdir(parents=True, exist_ok=True)
         for name, run in runs.items():
-            write_junit(run, junit_dir / junit_names[name])
+            junit.write(run, junit_dir / junit_names[name])
     book = gradebook.build(gradebook.course_facts(course, chapters), gradebook.graded_exercises(course, chapters),
                            runs)
     gradebook.write(book, args.out)
@@ -144,25 +142,3 @@ def _tree_names(trees: list[str]) -> list[str]:
     if missing:
         raise ValueError(f"not a directory: {', '.join(missing)}")
     return sorted(names)
-
-
-def _junit_names(names: list[str]) -> dict[str, str]:
-    files = {name: re.sub(r"[^A-Za-z0-9._-]+", "_", name).strip("._") + ".xml" for name in names}
-    clash = sorted(n for n in names if list(files.values()).count(files[n]) > 1)
-    if clash:
-        raise ValueError(f"--junitxml: these trees would share a file name: {', '.join(clash)}")
-    return files
-
-
-def write_junit(run: TreeRun, path: Path) -> None:
-    """The child's own JUnit file; for a tree that crashed or timed out, one error saying so."""
-    if run.finished and run.junit_text:
-        path.write_text(run.junit_text, encoding="utf-8")
-        return
-    details = escape("\n".join(run.last_lines))
-    path.write_text(
-        '<?xml version="1.0" encoding="utf-8"?>\n'
-        f'<testsuites><testsuite name={quoteattr(run.tree)} errors="1" failures="0" skipped="0" tests="1" '
-        f'time="{run.seconds}"><testcase classname="tpucourse.grade" name={quoteattr(run.tree)} '
-        f'time="{run.seconds}"><error message={quoteattr(f"{run.outcome}: {run.message}")}>{details}'
-        '</error></testcase></testsuite></testsuites>\n', encoding="utf-8")
