@@ -1,5 +1,6 @@
 """`tpucourse grade`: one process per tree, the end-of-run record, the gradebook, shards, progress."""
 
+import contextlib
 import io
 import json
 import sys
@@ -251,31 +252,58 @@ def _class_of_five(root: Path) -> list[str]:
     ]
 
 
+def _grade(*argv) -> tuple[int, str]:
+    """`tpucourse grade ...` run in the course checkout; its exit status and what it printed."""
+    out = io.StringIO()
+    with pytest.MonkeyPatch.context() as patch, contextlib.redirect_stdout(out):
+        patch.chdir(REPO)
+        status = cli.main(["grade", *map(str, argv)])
+    return status, out.getvalue()
+
+
+GRADE_CH01 = ("--chapters", "ch01", "--jobs", "2", "--timeout", "400")
+
+
+@pytest.fixture(scope="module")
+def class_of_five(tmp_path_factory):
+    """The five trees graded in one go: (their folder, the trees, the gradebook's path, what it printed)."""
+    root = tmp_path_factory.mktemp("classroom")
+    trees = _class_of_five(root / "class")
+    status, printed = _grade(*trees, *GRADE_CH01, "--junitxml", root / "junit", "--out", root / "gradebook.json")
+    assert status == 0, printed
+    return root, trees, root / "gradebook.json", printed
+
+
 @pytest.mark.runs
-def test_five_trees_of_chapter_one(tmp_path, monkeypatch, capsys):
-    trees = _class_of_five(tmp_path / "class")
-    monkeypatch.chdir(REPO)
-    out = tmp_path / "gradebook.json"
-    assert cli.main(["grade", *trees, "--chapters", "ch01", "--jobs", "2", "--timeout", "400",
-                     "--junitxml", str(tmp_path / "junit"), "--out", str(out)]) == 0
+def test_five_trees_of_chapter_one(class_of_five):
+    root, trees, out, printed = class_of_five
     book = gradebook.read(out)
-    name = {str(tmp_path / "class" / n): n for n in ("solutions", "stubs", "exits", "thread", "skips")}
+    name = {str(root / "class" / n): n for n in ("solutions", "stubs", "exits", "thread", "skips")}
     statuses = {name[tree]: set(_status(book, tree).values()) for tree in book["trees"]}
     assert statuses == {"solutions": {"done"}, "stubs": {"todo"}, "exits": {"crashed"}, "thread": {"timeout"},
                         "skips": {"failed"}}
     assert book["course"]["chapters"] == ["ch01"]
-    solutions = book["trees"][str(tmp_path / "class" / "solutions")]
+    solutions = book["trees"][str(root / "class" / "solutions")]
     assert [(e["passed"], e["total"]) for e in solutions.values()] == [(15, 15), (4, 4), (4, 4)]
-    assert book["runs"][str(tmp_path / "class" / "exits")]["exit_status"] == 0
-    junit = sorted(p.name for p in (tmp_path / "junit").iterdir())
+    assert book["runs"][str(root / "class" / "exits")]["exit_status"] == 0
+    junit = sorted(p.name for p in (root / "junit").iterdir())
     assert len(junit) == 5 and all(n.endswith(".xml") for n in junit)
-    summary = capsys.readouterr().out
-    assert "3/3" in summary and f"wrote {out}" in summary
-    # The shards of the same class, merged, are that gradebook, tree by tree (times aside).
+    assert "3/3" in printed and f"wrote {out}" in printed
+
+
+def _without_times(book: dict) -> dict:
+    return {**book, "trees": {t: {k: {**e, "seconds": None} for k, e in exercises.items()}
+                              for t, exercises in book["trees"].items()},
+            "runs": {t: {**r, "seconds": None, "last_lines": None} for t, r in book["runs"].items()}}
+
+
+@pytest.mark.runs
+def test_the_two_shards_merge_to_the_unsharded_gradebook(class_of_five, tmp_path):
+    root, trees, whole, _ = class_of_five
     halves = [tmp_path / "shard-1.json", tmp_path / "shard-2.json"]
     for k, half in enumerate(halves, 1):
-        subset = shards.shard(book["trees"], k, 2)
-        gradebook.write({**book, "trees": {t: book["trees"][t] for t in subset},
-                         "runs": {t: book["runs"][t] for t in subset}}, half)
-    assert cli.main(["grade", "--merge", *map(str, halves), "--out", str(tmp_path / "all.json"), "-q"]) == 0
-    assert (tmp_path / "all.json").read_text() == out.read_text()
+        assert _grade(*trees, *GRADE_CH01, "--shard", f"{k}/2", "-q", "--out", half)[0] == 0
+    assert _grade("--merge", *halves, "--out", tmp_path / "all.json", "-q")[0] == 0
+    merged, unsharded = gradebook.read(tmp_path / "all.json"), gradebook.read(whole)
+    assert list(merged["trees"]) == list(unsharded["trees"])
+    assert _without_times(merged) == _without_times(unsharded)  # the same runs again, times aside

@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import os
 import shutil
+import sys
 import tempfile
 import threading
 from concurrent.futures import FIRST_COMPLETED, ThreadPoolExecutor, wait
@@ -72,7 +73,11 @@ def run(args) -> int:
     grading = GradingRun(course_root=course.root, chapters=tuple(chapters), timeout=timeout,
                          jax_cache=args.jax_cache if args.jax_cache == "none" else str(course.root / args.jax_cache),
                          junitxml=junit_dir is not None)
-    runs = grade_trees(grading, names, jobs=args.jobs, progress=ProgressLine(len(names), quiet=args.quiet))
+    try:
+        runs = grade_trees(grading, names, jobs=args.jobs, progress=ProgressLine(len(names), quiet=args.quiet))
+    except KeyboardInterrupt:
+        print("tpucourse grade: interrupted; every tree's run was stopped, no gradebook written", file=sys.stderr)
+        return 130
     if junit_dir is not None:
         junit_dir.mkdir(parents=True, exist_ok=True)
         for name, run in runs.items():
