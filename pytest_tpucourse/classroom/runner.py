@@ -29,7 +29,7 @@ from pathlib import Path
 
 from .record import FORMAT, RESULTS_OPTION, TOKEN_ENV
 
-EXIT_GRACE_SECONDS = 20.0  # from the record's writing to the process's end: interpreter shutdown
+EXIT_GRACE_SECONDS = 30.0  # from the record's writing to the process's end: shutdown, on a loaded machine too
 POLL_SECONDS = 0.1
 LAST_LINES = 15
 RECORD = "results.json"
