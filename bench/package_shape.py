@@ -39,7 +39,7 @@ LAYERS = (
     ("checks", "checking", "public_kernels", "prompt", "instruments", "ir", "tpu"),  # the toolkit
     ("gates", "learner", "gating"),              # one audience each: gate rows, the learner's loop
     ("run",),                                    # one pytest run, built once from the config
-    ("commands", "site", "plugin", "__init__"),  # wiring: the `tpucourse` command and its site, pytest's hooks
+    ("commands", "site", "classroom", "plugin", "__init__"),  # wiring: the `tpucourse` command and its site, pytest's hooks
 )
 
 

@@ -20,6 +20,7 @@ from .run.session import CALL_SEEN, OPTIONS, SESSION, CourseSession, RunOptions,
 
 
 GATE_RESULTS = pytest.StashKey[list]()
+RESULTS_RECORD = pytest.StashKey[object]()  # the end-of-run record (classroom/record.py), when asked for
 
 
 def pytest_addhooks(pluginmanager) -> None:
@@ -48,10 +49,18 @@ def pytest_configure(config: pytest.Config) -> None:
     if session is not None:
         config.stash[SESSION] = session
         config.pluginmanager.register(session, "tpucourse-session")
+    if config.getoption("tpucourse_results") is not None:
+        from .classroom.record import EndOfRunRecord
+
+        config.stash[RESULTS_RECORD] = record = EndOfRunRecord.from_config(config, session)
+        config.pluginmanager.register(record, "tpucourse-results")
 
 
 @pytest.hookimpl(trylast=True)  # the run's last word: close() may end the process (session.py)
 def pytest_unconfigure(config: pytest.Config) -> None:
+    record = config.stash.get(RESULTS_RECORD, None)
+    if record is not None:
+        record.write()  # before close(), which may end the process
     session = config.stash.get(SESSION, None)
     if session is not None:
         session.close()

@@ -14,6 +14,7 @@
     tpucourse site [--out DIR] [--serve [--port N]]        # the course site: stack, chapters, bench, instruments
     tpucourse compile exercises/ch11/matmul.py:matmul --chip v5e --shape 1024x1024,1024x1024 \
         --dtype bfloat16 --kw bm=256       # the real TPU compiler's verdict (the tpu-compile extra)
+    tpucourse grade trees/* --chapters ch01,ch11 --jobs 2 [--shard K/N] --out gradebook.json   # a class
 """
 
 from __future__ import annotations
@@ -102,6 +103,9 @@ def main(argv=None) -> int:
 
     compile_kernel.add_parser(subcommands)
     site_command.add_parser(subcommands)
+    from ..classroom import command as grade_command
+
+    grade_command.add_parser(subcommands)
 
     args = parser.parse_args(argv)
     from ..readers import blockspecs
@@ -112,7 +116,8 @@ def main(argv=None) -> int:
                 "mesh": ici.mesh_command,
                 "blockspec": blockspecs.main, "progress": learner.progress, "hint": learner.hint,
                 "reset": learner.reset, "solution": learner.solution, "tick": learner.tick, "watch": watch.main, "xray": xray_page.main,
-                "compile": compile_kernel.run, "timeline": semaphore_timeline.command, "site": site_command.run}
+                "compile": compile_kernel.run, "timeline": semaphore_timeline.command, "site": site_command.run,
+                "grade": grade_command.run}
     try:
         return handlers[args.command](args)
     except (ValueError, learner.CommandError) as error:

@@ -61,6 +61,11 @@ def add_options(parser: pytest.Parser) -> None:
         help="gate records file to append to (default: .tpucourse/records.jsonl in the course checkout, "
         "not tracked; bench/records.jsonl takes only --solutions rows)",
     )
+    group.addoption(
+        "--tpucourse-results", metavar="FILE", default=None,
+        help="write this run's end-of-run record to FILE (each exercise's counts, seconds and first "
+        "failure), as its last step; `tpucourse grade` reads it (docs/grading.md)",
+    )
     if importlib.util.find_spec("xdist") is None:  # say what -n needs instead of "unrecognized arguments"
         group.addoption("-n", "--numprocesses", dest="tpucourse_numprocesses", default=None,
                         help="needs pytest-xdist: pip install pytest-xdist (or pip install -e '.[test]')")

@@ -1,0 +1,185 @@
+"""The gradebook: every tree's exercises, as JSON (or CSV), merged from shards, summarised.
+
+    {"format": 1,
+     "course": {"commit": "<git HEAD of the course>", "chapters": ["ch01", ...]},
+     "trees": {TREE: {"ch01.softmax": {"status": "done" | "failed" | "todo" | "crashed" | "timeout",
+                                      "passed": n, "total": n, "seconds": s, "message": "..."}}},
+     "runs": {TREE: {"outcome": "finished" | "crashed" | "timeout", "exit_status": n | null,
+                     "seconds": s, "last_lines": [...]}}}
+
+An exercise is "done" only when every one of its graded tests ran and passed: a skipped
+test is not a passed one, and a tree whose process crashed or timed out has no exercise
+done, whatever it printed. Trees are in sorted order and exercises in course order, so a
+gradebook is the same text whichever way it was put together: merging the shards'
+gradebooks gives exactly the unsharded one.
+"""
+
+from __future__ import annotations
+
+import csv
+import io
+import json
+import subprocess
+from pathlib import Path
+
+from ..core.course import Course
+from ..learner.status import Status
+from .runner import TreeRun
+
+FORMAT = 1
+STATUSES = ("done", "failed", "todo", "crashed", "timeout")
+NORMAL_EXIT = (0, 1)  # pytest: all passed, some failed
+CSV_COLUMNS = ("tree", "exercise", "status", "passed", "total", "seconds", "message")
+
+
+class GradebookError(ValueError):
+    """A gradebook that cannot be read or merged."""
+
+
+def course_facts(course: Course, chapters) -> dict:
+    """What every shard's gradebook must agree on: the course's commit and the chapters graded."""
+    try:
+        commit = subprocess.run(["git", "rev-parse", "HEAD"], cwd=course.root, capture_output=True,
+                                text=True, timeout=30).stdout.strip() or None
+    except (OSError, subprocess.SubprocessError):
+        commit = None
+    return {"commit": commit, "chapters": list(chapters)}
+
+
+def graded_exercises(course: Course, chapters) -> list[str]:
+    """The exercises the gradebook lists, in course order: those of the chapters with graded tests."""
+    return [e.key for c in course.chapters if c.id in chapters for e in c.exercises
+            if (course.root / e.test_path).is_file()]
+
+
+def tree_entries(exercises: list[str], run: TreeRun) -> dict[str, dict]:
+    """Each exercise's entry for one tree's run."""
+    if not run.finished:
+        return {key: _entry(run.outcome, 0, 0, 0.0, run.message) for key in exercises}
+    record = run.record
+    raw = record.get("exercises", {})
+    errors = record.get("collection_errors", [])
+    return {key: _from_record(raw.get(key), record.get("exitstatus"), errors) for key in exercises}
+
+
+def _from_record(raw: dict | None, exitstatus: int, collection_errors: list[dict]) -> dict:
+    if raw is None:
+        why = next((e["message"] for e in collection_errors if e.get("message")), "")
+        return _entry("failed", 0, 0, 0.0, f"collection failed: {why}" if why else "no graded test of it ran")
+    passed, total, seconds = int(raw["passed"]), int(raw["total"]), float(raw["seconds"])
+    status, message, skipped = raw["status"], raw.get("message", ""), int(raw.get("skipped", 0))
+    if status == Status.TODO:
+        return _entry("todo", passed, total, seconds, message)
+    if status == Status.FAILED:
+        return _entry("failed", passed, total, seconds, message)
+    if status == Status.DONE and passed == total and not skipped:
+        return _entry("done", passed, total, seconds, "")
+    if skipped:
+        return _entry("failed", passed, total, seconds,
+                      f"{skipped} of {total} tests skipped: {raw.get('skip_reason', '')}".rstrip(": "))
+    if exitstatus not in NORMAL_EXIT:
+        return _entry("crashed", passed, total, seconds,
+                      f"the run stopped (pytest exit status {exitstatus}) before its tests finished")
+    return _entry("failed", passed, total, seconds, f"{passed} of {total} tests ran and passed")
+
+
+def _entry(status: str, passed: int, total: int, seconds: float, message: str) -> dict:
+    return {"status": status, "passed": passed, "total": total, "seconds": round(seconds, 2),
+            "message": message}
+
+
+def run_entry(run: TreeRun) -> dict:
+    """How the tree's process ended; a crash or timeout keeps the log's last lines."""
+    return {"outcome": run.outcome, "exit_status": run.returncode, "seconds": run.seconds,
+            "last_lines": list(run.last_lines) if not run.finished else []}
+
+
+def build(course: dict, exercises: list[str], runs: dict[str, TreeRun]) -> dict:
+    """The gradebook of these trees' runs (course: course_facts)."""
+    return normalised({"format": FORMAT, "course": course,
+                       "trees": {name: tree_entries(exercises, run) for name, run in runs.items()},
+                       "runs": {name: run_entry(run) for name, run in runs.items()}})
+
+
+def normalised(book: dict) -> dict:
+    """Trees sorted; the same object whatever order they were graded or merged in."""
+    trees, runs = book["trees"], book["runs"]
+    return {"format": book["format"], "course": book["course"],
+            "trees": {name: trees[name] for name in sorted(trees)},
+            "runs": {name: runs[name] for name in sorted(runs)}}
+
+
+def merge(books: list[dict]) -> dict:
+    """One gradebook of the shards' gradebooks: same course and chapters, no tree twice."""
+    if not books:
+        raise GradebookError("nothing to merge")
+    first = books[0]
+    trees, runs = {}, {}
+    for book in books:
+        if book.get("format") != FORMAT:
+            raise GradebookError(f"gradebook format {book.get('format')!r}: this version reads {FORMAT}")
+        if book["course"] != first["course"]:
+            raise GradebookError(f"gradebooks of different courses or chapters: {first['course']} and "
+                                 f"{book['course']}")
+        twice = sorted(set(trees) & set(book["trees"]))
+        if twice:
+            raise GradebookError(f"trees graded in two gradebooks: {', '.join(twice)}")
+        trees.update(book["trees"])
+        runs.update(book["runs"])
+    return normalised({"format": FORMAT, "course": first["course"], "trees": trees, "runs": runs})
+
+
+def dumps(book: dict, path: Path | str = "gradebook.json") -> str:
+    """The gradebook as written to `path`: CSV when it ends in .csv, else JSON."""
+    if str(path).endswith(".csv"):
+        out = io.StringIO()
+        writer = csv.writer(out, lineterminator="\n")
+        writer.writerow(CSV_COLUMNS)
+        for tree, exercises in book["trees"].items():
+            for key, entry in exercises.items():
+                writer.writerow([tree, key, *(entry[c] for c in CSV_COLUMNS[2:])])
+        return out.getvalue()
+    return json.dumps(book, indent=2) + "\n"
+
+
+def write(book: dict, path: Path | str) -> None:
+    path = Path(path)
+    path.parent.mkdir(parents=True, exist_ok=True)
+    partial = path.with_name(path.name + ".partial")
+    partial.write_text(dumps(book, path), encoding="utf-8")
+    partial.replace(path)
+
+
+def read(path: Path | str) -> dict:
+    """A gradebook written as JSON (CSV gradebooks lack the course facts: merge the JSON ones)."""
+    if str(path).endswith(".csv"):
+        raise GradebookError(f"{path}: merge reads JSON gradebooks (write the shards with --out X.json)")
+    try:
+        book = json.loads(Path(path).read_text(encoding="utf-8"))
+    except (OSError, ValueError) as error:
+        raise GradebookError(f"{path}: {error}") from None
+    if not isinstance(book, dict) or not {"course", "trees", "runs"} <= set(book):
+        raise GradebookError(f"{path}: not a gradebook (no course, trees and runs)")
+    return book
+
+
+def summary_lines(book: dict, chapters_of: dict[str, str]) -> list[str]:
+    """Per tree: exercises and chapters done, time, and how its process ended if not by itself.
+    chapters_of: exercise key -> chapter id."""
+    names = list(book["trees"])
+    width = max([len("tree"), *(len(n) for n in names)])
+    lines = [f"{'tree':<{width}}  exercises  chapters  {'time':>8}  "]
+    for name in names:
+        entries = book["trees"][name]
+        done = sum(1 for e in entries.values() if e["status"] == "done")
+        chapters = sorted({chapters_of[k] for k in entries})
+        complete = sum(1 for c in chapters
+                       if all(e["status"] == "done" for k, e in entries.items() if chapters_of[k] == c))
+        run = book["runs"][name]
+        note = "" if run["outcome"] == "finished" else run["outcome"]
+        if not note:
+            counts = {s: sum(1 for e in entries.values() if e["status"] == s) for s in STATUSES[1:]}
+            note = ", ".join(f"{n} {s}" for s, n in counts.items() if n)
+        lines.append(f"{name:<{width}}  {f'{done}/{len(entries)}':>9}  {f'{complete}/{len(chapters)}':>8}  "
+                     f"{run['seconds']:>7.1f}s  {note}".rstrip())
+    return [line.rstrip() for line in lines]
