@@ -190,6 +190,13 @@ TESTED_THROUGH = {
     "site.instrument_pages": "test_site.py", "site.instruments": "test_site.py", "site.learner_view": "test_site.py",
     "site.markdown": "test_site.py", "site.pages": "test_site.py", "site.server": "test_site.py",
     "site.xray_example": "test_site.py", "tpu": "test_package_shape.py",
+    "classroom.command": "test_classroom.py",
+    "classroom.gradebook": "test_classroom.py",
+    "classroom.junit": "test_classroom.py",
+    "classroom.progress_line": "test_classroom.py",
+    "classroom.record": "test_classroom.py",
+    "classroom.runner": "test_classroom.py",
+    "classroom.shards": "test_classroom.py",
 }
 
 
