@@ -10,7 +10,7 @@ from pathlib import Path
 
 import pytest
 
-from pytest_tpucourse import cli
+from pytest_tpucourse.commands import main
 from pytest_tpucourse.classroom import gradebook, runner, shards
 from pytest_tpucourse.classroom.progress_line import ProgressLine
 from pytest_tpucourse.classroom.record import FORMAT, TOKEN_ENV
@@ -257,7 +257,7 @@ def _grade(*argv) -> tuple[int, str]:
     out = io.StringIO()
     with pytest.MonkeyPatch.context() as patch, contextlib.redirect_stdout(out):
         patch.chdir(REPO)
-        status = cli.main(["grade", *map(str, argv)])
+        status = main.main(["grade", *map(str, argv)])
     return status, out.getvalue()
 
 
