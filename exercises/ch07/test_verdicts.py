@@ -85,7 +85,7 @@ def toolchain_verdict(body, shape, dtype, block, chip, *, compile: bool) -> tupl
 
 def check(impl, entry, *, compile: bool):
     body, shape, dtype, block, chip = entry
-    libtpu = tpu_compile.libtpu_release() or tpu_compile.NEWEST_MEASURED
+    libtpu = tpu.libtpu_release() or tpu.NEWEST_MEASURED
     predicted = impl.verdicts.predict_verdict(body, shape, dtype, block, chip, libtpu=libtpu)
     display = impl.verdicts.predict_verdict.display
     call = f"predict_verdict({body!r}, {shape}, {dtype!r}, {block}, {chip!r}, libtpu={libtpu})"
@@ -95,7 +95,7 @@ def check(impl, entry, *, compile: bool):
     stage = "the lowering and the compiler" if compile else "the lowering (no libtpu here)"
     assert seen == verdict, (
         f"{display}: {call} predicted {predicted!r}; {stage} say {verdict!r}:\n  {words[:400]}"
-        + (f"\n  {tpu_compile.unmeasured_line()}" if compile and not tpu_compile.measured() else ""))
+        + (f"\n  {tpu.unmeasured_line()}" if compile and not tpu.measured() else ""))
 
 
 @pytest.mark.parametrize("entry", CATALOGUE, ids=lambda e: f"{e[0]}-{e[2]}-{e[3][0]}x{e[3][1]}-{e[4]}")

@@ -17,6 +17,7 @@ said in docs/earned.md.
 from __future__ import annotations
 
 import hashlib
+import subprocess
 import sys
 import types
 from pathlib import Path
@@ -67,11 +68,25 @@ def _solution_index(chapter_dir: Path):
             module_code = compile(source, str(path), "exec")
         except (SyntaxError, ValueError):
             continue
+        given = _shipped_stub_fingerprints(chapter_dir, path.name)
         for code in _nested_codes(module_code):
-            if len(code.co_code) >= MIN_CODE_BYTES:
+            if len(code.co_code) >= MIN_CODE_BYTES and code_fingerprint(code) not in given:
                 fingerprints.setdefault(code_fingerprint(code), (path, code.co_qualname))
     _solutions[chapter_dir] = (signature, fingerprints, files)
     return fingerprints, files
+
+
+def _shipped_stub_fingerprints(chapter_dir: Path, name: str) -> set:
+    """The code the stub itself ships written (a chapter's given functions, the same in the
+    solution): as committed, since the learner's copy may be anything. Empty outside git."""
+    root = chapter_dir.parent.parent
+    try:
+        source = subprocess.run(["git", "-C", str(root), "show", f"HEAD:exercises/{chapter_dir.name}/{name}"],
+                                capture_output=True, timeout=10, check=True).stdout
+        module_code = compile(source, name, "exec")
+    except (OSError, subprocess.SubprocessError, SyntaxError, ValueError):
+        return set()
+    return {code_fingerprint(code) for code in _nested_codes(module_code)}
 
 
 def _nested_codes(code: types.CodeType):

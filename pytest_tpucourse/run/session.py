@@ -503,10 +503,10 @@ class CourseSession:
         if caller.is_relative_to(_PACKAGE) or caller == Path(os.path.abspath(item.path)):
             return None
         if caller.name == "skipping.py" and "_pytest" in caller.parts:  # a skip or skipif mark
-            written = [m for holder in (getattr(item, "obj", None), getattr(item, "cls", None),
-                                        getattr(item, "module", None))
-                       for m in (getattr(holder, "pytestmark", None) or ())]
-            written = written if isinstance(written, list) else []
+            written = []
+            for holder in (getattr(item, "obj", None), getattr(item, "cls", None), getattr(item, "module", None)):
+                marks = getattr(holder, "pytestmark", None) or ()
+                written += marks if isinstance(marks, (list, tuple)) else [marks]  # one mark or a list
             if any(getattr(m, "name", "") in ("skip", "skipif") for m in written) \
                     or str(getattr(error, "msg", "")).startswith(markers.GATE_TESTS_SKIPPED):
                 return None
