@@ -57,6 +57,9 @@ def tree_entries(exercises: list[str], run: TreeRun) -> dict[str, dict]:
     if not run.finished:
         return {key: _entry(run.outcome, 0, 0, 0.0, run.message) for key in exercises}
     record = run.record
+    if record.get("threads_left"):  # ended by the plugin: on its own the process would run past any limit
+        why = f"a thread never ends: {'; '.join(record['threads_left'])}"
+        return {key: _entry("timeout", 0, 0, 0.0, why) for key in exercises}
     raw = record.get("exercises", {})
     errors = record.get("collection_errors", [])
     return {key: _from_record(raw.get(key), record.get("exitstatus"), errors) for key in exercises}

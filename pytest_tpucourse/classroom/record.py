@@ -78,7 +78,8 @@ class EndOfRunRecord:
                 "skip_reason": self.skip_reasons.get(key, ""),
             }
         record = {"format": FORMAT, "token": self.token, "exitstatus": int(exitstatus),
-                  "exercises": exercises, "collection_errors": self.collection_errors}
+                  "exercises": exercises, "collection_errors": self.collection_errors,
+                  "threads_left": self.session.threads_left()}  # the run would never have ended
         partial = self.path.with_name(f"{self.path.name}.{os.getpid()}.partial")
         partial.write_text(json.dumps(record), encoding="utf-8")
         os.replace(partial, self.path)

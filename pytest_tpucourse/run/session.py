@@ -151,6 +151,7 @@ class CourseSession:
         self._marker: Path | None = None
         self._unfinished: list = []  # earlier runs that ended without their summary
         self._threads_before = leftovers.threads_at_start()
+        self._threads_left: list[str] | None = None
         self._is_worker = False  # a pytest-xdist worker (set when the session starts)
 
     @classmethod
@@ -233,7 +234,7 @@ class CourseSession:
 
         compiled.stop_compiling_kernel_programs()  # each holds its kept folder to its size
         libtpu.keep_results_in(None)
-        left = leftovers.threads_left_by_the_run(self._threads_before, self.course.root) if alone else []
+        left = self.threads_left() if alone else []
         if left and self.exitstatus is not None:
             sys.stderr.write("".join(f"tpucourse: {thread} is still running: the run ends here, its results "
                                      f"already written\n" for thread in left))
@@ -243,6 +244,13 @@ class CourseSession:
             os._exit(int(self.exitstatus))
 
     # ------------------------------------------------------------ what fixtures and hooks ask
+
+    def threads_left(self) -> list[str]:
+        """The non-daemon threads graded code started that are still running, each with what started
+        it (asked once: the end of the run and its end-of-run record read the same answer)."""
+        if self._threads_left is None:
+            self._threads_left = leftovers.threads_left_by_the_run(self._threads_before, self.course.root)
+        return self._threads_left
 
     def header_lines(self) -> list[str]:
         b = self.backend
