@@ -16,7 +16,7 @@ import time
 import pytest
 
 from .chapter_runs import ChapterRunner
-from .support import FakeCourse, is_xdist_variable
+from .support import FakeCourse, chromium, is_xdist_variable
 
 pytest_plugins = ["pytester"]
 
@@ -104,3 +104,17 @@ def pytest_terminal_summary(terminalreporter, config):
     for name, was_caught in sorted(_MUTANT_CATCHES.items()):
         if not was_caught:
             terminalreporter.write_line(f"  ESCAPED  {name}")
+
+
+@pytest.fixture(scope="module")
+def browser():
+    """Debian's Chromium driven by Playwright, for the pages a learner opens (skips without either)."""
+    executable = chromium()
+    try:
+        from playwright.sync_api import sync_playwright
+    except ImportError:
+        pytest.skip("no playwright: pip install -e '.[test]' installs the version the project pins")
+    with sync_playwright() as playwright:
+        launched = playwright.chromium.launch(executable_path=executable, args=["--no-sandbox"])
+        yield launched
+        launched.close()

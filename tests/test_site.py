@@ -25,7 +25,7 @@ from pytest_tpucourse.gates import criteria
 from pytest_tpucourse.learner import self_test, state
 from pytest_tpucourse.site import instruments, markdown, server
 
-from .support import REPO, chromium
+from .support import REPO
 
 pytestmark = pytest.mark.runs  # the site is built by the course's command line in a child process
 
@@ -99,19 +99,6 @@ def test_markdown_renders_what_the_readmes_use():
 
 
 # ---------------------------------------------------------------- in Chromium
-
-
-@pytest.fixture(scope="module")
-def browser():
-    executable = chromium()
-    try:
-        from playwright.sync_api import sync_playwright
-    except ImportError:
-        pytest.skip("no playwright: pip install -e '.[test]' installs the version the project pins")
-    with sync_playwright() as playwright:
-        launched = playwright.chromium.launch(executable_path=executable, args=["--no-sandbox"])
-        yield launched
-        launched.close()
 
 
 @pytest.fixture

@@ -9,7 +9,7 @@ import pytest
 
 from pytest_tpucourse.commands import main
 
-from .support import REPO, chromium
+from .support import REPO
 
 PROGRAM = REPO / "tests" / "fixtures" / "xray_program.py"
 
@@ -18,19 +18,6 @@ def _open(tmp_path_factory, target, shapes):
     out = tmp_path_factory.mktemp("xray") / "xray.html"
     assert main.main(["xray", f"{PROGRAM}:{target}", "--shapes", *shapes, "--html", str(out)]) == 0
     return out
-
-
-@pytest.fixture(scope="module")
-def browser(tmp_path_factory):
-    executable = chromium()
-    try:
-        from playwright.sync_api import sync_playwright
-    except ImportError:
-        pytest.skip("no playwright: pip install -e '.[test]' installs the version the project pins")
-    with sync_playwright() as playwright:
-        browser = playwright.chromium.launch(executable_path=executable, args=["--no-sandbox"])
-        yield browser
-        browser.close()
 
 
 @pytest.fixture(scope="module")
