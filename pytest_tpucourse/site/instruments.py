@@ -247,7 +247,7 @@ def mesh(chip_name: str, topology: str, op: str, size: str) -> dict:
     chip = chips.get_chip(chip_name)
     axes = parse_topology(topology)
     nbytes = ici.parse_bytes(size)
-    wraparound = tuple(ici.has_wraparound(chip, n) for n in axes)
+    wraparound = ici.wraparounds(chip, axes)
     bandwidth = ici.link_bandwidth(chip)
     phases = ici.plan(op, nbytes, axes, link_bandwidth=bandwidth, wraparound=wraparound)
     return {"what": "roofline prediction: link bandwidth only, every link busy every step; not a measurement",
