@@ -97,7 +97,7 @@ def test_without_a_libtpu_wheel_compiler_checks_say_so_and_progress_notes_them(
     monkeypatch.chdir(pytester.path)
     assert main.main(["progress"]) == 0
     out = capsys.readouterr().out
-    assert "1/1 exercises" in out
+    assert "1/1 exercises" in out, out
     assert "      done  double: 1 compiler check not checked here (libtpu runs on Linux x86_64 only)" in out
 
 

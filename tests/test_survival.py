@@ -196,16 +196,15 @@ def test_a_replayed_hang_is_not_waited_out_twice(fake_course):
     """Hypothesis runs a failing example again to report it; the same hang fails at once the second time."""
     fake_course.write("exercises", "double", KERNELS)
     fake_course.test_file(HYPOTHESIS_TESTS)
-    start = time.monotonic()
     result = fake_course.pytester.runpytest_subprocess(
         "-p", "no:cacheprovider", "-v", "--kernel-timeout", "10", timeout=120)
-    elapsed = time.monotonic() - start
     result.stdout.fnmatch_lines([
         "*test_bad_kernel_property FAILED*",
         "*test_next_kernel_still_runs PASSED*",
         "double() in exercises/ch11/double.py did not finish within 10 s (--kernel-timeout*",
+        # the replay Hypothesis reports is refused at once, not waited out again
+        "*It passed its deadline earlier in this run (in *test_bad_kernel_property): not run again*",
     ])
-    assert elapsed < 19, f"{elapsed:.0f} s: the hang was waited out more than once"
 
 
 SAME_FUNCTION_TWICE = """

@@ -54,16 +54,16 @@ def _origin(function) -> str | None:
 
 
 def _allowed(origin: str, function, shipped_file) -> bool:
-    module = sys.modules.get(getattr(function, "__module__", "") or "")
-    top = (getattr(function, "__module__", "") or "").split(".")[0]
-    if top in ALLOWED_PACKAGES and module is not None:
-        package = sys.modules.get(top)
-        folder = Path(getattr(package, "__file__", "") or "").resolve().parent
-        if getattr(package, "__path__", None) is None:  # a single-file module: its own file
-            folder = Path(getattr(package, "__file__", "") or "").resolve()
-        try:
-            Path(origin).resolve().relative_to(folder)
+    """The hook's code lies in the files of an allowed package as loaded (its module name is not
+    enough: pytest-xdist's worker runs `xdist/remote.py` under execnet's own module name)."""
+    where = Path(origin).resolve()
+    for name in ALLOWED_PACKAGES:
+        package = sys.modules.get(name)
+        if package is None or not getattr(package, "__file__", None):
+            continue
+        folder = Path(package.__file__).resolve()
+        if getattr(package, "__path__", None) is not None:  # a package: its folder
+            folder = folder.parent
+        if where == folder or folder in where.parents:
             return True
-        except ValueError:
-            pass
     return Path(origin).name == "conftest.py" and shipped_file(Path(origin))

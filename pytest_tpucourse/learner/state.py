@@ -182,6 +182,7 @@ def record_results(course, results, run_id: str, imported: dict | None = None, *
                 "status": status,
                 "tree": EXERCISES,
                 "tests_passed": len(entry.passed),
+                "tests_skipped": len(entry.skipped),  # the course's own skips (no libtpu, too few devices)
                 "tests_failed": len(entry.failed | entry.todo),
                 "tests_total": len(entry.collected | entry.deselected),
                 "message": (entry.not_counted if status == Status.NOT_COUNTED
@@ -232,8 +233,10 @@ def why_not_from_a_run(data: dict, key: str) -> str | None:
         return "no run of its tests wrote it"
     if entry.get("seal") != seal(key, entry):
         return "it was changed after its run wrote it"
-    total = entry.get("tests_total")
-    if not (isinstance(total, int) and total > 0 and entry.get("tests_passed") == total
+    total, passed, skipped = (entry.get(name) for name in ("tests_total", "tests_passed", "tests_skipped"))
+    skipped = 0 if skipped is None else skipped
+    if not (all(isinstance(n, int) and not isinstance(n, bool) for n in (total, passed, skipped))
+            and 0 < passed and passed + skipped == total
             and entry.get("tests_failed") == 0 and entry.get("test_files")):
         return "its counts are not those of a run that passed every test"
     return None

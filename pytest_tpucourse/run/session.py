@@ -58,6 +58,7 @@ SESSION = pytest.StashKey["CourseSession"]()
 WORKER_DESELECTED = "tpucourse_deselected"
 WORKER_FOREIGN = "tpucourse_foreign_hooks"  # a worker's plugins that hook reports
 WORKER_IMPORTED = "tpucourse_imported"  # a worker's graded modules: path -> sha256 of the bytes imported
+WORKER_TEST_FILES = "tpucourse_test_files"  # a worker's graded test files: key -> [{path: sha256}, shipped, why]
 CALL_SEEN = pytest.StashKey[str]()  # how the session saw a test's call phase end: "returned", "raised ..."
 _PACKAGE = Path(__file__).resolve().parents[1]  # the package
 TPU_COMPILES = "tpu-compiles"  # the folder of --jax-cache keeping compiles for a described TPU
@@ -148,6 +149,7 @@ class CourseSession:
         self._calls_seen: dict[str, str] = {}  # node id -> how the session saw its call phase end
         self._foreign: list[str] = []  # plugins hooking reports, from this process and xdist workers
         self._imported_elsewhere: dict = {}  # graded modules imported on xdist workers
+        self._test_files: dict[str, tuple] = {}  # exercise key -> ({test file: sha256}, shipped, why)
         self._marker: Path | None = None
         self._unfinished: list = []  # earlier runs that ended without their summary
         self._threads_before = leftovers.threads_at_start()
@@ -379,12 +381,18 @@ class CourseSession:
         blobs = shipped.head_blobs(self.course.root, ("exercises",))
         for key, found in files.items():
             changed = shipped.changed_from_shipped(found, blobs)
-            self.progress.tests_as_collected(
-                key, {path: shipped.sha256(data) for path, data in found.items()},
+            self._test_files[key] = (
+                {path: shipped.sha256(data) for path, data in found.items()},
                 None if changed is None else not changed,
                 f"{', '.join(changed)} differ{'s' if len(changed or ()) == 1 else ''} from the course's "
                 f"(git HEAD): only the course's graded tests count (git checkout -- <file> restores them)"
                 if changed else "")
+
+    def _tests_as_collected(self) -> None:
+        """Progress learns the graded test files once its entries exist (after the reports; under
+        xdist the controller collects nothing and hears them from its workers)."""
+        for key, (hashes, is_shipped, why) in self._test_files.items():
+            self.progress.tests_as_collected(key, hashes, is_shipped, why)
 
     # ------------------------------------------------------------ reports (a registered plugin)
 
@@ -468,6 +476,12 @@ class CourseSession:
         self.progress.deselected(output.get(WORKER_DESELECTED, ()))
         self._foreign = sorted(set(self._foreign) | set(output.get(WORKER_FOREIGN, ())))
         self._imported_elsewhere.update(output.get(WORKER_IMPORTED, {}))
+        for key, (hashes, is_shipped, why) in output.get(WORKER_TEST_FILES, {}).items():
+            known = self._test_files.get(key)
+            if known is None or known[1] is not False:  # a worker that saw a changed file has the last word
+                self._test_files[key] = (hashes, is_shipped, why)
+        if self._marker is not None and output.get(WORKER_TEST_FILES):
+            run_markers.collected(self._marker, [f for hashes, _, _ in self._test_files.values() for f in hashes])
 
     def pytest_runtest_logreport(self, report: pytest.TestReport) -> None:
         leftovers.end_forked_child()
@@ -532,7 +546,9 @@ class CourseSession:
             workeroutput[WORKER_DESELECTED] = self._deselected_here
             workeroutput[WORKER_FOREIGN] = foreign
             workeroutput[WORKER_IMPORTED] = dict(self.grading.imported)
+            workeroutput[WORKER_TEST_FILES] = {key: list(value) for key, value in self._test_files.items()}
             return
+        self._tests_as_collected()
         self._foreign = sorted(set(self._foreign) | set(foreign))
         if self._foreign:
             self.progress.count_nothing(f"plugins outside pytest's and the course's hook the test reports "
