@@ -86,6 +86,26 @@ def test_the_home_page_counts_what_the_state_file_says(clone, tmp_path):
         (clone / state.STATE_DIR / state.STATE_FILE).unlink()
 
 
+def test_every_status_the_state_can_give_has_a_badge(clone):
+    """An exercise "not counted" (a hand-edited entry, changed test files) is shown as such, not a crash."""
+    from pytest_tpucourse.core.course import load_course
+    from pytest_tpucourse.learner.status import Status
+    from pytest_tpucourse.site import pages
+    from pytest_tpucourse.site.learner_view import course_view
+
+    assert set(pages.STATUS_WORDS) == {status.value for status in Status}
+    course = load_course(clone)
+    softmax = course.chapter("ch01").exercises[0]
+    state.update(clone, lambda d: d["exercises"].update({softmax.key: {"status": "done"}}))
+    try:
+        view = course_view(course)
+        assert view.chapter("ch01").exercises[0].status == Status.NOT_COUNTED
+        html = pages.chapter(view.chapter("ch01"), "# ch01", [])
+        assert 'class="badge s-not-counted">not counted</span>' in html
+    finally:
+        (clone / state.STATE_DIR / state.STATE_FILE).unlink()
+
+
 def test_markdown_renders_what_the_readmes_use():
     html = markdown.render("# Title\n\nSome `a < b` and **bold** in block_q.\n\n| a | b |\n|---|---|\n| 1 | 2 |\n\n"
                            "- item one\n  continued\n\n  ```python\n  x = 1\n  ```\n- item two\n\n```text\n<raw>\n```\n")

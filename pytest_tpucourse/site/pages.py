@@ -11,6 +11,7 @@ from pathlib import Path
 
 from ..core.course import Course
 from ..learner import next_up
+from ..learner.status import Status
 from . import markdown
 from .learner_view import ChapterView, CourseView, ExerciseView, status_counts
 
@@ -34,8 +35,9 @@ INSTRUMENTS = (
 HONESTY = ("Gates pass only on real hardware, and failures stay published. Every value on this site "
            "states what it is: a roofline prediction, an off-chip verification, or a measured run with "
            "chip, dtype, shapes, and date attached.")
-STATUS_WORDS = {"done": "done", "failed": "failing", "todo": "to do", "partial": "partly run",
-                "changed": "edited since it passed", "not run": "not run"}
+# An exercise's status in a badge: every status the state can give (learner/status.py says it).
+STATUS_WORDS = {**{status.value: status.words for status in Status}, Status.TODO.value: "to do",
+                Status.NOT_RUN.value: "not run"}
 
 
 def jump_index(course: Course) -> list[dict]:
