@@ -64,6 +64,8 @@ def _class_runs():
                                last_lines=("boom",)),
         "trees/hang": TreeRun("trees/hang", "timeout", 9.0, None, message="ran past its limit"),
         "trees/half": _finished("trees/half", {"ch01.softmax": _exercise("done", 4, 4)}),
+        "trees/void": _finished("trees/void", {k: {**_exercise("not counted", 4, 4), "not_counted": "a plugin"}
+                                               for k in CH01}),
     }
 
 
@@ -81,6 +83,8 @@ def test_only_every_test_passed_is_done_and_a_crash_or_timeout_never_is():
     assert _status(book, "trees/crash") == dict.fromkeys(CH01, "crashed")
     assert _status(book, "trees/hang") == dict.fromkeys(CH01, "timeout")
     assert _status(book, "trees/half") == {"ch01.softmax": "done", "ch01.norms": "failed", "ch01.attention": "failed"}
+    assert _status(book, "trees/void") == dict.fromkeys(CH01, "failed")  # passed, but not as the course grades
+    assert book["trees"]["trees/void"]["ch01.norms"]["message"] == "not counted: a plugin"
     assert book["runs"]["trees/crash"] == {"outcome": "crashed", "exit_status": 0, "seconds": 2.0,
                                            "last_lines": ["boom"]}
     assert list(book["trees"]) == sorted(book["trees"])
@@ -288,6 +292,10 @@ def test_five_trees_of_chapter_one(class_of_five):
     assert book["runs"][str(root / "class" / "exits")]["exit_status"] == 0
     junit = sorted(p.name for p in (root / "junit").iterdir())
     assert len(junit) == 5 and all(n.endswith(".xml") for n in junit)
+    thread_junit = next((root / "junit").glob("*thread.xml")).read_text()
+    assert 'error message="timeout: a thread never ends' in thread_junit  # as the gradebook says, not passed
+    skips = book["trees"][str(root / "class" / "skips")]["ch01.softmax"]["message"]
+    assert "called pytest.skip()" in skips, skips  # a skip from graded code is its failure
     assert "3/3" in printed and f"wrote {out}" in printed
 
 

@@ -90,6 +90,19 @@ def test_a_skip_from_graded_code_is_a_failure_naming_the_function(fake_course):
     assert _entry(fake_course)["status"] == "failed"
 
 
+def test_a_course_skip_called_from_graded_code_is_the_graded_codes(fake_course):
+    """The course's "no libtpu" skip, called by graded code where the compiler is missing, is no
+    skip of the course's: the test fails, naming the function."""
+    _course(fake_course, "from pytest_tpucourse.compiler import libtpu\n\ndef double(x):\n"
+                         "    if x.shape[0] != 4:\n        libtpu.skip_unless_available()\n    return x * 2\n")
+    fake_course.pytester.makeconftest("from pytest_tpucourse.compiler import libtpu\n\n"
+                                      "libtpu.available = lambda: False\n")
+    result = fake_course.run()
+    result.assert_outcomes(passed=1, failed=1)
+    result.stdout.fnmatch_lines(["double() in exercises/ch11/double.py called pytest.skip()*graded code cannot skip*"])
+    assert _entry(fake_course)["status"] == "failed"
+
+
 def test_a_skip_at_import_is_a_failure(fake_course):
     _course(fake_course, "import pytest\npytest.skip('nothing here', allow_module_level=True)\n")
     result = fake_course.run()
@@ -120,6 +133,22 @@ def test_a_gate_kernel_that_skips_fails_its_output_check():
 
     x = np.ones(4, np.float32)
     assert _wrong_output("kernel", kernel, [(x,)], [x], "float32") == "kernel raised Skipped: no timing today"
+
+
+def test_a_gate_kernel_that_skips_while_traced_or_timed_is_its_failure(tmp_path):
+    """Before anything is timed the gate traces the kernel at its size (own work), then times it:
+    a pytest.skip() in either is the kernel's failure (a fail row), never a skipped gate test."""
+    from pytest_tpucourse.gates import own_work, timer
+
+    def kernel(*args):
+        pytest.skip("no timing today")
+
+    [problem] = own_work.problems(own_work.Work("your matmul", kernel, 1.0), tmp_path)
+    assert problem == "your matmul could not be traced at the gate's size: Skipped: no timing today"
+    with pytest.raises(timer.ImplementationFailed, match="kernel raised Skipped: no timing today"):
+        timer._named("kernel", kernel)()
+    with pytest.raises(timer.ImplementationFailed, match="kernel raised Skipped: no timing today"):
+        timer._attributed("kernel", kernel)
 
 
 # ---------------------------------------------------------------- 2. the checker
@@ -278,13 +307,47 @@ def test_a_plugin_that_flips_reports_counts_nothing(fake_course, tmp_path, monke
     result = fake_course.run(*args)
     result.assert_outcomes(passed=2)
     result.stdout.fnmatch_lines([
-        "tpucourse: this run counts nothing as done: plugins outside pytest's and the course's hook the test "
-        "reports (*conftest.py: pytest_runtest_makereport*" if arrives == "conftest" else
-        "tpucourse: this run counts nothing as done: plugins outside pytest's and the course's hook the test "
-        "reports (*flip.py: pytest_runtest_makereport*",
+        "tpucourse: this run counts nothing as done: plugins outside pytest's and the course's hook how tests "
+        "are collected, run or reported (*conftest.py: pytest_runtest_makereport*" if arrives == "conftest" else
+        "tpucourse: this run counts nothing as done: plugins outside pytest's and the course's hook how tests "
+        "are collected, run or reported (*flip.py: pytest_runtest_makereport*",
         "*reported as passed, but the course saw its test raised WrongResult: a plugin changed the report*",
         "course: 0/15 chapters*",
     ])
+    assert _entry(fake_course)["status"] != "done"
+
+
+DROP_THE_FAILING_TEST = """
+    def pytest_collection_modifyitems(items):
+        items[:] = [item for item in items if item.name != "test_eight"]
+"""
+
+SOLUTION_AS_IMPL = """
+    import importlib.util
+    import pytest
+    from pytest_tpucourse import checks
+
+    @pytest.fixture(scope="module")
+    def impl():
+        spec = importlib.util.spec_from_file_location("solved", "solutions/ch11/double.py")
+        module = importlib.util.module_from_spec(spec)
+        spec.loader.exec_module(module)
+
+        class Tree:
+            double = module
+        return Tree
+"""
+
+
+@pytest.mark.parametrize("conftest, which", [(DROP_THE_FAILING_TEST, "pytest_collection_modifyitems"),
+                                             (SOLUTION_AS_IMPL, "fixture impl")], ids=["drops-a-test", "own-impl"])
+def test_a_conftest_that_chooses_the_tests_or_the_tree_counts_nothing(fake_course, conftest, which):
+    """A conftest that drops the failing test at collection, or gives the graded tests another
+    `impl` (the shipped solution), grades something else than the learner's tree."""
+    _course(fake_course, "def double(x):\n    return x * 2 if x.shape[0] == 4 else x\n")
+    fake_course.pytester.path.joinpath("exercises", "ch11", "conftest.py").write_text(textwrap.dedent(conftest))
+    result = fake_course.run()
+    result.stdout.fnmatch_lines([f"tpucourse: this run counts nothing as done: *conftest.py: {which}*"])
     assert _entry(fake_course)["status"] != "done"
 
 

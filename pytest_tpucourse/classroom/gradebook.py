@@ -75,6 +75,8 @@ def _from_record(raw: dict | None, exitstatus: int, collection_errors: list[dict
         return _entry("todo", passed, total, seconds, message)
     if status == Status.FAILED:
         return _entry("failed", passed, total, seconds, message)
+    if status == Status.NOT_COUNTED:
+        return _entry("failed", passed, total, seconds, f"not counted: {raw.get('not_counted') or 'see docs/earned.md'}")
     if status == Status.DONE and passed == total and not skipped:
         return _entry("done", passed, total, seconds, "")
     if skipped:

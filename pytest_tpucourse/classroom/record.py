@@ -76,6 +76,7 @@ class EndOfRunRecord:
                 "skipped": len(entry.skipped), "deselected": len(entry.deselected),
                 "seconds": round(self.seconds.get(key, 0.0), 3), "message": entry.first_message,
                 "skip_reason": self.skip_reasons.get(key, ""),
+                "not_counted": entry.not_counted,  # why its passes do not count (docs/earned.md), or ""
             }
         record = {"format": FORMAT, "token": self.token, "exitstatus": int(exitstatus),
                   "exercises": exercises, "collection_errors": self.collection_errors,

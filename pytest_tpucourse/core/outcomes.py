@@ -8,6 +8,13 @@ learner's line.
 
 from __future__ import annotations
 
+import pytest
+
+# What code under grading may raise, all of it its own failure: any Exception, and pytest's
+# outcomes (pytest.skip(), fail(), xfail(), importorskip() raise BaseExceptions), which graded
+# code must not use to end a test or a gate's check: a skip would count as finished.
+RAISED_BY_GRADED_CODE = (Exception, pytest.skip.Exception, pytest.fail.Exception)
+
 
 class GradingOutcome(Exception):
     """Base class: the message is the whole report; `headline` says it in one line (the run's

@@ -39,13 +39,18 @@ PYTEST_OUTCOMES = (pytest.skip.Exception, pytest.fail.Exception)
 _PACKAGE = Path(__file__).resolve().parents[1]
 
 
-def raised_by_the_course(error: BaseException) -> bool:
+def raised_by_the_course(error: BaseException, graded_folder: Path | None = None) -> bool:
     """Whether a pytest outcome was raised by the course's own code (the plugin's skips: no
-    libtpu, too few devices), not by code under grading."""
+    libtpu, too few devices), not by code under grading. A course function that skips, called
+    from a file of `graded_folder` (graded code calling `libtpu.skip_unless_available()`), is
+    the graded code's skip."""
     tb, caller = error.__traceback__, None
     while tb is not None:
+        filename = tb.tb_frame.f_code.co_filename
+        if graded_folder is not None and _inside(Path(filename), graded_folder):
+            return False
         if not tb.tb_frame.f_globals.get("__tracebackhide__") and not tb.tb_frame.f_locals.get("__tracebackhide__"):
-            caller = tb.tb_frame.f_code.co_filename
+            caller = filename
         tb = tb.tb_next
     return caller is not None and _inside(Path(caller), _PACKAGE)
 
@@ -196,7 +201,7 @@ class GradedFunction:
             with backend.quiet_callback_errors():
                 yield
         except PYTEST_OUTCOMES as error:
-            if raised_by_the_course(error):
+            if raised_by_the_course(error, Path(self._path).resolve().parent if self._path else None):
                 raise
             backend.reset_after_failure()
             raise LearnerCodeError(pytest_outcome_message(self.display, error, self._path, self._course_root)

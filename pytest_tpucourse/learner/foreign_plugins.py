@@ -18,10 +18,16 @@ import inspect
 import sys
 from pathlib import Path
 
-# Hooks through which a plugin decides or changes a test's outcome, or whether it runs at all.
+# Hooks through which a plugin decides or changes a test's outcome, whether it runs at all, or
+# which of a graded file's tests are collected (dropping the one that fails).
 REPORT_HOOKS = ("pytest_runtest_protocol", "pytest_runtest_makereport", "pytest_report_teststatus",
                 "pytest_runtest_logreport", "pytest_runtest_call", "pytest_pyfunc_call",
-                "pytest_report_from_serializable", "pytest_runtest_setup")
+                "pytest_report_from_serializable", "pytest_runtest_setup", "pytest_fixture_setup",
+                "pytest_collection_modifyitems", "pytest_itemcollected", "pytest_pycollect_makeitem",
+                "pytest_collect_file", "pytest_collection")
+# The course's fixtures a graded test takes: one defined again elsewhere (a conftest's `impl`
+# returning the shipped solution) grades something else than the learner's tree.
+COURSE_FIXTURES = ("impl", "gate_run", "mesh", "roofline_prediction")
 ALLOWED_PACKAGES = ("_pytest", "pytest", "pluggy", "pytest_tpucourse",
                     # plugins that hook reports or calls for their own bookkeeping, never an outcome
                     "xdist", "pytest_benchmark", "hypothesis", "_hypothesis_pytestplugin", "anyio",
@@ -44,6 +50,23 @@ def foreign_report_hooks(pluginmanager, shipped_file=lambda path: False) -> list
                 continue
             found.append(f"{origin}: {hook}")
     return sorted(set(found))
+
+
+def foreign_fixtures(items, shipped_file=lambda path: False) -> list[str]:
+    """'<file>: fixture <name>' of each course fixture the graded `items` take from a definition
+    outside the allowed modules (pytest's fixture resolution, read once after collection)."""
+    found = set()
+    for item in items:
+        definitions = getattr(getattr(item, "_fixtureinfo", None), "name2fixturedefs", None) or {}
+        for name in COURSE_FIXTURES:
+            chain = definitions.get(name) or ()
+            if not chain:
+                continue
+            function = getattr(chain[-1], "func", None)  # the definition closest to the test wins
+            origin = _origin(function) if function is not None else None
+            if origin is None or not _allowed(origin, function, shipped_file):
+                found.add(f"{origin or 'an unknown file'}: fixture {name}")
+    return sorted(found)
 
 
 def _origin(function) -> str | None:

@@ -4,8 +4,9 @@ Pytest cannot stop graded code that calls `os._exit(0)` (at import or in a kerne
 process killed from outside says nothing either: the exit status may even be 0, with no
 summary and no state written. So each run of a course checkout writes a marker when it
 starts and removes it once its summary is written. A marker whose process is gone is a run
-that ended without its summary: the next run and `tpucourse progress` say so, and a class
-grader treats it as a crash.
+that ended without its summary: the next run and `tpucourse progress` say so. Only runs of
+the learner's own tree (exercises/) write one: `tpucourse grade` runs other trees in the same
+checkout and has its own end-of-run record (classroom/record.py), a tree without it a crash.
 
 The format, for other tools (`tpucourse grade`): one JSON file per run,
 `.tpucourse/runs/<run id>.json`, holding {"run": id, "pid": int, "started": ISO date (UTC),

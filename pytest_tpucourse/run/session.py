@@ -149,6 +149,7 @@ class CourseSession:
         self._calls_seen: dict[str, str] = {}  # node id -> how the session saw its call phase end
         self._foreign: list[str] = []  # plugins hooking reports, from this process and xdist workers
         self._imported_elsewhere: dict = {}  # graded modules imported on xdist workers
+        self._foreign_fixtures: list[str] = []  # course fixtures the graded tests take from elsewhere
         self._test_files: dict[str, tuple] = {}  # exercise key -> ({test file: sha256}, shipped, why)
         self._marker: Path | None = None
         self._unfinished: list = []  # earlier runs that ended without their summary
@@ -401,7 +402,7 @@ class CourseSession:
         if _selection_may_drop_tests(session.config):
             self.progress.some_tests_unseen()
         self._is_worker = getattr(session.config, "workerinput", None) is not None
-        if not self._is_worker:  # xdist's controller or a plain run
+        if not self._is_worker and self.tree.is_learners:  # the learner's own run (xdist's controller or plain)
             self._unfinished = run_markers.ended_without_summary(self.course.root)
             try:
                 self._marker = run_markers.start(self.course.root, self.run_id, session.config.args, self.tree.kind)
@@ -410,6 +411,8 @@ class CourseSession:
 
     def pytest_collection_finish(self, session: pytest.Session) -> None:
         self.guard.watch_loaded()  # the toolkit the graded tests imported, before graded code runs
+        graded = [item for item in session.items if self.progress.exercise_of(item.nodeid) is not None]
+        self._foreign_fixtures = foreign_plugins.foreign_fixtures(graded, self._shipped_conftest)
 
     @pytest.hookimpl(wrapper=True, tryfirst=True)
     def pytest_runtest_call(self, item: pytest.Item):
@@ -540,7 +543,8 @@ class CourseSession:
         """A worker hands back its deselections; the process that saw every report (a plain
         run, or the xdist controller) saves a run of exercises/ to the state file."""
         self.exitstatus = int(session.exitstatus)
-        foreign = foreign_plugins.foreign_report_hooks(session.config.pluginmanager, self._shipped_conftest)
+        foreign = (foreign_plugins.foreign_report_hooks(session.config.pluginmanager, self._shipped_conftest)
+                   + self._foreign_fixtures)
         workeroutput = getattr(session.config, "workeroutput", None)
         if workeroutput is not None:
             workeroutput[WORKER_DESELECTED] = self._deselected_here
@@ -551,7 +555,8 @@ class CourseSession:
         self._tests_as_collected()
         self._foreign = sorted(set(self._foreign) | set(foreign))
         if self._foreign:
-            self.progress.count_nothing(f"plugins outside pytest's and the course's hook the test reports "
+            self.progress.count_nothing(f"plugins outside pytest's and the course's hook how tests are collected, "
+                                        f"run or reported "
                                         f"({'; '.join(shown_in_text(f, self.course.root) for f in self._foreign)})")
         if self.tree.is_learners and self.progress.results and self.gates.rehearsal is None:
             try:
