@@ -13,7 +13,7 @@ import pytest
 from pytest_tpucourse.commands import main
 from pytest_tpucourse.classroom import gradebook, runner, shards
 from pytest_tpucourse.classroom.progress_line import ProgressLine
-from pytest_tpucourse.classroom.record import FORMAT, TOKEN_ENV
+from pytest_tpucourse.classroom.record import FORMAT, TOKEN_FD_ENV
 from pytest_tpucourse.classroom.runner import TreeRun
 
 REPO = Path(__file__).resolve().parents[1]
@@ -164,17 +164,18 @@ def _child(tmp_path, source, *, limit=60.0, exit_grace=30.0, token="secret"):
     folder.mkdir()
     script = folder / "child.py"
     script.write_text(textwrap.dedent(source))
-    env = runner.child_environment(folder, token)
+    env = runner.child_environment(folder)
     return runner.run_child("tree", [sys.executable, str(script)], folder=folder, env=env, token=token,
                             limit=limit, exit_grace=exit_grace)
 
 
 RECORD = textwrap.dedent("""
     import json, os
-    record = {{"format": {format}, "token": os.environ["{env}"], "exitstatus": 0, "exercises": {{}},
+    token = os.read(int(os.environ["{env}"]), 256).decode()
+    record = {{"format": {format}, "token": token, "exitstatus": 0, "exercises": {{}},
               "collection_errors": []}}
     open("results.json", "w").write(json.dumps(record))
-""").format(format=FORMAT, env=TOKEN_ENV)
+""").format(format=FORMAT, env=TOKEN_FD_ENV)
 
 
 @pytest.mark.runs
@@ -186,8 +187,18 @@ def test_a_process_that_ends_without_its_record_crashed(tmp_path):
 
 @pytest.mark.runs
 def test_a_record_without_the_childs_token_does_not_count(tmp_path):
-    run = _child(tmp_path, RECORD.replace(f'os.environ["{TOKEN_ENV}"]', '"guessed"'))
+    run = _child(tmp_path, RECORD.replace("token = os.read(", 'token = "guessed" or os.read('))
     assert run.outcome == "crashed" and "did not write" in run.message
+
+
+@pytest.mark.runs
+def test_the_token_is_in_no_environment(tmp_path):
+    """Another tree's process could read a child's /proc/PID/environ: the token is not there."""
+    run = _child(tmp_path, "import os, json\n"
+                           "open('env.json', 'w').write(json.dumps(dict(os.environ)))\n" + RECORD)
+    environment = json.loads((tmp_path / "child" / "env.json").read_text())
+    assert run.outcome == "finished" and "secret" not in json.dumps(environment)
+    assert environment[TOKEN_FD_ENV].isdigit()
 
 
 @pytest.mark.runs

@@ -1,17 +1,19 @@
 """The end-of-run record: what a graded pytest process says about each exercise, in a file.
 
 `tpucourse grade` starts one pytest process per tree with `--tpucourse-results FILE` (a
-file in that child's private folder) and a random token in TPUCOURSE_RESULTS_TOKEN. As
+file in that child's private folder) and a random token on a pipe that child alone
+inherits (its descriptor number in TPUCOURSE_RESULTS_TOKEN_FD). As
 the run's last step (pytest_unconfigure, before the session closes) the plugin writes
 FILE whole or not at all: the token, pytest's exit status, and per exercise its counts,
 seconds and first failure's headline. A process that ends without writing it crashed.
 
-The token is read, and removed from the environment, when pytest starts, before any
-graded module is imported: code of the tree that writes a results file of its own
-cannot name the token unless it digs it out of the process (its memory, or
-/proc/self/environ). The record is a convenience for grading many trees at once, not a
-proof: a tree's code runs in the process that writes it. A grade that counts is a
-trusted re-run of that one tree in a process of its own (docs/grading.md).
+The token is read from the pipe, which is then closed, when pytest starts, before any
+graded module is imported: it is in no environment (another tree's process cannot read it
+in /proc/PID/environ) and no file. Code of the tree that writes a results file of its own
+cannot name it unless it digs it out of the process's memory. The record is a convenience
+for grading many trees at once, not a proof: a tree's code runs in the process that writes
+it. A grade that counts is a trusted re-run of that one tree in a process of its own
+(docs/grading.md).
 """
 
 from __future__ import annotations
@@ -25,8 +27,25 @@ import pytest
 from ..core.outcomes import first_line
 
 RESULTS_OPTION = "--tpucourse-results"
-TOKEN_ENV = "TPUCOURSE_RESULTS_TOKEN"
+TOKEN_FD_ENV = "TPUCOURSE_RESULTS_TOKEN_FD"  # the inherited pipe's descriptor, not the token
+TOKEN_BYTES = 256
 FORMAT = 1
+
+
+def read_token() -> str:
+    """The token the grader gave this process, read once from its pipe (then closed): "" without one."""
+    fd = os.environ.pop(TOKEN_FD_ENV, None)
+    if fd is None or not fd.isdigit():
+        return ""
+    try:
+        return os.read(int(fd), TOKEN_BYTES).decode("ascii", "replace")
+    except OSError:
+        return ""
+    finally:
+        try:
+            os.close(int(fd))
+        except OSError:
+            pass
 
 
 class EndOfRunRecord:
@@ -47,7 +66,7 @@ class EndOfRunRecord:
             return None
         if session is None:
             raise pytest.UsageError(f"{RESULTS_OPTION} needs a course checkout (course.toml)")
-        return cls(Path(path), os.environ.pop(TOKEN_ENV, ""), session)
+        return cls(Path(path), read_token(), session)
 
     def pytest_runtest_logreport(self, report: pytest.TestReport) -> None:
         exercise = self.session.progress.exercise_of(report.nodeid)

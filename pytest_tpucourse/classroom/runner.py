@@ -27,7 +27,7 @@ import time
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from .record import FORMAT, RESULTS_OPTION, TOKEN_ENV
+from .record import FORMAT, RESULTS_OPTION, TOKEN_FD_ENV
 
 EXIT_GRACE_SECONDS = 30.0  # from the record's writing to the process's end: shutdown, on a loaded machine too
 POLL_SECONDS = 0.1
@@ -79,14 +79,15 @@ class GradingRun:
         return command
 
 
-def child_environment(folder: Path, token: str) -> dict[str, str]:
+def child_environment(folder: Path) -> dict[str, str]:
     """The parent's environment, without what would reconfigure the child's pytest, with the
-    child's token and its private temporary folder."""
+    child's private temporary folder (its token goes on a pipe, run_child)."""
     env = {k: v for k, v in os.environ.items()
-           if k not in ("PYTEST_ADDOPTS", "PYTEST_PLUGINS", "PYTEST_CURRENT_TEST") and not k.startswith("PYTEST_XDIST")}
+           if k not in ("PYTEST_ADDOPTS", "PYTEST_PLUGINS", "PYTEST_CURRENT_TEST", TOKEN_FD_ENV)
+           and not k.startswith("PYTEST_XDIST")}
     tmp = folder / "tmp"
     tmp.mkdir(exist_ok=True)
-    env.update({TOKEN_ENV: token, "TMPDIR": str(tmp), "PY_COLORS": "0"})
+    env.update({"TMPDIR": str(tmp), "PY_COLORS": "0"})
     return env
 
 
@@ -96,7 +97,7 @@ def grade_tree(run: GradingRun, tree_name: str, tree: Path, folder: Path,
     folder.mkdir(mode=0o700, parents=True, exist_ok=True)
     token = secrets.token_hex(16)
     return run_child(tree_name, run.command(tree.resolve(), folder), folder=folder,
-                     env=child_environment(folder, token), token=token, limit=run.timeout,
+                     env=child_environment(folder), token=token, limit=run.timeout,
                      exit_grace=run.exit_grace, stop=stop)
 
 
@@ -104,12 +105,21 @@ def run_child(tree_name: str, command: list[str], *, folder: Path, env: dict[str
               limit: float, exit_grace: float = EXIT_GRACE_SECONDS,
               stop: threading.Event | None = None) -> TreeRun:
     """Run `command` in its own process group in `folder` and tell how it ended (`stop` set:
-    killed at once, as crashed: the grading was interrupted)."""
+    killed at once, as crashed: the grading was interrupted). The child reads `token` from a
+    pipe only it inherits (its descriptor in TPUCOURSE_RESULTS_TOKEN_FD): no other process's
+    environment or file holds it."""
     record_path, log_path = folder / RECORD, folder / LOG
     start = time.monotonic()
-    with open(log_path, "wb") as log:
-        process = subprocess.Popen(command, cwd=folder, env=env, stdin=subprocess.DEVNULL, stdout=log,
-                                   stderr=subprocess.STDOUT, start_new_session=True)
+    token_read, token_write = os.pipe()
+    try:
+        os.write(token_write, token.encode("ascii"))
+        os.close(token_write)
+        with open(log_path, "wb") as log:
+            process = subprocess.Popen(command, cwd=folder, env={**env, TOKEN_FD_ENV: str(token_read)},
+                                       stdin=subprocess.DEVNULL, stdout=log, stderr=subprocess.STDOUT,
+                                       start_new_session=True, pass_fds=(token_read,))
+    finally:
+        os.close(token_read)
     record_seen = None
     why_killed = None
     try:
