@@ -56,6 +56,8 @@ def test_the_build_writes_every_page_and_fetches_nothing(site):
     for name in PAGES:
         text = (site / f"{name}.html").read_text(encoding="utf-8")
         assert not re.search(r'<(script|link|img|iframe)[^>]+(src|href)="(https?:)?//', text), name
+        # every page states the honesty rule (the x-ray is shown inside EX·05's page, which does)
+        assert name == "xray" or "<b>the honesty rule</b>" in text, name
     scripts = "".join((site / "static" / f).read_text(encoding="utf-8") for f in os.listdir(site / "static"))
     assert not re.search(r"url\((?!#)|@import|fetch\((?![`\"]api/)", scripts)  # only the local server's api/
     home = (site / "index.html").read_text(encoding="utf-8")
@@ -288,6 +290,34 @@ def test_serve_records_a_tick_as_tpucourse_tick_does(served, clone):
         assert self_test.ticked(state.read(clone), "ch15") == {3}
     finally:
         (clone / state.STATE_DIR / state.STATE_FILE).unlink()
+
+
+def _post(url: str, body: bytes, headers: dict) -> tuple[int, dict]:
+    request = urllib.request.Request(url, data=body, headers=headers, method="POST")
+    try:
+        with urllib.request.urlopen(request, timeout=60) as response:
+            return response.status, json.loads(response.read())
+    except urllib.error.HTTPError as error:
+        return error.code, json.loads(error.read())
+
+
+def test_serve_answers_the_sites_own_pages_only(served, clone):
+    """Another web page (its Origin, or a name of its own that resolves here) may not tick items or
+    run the learner's code; a body that is not a JSON object is a 400 with a reason, not a dropped line."""
+    tick = json.dumps({"chapter": "ch15", "item": 3}).encode()
+    as_json = {"Content-Type": "application/json"}
+    assert _post(f"{served}/api/tick", tick, {**as_json, "Origin": "https://example.com"})[0] == 403
+    assert _post(f"{served}/api/tick", tick, {"Content-Type": "text/plain"})[0] == 415
+    assert _post(f"{served}/api/tick", b"[1, 2]", as_json) == (400, {"error": ANY_JSON_OBJECT_ERROR})
+    request = urllib.request.Request(f"{served}/api/timeline?schedule=exchange-deadlock&devices=4",
+                                     headers={"Host": "attacker.example"})
+    with pytest.raises(urllib.error.HTTPError) as refused:
+        urllib.request.urlopen(request, timeout=60)
+    assert refused.value.code == 403
+    assert not (clone / state.STATE_DIR / state.STATE_FILE).exists()
+
+
+ANY_JSON_OBJECT_ERROR = 'POST /api/tick takes a JSON object: {"chapter": ..., "item": ...}'
 
 
 def test_the_site_command_serves_on_127_0_0_1(clone, tmp_path):

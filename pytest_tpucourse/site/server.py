@@ -78,9 +78,22 @@ class Handler(SimpleHTTPRequestHandler):
         self.end_headers()
         self.wfile.write(data)
 
+    def _from_this_site(self) -> bool:
+        """A request the site's own pages made: addressed to this machine by name (no other
+        site's DNS name pointing here) and, when the browser says where it came from, from here.
+        The API runs the learner's code and writes their state: no other web page may call it."""
+        hosts = {HOST, "localhost"}
+        if urlparse(f"//{self.headers.get('Host', '')}").hostname not in hosts:
+            return False
+        origin = self.headers.get("Origin")
+        return origin is None or urlparse(origin).hostname in hosts
+
     def _api(self, call) -> None:
         from ..commands.learner import CommandError
 
+        if not self._from_this_site():
+            self._json(403, {"error": "the course's API answers the course site's own pages only"})
+            return
         try:
             self._json(200, call())
         except LookupError:
@@ -100,11 +113,16 @@ class Handler(SimpleHTTPRequestHandler):
         if url.path != "/api/tick":
             self._json(404, {"error": f"no such endpoint {url.path}"})
             return
-        length = int(self.headers.get("Content-Length", 0))
+        if self.headers.get("Content-Type", "").split(";")[0].strip() != "application/json":
+            self._json(415, {"error": "POST /api/tick takes a JSON object (Content-Type: application/json)"})
+            return
         try:
-            body = json.loads(self.rfile.read(length) or b"{}")
-        except json.JSONDecodeError as error:
+            body = json.loads(self.rfile.read(int(self.headers.get("Content-Length", 0))) or b"{}")
+        except (ValueError, UnicodeDecodeError) as error:
             self._json(400, {"error": f"not JSON: {error}"})
+            return
+        if not isinstance(body, dict):
+            self._json(400, {"error": "POST /api/tick takes a JSON object: {\"chapter\": ..., \"item\": ...}"})
             return
         self._api(lambda: tick(self.course_root, body))
 
