@@ -259,11 +259,13 @@ def test_the_shipped_solution_is_recognised_however_it_arrives(fake_course, arri
 # ---------------------------------------------------------------- 5. the graded tests as shipped
 
 
-def test_only_the_course_graded_tests_count(fake_course):
+@pytest.mark.parametrize("xdist", [(), ("-n", "2")], ids=["one-process", "xdist"])
+def test_only_the_course_graded_tests_count(fake_course, xdist):
+    """Under pytest-xdist the workers collect the test files and hand their hashes to the controller."""
     _course(fake_course, WRONG)
     _git_commit(fake_course.pytester.path)
     fake_course.test_file("def test_four(impl):\n    pass\n\ndef test_eight(impl):\n    pass\n")
-    result = fake_course.run()
+    result = fake_course.run(*xdist)
     result.assert_outcomes(passed=2)
     result.stdout.fnmatch_lines(["*void  double*2/2 tests passed, not counted: exercises/ch11/test_double.py "
                                  "differs from the course's (git HEAD)*", "course: 0/15 chapters*"])
@@ -271,7 +273,7 @@ def test_only_the_course_graded_tests_count(fake_course):
     assert entry["status"] == "not counted" and entry["tests_shipped"] is False
     subprocess.run(["git", "checkout", "--", "."], cwd=fake_course.pytester.path, check=True)
     fake_course.write("exercises", "double", CORRECT)
-    fake_course.run().assert_outcomes(passed=2)
+    fake_course.run(*xdist).assert_outcomes(passed=2)
     entry = _entry(fake_course)
     assert entry["status"] == "done" and entry["tests_shipped"] is True
 

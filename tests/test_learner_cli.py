@@ -7,7 +7,7 @@ import pytest
 
 from pytest_tpucourse.commands import main
 from pytest_tpucourse import roofline
-from pytest_tpucourse.gates import criteria
+from pytest_tpucourse.gates import criteria, report
 from pytest_tpucourse.learner import state
 from pytest_tpucourse.gates import records as rec
 
@@ -62,10 +62,12 @@ def test_progress_shows_gate_statuses_from_the_records(course, capsys, tmp_path)
     path = course.pytester.path / rec.DEFAULT_PATH
     path.parent.mkdir()
     correct = criteria.gate(1).criterion("correct").slots[0]
-    rec.append(path, make_record(gate=1, criterion="correct", chapter="ch11", implementation="kernel",
-                                 op=correct.op, shapes=correct.shapes, method="off-chip-verified",
-                                 statistic="checks-passed", value=1.0, unit="check", verdict="pass",
-                                 interpret=True))
+    off_chip = dict(gate=1, criterion="correct", chapter="ch11", implementation="kernel", op=correct.op,
+                    shapes=correct.shapes, method="off-chip-verified", statistic="checks-passed", value=1.0,
+                    unit="check", verdict="pass", interpret=True)
+    rec.append(path, make_record(**off_chip))  # names no code: verified nothing that is here
+    assert "gate 01: awaiting hardware" in tpucourse(capsys, "progress")[1]
+    rec.append(path, make_record(**off_chip, modules=report.current_modules(course.pytester.path)))
     out = tpucourse(capsys, "progress")[1]
     assert "gate 01: off-chip verified, awaiting hardware" in out
     # a measured run of the matmul at 4096³ on a v5e stand-in, twice XLA's time: a fail row

@@ -258,8 +258,9 @@ def slot_status(criterion: Criterion, rows: list[Record], current_modules: dict 
         latest = _latest(off_chip)
         if latest.verdict == "fail":
             return criteria.FAIL
-        if criterion.kind != "correctness" or _older_code(latest, current_modules):
-            return criteria.AWAITING  # an off-chip pass speaks only for the code it verified
+        if (criterion.kind != "correctness" or _older_code(latest, current_modules)
+                or (current_modules is not None and not latest.modules)):
+            return criteria.AWAITING  # an off-chip pass speaks only for the code it verified, named by its hashes
         return criteria.PASS_OFF_CHIP
     return criteria.AWAITING
 
