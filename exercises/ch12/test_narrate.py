@@ -61,7 +61,9 @@ def test_narrate_a_loop(impl, length, width, loop):
 @example(rows=4, cols=96, axis=0, then_sum=True)
 def test_narrate_a_sort(impl, rows, cols, axis, then_sum):
     """A bf16 sort widened to f32: the f32 result holds as many elements as the input, in twice the
-    bytes. Summed afterwards, the largest buffer is no longer the result the program returns."""
+    bytes. Summed afterwards, which buffer is largest is XLA's choice, read off the compiled module
+    (jaxlib 0.10.2 keeps the f32 array; 0.12 fuses the widening into the sum, and the sorted bf16
+    array is the largest)."""
     x = _on_cpu(tst.random_array((rows, cols), "bfloat16", 1))
 
     def program(a):
@@ -72,7 +74,8 @@ def test_narrate_a_sort(impl, rows, cols, axis, then_sum):
     got = _narrate(impl, hlo, f"XLA:CPU's HLO of sort(bf16[{rows},{cols}], axis={axis}) as f32 * 2"
                               + (", summed over axis 0" if then_sum else ""))
     assert "sort" in [opcode for _, opcode in got["kernels"]]
-    assert got["largest"][1] == f"f32[{rows},{cols}]"
+    if not then_sum:  # the result is returned, so it exists as a buffer in every XLA
+        assert got["largest"][1] == f"f32[{rows},{cols}]"
 
 
 COLLECTIVES = {
