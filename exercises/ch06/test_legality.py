@@ -43,8 +43,9 @@ CORNERS = (
 
 
 # Blocks the lowering accepts in every dtype, filling part of a native tile or a whole one.
-# Compiled for a v5e (libtpu 0.0.42.1): the bf16 ones compile, int8 (8, 128) and (16, 128)
-# are refused (E2002: int8 arrays are laid out in (32, 128) tiles), int8 (32, 128) compiles.
+# Compiled for a v5e: the bf16 ones compile; int8 (8, 128) and (16, 128) are refused by libtpu
+# 0.0.42.1 (E2002: int8 arrays are laid out in (32, 128) tiles) and compiled by 0.0.50.1, which
+# re-tiles them (chapter 7); int8 (32, 128) compiles on both.
 DTYPE_TILES = (
     ((1024, 1024), (8, 128), "bfloat16"),
     ((1024, 1024), (16, 128), "bfloat16"),
