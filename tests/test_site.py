@@ -25,7 +25,7 @@ from pytest_tpucourse.gates import criteria
 from pytest_tpucourse.learner import self_test, state
 from pytest_tpucourse.site import instruments, markdown, server
 
-from .support import REPO, mark_done_as_a_run_would
+from .support import REPO, compiler_retiles_int8, mark_done_as_a_run_would
 
 pytestmark = pytest.mark.runs  # the site is built by the course's command line in a child process
 
@@ -359,7 +359,9 @@ def test_served_pages_answer_live_with_the_real_compiler(served, page):
     page.wait_for_function("(t => t.includes('int8, block 8x128') && t.includes('compiler v5e:'))"
                            "(document.getElementById('bs-lines').textContent)", timeout=300_000)
     lines = page.locator("#bs-lines").inner_text()
-    assert "legal: the TPU lowering accepts it" in lines and "compiler v5e: E2002" in lines
+    # libtpu 0.0.42 refuses the int8 block at its tiling (E2002); 0.0.50 re-tiles it and compiles it
+    verdict = "compiler v5e: compiles" if compiler_retiles_int8() else "compiler v5e: E2002"
+    assert "legal: the TPU lowering accepts it" in lines and verdict in lines
     assert "real compiler" in page.locator("#bs-what").inner_text()
     assert page.errors == []
 

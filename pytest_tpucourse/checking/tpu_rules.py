@@ -195,14 +195,15 @@ def interpret_setting(name: str, fn=None, *, base=None, cores: int | None = None
 
     from jax.experimental.pallas import tpu as pltpu
 
-    params = dataclasses.replace(base or pltpu.InterpretParams(random_seed=0), **SETTINGS[name])
+    setting = {**SETTINGS[name], **(jax_internals.race_detection_options() if name == "races" else {})}
+    params = dataclasses.replace(base or pltpu.InterpretParams(random_seed=0), **setting)
     if cores is not None:
         params = dataclasses.replace(params, num_cores_or_threads=cores)
     printed = io.StringIO()
     pltpu.reset_tpu_interpret_mode_state()  # no race found by an earlier kernel is read as this one's
     try:
         with (pltpu.force_tpu_interpret_mode(params), contextlib.redirect_stdout(printed),
-              jax_internals.recording_device_events() as events):
+              jax_internals.race_reports_into(printed), jax_internals.recording_device_events() as events):
             yield params
     except WrongResult as failure:
         cause = fn and (_unclean_exit(fn, params, printed.getvalue(), why) or _unordered(fn, params, events))

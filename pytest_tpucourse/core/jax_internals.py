@@ -29,6 +29,9 @@ from . import kept_files
 #   course uses, is the default in all three, so the course passes neither;
 # - `compilation_cache.get_cache_key`'s optional fifth argument was renamed (ignore_callbacks
 #   in 0.10.2, ignore_custom_partitioning after); it is called with the four positional ones.
+# - the race detector prints each race in 0.10.2 and raises on the first in 0.12 (its new
+#   `InterpretParams.on_race`, "raise" by default): `race_detection_options` and
+#   `race_reports_into` give every version 0.10.2's behaviour (one branch, on the field).
 READ_AGAINST = ("0.10.2", "0.11.2", "0.12.0.1")
 
 
@@ -116,6 +119,50 @@ def jit_cache_context():
     from jax._src import config as jax_config
 
     return jax_config.trace_context()
+
+
+def race_detection_options() -> dict:
+    """InterpretParams fields that make the race detector report every race and go on, as
+    0.10.2's does: `on_race="warn"` where the installed JAX has the field (0.12 raises on the
+    first race by default, from inside the kernel, as if the learner's code had raised)."""
+    import dataclasses
+
+    from jax.experimental.pallas import tpu as pltpu
+
+    fields = {field.name for field in dataclasses.fields(pltpu.InterpretParams)}
+    return {"on_race": "warn"} if "on_race" in fields else {}
+
+
+class _RaceReports:
+    """A logging handler keeping the race detector's reports (0.12 logs them, 0.10.2 prints)."""
+
+    def __init__(self, into):
+        import logging
+
+        self.into = into
+        self.handler = logging.Handler(logging.WARNING)
+        self.handler.emit = self.emit
+
+    def emit(self, record) -> None:
+        message = record.getMessage()
+        if message.startswith("RACE DETECTED"):
+            self.into.write(message + "\n")
+
+
+@contextlib.contextmanager
+def race_reports_into(printed):
+    """Within the block, the race detector's reports go to `printed` (a text stream), whichever
+    way the installed JAX reports them: printed (0.10.2, under the caller's redirect) or logged
+    at warning level, some through the module's logger and some through the root one (0.12)."""
+    import logging
+
+    reports = _RaceReports(printed)
+    root = logging.getLogger()
+    root.addHandler(reports.handler)
+    try:
+        yield
+    finally:
+        root.removeHandler(reports.handler)
 
 
 def races_found() -> bool:
