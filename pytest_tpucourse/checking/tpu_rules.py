@@ -52,16 +52,18 @@ def assert_lowers_for_tpu(fn, *args, **kwargs) -> None:
             raise WrongResult(_lowering_refused(fn, error, program, args, kwargs)) from None
 
 
-def assert_compiles_for(fn, *args, chip: str = "v5e", **kwargs) -> None:
+def assert_compiles_for(fn, *args, chip: str = "v5e", compile_timeout: float | None = None, **kwargs) -> None:
     """Fail if the real TPU compiler rejects fn(*args, **kwargs) for `chip` (libtpu, ahead of
-    time: tiling, scoped VMEM and everything else Mosaic and LLO check); skipped without libtpu."""
+    time: tiling, scoped VMEM and everything else Mosaic and LLO check); skipped without libtpu.
+    compile_timeout: seconds the compile may take (the test's kernel timeout by default; a
+    gate-sized program of whole-array blocks takes minutes)."""
     from ..compiler import libtpu
 
     fn.jaxpr(*args, **kwargs)  # a stub or a tracing error is reported as such, first
     libtpu.skip_unless_available()
+    timeout = compile_timeout or fn.context.deadline.seconds or libtpu.DEFAULT_TIMEOUT_SECONDS
     try:
-        libtpu.compile_for(fn.resolve(), *args, chip=chip,
-                                timeout=fn.context.deadline.seconds or libtpu.DEFAULT_TIMEOUT_SECONDS, **kwargs)
+        libtpu.compile_for(fn.resolve(), *args, chip=chip, timeout=timeout, **kwargs)
     except libtpu.TpuCompileError as error:
         raise WrongResult(f"{fn.display} would not compile for a {chip} TPU: {error}") from None
 
