@@ -2,8 +2,8 @@
 
 A tree whose run finished gets its own pytest's file (pytest's --junitxml in the child,
 read back by the parent); one that crashed or timed out (a thread left running included,
-as in the gradebook) gets a file with one error saying so. The gradebook, not these files, is the verdict: a skipped test is a skip
-here, and not passed there.
+as in the gradebook) gets a file with one error saying so. The gradebook, not these
+files, is the verdict: a skipped test is a skip here, and not passed there.
 """
 
 from __future__ import annotations
