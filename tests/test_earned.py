@@ -327,7 +327,6 @@ DROP_THE_FAILING_TEST = """
 SOLUTION_AS_IMPL = """
     import importlib.util
     import pytest
-    from pytest_tpucourse import checks
 
     @pytest.fixture(scope="module")
     def impl():
