@@ -17,6 +17,7 @@ from pytest_tpucourse import strategies as tst
 CASES = (
     (48, 384, 16, "bfloat16"),  # 3 blocks: the last one lands in slot 0 again
     (6, 128, 8, "float32"),  # fewer rows than one block: a single copy
+    (32, 256, 8, "float32"),  # 4 blocks, an even count: the last one lands in slot 1
 )
 
 

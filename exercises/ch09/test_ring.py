@@ -52,11 +52,13 @@ REFERENCES = {
                             lambda x, *, mesh: jnp.tile(_blocks(x, mesh).sum(0), (mesh.size, 1)), _reduce_floor),
 }
 
-# (function, ring size, rows per device): sizes 1, 2, odd and even; rows the size does not
-# divide. The 4- and 8-device cases are also the ones whose compiled HLO is read.
+# (function, ring size, rows per device): sizes 1, 2 (the left and right neighbours are one
+# device), odd and even; rows the size does not divide. The 4- and 8-device cases are also the
+# ones whose compiled HLO is read.
 CASES = [
-    ("all_gather", 1, 3), ("all_gather", 3, 3), ("all_gather", 4, 2), ("all_gather", 8, 2),
-    ("reduce_scatter", 1, 2), ("reduce_scatter", 3, 6), ("reduce_scatter", 4, 8), ("reduce_scatter", 8, 16),
+    ("all_gather", 1, 3), ("all_gather", 2, 3), ("all_gather", 3, 3), ("all_gather", 4, 2), ("all_gather", 8, 2),
+    ("reduce_scatter", 1, 2), ("reduce_scatter", 2, 4), ("reduce_scatter", 3, 6), ("reduce_scatter", 4, 8),
+    ("reduce_scatter", 8, 16),
     ("all_reduce", 1, 5), ("all_reduce", 2, 4), ("all_reduce", 3, 5), ("all_reduce", 4, 6), ("all_reduce", 8, 5),
 ]
 HLO_CASES = [case for case in CASES if case[1] in (4, 8)]
