@@ -13,7 +13,6 @@ Interpret-mode results say what the simulator shows, never how fast a TPU is.
 
 from __future__ import annotations
 
-import importlib.util
 import sys
 import tempfile
 import time
@@ -30,11 +29,9 @@ DEFAULT = ["permute_barrier_signals_the_wrong_neighbour", "all_gather_two_semaph
 
 
 def main() -> None:
-    import jax
+    from pytest_tpucourse.prompt import load, mesh  # JAX set up as a graded run: 8 simulated devices
 
-    jax.config.update("jax_num_cpu_devices", 8)
     from jax.experimental.pallas import tpu as pltpu
-    from jax.sharding import AxisType
 
     from pytest_tpucourse import checks, references, tpu
     from pytest_tpucourse import strategies as tst
@@ -48,15 +45,6 @@ def main() -> None:
         names = [m.name for m in load_mutants(REPO / "tests" / "mutants" / "ch14.toml")
                  if m.module in ("permute", "all_gather", "reduce_scatter", "collective_matmul")]
         names += [f"solution:{module}" for module in ("permute", "all_gather", "reduce_scatter", "collective_matmul")]
-
-    def mesh(n):
-        return jax.make_mesh((n,), ("x",), devices=jax.devices()[:n], axis_types=(AxisType.Auto,))
-
-    def load(folder: Path, name: str):
-        spec = importlib.util.spec_from_file_location(f"_ch14_{folder.name}_{name}", folder / "ch14" / f"{name}.py")
-        module = importlib.util.module_from_spec(spec)
-        spec.loader.exec_module(module)
-        return module
 
     ring = dict(mesh=mesh(8), axis_name="x")
     cases = {  # module -> (function, inputs, keyword arguments, reference), as the graded tests build them
@@ -82,11 +70,11 @@ def main() -> None:
         for name in names:
             if name.startswith("solution:"):
                 module_name = name.split(":", 1)[1]
-                module = load(REPO / "solutions", module_name)
+                module = load(REPO / "solutions" / "ch14" / f"{module_name}.py")
             else:
                 mutant = mutants[name]
                 module_name = mutant.module
-                module = load(build_tree(mutant, REPO / "solutions", Path(work) / name), module_name)
+                module = load(build_tree(mutant, REPO / "solutions", Path(work) / name) / "ch14" / f"{module_name}.py")
             function, args, kwargs, reference = cases[module_name]
             fn = checks.graded(getattr(module, function), f"{function}()")
             seen = Counter()

@@ -46,7 +46,7 @@ def foreign_report_hooks(pluginmanager, shipped_file=lambda path: False) -> list
             continue
         for impl in caller.get_hookimpls():
             origin = _origin(impl.function)
-            if origin is None or _allowed(origin, impl.function, shipped_file):
+            if origin is None or _allowed(origin, shipped_file):
                 continue
             found.append(f"{origin}: {hook}")
     return sorted(set(found))
@@ -64,7 +64,7 @@ def foreign_fixtures(items, shipped_file=lambda path: False) -> list[str]:
                 continue
             function = getattr(chain[-1], "func", None)  # the definition closest to the test wins
             origin = _origin(function) if function is not None else None
-            if origin is None or not _allowed(origin, function, shipped_file):
+            if origin is None or not _allowed(origin, shipped_file):
                 found.add(f"{origin or 'an unknown file'}: fixture {name}")
     return sorted(found)
 
@@ -76,7 +76,7 @@ def _origin(function) -> str | None:
         return None
 
 
-def _allowed(origin: str, function, shipped_file) -> bool:
+def _allowed(origin: str, shipped_file) -> bool:
     """The hook's code lies in the files of an allowed package as loaded (its module name is not
     enough: pytest-xdist's worker runs `xdist/remote.py` under execnet's own module name)."""
     where = Path(origin).resolve()
