@@ -1,0 +1,4 @@
+"""Facts the chapters state about the toolchain, read off the installed JAX, XLA and libtpu.
+
+One module per chapter (test_chNN.py); docs/facts.md lists each claim beside its test.
+"""
