@@ -162,13 +162,25 @@ def test_the_door_rule_fails_on_a_command_without_run():
     assert _without_doors(trees) == [("commands.hint", ["run(args)"])]
 
 
+def _unlisted(known, commands) -> list[str]:
+    """The modules of commands/ (main.py aside) that are not in `commands` (main.COMMANDS), and the
+    entries of `commands` that are not modules of commands/."""
+    listed = [module.__name__.removeprefix("pytest_tpucourse.") for module in commands]
+    modules = {name for name in known if _in_commands(name)} - {COMMANDS_DIR, f"{COMMANDS_DIR}.main"}
+    return sorted(modules ^ set(listed)) + sorted({n for n in listed if listed.count(n) > 1})
+
+
 def test_every_command_module_is_a_subcommand_of_main():
     from pytest_tpucourse.commands import main
 
-    listed = {module.__name__.removeprefix("pytest_tpucourse.") for module in main.COMMANDS}
-    modules = {name for name in KNOWN if _in_commands(name)} - {COMMANDS_DIR, f"{COMMANDS_DIR}.main"}
-    assert listed == modules, f"commands/main.py COMMANDS and commands/ differ: {sorted(listed ^ modules)}"
-    assert len(main.COMMANDS) == len(listed)
+    assert _unlisted(KNOWN, main.COMMANDS) == [], "commands/main.py COMMANDS and the modules of commands/ differ"
+
+
+def test_the_listing_rule_fails_on_a_command_main_does_not_list():
+    from pytest_tpucourse.commands import main, tick
+
+    assert _unlisted(KNOWN, [c for c in main.COMMANDS if c is not tick]) == ["commands.tick"]
+    assert _unlisted(KNOWN, [*main.COMMANDS, tick]) == ["commands.tick"]
 
 
 def test_modules_outside_commands_import_no_command_module():

@@ -3,7 +3,7 @@
 Each function returns plain JSON-able data: the static build embeds it in the instrument's
 page, and the local server (`--serve`) answers the same functions live for any input. Every
 number carries what it is: a roofline prediction (chips.py, roofline.py, ici.py), an exact
-computation (NumPy, float64), a rule of the TPU lowering (blockspec_sandbox.py), or a simulation of
+computation (NumPy, float64), a rule of the TPU lowering (blockspecs.py), or a simulation of
 the semaphore model (timeline.py).
 """
 
