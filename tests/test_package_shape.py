@@ -157,7 +157,8 @@ def test_every_module_is_in_the_map():
 # the command, the fixture or the check that uses them.
 TESTED_THROUGH = {
     "core.small_files": "test_earned.py", "grading.leftovers": "test_earned.py",
-    "grading.solution_code": "test_earned.py", "grading.toolkit_guard": "test_earned.py",
+    "grading.solution_code": "test_earned.py", "grading.solution_reads": "test_earned.py",
+    "grading.toolkit_guard": "test_earned.py",
     "learner.foreign_plugins": "test_earned.py", "learner.run_markers": "test_earned.py",
     "learner.shipped": "test_earned.py",
     "checking.compiler_figures": "test_libtpu.py", "checking.ir_answers": "test_xray.py",
