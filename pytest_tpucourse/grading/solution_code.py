@@ -27,6 +27,7 @@ copied by hand, or rewritten) is said in docs/earned.md.
 
 from __future__ import annotations
 
+import functools
 import hashlib
 import os
 import subprocess
@@ -43,6 +44,7 @@ _checkout_files: dict = {}  # solutions folder -> (signature, {size: [(path, sha
 _head_blobs: dict = {}  # course root -> {size: [(path, git blob id)]}
 _compiled_keys: dict = {}  # (file, sha256 of its source) -> the keys of every code object compiled from it
 _solution_code: dict = {}  # solutions folder -> (signature, {code key: (path, qualname)})
+_outside_files: set = set()  # file names known to be neither the graded tree's nor the solutions'
 
 
 @dataclass(frozen=True)
@@ -64,7 +66,7 @@ def shipped_solution_in(function, module_path: Path, imported_source: bytes | No
         return Provenance(f"is a link to {_shown(module_path.resolve(), solutions_dir)}", frozenset({resolved}))
     source = imported_source if imported_source is not None else _read(module_path)
     walk = _Walk(tree_root, solutions_dir, {resolved: source})
-    copied = walk.copy_of(resolved, source)
+    copied = walk.solutions.copy_of(source)
     if copied is not None:
         return Provenance(f"is a copy of {copied}", frozenset({resolved}))
     found = walk.find(function)
@@ -115,74 +117,94 @@ def _nested_codes(code: types.CodeType):
             yield from _nested_codes(const)
 
 
-def _solution_paths(solutions_dir: Path) -> list[Path]:
-    return sorted(solutions_dir.glob("ch*/*.py")) if solutions_dir.is_dir() else []
+class _Solutions:
+    """The shipped solution files as one walk sees them: listed and checked for changes once per
+    walk, their contents and compilation cached for the process while they do not change."""
 
+    def __init__(self, solutions_dir: Path, course_root: Path):
+        self.dir = solutions_dir
+        self.course_root = course_root
 
-def _signature(paths) -> tuple:
-    stats = []
-    for path in paths:
-        try:
-            stat = path.stat()
-        except OSError:
-            continue
-        stats.append((str(path), stat.st_mtime_ns, stat.st_size))
-    return tuple(stats)
-
-
-def _checkout_index(solutions_dir: Path) -> dict:
-    """{size: [(path, sha256)]} of the solution files in the checkout, read again when one changes."""
-    paths = _solution_paths(solutions_dir)
-    signature = _signature(paths)
-    cached = _checkout_files.get(solutions_dir)
-    if cached is None or cached[0] != signature:
-        index: dict = {}
-        for path in paths:
-            data = _read(path)
-            if data is not None and len(data) >= MIN_FILE_BYTES:
-                index.setdefault(len(data), []).append((path, hashlib.sha256(data).hexdigest()))
-        cached = _checkout_files[solutions_dir] = (signature, index)
-    return cached[1]
-
-
-def _head_index(course_root: Path) -> dict:
-    """{size: [(path, blob id)]} of the solution files committed at git HEAD: a solutions/ that
-    was moved or deleted from the checkout is still known. Empty outside git."""
-    if course_root not in _head_blobs:
-        index: dict = {}
-        try:
-            listing = subprocess.run(["git", "-C", str(course_root), "ls-tree", "-r", "-l", "HEAD", "--", "solutions"],
-                                     capture_output=True, text=True, timeout=10, check=True).stdout
-        except (OSError, subprocess.SubprocessError):
-            listing = ""
-        for line in listing.splitlines():
-            meta, _, name = line.partition("\t")
-            parts = meta.split()
-            if len(parts) == 4 and parts[1] == "blob" and name.endswith(".py") and parts[3].isdigit():
-                if int(parts[3]) >= MIN_FILE_BYTES:
-                    index.setdefault(int(parts[3]), []).append((course_root / name, parts[2]))
-        _head_blobs[course_root] = index
-    return _head_blobs[course_root]
-
-
-def _solution_code_index(solutions_dir: Path) -> dict:
-    """{code key: (path, qualname)} of every function compiled from the shipped solutions: what
-    code that is not its file's own is identified by."""
-    paths = _solution_paths(solutions_dir)
-    signature = _signature(paths)
-    cached = _solution_code.get(solutions_dir)
-    if cached is None or cached[0] != signature:
-        index: dict = {}
-        for path in paths:
-            source = _read(path)
+    @functools.cached_property
+    def signature(self) -> tuple:
+        """(path, mtime, size) of each solution file: what the caches are checked against."""
+        stats = []
+        for path in sorted(self.dir.glob("ch*/*.py")) if self.dir.is_dir() else []:
             try:
-                module_code = compile(source or b"", str(path), "exec", dont_inherit=True)
-            except (SyntaxError, ValueError):
+                stat = path.stat()
+            except OSError:
                 continue
-            for code in _nested_codes(module_code):
-                index.setdefault(code_key(code), (path, code.co_qualname))
-        cached = _solution_code[solutions_dir] = (signature, index)
-    return cached[1]
+            stats.append((path, stat.st_mtime_ns, stat.st_size))
+        return tuple(stats)
+
+    @functools.cached_property
+    def by_size(self) -> dict:
+        """{size: [(path, sha256)]} of the solution files in the checkout."""
+        cached = _checkout_files.get(self.dir)
+        if cached is None or cached[0] != self.signature:
+            index: dict = {}
+            for path, _, _ in self.signature:
+                data = _read(path)
+                if data is not None and len(data) >= MIN_FILE_BYTES:
+                    index.setdefault(len(data), []).append((path, hashlib.sha256(data).hexdigest()))
+            cached = _checkout_files[self.dir] = (self.signature, index)
+        return cached[1]
+
+    @property
+    def committed_by_size(self) -> dict:
+        """{size: [(path, blob id)]} of the solution files committed at git HEAD: a solutions/
+        that was moved or deleted from the checkout is still known. Empty outside git."""
+        if self.course_root not in _head_blobs:
+            index: dict = {}
+            try:
+                listing = subprocess.run(
+                    ["git", "-C", str(self.course_root), "ls-tree", "-r", "-l", "HEAD", "--", self.dir.name],
+                    capture_output=True, text=True, timeout=10, check=True).stdout
+            except (OSError, subprocess.SubprocessError):
+                listing = ""
+            for line in listing.splitlines():
+                meta, _, name = line.partition("\t")
+                parts = meta.split()
+                if (len(parts) == 4 and parts[1] == "blob" and name.endswith(".py") and parts[3].isdigit()
+                        and int(parts[3]) >= MIN_FILE_BYTES):
+                    index.setdefault(int(parts[3]), []).append((self.course_root / name, parts[2]))
+            _head_blobs[self.course_root] = index
+        return _head_blobs[self.course_root]
+
+    @functools.cached_property
+    def code(self) -> dict:
+        """{code key: (path, qualname)} of every function compiled from the shipped solutions:
+        what code that is not its own file's is identified by."""
+        cached = _solution_code.get(self.dir)
+        if cached is None or cached[0] != self.signature:
+            index: dict = {}
+            for path, _, _ in self.signature:
+                try:
+                    module_code = compile(_read(path) or b"", str(path), "exec", dont_inherit=True)
+                except (SyntaxError, ValueError):
+                    continue
+                for code in _nested_codes(module_code):
+                    index.setdefault(code_key(code), (path, code.co_qualname))
+            cached = _solution_code[self.dir] = (self.signature, index)
+        return cached[1]
+
+    def copy_of(self, source: bytes | None) -> str | None:
+        """"solutions/chNN/x.py" when `source` is a shipped solution file's bytes."""
+        if source is None or len(source) < MIN_FILE_BYTES:
+            return None
+        for path, digest in self.by_size.get(len(source), ()):
+            if hashlib.sha256(source).hexdigest() == digest:
+                return _shown(path, self.dir)
+        committed = self.committed_by_size.get(len(source), ())
+        if committed:
+            blob = hashlib.sha1(b"blob %d\0" % len(source) + source).hexdigest()
+            for path, blob_id in committed:
+                if blob == blob_id:
+                    return f"{_relative(path, self.course_root)} (as committed)"
+        return None
+
+    def sizes(self) -> set[int]:
+        return set(self.by_size) | set(self.committed_by_size)
 
 
 class _Walk:
@@ -192,11 +214,14 @@ class _Walk:
         self.tree_root = tree_root
         self.solutions_dir = solutions_dir
         self.course_root = tree_root.parent
+        self.solutions = _Solutions(solutions_dir, self.course_root)
         self.sources = sources  # resolved path -> the bytes it was imported from, where known
         self.tree_files: set[str] = set()
         self.seen: set[int] = set()
         self.pending: list = []
-        self._where: dict[str, str] = {}  # a file name -> "solutions", "tree", "none" (no such file) or "outside"
+        self._where: dict[str, str] = {}  # a file name -> its kind (_kind)
+        self._solutions_prefix = os.path.realpath(solutions_dir) + os.sep
+        self._tree_prefix = os.path.realpath(tree_root) + os.sep
         self._files_checked: dict[str, str | None] = {}
         self._sizes: set[int] | None = None  # the sizes of the solution files, checkout and HEAD
 
@@ -209,21 +234,6 @@ class _Walk:
             found = self._visit(self.pending.pop())
             if found is not None:
                 return found
-        return None
-
-    def copy_of(self, resolved: str, source: bytes | None) -> str | None:
-        """"solutions/chNN/x.py" when `source` (the file at `resolved`) is a shipped solution's bytes."""
-        if source is None or len(source) < MIN_FILE_BYTES:
-            return None
-        for path, digest in _checkout_index(self.solutions_dir).get(len(source), ()):
-            if hashlib.sha256(source).hexdigest() == digest:
-                return _shown(path, self.solutions_dir)
-        head = _head_index(self.course_root).get(len(source), ())
-        if head:
-            blob = hashlib.sha1(b"blob %d\0" % len(source) + source).hexdigest()
-            for path, blob_id in head:
-                if blob == blob_id:
-                    return f"{_relative(path, self.course_root)} (as committed)"
         return None
 
     def _visit(self, value) -> str | None:
@@ -287,7 +297,7 @@ class _Walk:
             own = _compiled_from(file, self._source(file)) if kind == "tree" else frozenset()
             key = code_key(code)
             if key not in own:  # not its file's own code: the compilation of some other source
-                match = _solution_code_index(self.solutions_dir).get(key)
+                match = self.solutions.code.get(key)
                 if match is not None:
                     path, qualname = match
                     return f"runs the code of {qualname}() in {_shown(path, self.solutions_dir)}"
@@ -303,20 +313,27 @@ class _Walk:
                 resolved = os.path.realpath(file)
                 if kind == "tree":
                     self.tree_files.add(resolved)
-                copied = self.copy_of(resolved, self._source(file))
+                copied = self.solutions.copy_of(self._source(file))
                 if copied is not None:
                     verdict = f"{_relative(Path(file), self.course_root)}, a copy of {copied}"
             self._files_checked[file] = verdict
         return self._files_checked[file]
 
     def _kind(self, file: str) -> str:
+        """"solutions", "tree", "outside" (another file: a library's) or "none" (no such file)."""
+        if file in _outside_files:
+            return "outside"
         if file not in self._where:
-            if _inside(Path(file), self.solutions_dir):
+            real = os.path.realpath(file)
+            if real.startswith(self._solutions_prefix):
                 kind = "solutions"
-            elif _inside(Path(file), self.tree_root):
-                kind = "tree" if os.path.isfile(file) else "none"
+            elif not os.path.isfile(real):
+                kind = "none"
+            elif real.startswith(self._tree_prefix):
+                kind = "tree"
             else:
-                kind = "outside" if os.path.isfile(file) else "none"
+                kind = "outside"
+                _outside_files.add(file)
             self._where[file] = kind
         return self._where[file]
 
@@ -325,7 +342,7 @@ class _Walk:
         if resolved not in self.sources:
             kind = self._kind(file)
             if self._sizes is None:
-                self._sizes = set(_checkout_index(self.solutions_dir)) | set(_head_index(self.course_root))
+                self._sizes = self.solutions.sizes()
             # A file outside the tree is read only where its size is a solution file's.
             wanted = kind == "tree" or (kind == "outside" and _size(file) in self._sizes)
             self.sources[resolved] = _read(Path(file)) if wanted else None

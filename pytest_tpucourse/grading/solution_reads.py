@@ -6,9 +6,10 @@ into itself) does so through `open`, which Python reports to audit hooks (PEP 57
 (`sys.addaudithook` cannot be undone) records, while a run grades the learner's
 exercises/, each opening of a file that is a shipped solution's (by path under solutions/,
 or by inode: a hardlink or a symlink elsewhere) made with a frame of the graded tree on the
-stack. The frame named is the innermost one of the tree: the module whose code did the
-reading. The course's own graded test files (test_*.py, conftest.py) in the tree are not
-graded code: a graded test may load a shipped solution as a given program.
+stack. Every file of the tree with a frame there counts as reading it (the graded module
+that calls a helper that reads), and the innermost is named. The course's own graded test
+files (test_*.py, conftest.py) in the tree are not graded code: a graded test may load a
+shipped solution as a given program.
 
 The hook costs one comparison for every other audit event, and a `stat` for each `open`.
 """
@@ -27,32 +28,38 @@ _inside_hook = threading.local()
 
 
 class SolutionReads:
-    """The shipped solution files one run's graded tree opened: {reader file: (solution, line)}."""
+    """The shipped solution files one run's graded tree opened, by the tree's files that read them."""
 
     def __init__(self, tree_root: Path, solutions_dir: Path):
         self.tree_prefixes = _prefixes(Path(tree_root))
         self.solutions_dir = Path(solutions_dir)
         self.solution_prefixes = _prefixes(self.solutions_dir)
         self.inodes = _inodes(self.solutions_dir)
-        self.by_reader: dict[str, tuple[Path, int]] = {}  # reading file -> (solution file, line): its first read
+        # reading file -> (order, depth, solution file, line) of its first read; every file of the tree
+        # with a frame on the stack reads (a helper module reading for the graded one), the innermost
+        # (depth 0) most directly
+        self.by_reader: dict[str, tuple[int, int, Path, int]] = {}
         self._graded_files: dict[str, str | None] = {}  # co_filename -> its resolved path, if graded code
 
     def read_by(self, files) -> tuple[Path, Path, int] | None:
-        """(solution file, reading file, its line) for a read made by one of `files` (resolved
-        paths, as text), or None."""
-        return next(((self.by_reader[f][0], Path(f), self.by_reader[f][1]) for f in files if f in self.by_reader),
-                    None)
+        """(solution file, reading file, its line) for the first read made by one of `files`
+        (resolved paths, as text), or None."""
+        reads = sorted((self.by_reader[f], f) for f in files if f in self.by_reader)
+        if not reads:
+            return None
+        (_, _, solution, line), reader = reads[0]
+        return solution, Path(reader), line
 
     def _opened(self, path) -> None:
         solution = self._solution_file(path)
         if solution is None:
             return
-        frame = sys._getframe(2)
+        frame, depth, order = sys._getframe(2), 0, len(self.by_reader)
         while frame is not None:
             reader = self._graded_file(frame.f_code.co_filename)
             if reader is not None:
-                self.by_reader.setdefault(reader, (solution, frame.f_lineno))
-                return
+                self.by_reader.setdefault(reader, (order, depth, solution, frame.f_lineno))
+                depth += 1
             frame = frame.f_back
 
     def _solution_file(self, path) -> Path | None:
