@@ -37,7 +37,7 @@ LAYERS = (
     ("strategies",),                             # inputs graded tests draw
     ("grading",),                                # how graded code is reached and run
     ("checks", "checking", "public_kernels", "prompt", "instruments", "ir", "tpu"),  # the toolkit
-    ("gates", "learner", "gating"),              # one audience each: gate rows, the learner's loop
+    ("gates", "learner", "gating", "authoring"),  # one audience each: gate rows, the learner's loop, the author
     ("run",),                                    # one pytest run, built once from the config
     ("commands", "site", "classroom", "plugin", "__init__"),  # wiring: the `tpucourse` command and its site, pytest's hooks
 )

@@ -165,6 +165,7 @@ TESTED_THROUGH = {
     "checking.device_order": "test_distributed_checks.py",
     "commands.compile_kernel": "test_libtpu.py", "commands.learner": "test_learner_cli.py",
     "commands.main": "test_cli.py", "commands.records": "test_records.py",
+    "commands.new_chapter": "test_scaffold.py", "authoring.templates": "test_scaffold.py",
     "core.jax_internals": "test_grading_speed.py", "core.kept_files": "test_grading_speed.py",
     "core.outcomes": "test_bad_learner_code.py", "core.paths": "test_bad_learner_code.py",
     "core.profiles": "test_options_and_markers.py", "core.running_test": "test_bad_learner_code.py",

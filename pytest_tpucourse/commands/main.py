@@ -106,6 +106,10 @@ def main(argv=None) -> int:
     from ..classroom import command as grade_command
 
     grade_command.add_parser(subcommands)
+    from . import new_chapter
+
+    new_chapter.add_parser(subcommands)
+    new_chapter.hide(subcommands)
 
     args = parser.parse_args(argv)
     from ..readers import blockspecs
@@ -117,7 +121,7 @@ def main(argv=None) -> int:
                 "blockspec": blockspecs.main, "progress": learner.progress, "hint": learner.hint,
                 "reset": learner.reset, "solution": learner.solution, "tick": learner.tick, "watch": watch.main, "xray": xray_page.main,
                 "compile": compile_kernel.run, "timeline": semaphore_timeline.command, "site": site_command.run,
-                "grade": grade_command.run}
+                "grade": grade_command.run, new_chapter.NAME: new_chapter.run}
     try:
         return handlers[args.command](args)
     except (ValueError, learner.CommandError) as error:
