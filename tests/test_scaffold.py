@@ -4,7 +4,7 @@ The last test is the scaffold's promise: in a copy of this checkout it makes the
 with one exercise and the next gate, and the course's own checks pass there: course data and
 package shape, the gate table against course.toml and the records' schema, and the chapter's
 suites (stubs TODO, solutions pass, the mutant caught), then its gate test on a CPU. It costs
-two child pytest runs, about 30 s on two idle cores (docs/speed.md).
+two child pytest runs, 23-27 s on two shared cores (docs/speed.md, "The project's own tests").
 """
 
 import json
