@@ -16,21 +16,18 @@ from ..authoring import scaffold
 from ..core.course import find_course_root
 
 NAME = "new-chapter"
+LISTED = False  # left out of `tpucourse --help`: not a learner's command
 
 
-def add_parser(subcommands) -> None:
-    p = subcommands.add_parser(NAME, description=__doc__.splitlines()[0])  # no help=: an author's tool
+def add_parser(subcommands):
+    p = subcommands.add_parser(NAME, description=__doc__.splitlines()[0])  # no help=: not listed
     p.add_argument("title", help="the chapter's title, as course.toml and its README say it")
     p.add_argument("--exercise", action="append", required=True, metavar="NAME",
                    help="an exercise: its module, its function and test_NAME.py (repeat for more, in order)")
     p.add_argument("--gate", action="store_true", help="a stage closed by the course's next gate")
     p.add_argument("--summary", help="the chapter's one-line summary (default: a TODO)")
     p.add_argument("--root", type=Path, help="the course checkout (default: the one holding this folder)")
-
-
-def hide(subcommands) -> None:
-    """Leave this command out of the subcommand list `tpucourse --help` prints (it still runs)."""
-    subcommands.metavar = "{" + ",".join(name for name in subcommands.choices if name != NAME) + "}"
+    return p
 
 
 def run(args) -> int:
