@@ -40,6 +40,11 @@ def test_exp_of_minus_inf_is_zero_and_inf_minus_inf_is_nan():
     assert np.isnan(float(jnp.float32(-jnp.inf) - jnp.float32(-jnp.inf)))
 
 
+def test_an_unguarded_zero_sum_divides_to_nan():
+    """A flash kernel that skipped every block of a row divides an accumulator of 0 by l = 0."""
+    assert np.isnan(np.asarray(jnp.zeros(4) / jnp.float32(0.0))).all()
+
+
 def test_jax_nn_softmax_of_a_fully_masked_row_is_nan():
     assert np.isnan(np.asarray(jax.nn.softmax(jnp.full((4,), -jnp.inf)))).all(), versions()
 
