@@ -14,7 +14,7 @@ from jax.experimental.pallas.ops.tpu import flash_attention as fa
 
 from pytest_tpucourse.readers import mosaic
 
-from .toolchain import cpu_hlo, kernels, versions
+from .reading import cpu_hlo, kernels, versions
 
 
 def _sum_of_equations(jaxpr, counts):

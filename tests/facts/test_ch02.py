@@ -12,7 +12,7 @@ from jax.extend import core as jex_core
 
 from pytest_tpucourse.readers import mosaic
 
-from .toolchain import MEASURED_JAX, readme_block, versions
+from .reading import MEASURED_JAX, readme_block, versions
 
 # From JAX 0.11 on, ClosedJaxpr is another name for Jaxpr (which carries its consts), and the
 # sub-programs in params are Jaxprs; in 0.10 they are ClosedJaxprs around Jaxprs.

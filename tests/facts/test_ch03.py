@@ -16,7 +16,7 @@ from jax.experimental import pallas as pl
 
 from pytest_tpucourse import references
 
-from .toolchain import MEASURED_JAX, cpu_hlo, readme_block, v5e_hlo, v5e_kernel, versions
+from .reading import MEASURED_JAX, cpu_hlo, readme_block, v5e_hlo, v5e_kernel, versions
 
 
 def _stablehlo(fn, *shapes):

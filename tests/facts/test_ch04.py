@@ -15,7 +15,7 @@ import pytest
 from pytest_tpucourse import references
 from pytest_tpucourse.readers import hlo_text
 
-from .toolchain import (COURSE, MEASURED_JAX, cpu_compiled, cpu_hlo, fusion_kind, kernels, mosaic_text, opcodes,
+from .reading import (COURSE, MEASURED_JAX, cpu_compiled, cpu_hlo, fusion_kind, kernels, mosaic_text, opcodes,
                         readme_block, solution, v5e_hlo, versions)
 
 SEQ_LENS = (256, 512, 1024, 2048)

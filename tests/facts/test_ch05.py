@@ -15,7 +15,7 @@ import pytest
 from pytest_tpucourse import references
 from pytest_tpucourse.readers import hlo_text
 
-from .toolchain import COURSE, MEASURED_JAX, cpu_compiled, cpu_hlo, fusion_kind, kernels, solution, versions
+from .reading import COURSE, MEASURED_JAX, cpu_compiled, cpu_hlo, fusion_kind, kernels, solution, versions
 
 SEQ_LENS = (256, 512, 1024, 2048)
 SQUARE = 2048 * 2048 * 4  # one f32 S x S matrix at S = 2048
