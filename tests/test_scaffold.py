@@ -2,7 +2,7 @@
 
 The last test is the scaffold's promise: in a copy of this checkout it makes the next chapter,
 with one exercise and the next gate, and the course's own checks pass there: course data and
-package shape, the gate table against course.toml and the records' schema, and the chapter's
+package shape, the gate table against course.toml and the records' schema, the facts list, and the chapter's
 suites (stubs TODO, solutions pass, the mutant caught), then its gate test on a CPU. It costs
 two child pytest runs, 23-27 s on two shared cores (docs/speed.md, "The project's own tests").
 """
@@ -123,7 +123,8 @@ def test_a_new_chapter_with_a_gate_passes_the_courses_own_checks(tmp_path, capsy
                               capture_output=True, text=True, timeout=900)
 
     checks = pytest_in_copy("tests/test_course.py", "tests/test_package_shape.py", "tests/test_gates.py",
-                            "tests/test_records.py", "tests/test_grading_chapters.py", "-m", "not runs", "-v",
+                            "tests/test_records.py", "tests/facts/test_facts_list.py",
+                            "tests/test_grading_chapters.py", "-m", "not runs", "-v",
                             "-k", f"{chapter.id} or not test_grading_chapters", f"--basetemp={tmp_path / 'checks'}")
     assert checks.returncode == 0, checks.stdout[-4000:]
     gate_label = criteria.Gate(chapter.gate, chapter.id, chapter.title, (), "project").label
@@ -132,6 +133,7 @@ def test_a_new_chapter_with_a_gate_passes_the_courses_own_checks(tmp_path, capsy
                  f"test_course.py::test_every_mutant_applies_to_its_solution[{chapter.id}]",
                  f"test_gates.py::test_a_gates_kernels_are_its_chapters_functions_and_its_test_runs_them[{gate_label}]",
                  "test_records.py::test_the_schemas_gate_bounds_are_the_gate_tables",
+                 "test_facts_list.py::test_every_cited_readme_line_is_in_its_chapter",
                  f"test_grading_chapters.py::test_stubs_are_reported_todo[{chapter.id}]",
                  f"test_grading_chapters.py::test_solutions_pass[{chapter.id}]",
                  f"test_grading_chapters.py::test_mutant_is_caught_by_exactly_its_tests[{chapter.id}.axpy_drops_the_factor]"):

@@ -47,6 +47,7 @@ PERSON_WRITES = (
     "the op itself: each stub's contract, the solution's kernel, the graded tests' cases and checks "
     "(docs/authoring.md sections 4-6)",
     "tests/mutants/chNN.toml: a mutant per mistake the README names, correct variants as [[equivalents]]",
+    "docs/facts.md: a row per claim the README makes about the toolchain, read off by tests/facts/test_chNN.py",
     "a gate: its criteria and slots in the gate table, their tests in test_gateNN.py, the criteria "
     "in docs/gates.md",
     "numbers that come from a run: the suite's time in docs/speed.md (python bench/suite_speed.py "
