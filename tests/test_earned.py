@@ -41,7 +41,7 @@ TWO_CASES = """
         _check(impl, 8)
 """
 
-# A shipped solution long enough to be nobody's own by accident (solution_code.py).
+# A shipped solution file long enough (MIN_FILE_BYTES) for a copy of its bytes to be told (solution_code.py).
 SOLUTION = '''\
 """The reference double(): twice x, in the input's dtype."""
 import numpy as np
