@@ -14,13 +14,14 @@ from .checking.tpu_rules import (DMA_SETTINGS, RACE_BETWEEN_DEVICES, assert_comp
                                  assert_no_races_in_backward, assert_out_of_bounds_raises,
                                  assert_prefetches, checking_races, interpret_setting)
 from .chips import SCOPED_VMEM_LIMITS
-from .compiler.libtpu import (NEWEST_MEASURED, TpuCompileError, available, compile_for, libtpu_release, measured,
-                             skip_unless_available, unmeasured_line)
+from .compiler.libtpu import (MEASURED_LIBTPU, NEWEST_MEASURED, TpuCompileError, available, compile_for,
+                              libtpu_release, measured, skip_unless_available, unmeasured_line)
 from .readers.compiled_collectives import assert_ring_collectives, compiled_collectives
 from .readers.mosaic import kernels, lower_for_tpu
 
 __all__ = [
-    "DMA_SETTINGS", "NEWEST_MEASURED", "RACE_BETWEEN_DEVICES", "SCOPED_VMEM_LIMITS", "TpuCompileError",
+    "DMA_SETTINGS", "MEASURED_LIBTPU", "NEWEST_MEASURED", "RACE_BETWEEN_DEVICES", "SCOPED_VMEM_LIMITS",
+    "TpuCompileError",
     "assert_blocks_compile", "assert_compiles_for", "assert_correct_in_each_dma_mode",
     "assert_efficiency_matches_vmatmuls", "assert_footprint_matches_compiler", "assert_lowers_for_tpu",
     "assert_no_races", "assert_no_races_in_backward", "assert_out_of_bounds_raises", "assert_prefetches",

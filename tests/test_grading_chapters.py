@@ -113,20 +113,7 @@ def affected_test_files(chapter: str, module: str) -> list[str]:
     )
 
 
-def _on_the_compiler_installed(mutant):
-    """A mutant wrong only with an older libtpu is skipped, saying so, where a newer one is installed."""
-    from pytest_tpucourse.compiler import libtpu
-
-    release = libtpu.libtpu_release()
-    newer = (mutant.libtpu_below is not None and release is not None
-             and release >= tuple(int(n) for n in mutant.libtpu_below.split(".")))
-    reason = (f"libtpu {libtpu.libtpu_version()} accepts what this mistake predicts it refuses "
-              f"(a mistake below libtpu {mutant.libtpu_below})")
-    return pytest.param(mutant, id=f"{mutant.chapter}.{mutant.name}",
-                        marks=pytest.mark.skipif(newer, reason=reason))
-
-
-@pytest.mark.parametrize("mutant", [_on_the_compiler_installed(m) for m in MUTANTS])
+@pytest.mark.parametrize("mutant", MUTANTS, ids=lambda m: f"{m.chapter}.{m.name}")
 def test_mutant_is_caught_by_exactly_its_tests(chapter_run, mutant, record_property):
     observers = affected_test_files(mutant.chapter, mutant.module)
     assert set(mutant.caught_by) <= set(observers), f"{mutant.caught_by} never call {mutant.module}"

@@ -35,6 +35,7 @@ def _close(fn, got, want, what, note=""):
 @given(chip=st.sampled_from(ALL_CHIPS), intensity=st.floats(0.01, 1e4), nbytes=st.integers(1, 10**12))
 @example(chip=chips.get_chip("v5e"), intensity=63.0, nbytes=66560)  # below v5e's ridge of 240
 @example(chip=chips.get_chip("v5e"), intensity=1000.0, nbytes=10**6)
+@example(chip=chips.get_chip("v5e"), intensity=chips.get_chip("v5e").ridge, nbytes=10**6)  # exactly on the ridge: a tie
 def test_bottleneck_against_the_roofline(impl, chip, intensity, nbytes):
     fn = impl.bottleneck.bottleneck
     flops = intensity * nbytes

@@ -30,7 +30,6 @@ class Mutant:
     caught_by: tuple[str, ...]
     edits: tuple[tuple[str, str], ...]
     pytest_args: tuple[str, ...] = ()  # added to its grading run (a short --kernel-timeout)
-    libtpu_below: str | None = None  # a mistake only with an older compiler: from this libtpu on it is right
 
     def apply(self, source: str) -> str:
         for find, replace in self.edits:
@@ -58,7 +57,6 @@ def load_mutants(path: Path, table: str = "mutants") -> list[Mutant]:
             caught_by=tuple(raw.get("caught_by", ())),
             edits=tuple((e["find"], e["replace"]) for e in raw["edits"]),
             pytest_args=tuple(raw.get("pytest_args", ())),
-            libtpu_below=raw.get("libtpu_below"),
         )
         for raw in data.get(table, [])
     ]

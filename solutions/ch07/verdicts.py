@@ -37,6 +37,8 @@ def predict_verdict(body: str, shape: tuple, dtype: str, block: tuple, chip: str
         return "tiling"
     if body == "double" and bits == 8:
         return "mosaic"  # no 8-bit vector arithmetic
+    if body == "matmul" and np.issubdtype(np.dtype(dtype), np.integer):
+        return "mosaic"  # an int32 dot lowers (its accumulator is 32-bit), but Mosaic's matmul takes no integers
     if libtpu < RETILES_BLOCKS and body == "split_lanes" and lanes // 2 < 128:
         return "mosaic"  # a shape cast that moves elements across lanes: not before libtpu 0.0.50
     out_block = (2 * rows, lanes // 2) if body == "split_lanes" else (rows, lanes)
