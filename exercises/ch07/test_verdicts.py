@@ -108,9 +108,11 @@ def check(impl, entry, *, compile: bool, measured: str | None = None):
             f"the chapter's catalogue says {measured!r} for {entry} with libtpu {_release(libtpu)}; the "
             f"installed libtpu {tpu.libtpu_version()} says {verdict!r}:\n  {words[:400]}")
     seen = predicted if compile or predicted in LOWERING_VERDICTS else "ok"
-    stage = "the lowering and the compiler" if compile else "the lowering (no libtpu here)"
+    stage = ("the lowering and the compiler" if compile
+             else "the lowering" + ("" if tpu.available() else " (no libtpu here)"))
     assert seen == verdict, (
-        f"{display}: {call} predicted {predicted!r}; {stage} say {verdict!r}:\n  {words[:400]}"
+        f"{display}: {call} predicted {predicted!r}; {stage} {'say' if compile else 'says'} {verdict!r}:\n"
+        f"  {words[:400]}"
         + (f"\n  {tpu.unmeasured_line()}" if compile and not tpu.measured() else ""))
 
 

@@ -54,6 +54,11 @@ def roofline_seconds(m, k, n, bm, bk, bn, dtype, chip):
     return max(2 * m * k * n / (chip.peak_flops * efficiency), hbm / chip.hbm_bandwidth)
 
 
+def _time(seconds):
+    """A roofline time in us, or in ns where it is under 0.1 us (a skinny matmul's)."""
+    return f"{seconds * 1e6:.1f} us" if seconds >= 1e-7 else f"{seconds * 1e9:.2f} ns"
+
+
 def _check(impl, chip, m, k, n, dtype, limit):
     fn = impl.blocks.pick_blocks
     note = f"the figures of a {chip.name}"
@@ -87,8 +92,8 @@ def _check(impl, chip, m, k, n, dtype, limit):
     got = roofline_seconds(m, k, n, bm, bk, bn, dtype, chip)
     if got > 1.05 * best:
         checks.fail(fn, f"{fn.display} picked ({bm}, {bk}, {bn}) for a {m}x{k}x{n} {dtype} matmul: a "
-                        f"roofline time of {got * 1e6:.1f} us (the MXU's padding counted), {got / best:.2f} "
-                        f"times the {best * 1e6:.1f} us of {best_blocks}, which fit too; at most 1.05 "
+                        f"roofline time of {_time(got)} (the MXU's padding counted), {got / best:.2f} "
+                        f"times the {_time(best)} of {best_blocks}, which fit too; at most 1.05 "
                         f"passes.", note=note)
 
 

@@ -44,8 +44,9 @@ def test_bottleneck_against_the_roofline(impl, chip, intensity, nbytes):
                                 hbm_bandwidth=chip.hbm_bandwidth), note)
     want = roofline.predict(chip, roofline.Cost(flops=flops, bytes=nbytes))
     if unit != want.bound:
-        checks.fail(fn, f"{fn.display} says {unit!r}; at {intensity:.3g} FLOP/byte against {chip.name}'s "
-                        f"ridge of {chip.ridge:.1f} the step is {want.bound}-bound.", note=note)
+        on_it = " (exactly on it: a tie is compute-bound)" if want.compute_seconds == want.memory_seconds else ""
+        checks.fail(fn, f"{fn.display} says {unit!r}; at {intensity:.4g} FLOP/byte against {chip.name}'s "
+                        f"ridge of {chip.ridge:.4g}{on_it} the step is {want.bound}-bound.", note=note)
     slower, faster = sorted((want.compute_seconds, want.memory_seconds), reverse=True)
     _close(fn, factor, slower / faster, "how many times longer the slower unit takes", note)
 

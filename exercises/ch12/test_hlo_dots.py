@@ -1,9 +1,10 @@
 """Graded tests for ch12.hlo_dots: decode_hlo_dots(hlo).
 
 Three sources of dots: the HLO of lowered programs (hypothesis draws the dot_general, so
-its dimension numbers are known), XLA:CPU's optimized HLO of the same programs (XLA
-transposes and reshapes operands first: the numbers are the instruction's own), and
-XLA:TPU's convolutions from dumps compiled for a v5e. Every decoded einsum is run and
+its dimension numbers are known; one batched dot is written as a convolution whose operands
+print their batch digits out of order and whose output is batch-last), XLA:CPU's optimized HLO
+of the same programs (XLA transposes and reshapes operands first: the numbers are the
+instruction's own), and XLA:TPU's convolutions from dumps compiled for a v5e. Every decoded einsum is run and
 compared, in float64, with what the instruction computes: lax.dot_general for a dot,
 lax.conv_general_dilated with the printed window and dim_labels for a convolution.
 """
@@ -37,6 +38,35 @@ TWO_BATCH_DIMS = """\
   ROOT %convolution-base-dilated.1 = f32[2,4,256,512]{3,2,1,0:T(8,128)} convolution(%fusion.1, %fusion.2), window={size=2x4 stride=1x3 lhs_dilate=2x4}, dim_labels=01bf_01oi->01bf
 }
 """
+
+
+# XLA:TPU's convolution form of a dot_general with two batch dimensions, written through
+# lax.conv_general_dilated so that every label can sit anywhere (each window lines up only equal batch
+# positions: size B, stride B - 1, lhs_dilate B). Its operands print their digits out of digit order and
+# in different orders (XLA:TPU printed 1fb0_o01i->01bf for einsum("mabk,bkna->nabm") and 01fb_10oi->01bf
+# for "abmk,bakn->nbam", libtpu 0.0.42.1), and its output is batch-last.
+BATCH_LAST = ("1fb0", "o10i", "fb10")
+
+
+def _convolution_as_dot(lhs_labels, rhs_labels, out_labels, batch=(2, 3), free=(8, 8), depth=16):
+    """(program, lhs, rhs): lax.conv_general_dilated as a batched dot with these dim_labels."""
+    def spec(labels, first, second):
+        return (labels.index(first), labels.index(second), labels.index("0"), labels.index("1"))
+
+    def shape(labels, sizes):
+        return tuple(sizes[c] for c in labels)
+
+    numbers = lax.ConvDimensionNumbers(spec(lhs_labels, "b", "f"), spec(rhs_labels, "o", "i"),
+                                       spec(out_labels, "b", "f"))
+
+    def program(x, y):
+        return lax.conv_general_dilated(x, y, tuple(b - 1 for b in batch), [(0, 0)] * len(batch),
+                                        lhs_dilation=batch, dimension_numbers=numbers)
+
+    digits = {str(k): b for k, b in enumerate(batch)}
+    lhs = shape(lhs_labels, {"b": free[0], "f": depth, **digits})
+    rhs = shape(rhs_labels, {"o": free[1], "i": depth, **digits})
+    return program, lhs, rhs
 
 
 def _reference(instruction, numbers):
@@ -124,6 +154,15 @@ def test_decode_the_dots_xla_cpu_made(impl, problem, seed):
     x, y = _operands(problem, seed)
     hlo = jax.jit(lambda a, b: lax.dot_general(a, b, problem[2])).lower(x, y).compile().as_text()
     _check(impl, hlo, f"XLA:CPU's optimized HLO of lax.dot_general(x{problem[0]}, y{problem[1]}, {problem[2]})")
+
+
+def test_decode_batch_digits_out_of_order_and_a_batch_last_output(impl):
+    """The digits pair by their number, wherever each side prints them; the output follows its labels."""
+    program, lhs, rhs = _convolution_as_dot(*BATCH_LAST)
+    x, y = _operands((lhs, rhs, None), 5)
+    hlo = jax.jit(program).lower(x, y).as_text(dialect="hlo")
+    _check(impl, hlo, f"the HLO of a batched dot written as a convolution, dim_labels={'_'.join(BATCH_LAST[:2])}"
+                      f"->{BATCH_LAST[2]}", truth=((3, 0), (2, 1), (1,), (3,)))
 
 
 def test_decode_tpu_convolutions(impl):

@@ -2,9 +2,11 @@
 
 Dumps you have not seen: programs hypothesis draws (a scan or a fori_loop of a drawn
 length, a sort of a drawn shape, a drawn collective over a drawn number of devices),
-compiled here; the TPU dumps in dumps/; and one TPU dump kept only in this file. Your
-narration is judged against the course's reader on the same text, and against what the
-program is known to do: the loop's trip count, the sort, the collective.
+compiled here, and three loops (one nested) around a tuple whose parts sum past the largest
+array; the TPU dumps in dumps/; and two TPU modules kept only in this file (a ring step, and
+results that exist only inside a fusion's tuple). Your narration is judged against the
+course's reader on the same text, and against what the program is known to do: the loops'
+trip counts, the sort, the collective.
 """
 
 from pathlib import Path
@@ -55,6 +57,26 @@ def test_narrate_a_loop(impl, length, width, loop):
                                 f"loop {length} times; got trip counts {counts}")
 
 
+def test_narrate_three_loops_and_a_tuple_past_the_largest_array(impl):
+    """Three loops (one nested in another's body) with different trip counts, and a loop state of five
+    f32[64, 64] (80 KiB in one tuple) beside a 64 KiB f32[128, 128]: a tuple counts by its largest part."""
+    def program(big, small):
+        def body(i, parts):
+            return (lax.fori_loop(0, 3, lambda j, p: jnp.sin(p) + p, parts[0]),
+                    *(jnp.tanh(p) + 1.0 for p in parts[1:]))
+        parts = lax.fori_loop(0, 4, body, tuple(small * (i + 1) for i in range(5)))
+        big = lax.fori_loop(0, 6, lambda i, b: jnp.cos(b) * 0.5 + b, big)
+        return big.sum(), parts
+
+    args = [_on_cpu(tst.random_array(shape, "float32", 3)) for shape in ((128, 128), (64, 64))]
+    hlo = jax.jit(program).lower(*args).compile().as_text()
+    got = _narrate(impl, hlo, "XLA:CPU's HLO of loops of 4 (holding one of 3) and 6 steps, five f32[64,64] "
+                              "carried through the first")
+    counts = sorted(count for _, count in got["while_loops"])
+    assert counts == [3, 4, 6], (f"{impl.narrate.narrate.display}: three loops run 3, 4 and 6 times; got trip "
+                                 f"counts {got['while_loops']}")
+
+
 @given(rows=st.sampled_from((4, 16, 64)), cols=st.sampled_from((8, 96, 256)), axis=st.sampled_from((0, 1)),
        then_sum=st.booleans())
 @example(rows=16, cols=256, axis=1, then_sum=False)
@@ -76,6 +98,35 @@ def test_narrate_a_sort(impl, rows, cols, axis, then_sum):
     assert "sort" in [opcode for _, opcode in got["kernels"]]
     if not then_sum:  # the result is returned, so it exists as a buffer in every XLA
         assert got["largest"][1] == f"f32[{rows},{cols}]"
+
+
+# XLA:TPU's multi-output fusion of x.astype(f32) * 2 and x.astype(f32) + 1 for a v5e (libtpu 0.0.42.1,
+# 2026-12-04), backend config left out, with the fusion itself as ROOT: its two f32 arrays, each twice
+# the input's bytes, exist only inside its tuple. Written for this test: the compiled modules seen here
+# give every part of a tuple a get-tuple-element of its own, the same size.
+FUSED_PAIR = """\
+%fused_computation (param_0.4: bf16[256,512]) -> (f32[256,512], f32[256,512]) {
+  %param_0.4 = bf16[256,512]{1,0:T(8,128)(2,1)} parameter(0)
+  %convert_element_type.4 = f32[256,512]{1,0:T(8,128)} convert(%param_0.4)
+  %constant.4 = f32[]{:T(128)} constant(1)
+  %add.5 = f32[256,512]{1,0:T(8,128)} broadcast(%constant.4), dimensions={}
+  %add.4 = f32[256,512]{1,0:T(8,128)} add(%convert_element_type.4, %add.5)
+  %constant.5.clone.1 = f32[]{:T(128)} constant(2)
+  %mul.5.clone.1 = f32[256,512]{1,0:T(8,128)} broadcast(%constant.5.clone.1), dimensions={}
+  %mul.4.clone.1 = f32[256,512]{1,0:T(8,128)} multiply(%convert_element_type.4, %mul.5.clone.1)
+  ROOT %tuple.2 = (f32[256,512]{1,0:T(8,128)}, f32[256,512]{1,0:T(8,128)}) tuple(%add.4, %mul.4.clone.1)
+}
+
+ENTRY %main.2 (args_0_.3: bf16[256,512]) -> (f32[256,512], f32[256,512]) {
+  %args_0_.3 = bf16[256,512]{1,0:T(8,128)(2,1)} parameter(0), sharding={replicated}
+  ROOT %convert_add_fusion = (f32[256,512]{1,0:T(8,128)}, f32[256,512]{1,0:T(8,128)}) fusion(%args_0_.3), kind=kLoop, calls=%fused_computation
+}
+"""
+
+
+def test_narrate_the_largest_array_only_inside_a_tuple(impl):
+    got = _narrate(impl, FUSED_PAIR, "a v5e module whose two f32 results exist only in a fusion's tuple")
+    assert tuple(got["largest"]) == ("convert_add_fusion", "f32[256,512]")
 
 
 COLLECTIVES = {
