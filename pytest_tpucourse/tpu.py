@@ -15,7 +15,7 @@ from .checking.tpu_rules import (DMA_SETTINGS, RACE_BETWEEN_DEVICES, assert_comp
                                  assert_prefetches, checking_races, interpret_setting)
 from .chips import SCOPED_VMEM_LIMITS
 from .compiler.libtpu import (MEASURED_LIBTPU, NEWEST_MEASURED, TpuCompileError, available, compile_for,
-                              libtpu_release, measured, skip_unless_available, unmeasured_line)
+                              libtpu_release, libtpu_version, measured, skip_unless_available, unmeasured_line)
 from .readers.compiled_collectives import assert_ring_collectives, compiled_collectives
 from .readers.mosaic import kernels, lower_for_tpu
 
@@ -26,5 +26,5 @@ __all__ = [
     "assert_efficiency_matches_vmatmuls", "assert_footprint_matches_compiler", "assert_lowers_for_tpu",
     "assert_no_races", "assert_no_races_in_backward", "assert_out_of_bounds_raises", "assert_prefetches",
     "assert_ring_collectives", "available", "checking_races", "compile_for", "compiled_collectives",
-    "interpret_setting", "kernels", "libtpu_release", "measured", "unmeasured_line", "lower_for_tpu", "skip_unless_available", "vmatmuls",
+    "interpret_setting", "kernels", "libtpu_release", "libtpu_version", "measured", "unmeasured_line", "lower_for_tpu", "skip_unless_available", "vmatmuls",
 ]

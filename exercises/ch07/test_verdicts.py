@@ -106,7 +106,8 @@ def check(impl, entry, *, compile: bool, measured: str | None = None):
     if compile and measured is not None and verdict != measured:
         raise checks.CheckerError(
             f"the chapter's catalogue says {measured!r} for {entry} with libtpu {_release(libtpu)}; the "
-            f"installed libtpu {tpu.libtpu_version()} says {verdict!r}:\n  {words[:400]}")
+            f"installed libtpu {tpu.libtpu_version()} says {verdict!r}: the catalogue is out of date, not your "
+            f"prediction:\n  {words[:400]}")
     seen = predicted if compile or predicted in LOWERING_VERDICTS else "ok"
     stage = ("the lowering and the compiler" if compile
              else "the lowering" + ("" if tpu.available() else " (no libtpu here)"))
