@@ -28,6 +28,7 @@ jax.config.update("jax_num_cpu_devices", 4)  # the sharded program's mesh; befor
 import jax.numpy as jnp  # noqa: E402
 import numpy as np  # noqa: E402
 
+from pytest_tpucourse import chips  # noqa: E402
 from pytest_tpucourse.compiler import libtpu  # noqa: E402
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -78,7 +79,7 @@ def main(argv=None) -> int:
     }
     args.out.mkdir(parents=True, exist_ok=True)
     for name, (fn, arguments) in jobs.items():
-        compiled = libtpu.compile_for(fn, *arguments, chip=CHIP)
+        compiled = libtpu.compile_for(fn, *arguments, chip=chips.get_chip(CHIP))
         shapes = ", ".join(f"{a.dtype}{list(a.shape)}" for a in arguments)
         header = (f"// XLA:TPU optimized HLO of programs.{name}({shapes}), compiled ahead of time for "
                   f"{compiled.device_kind} (topology {compiled.topology}, {compiled.devices} of its chips) by "

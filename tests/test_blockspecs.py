@@ -10,7 +10,7 @@ from jax.experimental import pallas as pl
 from jax.experimental.pallas import tpu as pltpu
 
 from pytest_tpucourse.readers import block_skipping, blockspecs
-from pytest_tpucourse import checks
+from pytest_tpucourse import checks, chips
 from pytest_tpucourse.commands import main
 from pytest_tpucourse.checking import tpu_rules
 from pytest_tpucourse.compiler import libtpu
@@ -100,7 +100,7 @@ def test_the_compiler_facts_chapter_6_states():
     assert blockspecs.compiler_verdict((1024, 1024), (32, 128), "int8") is None
     x = jax.ShapeDtypeStruct((2048, 2048), jnp.float32)
     with pytest.raises(libtpu.TpuCompileError) as caught:  # chapter 11's matmul, 1024 blocks
-        libtpu.compile_for(_ch11_matmul().resolve(), x, x, chip="v5e", bm=1024, bk=1024, bn=1024)
+        libtpu.compile_for(_ch11_matmul().resolve(), x, x, chip=chips.get_chip("v5e"), bm=1024, bk=1024, bn=1024)
     assert (caught.value.code, caught.value.vmem_needed_bytes, caught.value.vmem_limit_bytes) == (
         "E1001", 28 * 2 ** 20, 16 * 2 ** 20)  # 3 blocks x 2 buffers x 4 MiB + a 4 MiB f32 accumulator
 
@@ -110,11 +110,11 @@ def test_a_rule_refusing_a_dtypes_half_tile_is_told_what_the_compiler_says():
     sixteen_rows = graded(lambda shape, block, dtype: None if block[-2] % (32 // jnp.dtype(dtype).itemsize) == 0
                           else "rows are not a whole native tile")
     with pytest.raises(WrongResult) as caught:
-        blockspecs.assert_rule_matches_lowering(sixteen_rows, [((1024, 1024), (8, 128), "bfloat16")], compiler="v5e")
+        blockspecs.assert_rule_matches_lowering(sixteen_rows, [((1024, 1024), (8, 128), "bfloat16")], compiler=chips.get_chip("v5e"))
     assert f"the TPU lowering accepts it. The v5e compiler (libtpu {libtpu.libtpu_version()}" in str(caught.value)
     assert "compiles it too: (16, 128) is how bfloat16 values fill a vreg" in str(caught.value)
     with pytest.raises(WrongResult) as caught:
-        blockspecs.assert_rule_matches_lowering(sixteen_rows, [((1024, 1024), (8, 128), "int8")], compiler="v5e")
+        blockspecs.assert_rule_matches_lowering(sixteen_rows, [((1024, 1024), (8, 128), "int8")], compiler=chips.get_chip("v5e"))
     if compiler_retiles_int8():
         assert "compiles it too" in str(caught.value)
     else:

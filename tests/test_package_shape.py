@@ -188,7 +188,7 @@ TESTED_THROUGH = {
     "run.session": "test_options_and_markers.py", "run.options": "test_options_and_markers.py", "strategies": "test_grading_chapters.py",
     "run.collection": "test_options_and_markers.py", "run.graded_call": "test_earned.py",
     "run.reports": "test_earned.py", "run.lifecycle": "test_earned.py", "run.summary": "test_state.py",
-    "run.fixtures": "test_devices.py", "run.gate_tests": "test_gates.py",
+    "run.fixtures": "test_devices.py", "run.gate_tests": "test_gates.py", "run.registered_chips": "test_cli.py",
     "site.bench": "test_site.py", "site.build": "test_site.py", "site.command": "test_site.py",
     "site.instrument_pages": "test_site.py", "site.instruments": "test_site.py", "site.learner_view": "test_site.py",
     "site.markdown": "test_site.py", "site.pages": "test_site.py", "site.server": "test_site.py",

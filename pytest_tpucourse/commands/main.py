@@ -20,9 +20,11 @@
 from __future__ import annotations
 
 import argparse
+import functools
 import sys
 
 from .. import chips, roofline
+from ..run import registered_chips
 from ..instruments import ici
 from ..gates import records as rec
 
@@ -32,7 +34,7 @@ def main(argv=None) -> int:
     subcommands = parser.add_subparsers(dest="command", required=True)
 
     r = subcommands.add_parser("roofline", help="floor, bound, intensity and ridge of an op on a chip")
-    r.add_argument("--chip", default=chips.DEFAULT_CHIP, help=", ".join(chips.KNOWN_CHIPS))
+    r.add_argument("--chip", default=chips.DEFAULT_CHIP, help=", ".join(chips.KNOWN_CHIPS) + ", or one a plugin registers")
     r.add_argument("--op", choices=sorted(roofline.OPS),
                    help="; ".join(f"{op} ({form})" for op, (form, _) in roofline.OPS.items()))
     r.add_argument("--shape", help="e.g. 4096x4096x4096")
@@ -45,7 +47,7 @@ def main(argv=None) -> int:
     gate_commands.add_parsers(subcommands)
 
     m = subcommands.add_parser("mesh", help="a collective over a TPU slice, hop by hop, and its predicted time")
-    m.add_argument("--chip", default=chips.DEFAULT_CHIP, help=", ".join(chips.TPU_CHIPS))
+    m.add_argument("--chip", default=chips.DEFAULT_CHIP, help=", ".join(chips.TPU_CHIPS) + ", or one a plugin registers")
     m.add_argument("--topology", required=True, help="chips per mesh axis, e.g. 4x4 or 4x4x4")
     m.add_argument("--op", required=True, choices=ici.OPS)
     m.add_argument("--bytes", required=True, help="the whole array, e.g. 1GiB, 512MB, 34e6")
@@ -113,9 +115,10 @@ def main(argv=None) -> int:
     from . import learner, watch
 
     handlers = {"roofline": _roofline, "bench": gate_commands.bench, "records": gate_commands.records,
-                "mesh": ici.mesh_command,
+                "mesh": functools.partial(ici.mesh_command, chip_named=registered_chips.named),
                 "blockspec": blockspecs.main, "progress": learner.progress, "hint": learner.hint,
-                "reset": learner.reset, "solution": learner.solution, "tick": learner.tick, "watch": watch.main, "xray": xray_page.main,
+                "reset": learner.reset, "solution": learner.solution, "tick": learner.tick, "watch": watch.main,
+                "xray": functools.partial(xray_page.main, chip_named=registered_chips.named),
                 "compile": compile_kernel.run, "timeline": semaphore_timeline.command, "site": site_command.run,
                 "grade": grade_command.run}
     try:
@@ -126,7 +129,7 @@ def main(argv=None) -> int:
 
 
 def _roofline(args) -> int:
-    chip = chips.get_chip(args.chip)
+    chip = registered_chips.named(args.chip)
     device = chip.per_device()  # what one JAX device gets: what gate rows are judged against
     per_device = device is not chip
     prediction = None
@@ -157,7 +160,7 @@ def _roofline(args) -> int:
     return 0
 
 
-def _chip_figures(chip, device, dtype) -> list[str]:
+def _chip_figures(chip: chips.Chip, device: chips.Chip, dtype) -> list[str]:
     """The figures a prediction uses (one JAX device's), and where they come from."""
     peak = device.peak_for(dtype)
     sources = sorted({chip.sources[k] for k in ("peak_flops", "hbm_bandwidth") if k in chip.sources})

@@ -22,6 +22,7 @@ from dataclasses import dataclass
 from itertools import zip_longest
 from pathlib import Path
 
+from ..chips import Chip, get_chip
 from ..readers import hlo_text
 from . import xray
 
@@ -78,7 +79,7 @@ def parse_shapes(specs: list[str]):
     return structs
 
 
-def picture(function, args, title: str, chip: str | None = None) -> Picture:
+def picture(function, args, title: str, chip: Chip | None = None) -> Picture:
     """The x-ray of function(*args): compiled here, or for `chip` by the real TPU compiler."""
     layers = xray.tpu_layers(function, *args, chip=chip) if chip else xray.three_layers(function, *args)
     module = hlo_text.parse(layers.hlo)
@@ -277,8 +278,8 @@ def _stablehlo_column(pic: Picture, op_rows: dict[int, list[int]], element) -> s
     return "".join(text for _, text in sorted(lines, key=lambda item: item[0]))
 
 
-def main(args) -> int:
-    """The `tpucourse xray` command."""
+def main(args, chip_named=get_chip) -> int:
+    """The `tpucourse xray` command; chip_named: how it finds the chip --chip names."""
     chip = getattr(args, "chip", None)
     if chip:
         from ..compiler import libtpu
@@ -293,7 +294,7 @@ def main(args) -> int:
     shapes = parse_shapes(args.shapes or [])
     title = f"{args.target}({', '.join(f'{s.dtype}{list(s.shape)}' for s in shapes)})"
     try:
-        pic = picture(function, shapes, re.sub(r"\s+", " ", title), chip=chip)
+        pic = picture(function, shapes, re.sub(r"\s+", " ", title), chip=chip_named(chip) if chip else None)
     except Exception as error:  # the program's own error, or one XLA raises compiling it
         first = str(error).strip().splitlines()[0] if str(error).strip() else ""
         where = f"for a {chip} with the real TPU compiler" if chip else "here"

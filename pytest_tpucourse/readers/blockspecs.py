@@ -21,6 +21,7 @@ import math
 import re
 from dataclasses import dataclass
 
+from ..chips import DEFAULT_CHIP, Chip, get_chip
 from ..core.outcomes import WrongResult
 
 LANES = 128
@@ -65,14 +66,12 @@ def _one_block_copy(array_shape: tuple, block_shape: tuple):
     return copy
 
 
-COMPILER_CHIP = "v5e"
-
-
 @functools.lru_cache(maxsize=1024)
-def compiler_verdict(array_shape: tuple[int, ...], block_shape: tuple, dtype: str, chip: str = COMPILER_CHIP):
-    """None if the real TPU compiler (libtpu, ahead of time for `chip`) compiles the same one-block
-    copy kernel `lowering_error` lowers, else its TpuCompileError (kind "tiling", "vmem", ...).
-    Needs the tpu-compile extra; ask only about blocks the lowering accepts."""
+def compiler_verdict(array_shape: tuple[int, ...], block_shape: tuple, dtype: str, chip: Chip | None = None):
+    """None if the real TPU compiler (libtpu, ahead of time for `chip`, by default the course's
+    default chip) compiles the same one-block copy kernel `lowering_error` lowers, else its
+    TpuCompileError (kind "tiling", "vmem", ...). Needs the tpu-compile extra; ask only about
+    blocks the lowering accepts."""
     import jax
     import jax.numpy as jnp
 
@@ -80,19 +79,22 @@ def compiler_verdict(array_shape: tuple[int, ...], block_shape: tuple, dtype: st
 
     array = jax.ShapeDtypeStruct(tuple(array_shape), jnp.dtype(dtype))
     try:
-        libtpu.compile_for(_one_block_copy(tuple(array_shape), tuple(block_shape)), array, chip=chip)
+        libtpu.compile_for(_one_block_copy(tuple(array_shape), tuple(block_shape)), array,
+                           chip=chip or get_chip(DEFAULT_CHIP))
     except libtpu.TpuCompileError as error:
         return error
     return None
 
 
-def compiler_line(array_shape, block_shape, dtype, lowering: str | None, chip: str = COMPILER_CHIP) -> str:
-    """The sandbox's line for the real compiler's verdict on the one-block copy kernel."""
+def compiler_line(array_shape, block_shape, dtype, lowering: str | None, chip: Chip | None = None) -> str:
+    """The sandbox's line for the real compiler's verdict on the one-block copy kernel (for `chip`,
+    by default the course's default chip)."""
     from ..compiler import libtpu
 
     if not libtpu.available():
         return 'compiler: not checked (pip install -e ".[tpu-compile]")'
-    head = f"compiler {chip}:"
+    chip = chip or get_chip(DEFAULT_CHIP)
+    head = f"compiler {chip.name}:"
     if lowering is not None:
         return f"{head} not asked: the lowering rejects the block first"
     error = compiler_verdict(tuple(array_shape), tuple(block_shape), dtype, chip)
@@ -119,7 +121,7 @@ def _dims(shape) -> str:
     return "(" + ", ".join(str(d) for d in shape) + ")"
 
 
-def assert_rule_matches_lowering(fn, triples, *, note: str = "", compiler: str | None = None) -> None:
+def assert_rule_matches_lowering(fn, triples, *, note: str = "", compiler: Chip | None = None) -> None:
     """fn(array_shape, block_shape, dtype) -> reason | None must agree with the TPU lowering
     on every (array_shape, block_shape, dtype) triple: None exactly where it lowers, a
     non-empty reason (a str) exactly where it does not.
@@ -148,18 +150,18 @@ def assert_rule_matches_lowering(fn, triples, *, note: str = "", compiler: str |
                               f"{suffix}")
 
 
-def _compiler_note(array_shape, block_shape, dtype, chip: str) -> str:
+def _compiler_note(array_shape, block_shape, dtype, chip: Chip) -> str:
     """What the real compiler makes of a block the lowering accepts, for a rule that refused it."""
     from ..compiler import libtpu
 
     error = compiler_verdict(tuple(array_shape), tuple(block_shape), dtype, chip)
     rows, lanes = native_tile(dtype)
     if error is None:
-        return (f" The {chip} compiler (libtpu {libtpu.libtpu_version()}) compiles it too: "
+        return (f" The {chip.name} compiler (libtpu {libtpu.libtpu_version()}) compiles it too: "
                 f"({rows}, {lanes}) is how {dtype} values fill a vreg, its native tile, not a legality rule.")
     tiling = (" That is the compiler's tiling, checked after the lowering; check_block answers for the "
               "lowering's rule." if error.kind == "tiling" else "")
-    return f" The {chip} compiler refuses it, {_refusal(error, dtype)}.{tiling}"
+    return f" The {chip.name} compiler refuses it, {_refusal(error, dtype)}.{tiling}"
 
 
 def explain(array_shape, block_shape, dtype, error: str) -> str:
@@ -245,7 +247,7 @@ class BlockReport:
             if sizes[-2] % rows and sizes[-2] != self.array_shape[-2]:
                 out.append(f"note    {self.dtype}'s native tile is ({rows}, {lanes}): {sizes[-2]} rows "
                            f"lower, but fill part of a tile; the Mosaic compiler decides whether it "
-                           f"compiles (v5e: bf16 (8, 128) compiles, int8 (8, 128) does not)")
+                           f"compiles ({DEFAULT_CHIP}: bf16 (8, 128) compiles, int8 (8, 128) does not)")
         return out
 
 

@@ -10,7 +10,7 @@ from pathlib import Path
 import pytest
 
 from .. import chips
-from . import hookspecs
+from . import hookspecs, registered_chips
 from ..grading import backend
 from ..grading.deadline import DEFAULT_SECONDS
 
@@ -98,11 +98,7 @@ class RunOptions:
     def from_config(cls, config: pytest.Config) -> RunOptions:
         for plugin in config.pluginmanager.get_plugins():
             hookspecs.refuse_retired(plugin)
-        try:
-            registry = chips.ChipRegistry(
-                chip for found in config.hook.pytest_tpucourse_register_chips() for chip in found or ())
-        except (TypeError, ValueError) as error:
-            raise pytest.UsageError(f"pytest_tpucourse_register_chips: {error}") from None
+        registry = registered_chips.from_config(config)
         chip = config.getoption("chip")
         if chip is not None:
             try:

@@ -130,8 +130,9 @@ class CourseSession:
         except ValueError as error:
             raise pytest.UsageError(f"--kernel-timeout: {error}") from None
         chip = gates.chip or options.registry.get(chips.DEFAULT_CHIP)
-        vmem, lowering_chip = _kernel_chip_guards(chip, options.registry)
-        grading = GradingContext(deadline=deadline, vmem=vmem, lowering_chip=lowering_chip)
+        kernel_chip = _kernel_chip(chip, options.registry)
+        grading = GradingContext(deadline=deadline, vmem=VmemBudget(kernel_chip), chip=kernel_chip,
+                                 registry=options.registry)
         session = cls(options=options, course=course, tree=tree, run_backend=run_backend, gates=gates,
                       chip=chip, grading=grading, hypothesis_profile=profile, jax_cache=jax_cache)
         session.guard.bind()  # the checker and the gate runner, before any graded import
@@ -181,12 +182,13 @@ class CourseSession:
         return tree_label(self.tree.kind, self.tree.root, self.course.root)
 
 
-def run_chip(config: pytest.Config) -> str:
+def run_chip(config: pytest.Config) -> chips.Chip:
     """The chip this run is for: the session's, or outside a course --chip or the default."""
     session = config.stash.get(SESSION, None)
     if session is not None:
-        return session.chip.name
-    return config.stash[OPTIONS].chip or chips.DEFAULT_CHIP
+        return session.chip
+    options = config.stash[OPTIONS]
+    return options.registry.get(options.chip or chips.DEFAULT_CHIP)
 
 
 def _backend_failed(error: Exception) -> str:
@@ -210,15 +212,11 @@ def _records_path(options: RunOptions, root: Path, tree: GradedTree) -> Path:
     return path
 
 
-def _kernel_chip_guards(chip: chips.Chip, registry: chips.ChipRegistry) -> tuple[VmemBudget, str]:
-    """The VMEM budget a kernel's scratch must fit, and the TPU the lowering check targets.
-
-    Both are the run's chip where it is a TPU (where JAX has no figures for it, the lowering
-    targets the default chip); off a TPU chip, the default chip's.
-    """
-    tpu = chip if chip.kind == "tpu" else registry.get(chips.DEFAULT_CHIP)
-    lowering = tpu.name if tpu.name in chips.JAX_CHIP_VERSIONS else chips.DEFAULT_CHIP
-    return VmemBudget(tpu.name, tpu.vmem_bytes), lowering
+def _kernel_chip(chip: chips.Chip, registry: chips.ChipRegistry) -> chips.Chip:
+    """The TPU a kernel's checks target off a TPU: its VMEM budget, the Mosaic lowering, the real
+    compiler and its figures. The run's chip where it is a TPU (where JAX has no lowering rules for
+    it, the lowering takes the default chip's: readers/mosaic.py); off a TPU chip, the default."""
+    return chip if chip.kind == "tpu" else registry.get(chips.DEFAULT_CHIP)
 
 
 def _load_hypothesis_profile(requested: str | None) -> str:

@@ -47,7 +47,7 @@ def header_lines(session: CourseSession) -> list[str]:
         f"compilation cache {session.jax_cache or 'off'}",
     ]
     if gates.rehearsal is not None:
-        lines.append(gates.rehearsal.header_line(gates.chip.name, gates.device_kind))
+        lines.append(gates.rehearsal.header_line(gates.chip, gates.device_kind))
     elif session.options.gates:
         if not gates.on_accelerator:
             where = "predicted only: nothing is timed off-chip"

@@ -227,12 +227,13 @@ def learner_timeline(course_root: Path, name: str, devices: int, timeout: float 
 
 # ---------------------------------------------------------------- EX·11 the mesh
 
-MESH_CHIPS = ("v5e", "v6e", "v5p", "v4")
-MESH_TOPOLOGIES = {"v5e": ("4", "8", "16", "2x2", "4x4", "4x8", "16x16"),
-                   "v6e": ("4", "8", "16", "2x2", "4x4", "4x8", "16x16"),
-                   "v5p": ("4", "8", "2x2", "4x4", "4x4x4", "2x2x2"),
-                   "v4": ("4", "8", "2x2", "4x4", "4x4x4", "2x2x2")}
 MESH_BYTES = ("64MiB", "1GiB")
+
+
+def mesh_chips() -> list[chips.Chip]:
+    """The chips the mesh instrument offers (those the chip table gives slices), the default first."""
+    offered = [chip for chip in chips.builtin_chips().values() if chip.mesh_topologies]
+    return sorted(offered, key=lambda chip: chip.name != chips.DEFAULT_CHIP)
 
 
 def parse_topology(text: str) -> tuple[int, ...]:
@@ -262,13 +263,15 @@ def mesh(chip_name: str, topology: str, op: str, size: str) -> dict:
 
 def mesh_data() -> dict:
     plans = {}
-    for chip_name in MESH_CHIPS:
-        for topology in MESH_TOPOLOGIES[chip_name]:
+    offered = mesh_chips()
+    for chip in offered:
+        for topology in chip.mesh_topologies:
             for op in ici.OPS:
                 for size in MESH_BYTES:
-                    plans[f"{chip_name}|{topology}|{op}|{size}"] = mesh(chip_name, topology, op, size)
-    return {"chips": list(MESH_CHIPS), "topologies": MESH_TOPOLOGIES, "ops": list(ici.OPS),
-            "sizes": list(MESH_BYTES), "plans": plans, "default": "v5e|4x4|all-gather|1GiB"}
+                    plans[f"{chip.name}|{topology}|{op}|{size}"] = mesh(chip.name, topology, op, size)
+    return {"chips": [chip.name for chip in offered],
+            "topologies": {chip.name: chip.mesh_topologies for chip in offered}, "ops": list(ici.OPS),
+            "sizes": list(MESH_BYTES), "plans": plans, "default": f"{chips.DEFAULT_CHIP}|4x4|all-gather|1GiB"}
 
 
 # ---------------------------------------------------------------- EX·05 the IR x-ray
