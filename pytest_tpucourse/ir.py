@@ -3,13 +3,12 @@ them, custom VJPs), what a kernel fetches and computes, its VMEM, the BlockSpec 
 HLO text, and the checks on a learner's own IR readers.
 
 A face over `readers/`, `checking/` and the JAX shim: graded tests import this module, never
-those packages. A chip a graded test names ("v5e") becomes the run's Chip here.
+those packages.
 """
 
 from __future__ import annotations
 
-from . import chips
-
+from .checking.block_rules import assert_rule_matches_lowering
 from .checking.ir_answers import (assert_dots_match, assert_rows_are_rows, assert_rows_match,
                                   assert_summary_matches, numbered)
 from .checking.schedules import assert_schedule_matches
@@ -18,8 +17,6 @@ from .readers.block_skipping import (BAND_ADVICE, assert_attention_skips_fetches
                                      assert_causal_attention_skips_fetches, assert_compute_is_conditional,
                                      fetch_log, pipeline_schedule, poison_unseen_keys, seen_keys_reference,
                                      sliding_window_empty)
-from .grading import context
-from .readers import blockspecs
 from .readers.blockspecs import lowering_error
 from .readers.hlo_text import convolution_window, dot_numbers, dots, largest_arrays, parse, read_dump, summary
 from .readers.traced_program import (assert_backward_is_pallas, assert_communicates_by_remote_dma,
@@ -39,11 +36,3 @@ __all__ = [
     "pallas_call_eqns", "parse", "persistent_cache", "pipeline_schedule", "poison_unseen_keys", "primitives_outside_kernels",
     "read_dump", "seen_keys_reference", "sliding_window_empty", "summary",
 ]
-
-
-def assert_rule_matches_lowering(fn, triples, *, note: str = "", compiler: chips.Chip | str | None = None) -> None:
-    """readers/blockspecs.py's check of a block rule against the TPU lowering; compiler: a chip (a
-    Chip or a name the run knows) whose real compiler is also asked about the blocks the rule
-    refused but the lowering took, None to ask no compiler."""
-    blockspecs.assert_rule_matches_lowering(fn, triples, note=note,
-                                            compiler=None if compiler is None else context.resolve_chip(compiler))

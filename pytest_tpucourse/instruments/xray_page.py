@@ -1,8 +1,8 @@
 """Drawing the x-ray: three columns aligned by source line in a terminal, or one web page.
 
-`tpucourse xray module.py:function --shapes 8x16 16x32:bfloat16` traces, lowers and
-compiles the function on this machine (xray.three_layers), links the layers
-(xray.link) and prints them side by side, one block per source line. `--chip v5e`
+`tpucourse xray module.py:function --shapes 8x16 16x32:bfloat16` (commands/xray.py) traces,
+lowers and compiles the function on this machine (xray.three_layers), links the layers
+(xray.link) and draws them side by side, one block per source line (terminal_text). `--chip v5e`
 takes the third layer from the real TPU compiler instead (xray.tpu_layers, the
 tpu-compile extra): the TPU-optimized HLO, a Pallas kernel as its tpu_custom_call.
 `--html FILE` writes the same as a self-contained page: hovering any op highlights, in
@@ -15,14 +15,13 @@ import html
 import importlib.util
 import json
 import os
-import re
 import shutil
 import sys
 from dataclasses import dataclass
 from itertools import zip_longest
 from pathlib import Path
 
-from ..chips import Chip, get_chip
+from ..chips import Chip
 from ..readers import hlo_text
 from . import xray
 
@@ -276,34 +275,3 @@ def _stablehlo_column(pic: Picture, op_rows: dict[int, list[int]], element) -> s
         lines.append((op.line_number, element(op.text, op_rows.get(id(op), []), ident=op.op,
                                               extra=" infunc" if stable.functions else "")))
     return "".join(text for _, text in sorted(lines, key=lambda item: item[0]))
-
-
-def main(args, chip_named=get_chip) -> int:
-    """The `tpucourse xray` command; chip_named: how it finds the chip --chip names."""
-    chip = getattr(args, "chip", None)
-    if chip:
-        from ..compiler import libtpu
-
-        if not libtpu.available():
-            raise ValueError(f"--chip {libtpu.missing_line()}")
-        with libtpu.quiet_libtpu_startup():  # JAX's backends start, and libtpu with them
-            import jax
-
-            jax.devices()
-    function = load_function(args.target)
-    shapes = parse_shapes(args.shapes or [])
-    title = f"{args.target}({', '.join(f'{s.dtype}{list(s.shape)}' for s in shapes)})"
-    try:
-        pic = picture(function, shapes, re.sub(r"\s+", " ", title), chip=chip_named(chip) if chip else None)
-    except Exception as error:  # the program's own error, or one XLA raises compiling it
-        first = str(error).strip().splitlines()[0] if str(error).strip() else ""
-        where = f"for a {chip} with the real TPU compiler" if chip else "here"
-        raise ValueError(f"{args.target} did not trace, lower and compile {where}: {type(error).__name__}: "
-                         f"{first}") from None
-    if args.html:
-        Path(args.html).write_text(page(pic), encoding="utf-8")
-        print(f"wrote {args.html}: {len(pic.rows)} equations, {len(pic.ops)} StableHLO ops, "
-              f"{len(pic.entry)} ENTRY instructions")
-    else:
-        sys.stdout.write(terminal_text(pic, wants_colour(args.color, sys.stdout)))
-    return 0

@@ -130,12 +130,12 @@ BLOCKSPEC_DTYPES = ("float32", "bfloat16", "int8")
 
 def blockspec(shape: str, block: str, dtype: str, *, compiler: bool) -> dict:
     """The sandbox's report (`tpucourse blockspec`); compiler=True adds the real compiler's verdict."""
-    from ..readers import blockspecs
+    from ..instruments.blockspec_sandbox import parse_block, sandbox
 
-    array = blockspecs.parse_block(shape)
+    array = parse_block(shape)
     if None in array:
         raise ValueError(f"an array shape takes sizes only, got {shape!r}")
-    report = blockspecs.sandbox(array, blockspecs.parse_block(block), dtype, compiler=compiler)
+    report = sandbox(array, parse_block(block), dtype, compiler=compiler)
     return {"shape": shape, "block": block, "dtype": dtype, "legal": report.error is None,
             "grid": list(report.grid), "lines": report.lines(),
             "what": "the TPU lowering's verdict and the real compiler's (libtpu, ahead of time)" if compiler

@@ -10,15 +10,14 @@ does (the learner's word, never checked).
 
 from __future__ import annotations
 
-import argparse
-import contextlib
-import io
 import json
 from functools import partial
 from http.server import HTTPServer, SimpleHTTPRequestHandler
 from pathlib import Path
 from urllib.parse import parse_qs, urlparse
 
+from ..learner import self_test
+from ..learner.requests import RequestError, course_here
 from . import instruments
 
 HOST = "127.0.0.1"
@@ -52,15 +51,11 @@ def answer(course_root: Path, path: str, query: dict) -> dict:
 
 
 def tick(course_root: Path, body: dict) -> dict:
-    """POST /api/tick {"chapter": "ch15", "item": 3, "undo": false}: `tpucourse tick` itself."""
-    from ..commands import learner
-
-    args = argparse.Namespace(chapter=str(body.get("chapter", "")), item=int(body.get("item", 0)),
-                              undo=bool(body.get("undo", False)))
-    printed = io.StringIO()
-    with contextlib.chdir(course_root), contextlib.redirect_stdout(printed):
-        learner.tick(args)
-    return {"printed": printed.getvalue()}
+    """POST /api/tick {"chapter": "ch15", "item": 3, "undo": false}: what `tpucourse tick` does and
+    prints (learner/self_test.py's tick, for the course at course_root)."""
+    chapter, item, undo = str(body.get("chapter", "")), int(body.get("item", 0)), bool(body.get("undo", False))
+    lines = self_test.tick(course_here(course_root), chapter, item, undo=undo)
+    return {"printed": "".join(f"{line}\n" for line in lines)}
 
 
 class Handler(SimpleHTTPRequestHandler):
@@ -89,8 +84,6 @@ class Handler(SimpleHTTPRequestHandler):
         return origin is None or urlparse(origin).hostname in hosts
 
     def _api(self, call) -> None:
-        from ..commands.learner import CommandError
-
         if not self._from_this_site():
             self._json(403, {"error": "the course's API answers the course site's own pages only"})
             return
@@ -98,7 +91,7 @@ class Handler(SimpleHTTPRequestHandler):
             self._json(200, call())
         except LookupError:
             self._json(404, {"error": f"no such endpoint {urlparse(self.path).path}"})
-        except (ValueError, CommandError) as error:
+        except (ValueError, RequestError) as error:
             self._json(400, {"error": str(error)})
 
     def do_GET(self):
@@ -132,9 +125,8 @@ def make_server(site: Path, course_root: Path, port: int) -> HTTPServer:
     return HTTPServer((HOST, port), partial(handler, directory=str(site)))
 
 
-def serve(site: Path, course_root: Path, port: int) -> None:
-    server = make_server(site, course_root, port)
-    print(f"serving the course site on http://{HOST}:{server.server_address[1]}/ (Ctrl-C stops)", flush=True)
+def serve(server: HTTPServer) -> None:
+    """Answer requests until Ctrl-C, then close the socket."""
     try:
         server.serve_forever()
     except KeyboardInterrupt:
