@@ -308,6 +308,7 @@ TESTED_THROUGH = {
     "checking.block_rules": "test_blockspecs.py", "compiler.block_verdict": "test_blockspecs.py",
     "instruments.blockspec_sandbox": "test_blockspecs.py", "learner.requests": "test_learner_cli.py",
     "learner.watch_targets": "test_watch.py", "classroom.trees": "test_classroom.py",
+    "commands.new_chapter": "test_scaffold.py", "authoring.templates": "test_scaffold.py",
     "core.jax_internals": "test_grading_speed.py", "core.kept_files": "test_grading_speed.py",
     "core.outcomes": "test_bad_learner_code.py", "core.paths": "test_bad_learner_code.py",
     "core.profiles": "test_options_and_markers.py", "core.running_test": "test_bad_learner_code.py",

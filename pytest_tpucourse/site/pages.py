@@ -135,7 +135,7 @@ def home(view: CourseView, floors: list[dict], index: list[dict]) -> str:
 gap, then the shaded depths where kernels live. Each layer is a chapter with assigned mastery work; the stages
 are pinned where they belong; your progress rides on every entry.</p>
 <p><a class="start" href="{first.id}.html">start the path → chapter {first.number} {e(first.title)}</a></p>
-<p class="tally" id="tally"><b>{view.gates_passed}/{course.gates_total}</b> gates passed · your progress
+<p class="tally" id="tally"><b>{view.gates_passed}/{view.gates_total}</b> gates passed · your progress
 <b>{view.chapters_complete}/{course.chapters_total}</b> chapters</p>
 <div class="next" id="next"><span class="tag">next</span>{next_html}</div>
 <ol class="promises">{promises}</ol>
