@@ -24,12 +24,12 @@ from pathlib import Path
 import pytest
 
 from .. import chips
-from ..core.course import Course, CourseDataError, find_course_root, load_course
+from ..core.course import SOLUTIONS, Course, CourseDataError, find_course_root, load_course
 from ..gates import records as rec
 from ..gates.provenance import tree_label
 from ..gates.rehearsal import Rehearsal
 from ..gates.run import GateContext, gate_context
-from ..grading import backend, compiled, context, leftovers
+from ..grading import backend, compiled, context, leftovers, solution_reads
 from ..grading.context import GradingContext
 from ..grading.deadline import Deadline
 from ..grading.interrupts import CTRL_C
@@ -133,6 +133,8 @@ class CourseSession:
         kernel_chip = _kernel_chip(chip, options.registry)
         grading = GradingContext(deadline=deadline, vmem=VmemBudget(kernel_chip), chip=kernel_chip,
                                  registry=options.registry)
+        if tree.is_learners:  # what the learner's tree opens of solutions/, from its first import
+            grading.solution_reads = solution_reads.watch(tree.root, root / SOLUTIONS)
         session = cls(options=options, course=course, tree=tree, run_backend=run_backend, gates=gates,
                       chip=chip, grading=grading, hypothesis_profile=profile, jax_cache=jax_cache)
         session.guard.bind()  # the checker and the gate runner, before any graded import
