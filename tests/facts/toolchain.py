@@ -8,11 +8,15 @@ again: a new JAX or libtpu then cannot keep a chapter teaching what it no longer
 from __future__ import annotations
 
 import contextlib
+import importlib.util
+from pathlib import Path
 
 import jax
 import pytest
 
 from pytest_tpucourse.compiler import libtpu
+
+REPO = Path(__file__).resolve().parents[2]
 
 
 def for_this_jax(facts: dict):
@@ -66,3 +70,13 @@ def tpu_interpret(**settings):
     from jax.experimental.pallas import tpu as pltpu
 
     return pltpu.InterpretParams(**{"random_seed": 0, **settings})
+
+
+def course_file(relative: str):
+    """A Python file of the course loaded as a module (a chapter's graded tests, a bench script): the
+    kernels and figures a README describes, used as they are."""
+    path = REPO / relative
+    spec = importlib.util.spec_from_file_location(f"course_{path.parent.name}_{path.stem}", path)
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module
