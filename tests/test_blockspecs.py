@@ -57,6 +57,12 @@ def test_the_sandbox_prints_verdict_grid_padding_and_vmem(capsys):
     assert "verdict illegal: dimension -1 of the block is 64: neither a multiple of 128" in capsys.readouterr().out
 
 
+def test_the_sandboxs_note_on_a_part_filled_tile_names_the_libtpu_of_each_verdict():
+    note = next(line for line in blockspecs.sandbox((1024, 1024), (8, 128), "int8", compiler=False).lines()
+                if line.startswith("note"))
+    assert "int8 (8, 128) does not with libtpu 0.0.42.1 and does with 0.0.50.1" in note
+
+
 @needs_libtpu
 def test_the_sandbox_prints_the_compilers_verdict_after_the_lowerings(capsys):
     def sandbox(shape, block, dtype):

@@ -245,7 +245,8 @@ class BlockReport:
             if sizes[-2] % rows and sizes[-2] != self.array_shape[-2]:
                 out.append(f"note    {self.dtype}'s native tile is ({rows}, {lanes}): {sizes[-2]} rows "
                            f"lower, but fill part of a tile; the Mosaic compiler decides whether it "
-                           f"compiles (v5e: bf16 (8, 128) compiles, int8 (8, 128) does not)")
+                           f"compiles (v5e: bf16 (8, 128) compiles; int8 (8, 128) does not with libtpu "
+                           f"0.0.42.1 and does with 0.0.50.1)")
         return out
 
 
