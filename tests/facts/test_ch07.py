@@ -259,3 +259,29 @@ def test_a_256_wide_mxu_pairs_row_groups_only_in_pairs(matmul):
 def test_a_bf16_push_takes_16_rows_and_8_rows_cost_a_whole_one():
     compiler()
     assert [vmatmuls(m, 128, 128, chip="v5e") for m in (8, 16, 24)] == [1, 1, 2]
+
+
+def cross_lane_work(bundles: str) -> collections.Counter:
+    """(instruction, unit) of every instruction a kernel issues on a cross-lane unit (`xlu0`, ...)."""
+    return collections.Counter(re.findall(r"\b(v\w+)\.[\w.]*?\b(xlu\d)\b", bundles))
+
+
+@pytest.mark.parametrize("chip, units", [("v5e", 3), ("v6e", 2)])
+def test_transposes_and_lane_reductions_go_through_the_cross_lane_units(chip, units):
+    from pytest_tpucourse.compiler import libtpu  # noqa: F401
+
+    from .test_ch08 import one_block
+
+    compile_for = compiler()
+    x = S((128, 128), jnp.float32)
+
+    def bundles(body):
+        return compile_for(one_block(body), x, chip=chip, dumps=True).kernel().bundles_text
+
+    transpose = cross_lane_work(bundles(lambda a: a.T))
+    assert transpose == {("vxpose", "xlu0"): 16, ("vpop", "xlu0"): 16}
+    lanes = cross_lane_work(bundles(lambda a: jnp.sum(a, axis=1, keepdims=True) + jnp.zeros_like(a)))
+    assert sum(n for (op, _), n in lanes.items() if op == "vadd") == 16 == sum(n for (op, _), n in lanes.items() if op == "vpop")
+    assert len({unit for _, unit in lanes}) == units
+    sublanes = bundles(lambda a: jnp.sum(a, axis=0, keepdims=True) + jnp.zeros_like(a))
+    assert cross_lane_work(sublanes) == {} and len(re.findall(r"\bvrot", sublanes)) == 3
