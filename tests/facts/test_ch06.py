@@ -4,11 +4,9 @@ pipelines and DMAs, read off the installed toolchain. docs/facts.md lists each c
 from __future__ import annotations
 
 import contextlib
-import functools
 import inspect
 import io
 import re
-import tempfile
 from pathlib import Path
 
 import jax
@@ -19,7 +17,6 @@ from jax.experimental import pallas as pl
 from jax.experimental.pallas import tpu as pltpu
 
 from pytest_tpucourse.checking import tpu_rules
-from pytest_tpucourse.compiler import libtpu
 from pytest_tpucourse.public_kernels import course_solution
 from pytest_tpucourse.readers import blockspecs, mosaic
 from pytest_tpucourse.run.mutants import load_mutants

@@ -16,7 +16,7 @@ from pytest_tpucourse.checking.compiler_figures import vmatmuls
 from pytest_tpucourse.public_kernels import course_solution
 from pytest_tpucourse.readers import mosaic
 
-from .toolchain import compiler, course_file, for_this_libtpu
+from .toolchain import compiler, course_file, for_this_libtpu, one_block
 
 REPO = Path(__file__).resolve().parents[2]
 S = jax.ShapeDtypeStruct
@@ -268,10 +268,6 @@ def cross_lane_work(bundles: str) -> collections.Counter:
 
 @pytest.mark.parametrize("chip, units", [("v5e", 3), ("v6e", 2)])
 def test_transposes_and_lane_reductions_go_through_the_cross_lane_units(chip, units):
-    from pytest_tpucourse.compiler import libtpu  # noqa: F401
-
-    from .test_ch08 import one_block
-
     compile_for = compiler()
     x = S((128, 128), jnp.float32)
 
