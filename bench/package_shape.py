@@ -13,7 +13,9 @@ imports at module level (layer 0 imports none of them).
 
 The rule the package keeps (LAYERS, tested by tests/test_package_shape.py): every module
 belongs to one layer, and imports only modules of its own layer or of layers below it, at
-load time or inside a function alike; and no import circle, of either kind.
+load time or inside a function alike; no import circle, of either kind; and, drawn by
+folder (a top-level folder with all its modules, or a top-level module), no two folders
+that import each other.
 """
 
 from __future__ import annotations
@@ -37,9 +39,10 @@ LAYERS = (
     ("strategies",),                             # inputs graded tests draw
     ("grading",),                                # how graded code is reached and run
     ("checks", "checking", "public_kernels", "prompt", "instruments", "ir", "tpu"),  # the toolkit
-    ("gates", "learner", "gating"),              # one audience each: gate rows, the learner's loop
+    ("gates", "learner", "gating", "authoring"),  # one audience each: gate rows, the learner's loop, the author
     ("run",),                                    # one pytest run, built once from the config
-    ("commands", "site", "classroom", "plugin", "__init__"),  # wiring: the `tpucourse` command and its site, pytest's hooks
+    ("site", "classroom", "plugin", "__init__"),  # wiring: the course site, a class graded, pytest's hooks
+    ("commands",),                               # the doors: one module per `tpucourse` subcommand
 )
 
 
@@ -166,6 +169,36 @@ def circles(known, eager, lazy) -> list[list[str]]:
     return sorted(groups)
 
 
+def folder_of(name: str) -> str:
+    """The top-level folder a module belongs to ("readers.mosaic" -> "readers"); a top-level
+    module is a folder of its own ("chips" -> "chips")."""
+    return name.split(".")[0]
+
+
+def folder_imports(known, eager, lazy) -> dict[str, set[str]]:
+    """{folder: the other folders its modules import}, every import counted."""
+    graph: dict[str, set[str]] = defaultdict(set)
+    for name in known:
+        for target in eager[name] | lazy[name]:
+            if folder_of(target) != folder_of(name):
+                graph[folder_of(name)].add(folder_of(target))
+    return graph
+
+
+def folder_pairs(known, eager, lazy) -> list[tuple[str, str, list[tuple[str, str]]]]:
+    """Pairs of folders that import each other: (folder, folder, the module imports that make
+    the pair, both ways)."""
+    graph = folder_imports(known, eager, lazy)
+    pairs = []
+    for a in sorted(graph):
+        for b in sorted(graph[a]):
+            if a < b and a in graph.get(b, ()):
+                edges = sorted((name, target) for name in known for target in eager[name] | lazy[name]
+                               if {folder_of(name), folder_of(target)} == {a, b})
+                pairs.append((a, b, edges))
+    return pairs
+
+
 def top_level_modules(known) -> list[str]:
     """The package's own top-level .py files (its __init__.py included)."""
     return sorted(n for n, path in known.items() if "." not in n and path.name != "__init__.py"
@@ -216,6 +249,9 @@ def main() -> None:
     print(f"import edges: {edges} (every import, at load and inside functions)")
     found = circles(known, eager, lazy)
     print(f"import circles: {len(found)}" + "".join(f"\n  {' <-> '.join(c)}" for c in found))
+    pairs = folder_pairs(known, eager, lazy)
+    print(f"folder pairs that import each other: {len(pairs)}" + "".join(
+        f"\n  {a} <-> {b}: " + ", ".join(f"{x} -> {y}" for x, y in edges) for a, b, edges in pairs))
     upward = upward_imports(known, eager, lazy)
     unlisted = sorted(n for n in known if layer_of(n) is None)
     print(f"upward imports (LAYERS): {len(upward)}" + "".join(f"\n  {a} -> {b}" for a, b in upward))
@@ -223,6 +259,10 @@ def main() -> None:
         print(f"modules in no layer: {', '.join(unlisted)}")
     print(f"longest module: {longest} ({sizes[longest]} lines)")
     print(f"longest function: {function} ({length} lines)")
+    print("folders (every import):" + "".join(
+        f"\n  {folder} -> {', '.join(sorted(targets))}"
+        for folder, targets in sorted(folder_imports(known, eager, lazy).items())))
+    print("largest modules: " + ", ".join(f"{n} ({sizes[n]})" for n in sorted(files, key=sizes.get, reverse=True)[:8]))
     print("layers (module [lines]: imports at load; + imports inside functions):")
     for depth in range(max(level.values()) + 1):
         print(f"  layer {depth}")

@@ -8,6 +8,7 @@ those packages.
 
 from __future__ import annotations
 
+from .checking.block_rules import assert_rule_matches_lowering
 from .checking.ir_answers import (assert_dots_match, assert_rows_are_rows, assert_rows_match,
                                   assert_summary_matches, numbered)
 from .checking.schedules import assert_schedule_matches
@@ -16,7 +17,7 @@ from .readers.block_skipping import (BAND_ADVICE, assert_attention_skips_fetches
                                      assert_causal_attention_skips_fetches, assert_compute_is_conditional,
                                      fetch_log, pipeline_schedule, poison_unseen_keys, seen_keys_reference,
                                      sliding_window_empty)
-from .readers.blockspecs import assert_rule_matches_lowering, lowering_error
+from .readers.blockspecs import lowering_error
 from .readers.hlo_text import convolution_window, dot_numbers, dots, largest_arrays, parse, read_dump, summary
 from .readers.traced_program import (assert_backward_is_pallas, assert_communicates_by_remote_dma,
                                      assert_compute_overlaps_communication, assert_no_value_as_large_as,

@@ -10,6 +10,8 @@ from jax.experimental import pallas as pl
 from jax.experimental.pallas import tpu as pltpu
 
 from pytest_tpucourse.readers import block_skipping, blockspecs
+from pytest_tpucourse.checking.block_rules import assert_rule_matches_lowering
+from pytest_tpucourse.compiler.block_verdict import compiler_verdict
 from pytest_tpucourse import checks
 from pytest_tpucourse.commands import main
 from pytest_tpucourse.checking import tpu_rules
@@ -38,11 +40,11 @@ def test_the_lowering_is_asked_about_one_block(shape, block, dtype, legal):
 def test_a_rule_that_disagrees_with_the_lowering_is_named_with_the_lowerings_reason():
     always_legal = graded(lambda shape, block, dtype: None)
     with pytest.raises(WrongResult) as caught:
-        blockspecs.assert_rule_matches_lowering(always_legal, [((16, 128), (None, 128), "float32")])
+        assert_rule_matches_lowering(always_legal, [((16, 128), (None, 128), "float32")])
     assert ("returned None (legal), but the TPU lowering rejects it: dimension -2 of the block is 1 "
             "(None counts as 1): neither a multiple of 8 (sublanes) nor the array's full 16") in str(caught.value)
     with pytest.raises(WrongResult, match="expected None .legal. or a non-empty str"):
-        blockspecs.assert_rule_matches_lowering(graded(lambda *a: ""), [((1024, 1024), (8, 64), "float32")])
+        assert_rule_matches_lowering(graded(lambda *a: ""), [((1024, 1024), (8, 64), "float32")])
 
 
 def test_the_sandbox_prints_verdict_grid_padding_and_vmem(capsys):
@@ -57,10 +59,29 @@ def test_the_sandbox_prints_verdict_grid_padding_and_vmem(capsys):
     assert "verdict illegal: dimension -1 of the block is 64: neither a multiple of 128" in capsys.readouterr().out
 
 
-def test_the_sandboxs_note_on_a_part_filled_tile_names_the_libtpu_of_each_verdict():
-    note = next(line for line in blockspecs.sandbox((1024, 1024), (8, 128), "int8", compiler=False).lines()
-                if line.startswith("note"))
-    assert "int8 (8, 128) does not with libtpu 0.0.42.1 and does with 0.0.50.1" in note
+def test_the_sandboxs_headline_and_int8_note_agree_with_the_compilers_verdict():
+    """A block the lowering accepts and the compiler refuses (an 8192 x 8192 f32 block over VMEM) is
+    headed by the refusal, not "legal"; the int8 note says what the installed compiler did, and that
+    libtpu releases differ, never a fixed verdict."""
+    from dataclasses import replace
+
+    from pytest_tpucourse.instruments.blockspec_sandbox import sandbox
+
+    lowered = sandbox((1024, 1024), (8, 128), "int8", compiler=False)
+    assert lowered.headline == "legal: the TPU lowering accepts it" and lowered.compiled is None
+    note = lowered.lines()[-1]
+    assert "(no verdict of it here)" in note and "refused by 0.0.42 (E2002) and compiled by 0.0.50" in note
+    refused = replace(lowered, compiled=False, compiler="compiler v5e: E2002: the block (8, 128) is neither a "
+                      "multiple of int8's tiling (32, 128) nor the array's full extent")
+    assert refused.headline.startswith("refused by the compiler v5e: E2002: the block (8, 128)")
+    assert refused.lines()[1].startswith("verdict refused by the compiler v5e") and "installed one refuses it" in refused.lines()[-1]
+    compiled = replace(lowered, compiled=True, compiler="compiler v5e: compiles (libtpu 0.0.50.1, ahead of time)")
+    assert compiled.headline == "legal: the TPU lowering accepts it and the compiler compiles it"
+    assert "installed one compiles it" in compiled.lines()[-1]
+    vmem = replace(sandbox((8192, 8192), (8192, 8192), "float32", compiler=False), compiled=False,
+                   compiler="compiler v5e: E1001: the copy kernel needs 512.00 MiB of VMEM (input and output "
+                            "block, one buffer each), over its scoped limit of 16.00 MiB")
+    assert vmem.headline.startswith("refused by the compiler v5e: E1001") and "the TPU lowering accepts it" in vmem.headline
 
 
 @needs_libtpu
@@ -97,13 +118,13 @@ def test_without_the_compiler_the_sandbox_says_it_did_not_ask(capsys, monkeypatc
 def test_the_compiler_facts_chapter_6_states():
     """README, "The legality rule" and "The schedule the pipeline runs" (v5e; libtpu 0.0.42.1 refuses
     the int8 (8, 128) block, 0.0.50.1 compiles it, as the README says)."""
-    int8 = blockspecs.compiler_verdict((1024, 1024), (8, 128), "int8")
+    int8 = compiler_verdict((1024, 1024), (8, 128), "int8")
     if compiler_retiles_int8():
         assert int8 is None
     else:
         assert (int8.kind, int8.code, int8.tiling, int8.block_shape[-2:]) == ("tiling", "E2002", (32, 128), (8, 128))
-    assert blockspecs.compiler_verdict((1024, 1024), (8, 128), "bfloat16") is None
-    assert blockspecs.compiler_verdict((1024, 1024), (32, 128), "int8") is None
+    assert compiler_verdict((1024, 1024), (8, 128), "bfloat16") is None
+    assert compiler_verdict((1024, 1024), (32, 128), "int8") is None
     x = jax.ShapeDtypeStruct((2048, 2048), jnp.float32)
     with pytest.raises(libtpu.TpuCompileError) as caught:  # chapter 11's matmul, 1024 blocks
         libtpu.compile_for(_ch11_matmul().resolve(), x, x, chip="v5e", bm=1024, bk=1024, bn=1024)
@@ -116,11 +137,11 @@ def test_a_rule_refusing_a_dtypes_half_tile_is_told_what_the_compiler_says():
     sixteen_rows = graded(lambda shape, block, dtype: None if block[-2] % (32 // jnp.dtype(dtype).itemsize) == 0
                           else "rows are not a whole native tile")
     with pytest.raises(WrongResult) as caught:
-        blockspecs.assert_rule_matches_lowering(sixteen_rows, [((1024, 1024), (8, 128), "bfloat16")], compiler="v5e")
+        assert_rule_matches_lowering(sixteen_rows, [((1024, 1024), (8, 128), "bfloat16")], compiler="v5e")
     assert f"the TPU lowering accepts it. The v5e compiler (libtpu {libtpu.libtpu_version()}" in str(caught.value)
     assert "compiles it too: (16, 128) is how bfloat16 values fill a vreg" in str(caught.value)
     with pytest.raises(WrongResult) as caught:
-        blockspecs.assert_rule_matches_lowering(sixteen_rows, [((1024, 1024), (8, 128), "int8")], compiler="v5e")
+        assert_rule_matches_lowering(sixteen_rows, [((1024, 1024), (8, 128), "int8")], compiler="v5e")
     if compiler_retiles_int8():
         assert "compiles it too" in str(caught.value)
     else:

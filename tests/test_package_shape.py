@@ -1,6 +1,8 @@
-"""The package's shape: layers that only point down, no import circle, a toolkit of at most 12
-top-level modules that graded code alone imports, faces that export what they declare, and a
-map (docs/authoring.md section 9) that names every module.
+"""The package's shape: layers that only point down, no import circle, no two folders that
+import each other, a toolkit of at most 12 top-level modules that graded code alone imports,
+faces that export what they declare, the `tpucourse` subcommands as doors at the edge (one
+module each in commands/, the only place argparse, print() and a command module are found),
+and a map (docs/authoring.md section 9) that names every module.
 
 The rule itself (LAYERS) and the import graph are bench/package_shape.py's, so the figure a
 reader prints and the rule the suite keeps are one.
@@ -55,6 +57,140 @@ def test_the_layer_rule_fails_on_an_upward_import():
     assert ("readers.traced_program", "grading.compiled") in SHAPE.upward_imports(KNOWN, eager, LAZY)
     eager["grading.compiled"] = eager["grading.compiled"] | {"readers.traced_program"}
     assert SHAPE.circles(KNOWN, eager, LAZY)
+
+
+def test_no_two_folders_import_each_other():
+    assert SHAPE.folder_pairs(KNOWN, EAGER, LAZY) == []
+
+
+def test_the_folder_rule_fails_on_two_folders_that_import_each_other():
+    lazy = {name: set(targets) for name, targets in LAZY.items()}
+    lazy["readers.blockspecs"] = lazy["readers.blockspecs"] | {"compiler.libtpu"}  # libtpu reads readers.mosaic
+    pairs = SHAPE.folder_pairs(KNOWN, EAGER, lazy)
+    assert [(a, b) for a, b, _ in pairs] == [("compiler", "readers")]
+    assert ("readers.blockspecs", "compiler.libtpu") in pairs[0][2]
+    assert ("compiler.libtpu", "readers.mosaic") in pairs[0][2]
+
+
+# ---------------------------------------------------------------- the doors: commands/
+
+COMMANDS_DIR = "commands"
+
+
+def _trees(known) -> dict[str, ast.Module]:
+    return {name: ast.parse(path.read_text(encoding="utf-8")) for name, path in known.items()}
+
+
+TREES = _trees(KNOWN)
+
+
+def _in_commands(name: str) -> bool:
+    return SHAPE.folder_of(name) == COMMANDS_DIR
+
+
+def _stdlib_importers(trees: dict[str, ast.Module], module: str) -> list[str]:
+    """The modules that import `module` (a top-level name: "argparse"), anywhere in their source."""
+    found = []
+    for name, tree in trees.items():
+        for node in ast.walk(tree):
+            names = ([alias.name for alias in node.names] if isinstance(node, ast.Import) else
+                     [node.module or ""] if isinstance(node, ast.ImportFrom) and node.level == 0 else [])
+            if any(n.split(".")[0] == module for n in names):
+                found.append(name)
+                break
+    return sorted(found)
+
+
+def _printers(trees: dict[str, ast.Module]) -> list[str]:
+    """The modules that call print()."""
+    return sorted(name for name, tree in trees.items()
+                  if any(isinstance(node, ast.Call) and isinstance(node.func, ast.Name) and node.func.id == "print"
+                         for node in ast.walk(tree)))
+
+
+def _without_doors(trees: dict[str, ast.Module]) -> list[tuple[str, list[str]]]:
+    """(module, the functions it lacks) for each module of commands/ other than main.py that does not
+    define both add_parser(subcommands) and run(args) at its top level."""
+    lacking = []
+    for name, tree in trees.items():
+        if not _in_commands(name) or name in (COMMANDS_DIR, f"{COMMANDS_DIR}.main"):
+            continue
+        defined = {node.name: [a.arg for a in node.args.args] for node in tree.body
+                   if isinstance(node, ast.FunctionDef)}
+        missing = [f"{function}({argument})" for function, argument in (("add_parser", "subcommands"), ("run", "args"))
+                   if defined.get(function, [None])[:1] != [argument]]
+        if missing:
+            lacking.append((name, missing))
+    return lacking
+
+
+def _command_importers(known, eager, lazy) -> list[tuple[str, str]]:
+    """(importer, command module) for each module outside commands/ that imports one of commands/."""
+    return sorted((name, target) for name in known if not _in_commands(name)
+                  for target in eager[name] | lazy[name] if _in_commands(target))
+
+
+def test_argparse_is_imported_only_in_commands():
+    outside = [name for name in _stdlib_importers(TREES, "argparse") if not _in_commands(name)]
+    assert not outside, f"argparse outside commands/ (a subcommand's parser is its module's add_parser): {outside}"
+
+
+def test_the_argparse_rule_fails_on_a_room_that_builds_a_namespace():
+    trees = dict(TREES, **{"site.server": ast.parse("def tick(body):\n    import argparse\n"
+                                                    "    return argparse.Namespace(**body)\n")})
+    assert "site.server" in _stdlib_importers(trees, "argparse")
+    assert "site.server" in _stdlib_importers({"site.server": ast.parse("from argparse import Namespace")}, "argparse")
+
+
+def test_only_commands_print():
+    outside = [name for name in _printers(TREES) if not _in_commands(name)]
+    assert not outside, f"print() outside commands/ (a room returns data or text; the command prints): {outside}"
+
+
+def test_the_print_rule_fails_on_a_room_that_prints():
+    trees = dict(TREES, **{"instruments.ici": ast.parse("def mesh(args):\n    print(args)\n")})
+    assert "instruments.ici" in _printers(trees)
+
+
+def test_every_command_module_has_add_parser_and_run():
+    assert _without_doors(TREES) == []
+
+
+def test_the_door_rule_fails_on_a_command_without_run():
+    trees = dict(TREES, **{"commands.hint": ast.parse("def add_parser(subcommands):\n    pass\n\n\n"
+                                                      "def main(args):\n    return 0\n")})
+    assert _without_doors(trees) == [("commands.hint", ["run(args)"])]
+
+
+def _unlisted(known, commands) -> list[str]:
+    """The modules of commands/ (main.py aside) that are not in `commands` (main.COMMANDS), and the
+    entries of `commands` that are not modules of commands/."""
+    listed = [module.__name__.removeprefix("pytest_tpucourse.") for module in commands]
+    modules = {name for name in known if _in_commands(name)} - {COMMANDS_DIR, f"{COMMANDS_DIR}.main"}
+    return sorted(modules ^ set(listed)) + sorted({n for n in listed if listed.count(n) > 1})
+
+
+def test_every_command_module_is_a_subcommand_of_main():
+    from pytest_tpucourse.commands import main
+
+    assert _unlisted(KNOWN, main.COMMANDS) == [], "commands/main.py COMMANDS and the modules of commands/ differ"
+
+
+def test_the_listing_rule_fails_on_a_command_main_does_not_list():
+    from pytest_tpucourse.commands import main, tick
+
+    assert _unlisted(KNOWN, [c for c in main.COMMANDS if c is not tick]) == ["commands.tick"]
+    assert _unlisted(KNOWN, [*main.COMMANDS, tick]) == ["commands.tick"]
+
+
+def test_modules_outside_commands_import_no_command_module():
+    assert _command_importers(KNOWN, EAGER, LAZY) == []
+
+
+def test_the_command_import_rule_fails_on_a_room_that_calls_a_command():
+    lazy = {name: set(targets) for name, targets in LAZY.items()}
+    lazy["site.server"] = lazy["site.server"] | {"commands.tick"}
+    assert _command_importers(KNOWN, EAGER, lazy) == [("site.server", "commands.tick")]
 
 
 def test_at_most_twelve_top_level_modules():
@@ -157,14 +293,23 @@ def test_every_module_is_in_the_map():
 # the command, the fixture or the check that uses them.
 TESTED_THROUGH = {
     "core.small_files": "test_earned.py", "grading.leftovers": "test_earned.py",
-    "grading.solution_code": "test_earned.py", "grading.toolkit_guard": "test_earned.py",
+    "grading.solution_code": "test_earned.py", "grading.solution_reads": "test_earned.py",
+    "grading.toolkit_guard": "test_earned.py",
     "learner.foreign_plugins": "test_earned.py", "learner.run_markers": "test_earned.py",
     "learner.shipped": "test_earned.py",
     "checking.compiler_figures": "test_libtpu.py", "checking.ir_answers": "test_xray.py",
     "checking.schedules": "test_blockspecs.py", "checking.tpu_rules": "test_distributed_checks.py",
     "checking.device_order": "test_distributed_checks.py",
-    "commands.compile_kernel": "test_libtpu.py", "commands.learner": "test_learner_cli.py",
-    "commands.main": "test_cli.py", "commands.records": "test_records.py",
+    "commands.bench": "test_cli.py", "commands.blockspec": "test_blockspecs.py",
+    "commands.compile": "test_libtpu.py", "commands.grade": "test_classroom.py",
+    "commands.hint": "test_learner_cli.py", "commands.main": "test_cli.py", "commands.mesh": "test_ici.py",
+    "commands.progress": "test_learner_cli.py", "commands.reset": "test_learner_cli.py",
+    "commands.solution": "test_learner_cli.py", "commands.tick": "test_learner_cli.py",
+    "commands.timeline": "test_semaphore_timeline.py",
+    "checking.block_rules": "test_blockspecs.py", "compiler.block_verdict": "test_blockspecs.py",
+    "instruments.blockspec_sandbox": "test_blockspecs.py", "learner.requests": "test_learner_cli.py",
+    "learner.watch_targets": "test_watch.py", "classroom.trees": "test_classroom.py",
+    "commands.new_chapter": "test_scaffold.py", "authoring.templates": "test_scaffold.py",
     "core.jax_internals": "test_grading_speed.py", "core.kept_files": "test_grading_speed.py",
     "core.outcomes": "test_bad_learner_code.py", "core.paths": "test_bad_learner_code.py",
     "core.profiles": "test_options_and_markers.py", "core.running_test": "test_bad_learner_code.py",
@@ -186,11 +331,11 @@ TESTED_THROUGH = {
     "readers.traced_program": "test_checks.py", "references": "test_tolerance.py",
     "run.hookspecs": "test_chips.py", "run.mutants": "test_grading_chapters.py",
     "run.session": "test_options_and_markers.py", "run.options": "test_options_and_markers.py", "strategies": "test_grading_chapters.py",
-    "site.bench": "test_site.py", "site.build": "test_site.py", "site.command": "test_site.py",
+    "site.bench": "test_site.py", "site.build": "test_site.py",
     "site.instrument_pages": "test_site.py", "site.instruments": "test_site.py", "site.learner_view": "test_site.py",
-    "site.markdown": "test_site.py", "site.pages": "test_site.py", "site.server": "test_site.py",
+    "site.markdown": "test_site.py", "site.pages": "test_site.py", "site.server": "test_site_server.py",
+    "site.slow_work": "test_site_server.py",
     "site.xray_example": "test_site.py", "tpu": "test_package_shape.py",
-    "classroom.command": "test_classroom.py",
     "classroom.gradebook": "test_classroom.py",
     "classroom.junit": "test_classroom.py",
     "classroom.progress_line": "test_classroom.py",

@@ -1,1 +1,1 @@
-"""The `tpucourse` command: its entry point and one module per group of subcommands."""
+"""The `tpucourse` command: its entry point (main.py) and one module per subcommand."""

@@ -1,6 +1,5 @@
-"""`tpucourse bench` and `tpucourse records check | link`: the records outside a test run.
+"""`tpucourse records check | link`: the gate records outside a test run.
 
-    tpucourse bench                       bench/records.jsonl -> bench/README.md
     tpucourse records check [--repair]    every bad line and rejected row, with path and line
     tpucourse records check --against T   which of your passes a trusted run reproduced (exit 1 if any is not)
     tpucourse records link URL            gate 05's upstream submission, self-reported
@@ -14,14 +13,10 @@ from .. import chips
 from ..core.course import find_course_root
 from ..gates import criteria, report
 from ..gates import records as rec
-from ..core.paths import shown, shown_in_text
+from ..core.paths import shown
 
 
-def add_parsers(subcommands) -> None:
-    b = subcommands.add_parser("bench", help="regenerate bench/README.md from the course's gate records")
-    b.add_argument("--records", default=None, help=f"default: {rec.PUBLISHED_PATH} in the course checkout")
-    b.add_argument("--output", default=None, help="default: README.md next to the records")
-
+def add_parser(subcommands):
     r = subcommands.add_parser("records", help="check or repair gate records; record a public link")
     actions = r.add_subparsers(dest="action", required=True)
     c = actions.add_parser("check", help="list bad lines and rows that fail re-judging (exit 1 if any)")
@@ -36,6 +31,7 @@ def add_parsers(subcommands) -> None:
     link.add_argument("url")
     link.add_argument("--gate", type=int, default=5)
     link.add_argument("--criterion", default="upstream")
+    return r
 
 
 def _root() -> Path:
@@ -45,20 +41,7 @@ def _root() -> Path:
     return root
 
 
-def bench(args) -> int:
-    root = find_course_root(Path.cwd())
-    path = Path(args.records) if args.records else (root or Path.cwd()) / rec.PUBLISHED_PATH
-    output = Path(args.output) if args.output else path.parent / "README.md"
-    loaded = report.load([path], chips.ChipRegistry(), tree="solutions")
-    page = report.bench_readme(loaded, course_root=root, source=path.name)
-    output.write_text(shown_in_text(page, root) if root else page, encoding="utf-8")
-    print(f"wrote {output} from {len(loaded.accepted)} rows of the reference solutions in {path}"
-          + (f"; {len(loaded.problems())} rows rejected or unreadable (listed on the page)" if loaded.problems()
-             else ""))
-    return 0
-
-
-def records(args) -> int:
+def run(args) -> int:
     return {"check": _check, "link": _link}[args.action](args)
 
 

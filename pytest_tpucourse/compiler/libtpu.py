@@ -160,8 +160,8 @@ def quiet_libtpu_startup():
             captured.seek(0)
             kept = [line for line in captured.read().decode(errors="replace").splitlines()
                     if not _STARTUP_NOISE.search(line)]
-            if kept:
-                print("\n".join(kept), file=sys.stderr)
+            if kept:  # passed on as they came: what libtpu wrote, not the package's own words
+                sys.stderr.write("\n".join(kept) + "\n")
 
 
 # ------------------------------------------------------------------ results

@@ -331,26 +331,3 @@ def _size(n: float) -> str:
         if n >= scale:
             return f"{n / scale:,.4g} {unit} ({n:,.0f} bytes)"
     return f"{n:,.0f} bytes"
-
-
-def mesh_command(args) -> int:
-    """`tpucourse mesh --chip v5e --topology 4x4 --op all-gather --bytes 1GiB`."""
-    from ..chips import get_chip
-
-    chip = get_chip(args.chip)
-    if not re.fullmatch(r"\d+([x×]\d+)*", args.topology.lower()):
-        raise ValueError(f"--topology {args.topology!r}: chips per axis, e.g. 4x4 or 4x4x4")
-    topology = tuple(int(d) for d in re.split(r"[x×]", args.topology.lower()))
-    if min(topology) < 1:
-        raise ValueError(f"--topology {args.topology!r}: every axis needs at least one chip")
-    if args.wraparound == "auto":
-        wraparound = wraparounds(chip, topology)
-        source = f"{wraparound_rule(chip)} ({SCALING_BOOK_PART2_NETWORKING})"
-    else:
-        wraparound = (args.wraparound == "yes",) * len(topology)
-        source = f"{'every' if args.wraparound == 'yes' else 'no'} axis, as --wraparound {args.wraparound} says"
-    nbytes = parse_bytes(args.bytes)
-    phases = plan(args.op, nbytes, topology, link_bandwidth=link_bandwidth(chip), wraparound=wraparound,
-                  bidirectional=not args.one_way)
-    print("\n".join(plan_lines(args.op, nbytes, chip, topology, phases, wraparound_from=source)))
-    return 0

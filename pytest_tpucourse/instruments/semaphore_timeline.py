@@ -329,7 +329,7 @@ def summary(timeline: Timeline) -> str:
     return text
 
 
-# ---------------------------------------------------------------- the command
+# ---------------------------------------------------------------- schedules by name
 
 
 def load_schedule(name: str, devices: int):
@@ -350,15 +350,3 @@ def load_schedule(name: str, devices: int):
     if schedule is None:
         raise ValueError(f"{path} has no {attribute}")
     return schedule(devices) if callable(schedule) else schedule
-
-
-def command(args) -> int:
-    """tpucourse timeline: render a schedule; exit status 1 when it deadlocks."""
-    if args.list or not args.schedule:
-        for name, build in SCHEDULES.items():
-            print(f"{name:<20} {build.__doc__.strip().splitlines()[0]}")
-        return 0
-    programs = load_schedule(args.schedule, args.devices)
-    timeline = run(programs)
-    print(render(programs, timeline))
-    return 1 if timeline.deadlock is not None else 0

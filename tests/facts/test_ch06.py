@@ -18,6 +18,7 @@ from jax.experimental.pallas import tpu as pltpu
 
 from pytest_tpucourse.checking import tpu_rules
 from pytest_tpucourse.public_kernels import course_solution
+from pytest_tpucourse.compiler import block_verdict
 from pytest_tpucourse.readers import blockspecs, mosaic
 from pytest_tpucourse.run.mutants import load_mutants
 
@@ -89,7 +90,7 @@ def copy_verdicts():
     compiler()
     blocks = [((8, 128), "bfloat16"), ((16, 128), "bfloat16"), ((8, 128), "int8"), ((16, 128), "int8"),
               ((32, 128), "int8"), ((128, 128), "bfloat16")]
-    return {(block, dtype): blockspecs.compiler_verdict((1024, 1024), block, dtype) for block, dtype in blocks}
+    return {(block, dtype): block_verdict.compiler_verdict((1024, 1024), block, dtype) for block, dtype in blocks}
 
 
 def test_the_compiler_decides_what_a_dtypes_tile_allows(copy_verdicts):

@@ -21,8 +21,8 @@ from .. import chips
 from ..compiler import libtpu
 
 
-def add_parser(commands) -> None:
-    c = commands.add_parser("compile", help="compile a kernel for a TPU chip with the real compiler "
+def add_parser(subcommands):
+    c = subcommands.add_parser("compile", help="compile a kernel for a TPU chip with the real compiler "
                             "(libtpu, no TPU needed): VMEM, layouts, bundles")
     c.add_argument("target", metavar="FILE:FUNCTION", help="e.g. exercises/ch11/matmul.py:matmul")
     c.add_argument("--chip", default=chips.DEFAULT_CHIP, help=", ".join(chips.COMPILE_TOPOLOGIES))
@@ -30,6 +30,7 @@ def add_parser(commands) -> None:
     c.add_argument("--dtype", default="float32", help="one dtype for all arguments, or one per argument")
     c.add_argument("--kw", action="append", default=[], metavar="NAME=VALUE",
                    help="a keyword argument (repeatable): --kw bm=256 --kw causal=True")
+    return c
 
 
 def run(args) -> int:

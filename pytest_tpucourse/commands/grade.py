@@ -5,29 +5,27 @@
     tpucourse grade --merge shard-*.json --out gradebook.json   # exactly the unsharded gradebook
 
 Run from the course checkout (its course.toml and graded tests grade every tree). What
-each tree's process may and may not touch is runner.py's to say; the gradebook's format
-is gradebook.py's; docs/grading.md has a CI matrix example.
+each tree's process may and may not touch is classroom/runner.py's to say; how many run at
+once, classroom/trees.py's; the gradebook's format is classroom/gradebook.py's;
+docs/grading.md has a CI matrix example.
 """
 
 from __future__ import annotations
 
 import os
-import shutil
 import sys
-import tempfile
-import threading
-from concurrent.futures import FIRST_COMPLETED, ThreadPoolExecutor, wait
 from pathlib import Path
 
+from ..classroom import gradebook, junit, shards
+from ..classroom.progress_line import ProgressLine
+from ..classroom.runner import GradingRun
+from ..classroom.trees import grade_trees
 from ..core.course import find_course_root, load_course
-from . import gradebook, junit, shards
-from .progress_line import ProgressLine
-from .runner import GradingRun, TreeRun, grade_tree
 
 SECONDS_PER_CHAPTER = 600.0  # the default wall limit of a tree's run, per chapter graded
 
 
-def add_parser(subcommands) -> None:
+def add_parser(subcommands):
     g = subcommands.add_parser("grade", help="grade many learners' trees (each laid out like solutions/), "
                                "one pytest process per tree, into a gradebook")
     g.add_argument("trees", nargs="*", metavar="TREE", help="the trees to grade")
@@ -44,6 +42,7 @@ def add_parser(subcommands) -> None:
                    "each run compiles everything itself)")
     g.add_argument("--merge", nargs="+", metavar="GRADEBOOK", help="merge the shards' JSON gradebooks into --out")
     g.add_argument("-q", "--quiet", action="store_true", help="no progress line and no summary table")
+    return g
 
 
 def run(args) -> int:
@@ -74,14 +73,15 @@ def run(args) -> int:
                          jax_cache=args.jax_cache if args.jax_cache == "none" else str(course.root / args.jax_cache),
                          junitxml=junit_dir is not None)
     try:
-        runs = grade_trees(grading, names, jobs=args.jobs, progress=ProgressLine(len(names), quiet=args.quiet))
+        progress = ProgressLine(len(names), stream=sys.stderr, quiet=args.quiet)
+        runs = grade_trees(grading, names, jobs=args.jobs, progress=progress)
     except KeyboardInterrupt:
         print("tpucourse grade: interrupted; every tree's run was stopped, no gradebook written", file=sys.stderr)
         return 130
     if junit_dir is not None:
         junit_dir.mkdir(parents=True, exist_ok=True)
-        for name, run in runs.items():
-            junit.write(run, junit_dir / junit_names[name])
+        for name, tree_run in runs.items():
+            junit.write(tree_run, junit_dir / junit_names[name])
     book = gradebook.build(gradebook.course_facts(course, chapters), gradebook.graded_exercises(course, chapters),
                            runs)
     gradebook.write(book, args.out)
@@ -90,38 +90,6 @@ def run(args) -> int:
         print("\n".join(gradebook.summary_lines(book, chapters_of)))
         print(f"wrote {args.out}")
     return 0
-
-
-def grade_trees(grading: GradingRun, names: list[str], *, jobs: int, progress: ProgressLine) -> dict[str, TreeRun]:
-    """Every tree's run, `jobs` at a time, each in a private folder of one work folder removed after."""
-    work = Path(tempfile.mkdtemp(prefix="tpucourse-grade-"))
-    stop = threading.Event()
-
-    def one(index: int, name: str) -> TreeRun:
-        progress.started(name)
-        run = grade_tree(grading, name, Path(name), work / f"tree-{index:04d}", stop)
-        progress.finished(name, run.outcome)
-        return run
-
-    runs: dict[str, TreeRun] = {}
-    try:
-        with ThreadPoolExecutor(max_workers=jobs) as pool:
-            pending = {pool.submit(one, index, name): name for index, name in enumerate(names)}
-            try:
-                while pending:
-                    finished, _ = wait(pending, timeout=1.0, return_when=FIRST_COMPLETED)
-                    for future in finished:
-                        runs[pending.pop(future)] = future.result()
-                    progress.refresh()
-            except BaseException:
-                stop.set()  # Ctrl-C: every running tree's process group is killed
-                for future in pending:
-                    future.cancel()
-                raise
-        return {name: runs[name] for name in names}
-    finally:
-        progress.close()
-        shutil.rmtree(work, ignore_errors=True)
 
 
 def _chapters(course, text: str | None) -> list[str]:
