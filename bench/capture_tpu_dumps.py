@@ -1,4 +1,4 @@
-"""Capture the TPU dumps chapter 12 ships: optimized HLO compiled ahead of time for a v5e.
+"""Capture the TPU dumps the course ships: optimized HLO compiled ahead of time for a v5e.
 
 Needs the tpu-compile extra (`pip install -e ".[tpu-compile]"`: libtpu 0.0.42.*, the
 version jax[tpu]==0.10.2 pins), on any host (no TPU): every program goes through
@@ -8,6 +8,10 @@ devices here and is compiled over 4 devices of the v5e topology.
 
     python bench/capture_tpu_dumps.py                 # rewrites exercises/ch12/dumps/v5e_*.hlo.txt
     python bench/capture_tpu_dumps.py --out DIR       # writes them to DIR instead
+    python bench/capture_tpu_dumps.py --only naive_attention   # one program's dump
+
+Chapter 12 reads mlp_block, dots and sharded_scan; chapter 4 points at naive_attention, its
+evidence that XLA:TPU builds an online softmax of its own but still writes the scores.
 
 Each dump's first line says what compiled it, for which chip, with which versions and
 when; file names in its location tables are relative to the course root (the graded
@@ -53,6 +57,8 @@ def main(argv=None) -> int:
 
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--out", type=Path, default=DUMPS, help="where to write the dumps")
+    parser.add_argument("--only", action="append", metavar="PROGRAM",
+                        help="capture this program's dump only (repeatable); default: every program")
     args = parser.parse_args(argv)
     if not libtpu.available():
         sys.exit(libtpu.INSTALL_LINE)
@@ -75,15 +81,21 @@ def main(argv=None) -> int:
         "dots": (programs.dots, args_for("dots")),
         "sharded_scan": (sharded_scan, [jax.ShapeDtypeStruct(x[0], jnp.dtype(x[1]), sharding=NamedSharding(mesh, P(None, "x"))),
                                         jax.ShapeDtypeStruct(w[0], jnp.dtype(w[1]), sharding=NamedSharding(mesh, P()))]),
+        "naive_attention": (programs.naive_attention, args_for("naive_attention")),
     }
+    unknown = set(args.only or ()) - set(jobs)
+    if unknown:
+        parser.error(f"no program {', '.join(sorted(unknown))}; the programs: {', '.join(jobs)}")
+    jobs = {name: job for name, job in jobs.items() if not args.only or name in args.only}
     args.out.mkdir(parents=True, exist_ok=True)
     for name, (fn, arguments) in jobs.items():
         compiled = libtpu.compile_for(fn, *arguments, chip=CHIP)
         shapes = ", ".join(f"{a.dtype}{list(a.shape)}" for a in arguments)
+        only = f" --only {name}" if args.only else ""
         header = (f"// XLA:TPU optimized HLO of programs.{name}({shapes}), compiled ahead of time for "
                   f"{compiled.device_kind} (topology {compiled.topology}, {compiled.devices} of its chips) by "
                   f"libtpu {libtpu.libtpu_version()} with jax {jax.__version__} on a CPU host, {date}; "
-                  f"command: python bench/capture_tpu_dumps.py")
+                  f"command: python bench/capture_tpu_dumps.py{only}")
         path = args.out / f"v5e_{name}.hlo.txt"
         path.write_text(header + "\n" + _relative_file_names(compiled.optimized_hlo), encoding="utf-8")
         print(f"wrote {path} ({len(compiled.optimized_hlo)} characters)")

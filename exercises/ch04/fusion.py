@@ -3,7 +3,7 @@
 gelu_bias(x, b): gelu(x + b) with the tanh approximation
     0.5 · z · (1 + tanh(sqrt(2/π) · (z + 0.044715 · z³))),  z = x + b,
 computed in f32 and returned in x's dtype, x (M, N), b (N,). Its optimised HLO
-must be exactly one kernel, a fusion.
+(XLA:CPU) must be exactly one kernel, a fusion.
 
 naive_attention(q, k, v): softmax(q kᵀ / sqrt(D)) v for q, k, v (B, H, S, D),
 f32, written the obvious way (scores, softmax over keys, then P·V). Its

@@ -12,8 +12,8 @@ margin for what the floor does not do (another summation order, intermediates
 rounded inside a fused kernel). The ceiling keeps a floor that is itself
 imprecise on some backend from opening the bound without limit.
 
-Margins, in bf16: 1e-3 forward (the course's "1e-3 forward": a quarter of one
-bf16 rounding step, 2^-8 = 3.9e-3) and 2e-3 for grads. The course's "1e-2
+Margins, in bf16: 1e-3 forward (the course's "1e-3 forward": a quarter of
+bf16's unit roundoff, the most one rounding errs, 2^-8 = 3.9e-3) and 2e-3 for grads. The course's "1e-2
 grads" is the ceiling rather than the margin: as a margin it accepts a fully
 bf16 attention backward (dq 6.5e-3 against a floor of 2.7e-3). Twice the
 floor's error, as Tri Dao's flash-attention tests allow for a max-abs metric,

@@ -13,7 +13,10 @@ decision the formula does not make:
     f32 and the result is rounded once to the input dtype.
 
 The max is a constant for differentiation (`stop_gradient`): the result does
-not depend on it, and its own gradient through an all -inf slice would be NaN.
+not depend on the shift, so its exact derivative through it is zero, and the
+backward pass need not compute the max's VJP only to cancel it. (The NaN a fully
+masked row would bring comes from -inf - (-inf) in the shift, which the guard
+removes; the max's own gradient there is finite, [0.5, 0.5] for two entries.)
 """
 
 import jax

@@ -7,8 +7,9 @@ multiply and one add per contracted element, so
 
     flops(dot_general) = 2 * prod(output shape) * prod(lhs contracting sizes)
 
-(2mkn for an (m, k) @ (k, n) matmul). Elementwise ops are ignored: on a TPU the
-MXU does the dots and everything else is noise in the FLOP count.
+(2mkn for an (m, k) @ (k, n) matmul). Elementwise ops are ignored: this counts
+the MXU's work, the dots, which in a matmul-heavy program are nearly all of its
+FLOPs (a softmax's elementwise FLOPs run on the vector units, chapter 10).
 
 The count is what runs, not what is written: a `scan` body runs `length` times;
 a `cond` runs one branch, so it costs its most expensive branch (an upper bound

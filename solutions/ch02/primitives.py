@@ -3,10 +3,11 @@
 `jax.make_jaxpr(fn)(*args)` traces fn into a ClosedJaxpr: `.jaxpr.eqns` is a flat
 list of equations, each applying one primitive (`eqn.primitive.name`) to
 variables and literals. Some primitives carry whole programs in their params:
-`jit` (a ClosedJaxpr under "jaxpr"), `custom_jvp_call` / `custom_vjp_call`
-("call_jaxpr"), `cond` (a tuple of ClosedJaxprs under "branches"), `scan` and
-`while` (their bodies). A count that stops at the top level misses everything
-inside them, so we walk every param that is a jaxpr, or a tuple or list of them.
+`jit` (under "jaxpr"), `custom_jvp_call` / `custom_vjp_call` ("call_jaxpr"),
+`cond` (a tuple of them under "branches"), `scan` and `while` (their bodies);
+each a ClosedJaxpr on JAX 0.10, a Jaxpr (which carries its consts) from 0.11 on.
+A count that stops at the top level misses everything inside them, so we walk
+every param that is a jaxpr, or a tuple or list of them.
 """
 
 from collections import Counter

@@ -5,13 +5,17 @@ small operands and a reduction at the end, becomes one kernel that reads its
 inputs once and writes its output once. gelu_bias below is such a chain: an add
 of a broadcast bias, a cube, a tanh, a few multiplies, all one fusion.
 
-What XLA will not do is change the algorithm. Naive attention is
-softmax(q kᵀ) v: the softmax needs the max and the sum of a whole score row
-before any probability exists, and the second matmul needs every probability of
-a row. XLA's fusion keeps that data flow, so the (Sq, Skv) score matrix is an
-intermediate buffer written to memory and read back, and the program is several
-kernels. Computing attention without the score matrix (chapter 5) is a
-different algorithm; no fusion pass derives it.
+What XLA does not do is remove a pass over memory that the program's data flow
+asks for. Naive attention is softmax(q kᵀ) v: the softmax needs the max and the
+sum of a whole score row before any probability exists, and the second matmul
+needs every probability of a row. XLA:CPU's fusion keeps that data flow: the
+(Sq, Skv) scores are an intermediate buffer written to memory and read back, and
+the program is several kernels. XLA:TPU rewrites the softmax and the second
+matmul as an online-softmax Mosaic kernel of its own, so the probabilities never
+leave it, but still writes the scores in one kernel and reads them in the next
+(the chapter's README; exercises/ch12/dumps/v5e_naive_attention.hlo.txt).
+Computing attention without the score matrix (chapter 5, flash attention in
+chapter 13) is a different program; no compiler pass derives it.
 """
 
 import jax

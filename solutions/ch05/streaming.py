@@ -19,9 +19,11 @@ rescales it to the new one:
     acc   = alpha · acc + p · v_j
 
 Invariant (checked by the tests): after step j, acc / l is exactly attention over
-keys [0, (j + 1) · block_k). After the last step it is the answer. Nothing of
-size Sq × Skv ever exists; the largest intermediate is one (Sq, block_k) block
-of scores. This is the algorithm every flash-attention kernel runs; chapter 13
+keys [0, (j + 1) · block_k). After the last step it is the answer. In the forward
+pass nothing of size Sq × Skv exists; the largest intermediate is one
+(Sq, block_k) block of scores. (jax.grad of it saves every step's block of
+probabilities, the whole Sq × Skv again: the README's "Gradients bring the N²
+back".) This is the algorithm every flash-attention kernel runs; chapter 13
 moves it into VMEM.
 
 Numerics follow the course's attention contract: scores, m, l and acc in f32;
