@@ -112,11 +112,7 @@ class RunProgress:
             entry.not_counted = why
 
     def exercise_of(self, nodeid: str) -> Exercise | None:
-        parts = PurePosixPath(nodeid.split("::", 1)[0]).parts
-        if len(parts) != 3 or parts[0] != EXERCISES:
-            return None
-        chapter = self.course.chapter(parts[1])
-        return chapter.exercise_for_test_file(parts[2]) if chapter else None
+        return exercise_of(self.course, nodeid)
 
     def sort_in_course_order(self, items: list) -> None:
         """Graded tests (pytest items) run in the order a learner meets the exercises (course.toml)."""
@@ -254,6 +250,15 @@ class RunProgress:
 
 
 MESSAGES_SHOWN = 3
+
+
+def exercise_of(course: Course, nodeid: str) -> Exercise | None:
+    """The exercise a graded test belongs to (`exercises/chNN/test_<exercise>.py::...`), or None."""
+    parts = PurePosixPath(nodeid.split("::", 1)[0]).parts
+    if len(parts) != 3 or parts[0] != EXERCISES:
+        return None
+    chapter = course.chapter(parts[1])
+    return chapter.exercise_for_test_file(parts[2]) if chapter else None
 
 
 def compiler_missing(report) -> str:

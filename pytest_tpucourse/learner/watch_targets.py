@@ -15,6 +15,7 @@ from pathlib import Path, PurePosixPath
 from ..core.course import EXERCISES, Course, Exercise
 from ..grading.messages import without_reproduction
 from . import next_up, state, telling
+from .progress import exercise_of
 from .requests import RequestError
 from .status import Status
 
@@ -90,7 +91,7 @@ def summary_after_run(course: Course, target: Target, failures: list[dict] | Non
     for exercise in about:
         status = state.exercise_status(course.root, data, exercise)
         entry = data["exercises"].get(exercise.key, {})
-        own = [f for f in failures or () if _exercise_of(course, f["nodeid"]) == exercise]
+        own = [f for f in failures or () if exercise_of(course, f["nodeid"]) == exercise]
         telling_one = telling.most_telling(own, headline=lambda f: f.get("headline", ""))
         message = (telling_one.get("headline", "") if status == Status.FAILED and telling_one
                    else entry.get("message"))
@@ -130,11 +131,3 @@ def _most_telling_lines(failure: dict, failing: int) -> list[str]:
     if len(report) > DETAIL_LINES:
         lines.append(f"    ... ({len(report) - DETAIL_LINES} more lines in its report above)")
     return lines
-
-
-def _exercise_of(course: Course, nodeid: str) -> Exercise | None:
-    parts = PurePosixPath(nodeid.split("::", 1)[0]).parts
-    if len(parts) != 3 or parts[0] != EXERCISES:
-        return None
-    chapter = course.chapter(parts[1])
-    return chapter.exercise_for_test_file(parts[2]) if chapter else None
