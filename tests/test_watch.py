@@ -32,10 +32,13 @@ NO_CACHE = "--pytest-args=-p no:cacheprovider"
 class Watcher:
     """A watcher child; its output read as it comes."""
 
+    started: list["Watcher"] = []  # ended after each test, passed or not (_no_watcher_left)
+
     def __init__(self, root, *args, command=WATCH):
         # A session of its own: Ctrl-C in a terminal reaches the watcher and its run together.
         self.process = subprocess.Popen([*command, *args, NO_CACHE], cwd=root, stdout=subprocess.PIPE,
                                         stderr=subprocess.STDOUT, text=True, start_new_session=True)
+        Watcher.started.append(self)
         self.lines = []
         self.reader = threading.Thread(target=lambda: self.lines.extend(self.process.stdout), daemon=True)
         self.reader.start()
@@ -54,6 +57,17 @@ class Watcher:
         code = self.process.wait(seconds)
         self.reader.join(5)
         return code
+
+
+@pytest.fixture(autouse=True)
+def _no_watcher_left():
+    """A test that fails while its watcher waits for changes leaves no watcher behind."""
+    yield
+    while Watcher.started:
+        watcher = Watcher.started.pop()
+        if watcher.process.poll() is None:
+            os.killpg(watcher.process.pid, signal.SIGKILL)
+            watcher.process.wait(30)
 
 
 def test_one_run_of_a_chapter_names_the_exercise_and_the_hint_command(fake_course):
