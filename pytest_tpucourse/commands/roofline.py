@@ -11,11 +11,12 @@ import sys
 from .. import chips
 from .. import roofline as model
 from ..gates import records as rec
+from ..run import registered_chips
 
 
 def add_parser(subcommands):
     r = subcommands.add_parser("roofline", help="floor, bound, intensity and ridge of an op on a chip")
-    r.add_argument("--chip", default=chips.DEFAULT_CHIP, help=", ".join(chips.KNOWN_CHIPS))
+    r.add_argument("--chip", default=chips.DEFAULT_CHIP, help=", ".join(chips.KNOWN_CHIPS) + ", or one a plugin registers")
     r.add_argument("--op", choices=sorted(model.OPS),
                    help="; ".join(f"{op} ({form})" for op, (form, _) in model.OPS.items()))
     r.add_argument("--shape", help="e.g. 4096x4096x4096")
@@ -26,7 +27,7 @@ def add_parser(subcommands):
 
 
 def run(args) -> int:
-    chip = chips.get_chip(args.chip)
+    chip = registered_chips.named(args.chip)  # built in, or registered by a plugin or conftest here
     device = chip.per_device()  # what one JAX device gets: what gate rows are judged against
     per_device = device is not chip
     prediction = None
@@ -57,7 +58,7 @@ def run(args) -> int:
     return 0
 
 
-def _chip_figures(chip, device, dtype) -> list[str]:
+def _chip_figures(chip: chips.Chip, device: chips.Chip, dtype) -> list[str]:
     """The figures a prediction uses (one JAX device's), and where they come from."""
     peak = device.peak_for(dtype)
     sources = sorted({chip.sources[k] for k in ("peak_flops", "hbm_bandwidth") if k in chip.sources})
