@@ -17,7 +17,7 @@ import signal
 import uuid
 
 from ..core.course import EXERCISES, Course
-from ..learner import run_history, state, watch_run
+from ..learner import run_history, state
 from ..learner.requests import RequestError, course_here, read_state
 from ..learner.warm_runs import WarmRuns
 from ..learner.watch_targets import Target, changed_paths, summary_after_run, target_of_argument, target_of_changes
@@ -94,7 +94,7 @@ def _python_changes(change, path: str) -> bool:
 
 def run_once(course: Course, runs: WarmRuns, target: Target, extra: list[str]) -> int:
     token = uuid.uuid4().hex
-    code = runs.run([*target.pytest_paths(), "-p", watch_run.__name__, f"--watch-run={token}", *extra])
+    code = runs.run([*target.pytest_paths(), f"--watch-run={token}", *extra])  # learner/watch_run.py
     lines = []
     if code < 0:
         lines.append(f"watch: the run was killed by {_signal_name(-code)} before it ended; "

@@ -1,5 +1,5 @@
-"""The pytest plugin of a `tpucourse watch` run: `-p pytest_tpucourse.learner.watch_run
---watch-run TOKEN` (commands/watch.py adds both).
+"""What a `tpucourse watch` run does inside pytest: an object registered with the session when
+pytest runs with `--watch-run TOKEN` (commands/watch.py adds it; plugin.py registers it).
 
 - The test the save most likely broke runs first (run_history.first_test: the last failure,
   then the fastest test that has caught a mistake), and its answer is written the moment it
@@ -20,30 +20,16 @@ from pathlib import Path
 
 import pytest
 
-from ..core.course import find_course_root
 from ..core.outcomes import first_line
 from . import run_history
 from .run_history import FAILED, PASSED, SKIPPED, TODO, RanTest
 
-PLUGIN_NAME = "tpucourse-watch-run"
 STOPPED_AT_TODO = "a function not written yet: its other tests would say TODO too"
 
 
-def pytest_addoption(parser: pytest.Parser) -> None:
-    parser.getgroup("tpucourse-watch", "tpucourse watch").addoption(
-        "--watch-run", metavar="TOKEN", default=None,
-        help="(tpucourse watch) run first the test an edit most likely broke, say its answer at once, "
-             "and keep this run's outcomes and times in .tpucourse/watch-history.json under TOKEN")
-
-
-def pytest_configure(config: pytest.Config) -> None:
-    token = config.getoption("watch_run", None)
-    root = find_course_root(Path(config.invocation_params.dir))
-    if token and root is not None and not config.pluginmanager.has_plugin(PLUGIN_NAME):
-        config.pluginmanager.register(WatchRun(config, root, token), PLUGIN_NAME)
-
-
 class WatchRun:
+    """The watch run's concern: its hooks, registered by plugin.py only with --watch-run."""
+
     def __init__(self, config: pytest.Config, course_root: Path, token: str):
         self.config = config
         self.course_root = course_root
@@ -55,11 +41,9 @@ class WatchRun:
         self.collected = 0
         self.results: dict[str, dict] = {}  # nodeid -> outcome, seconds, headline, report (in run order)
 
-    def pytest_sessionstart(self, session: pytest.Session) -> None:
-        self.session = session
-
     @pytest.hookimpl(trylast=True)  # after the course has put the tests in course order
-    def pytest_collection_modifyitems(self, items: list[pytest.Item]) -> None:
+    def pytest_collection_modifyitems(self, session: pytest.Session, items: list[pytest.Item]) -> None:
+        self.session = session
         self.first = run_history.first_test(run_history.read(self.course_root), [item.nodeid for item in items])
         if self.first is None:
             return
