@@ -32,7 +32,8 @@ def add_options(parser: pytest.Parser) -> None:
         "--interpret", choices=backend.INTERPRET_MODES, default="auto",
         help="how kernels run: auto (native on a TPU, TPU interpret mode elsewhere; "
         "default), tpu (TPU interpret mode everywhere), fast (generic interpreter: "
-        "quicker, but blind to grid-order, uninitialised-memory and out-of-bounds bugs)",
+        "quicker; it poisons uninitialised floats with NaN too, but is blind to grid-order and "
+        "out-of-bounds bugs)",
     )
     group.addoption(
         "--jax-cache", metavar="DIR", default=".tpucourse/jax-cache",
