@@ -73,6 +73,11 @@ def add_options(parser: pytest.Parser) -> None:
         help="write this run's end-of-run record to FILE (each exercise's counts, seconds and first "
         "failure), as its last step; `tpucourse grade` reads it (docs/grading.md)",
     )
+    group.addoption(
+        "--watch-run", metavar="TOKEN", default=None,
+        help="(what `tpucourse watch` adds) run first the test an edit most likely broke and say its answer "
+        "at once; keep the run's outcomes and times in .tpucourse/watch-history.json under TOKEN",
+    )
     if importlib.util.find_spec("xdist") is None:  # say what -n needs instead of "unrecognized arguments"
         group.addoption("-n", "--numprocesses", dest="tpucourse_numprocesses", default=None,
                         help="needs pytest-xdist: pip install pytest-xdist (or pip install -e '.[test]')")
