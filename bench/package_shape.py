@@ -39,7 +39,7 @@ LAYERS = (
     ("strategies",),                             # inputs graded tests draw
     ("grading",),                                # how graded code is reached and run
     ("checks", "checking", "public_kernels", "prompt", "instruments", "ir", "tpu"),  # the toolkit
-    ("gates", "learner", "gating"),              # one audience each: gate rows, the learner's loop
+    ("gates", "learner", "gating", "authoring"),  # one audience each: gate rows, the learner's loop, the author
     ("run",),                                    # one pytest run, built once from the config
     ("site", "classroom", "plugin", "__init__"),  # wiring: the course site, a class graded, pytest's hooks
     ("commands",),                               # the doors: one module per `tpucourse` subcommand

@@ -26,6 +26,8 @@ V5E_KIND = "TPU v5 lite"
 ROUNDS = 12
 
 
+GATES_TOTAL = len(criteria.GATES)  # every gate count in the tests is read from the gate table
+NONE_PASSED = f"gates: 0/{GATES_TOTAL} gates passed"  # the summary's gate line before any gate passes
 ADD_FLOOR = 3 * 4096 * 4096 * 2 / 8.2e11  # v5e roofline floor of gate 00's 4096² bf16 add slot (HBM-bound)
 
 # A gate test of one of gate 00's slots, XLA's 4096² bf16 add, for pytester courses.

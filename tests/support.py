@@ -15,6 +15,13 @@ REPO = Path(__file__).resolve().parents[1]
 BROWSERS = ("chromium", "chromium-browser", "google-chrome")
 
 
+def readme_sections() -> list[str]:
+    """docs/authoring.md section 3's README sections, in order, as it names them in bold."""
+    text = (REPO / "docs" / "authoring.md").read_text(encoding="utf-8")
+    section = text[text.index("## 3. The README"):text.index("## 4. ")]
+    return [" ".join(name.split()) for name in re.findall(r"\*\*([^*]+)\*\*", section)]
+
+
 def compiler_retiles_int8() -> bool:
     """libtpu 0.0.50 re-tiles an int8 block that is not made of whole (32, 128) tiles, which 0.0.42
     refuses (E2002): tests of that verdict keep each release's (exercises/ch07/README.md, a column

@@ -7,7 +7,7 @@ from pytest_tpucourse import roofline
 from pytest_tpucourse.gates import criteria
 from pytest_tpucourse.gates import records as rec
 
-from .gate_helpers import MEASURED, gate_run, make_record
+from .gate_helpers import GATES_TOTAL, MEASURED, gate_run, make_record
 
 
 def test_roofline_prints_floor_bound_intensity_ridge(capsys):
@@ -62,7 +62,7 @@ def test_bench_page_marks_predictions_and_keeps_failures(tmp_path, capsys):
     assert "| 00 | roofline-predicts | add | 4096×4096 · 4096×4096 | bfloat16 | floor | measured median | 200.0 µs |" in page
     assert "| 00 | roofline-predicts | matmul | 8×4096 · 4096×4096 | bfloat16 | floor | predicted floor | 41.1 µs |" in page
     assert "## Failures (kept forever)" in page and "gate 00 roofline-predicts: add bfloat16 floor, measured" in page
-    assert "Gates passed: 0/6" in page and "from 3 rows of the reference solutions" in capsys.readouterr().out
+    assert f"Gates passed: 0/{GATES_TOTAL}" in page and "from 3 rows of the reference solutions" in capsys.readouterr().out
 
 
 def test_bench_reports_a_bad_line_and_a_rejected_row_on_the_page(tmp_path, capsys):
@@ -75,7 +75,7 @@ def test_bench_reports_a_bad_line_and_a_rejected_row_on_the_page(tmp_path, capsy
     page = (tmp_path / "README.md").read_text()
     assert "records.jsonl:1: not a valid row" in page
     assert "records.jsonl:2: rejected measured floor row of gate 00 roofline-predicts (add): device kind 'cpu'" in page
-    assert "Gates passed: 0/6" in page
+    assert f"Gates passed: 0/{GATES_TOTAL}" in page
 
 
 def test_a_public_link_is_recorded_as_self_reported(fake_course, monkeypatch, capsys):

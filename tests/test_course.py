@@ -3,6 +3,7 @@
 import ast
 import importlib.util
 import itertools
+import re
 
 import pytest
 
@@ -11,7 +12,7 @@ from pytest_tpucourse.core.course import SOLUTIONS, load_course, module_in_tree
 from pytest_tpucourse.gates import criteria
 from pytest_tpucourse.run.mutants import load_mutants
 
-from .support import REPO
+from .support import REPO, readme_sections
 
 COURSE = load_course(REPO)
 EXERCISES = [e for c in COURSE.chapters for e in c.exercises]
@@ -32,6 +33,17 @@ def test_chapter_readme_carries_its_title(chapter):
     readme = REPO / "exercises" / chapter.id / "README.md"
     first_line = readme.read_text(encoding="utf-8").splitlines()[0]
     assert first_line.startswith("# ") and chapter.title in first_line, first_line
+
+
+@pytest.mark.parametrize("chapter", BUILT, ids=lambda c: c.id)
+def test_chapter_readme_has_the_sections_in_order(chapter):
+    """The sections docs/authoring.md section 3 names; "Gate NN" for a stage only, with its gate's number.
+    Chapters whose exercises are not kernels say "How your code runs here"."""
+    headings = re.findall(r"^## (.+)$", (REPO / "exercises" / chapter.id / "README.md").read_text(encoding="utf-8"),
+                          re.M)
+    expected = [f"Gate {chapter.gate:02d}" if s == "Gate NN" else s for s in readme_sections()
+                if s != "Gate NN" or chapter.gate is not None]
+    assert [h.replace("How your code runs here", "How your kernels run here") for h in headings] == expected
 
 
 @pytest.mark.parametrize("chapter", BUILT, ids=lambda c: c.id)

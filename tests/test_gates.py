@@ -16,7 +16,7 @@ from pytest_tpucourse.gates import criteria as gates
 from pytest_tpucourse.gates import judge, report
 from pytest_tpucourse.gates import records as rec
 
-from .gate_helpers import ADD_FLOOR, gate_run, make_record, read_judged, standin_conftest
+from .gate_helpers import ADD_FLOOR, GATES_TOTAL, NONE_PASSED, gate_run, make_record, read_judged, standin_conftest
 from .gate_helpers import ADD_GATE_TEST as GATE_TEST
 from .support import REPO
 
@@ -26,7 +26,27 @@ def test_gates_match_the_course():
     assert [(g.number, g.chapter) for g in gates.GATES] == [
         (c.gate, c.id) for c in course.chapters if c.gate is not None
     ]
-    assert len(gates.GATES) == course.gates_total == 6
+    assert len(gates.GATES) == course.gates_total
+    assert [g.number for g in gates.GATES] == list(gates.GATE_NUMBERS)  # numbered 0, 1, ... in order
+    assert [g.title for g in gates.GATES] == [course.chapter(g.chapter).title for g in gates.GATES]
+
+
+@pytest.mark.parametrize("gate", gates.GATES, ids=lambda g: g.label)
+def test_a_gates_kernels_are_its_chapters_functions_and_its_test_runs_them(gate):
+    """Each kernel the table names is a function of the gate chapter's solution and of its stub,
+    and the gate's test file calls it."""
+    gate_test = (REPO / gate.test_file()).read_text(encoding="utf-8")
+    for kernel in gate.kernels:
+        module, _, function = kernel.partition(".")
+        for tree in ("solutions", "exercises"):
+            source = (REPO / tree / gate.chapter / f"{module}.py").read_text(encoding="utf-8")
+            assert f"\ndef {function}(" in source, f"{gate.label}: {tree}/{gate.chapter}/{module}.py has no {function}()"
+        assert module in gate_test and function in gate_test, f"{gate.test_file()} never runs {kernel}"
+
+
+def test_a_gate_that_times_the_learners_kernel_must_name_it():
+    with pytest.raises(ValueError, match="gate 07 times the learner's own kernel: name its kernels"):
+        gates.Gate(7, "ch17", "Next", (), words="project", times_own_kernel=True)
 
 
 def test_gate5_criteria_in_the_course_words():
@@ -52,8 +72,8 @@ def test_thresholds():
     assert gates.gate(1).criterion("correct").ratio_range is None  # not judged by a time ratio
     with pytest.raises(KeyError, match="gate 01 has no criterion 'fast'"):
         gates.gate(1).criterion("fast")
-    with pytest.raises(ValueError, match="no gate 6"):
-        gates.gate(6)
+    with pytest.raises(ValueError, match=f"no gate {GATES_TOTAL}"):
+        gates.gate(GATES_TOTAL)
 
 
 def _correct_row(**kw):
@@ -136,7 +156,7 @@ def test_gates_on_a_cpu_predict_and_await_hardware(fake_course):
         "gates for v5e*",
         "gate 00 The machine (ch10)",
         "  awaiting hardware  The roofline predicts this chip*",
-        "gates: 0/6 gates passed*",
+        f"{NONE_PASSED}*",
         "*awaiting hardware: add bfloat16 roofline floor predicted for v5e*",
     ])
     rows = [json.loads(line) for line in records.read_text().splitlines()]
@@ -161,10 +181,10 @@ def test_gates_on_a_tpu_standin_write_measured_rows(fake_course, seconds, outcom
     assert measured[0].ratio_to_floor == pytest.approx(seconds)
     if outcome == "passed":  # one of gate 00's three slots measured: the gate is not passed
         result.stdout.fnmatch_lines(["  awaiting hardware  The roofline predicts this chip* (1/3 slots measured)",
-                                     "gates: 0/6 gates passed*"])
+                                     f"{NONE_PASSED}*"])
     else:
         result.stdout.fnmatch_lines(["*is 10.00x its roofline floor*the band is ?0.95, 1.5?",
-                                     "  fail  *The roofline predicts this chip*", "gates: 0/6 gates passed*"])
+                                     "  fail  *The roofline predicts this chip*", f"{NONE_PASSED}*"])
 
 
 def test_chip_mismatch_on_hardware_is_a_usage_error(fake_course):
@@ -257,7 +277,7 @@ def test_gates_under_xdist_write_every_row_once_and_print_one_table(fake_course)
     assert sorted(r.test_id for r in rows if r.method == "roofline-predicted") == sorted(
         f"exercises/ch11/test_gate.py::test_add_near_floor[{n}]" for n in (128, 256, 384, 512, 640, 768))
     assert len(rows) == 6
-    result.stdout.fnmatch_lines(["  awaiting hardware  *The roofline predicts this chip*", "gates: 0/6 gates passed*"])
+    result.stdout.fnmatch_lines(["  awaiting hardware  *The roofline predicts this chip*", f"{NONE_PASSED}*"])
 
 
 def test_nothing_is_timed_under_xdist(fake_course):
@@ -271,7 +291,7 @@ def test_nothing_is_timed_under_xdist(fake_course):
     result.assert_outcomes(failed=6)
     result.stdout.fnmatch_lines(["*pytest-benchmark, which is disabled (--benchmark-disable, or pytest-xdist's -n)*"])
     assert {r.method for r in rec.read(records).records} == {"roofline-predicted"}
-    result.stdout.fnmatch_lines(["  awaiting hardware  *The roofline predicts this chip*", "gates: 0/6 gates passed*"])
+    result.stdout.fnmatch_lines(["  awaiting hardware  *The roofline predicts this chip*", f"{NONE_PASSED}*"])
 
 
 def test_a_gates_run_lists_no_deselected_exercises(fake_course):
@@ -283,7 +303,7 @@ def test_a_gates_run_lists_no_deselected_exercises(fake_course):
     result.assert_outcomes(skipped=1, deselected=1)
     summary = result.stdout.str().split("= tpucourse =")[1].splitlines()
     assert not [line for line in summary if "double" in line or line.startswith(("  ----", "course: "))]
-    result.stdout.fnmatch_lines(["gate 00 The machine (ch10)", "graded: *", "gates: 0/6 gates passed*"])
+    result.stdout.fnmatch_lines(["gate 00 The machine (ch10)", "graded: *", f"{NONE_PASSED}*"])
     # without --gates the summary is unchanged: the exercise is listed
     plain = fake_course.run("--records", str(records))
     plain.stdout.fnmatch_lines(["*double*0/1 tests passed*", "course: 0/15 chapters*"])

@@ -4,6 +4,8 @@ import jax
 import jaxlib
 import pytest
 
+from pytest_tpucourse.gates import criteria
+
 
 def test_options_are_registered(pytester):
     result = pytester.runpytest_subprocess("--help")
@@ -33,7 +35,7 @@ def test_markers_work_under_strict_markers(fake_course):
     result.stdout.fnmatch_lines(["*gate test: runs with --gates*"])
 
 
-@pytest.mark.parametrize("bad", ["7", "-1", "'one'", "1, 2"])
+@pytest.mark.parametrize("bad", [str(len(criteria.GATES) + 1), "-1", "'one'", "1, 2"])
 def test_gate_number_is_validated(fake_course, bad):
     fake_course.test_file(f"""
         import pytest
@@ -44,7 +46,7 @@ def test_gate_number_is_validated(fake_course, bad):
     """)
     result = fake_course.run()
     assert result.ret == pytest.ExitCode.USAGE_ERROR
-    result.stderr.fnmatch_lines(["*test_gate*gate takes one integer gate number 0-5*"])
+    result.stderr.fnmatch_lines([f"*test_gate*gate takes one integer gate number 0-{len(criteria.GATES) - 1}*"])
 
 
 def test_gates_option_selects_only_gate_tests(fake_course):

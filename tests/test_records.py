@@ -8,10 +8,11 @@ import time
 
 import pytest
 
+from pytest_tpucourse.gates import criteria
 from pytest_tpucourse.gates import records as rec
 from pytest_tpucourse.gates.records import HonestyError
 
-from .gate_helpers import MEASURED, make_record
+from .gate_helpers import GATES_TOTAL, MEASURED, make_record
 from .support import DEFAULT_SIGINT, REPO
 
 
@@ -36,7 +37,7 @@ def test_predictions_never_pass_and_off_chip_rows_carry_no_time():
 
 @pytest.mark.parametrize("kw, message", [
     (dict(method="guessed"), "method must be one of"), (dict(verdict="ok"), "verdict must be one of"),
-    (dict(implementation="mine"), "implementation must be one of"), (dict(gate=6), "gate must be 0-5"),
+    (dict(implementation="mine"), "implementation must be one of"), (dict(gate=GATES_TOTAL), f"gate must be 0-{GATES_TOTAL - 1}"),
     (dict(value=float("nan")), "value must be a finite number"), (dict(tree="mine"), "tree must be"),
     (dict(interpret="no"), "interpret has the wrong type"), (dict(modules=["a"]), "modules has the wrong type"),
     (dict(cost={"flops": 1}), "cost is"), (dict(ratio_ci=[1.0]), "ratio_ci is a"),
@@ -74,6 +75,13 @@ def test_schema_documents_every_field():
     assert schema["properties"]["method"]["enum"] == list(rec.METHODS)
     assert schema["properties"]["verdict"]["enum"] == list(rec.VERDICTS)
     assert schema["properties"]["implementation"]["enum"] == list(rec.IMPLEMENTATIONS)
+
+
+def test_the_schemas_gate_bounds_are_the_gate_tables():
+    """docs/records-schema.json's gate range is the gate table's (`tpucourse new-chapter --gate` writes it)."""
+    schema = json.loads((REPO / "docs" / "records-schema.json").read_text())
+    gate = schema["properties"]["gate"]
+    assert (gate["minimum"], gate["maximum"]) == (criteria.GATE_NUMBERS[0], criteria.GATE_NUMBERS[-1])
 
 
 @pytest.mark.parametrize("content, line, reason", [

@@ -29,19 +29,25 @@ import argparse
 import sys
 
 from ..learner.requests import RequestError
-from . import (bench, blockspec, compile, grade, hint, mesh, progress, records, reset, roofline, site, solution,
-               tick, timeline, watch, xray)
+from . import (bench, blockspec, compile, grade, hint, mesh, new_chapter, progress, records, reset, roofline, site,
+               solution, tick, timeline, watch, xray)
 
-# In the order `tpucourse --help` lists them.
+# In the order `tpucourse --help` lists them; a module with LISTED = False (an author's tool) runs
+# but is left out of that list.
 COMMANDS = (roofline, bench, records, mesh, blockspec, progress, hint, tick, solution, reset, watch, xray,
-            timeline, compile, site, grade)
+            timeline, compile, site, grade, new_chapter)
 
 
 def main(argv=None) -> int:
     parser = argparse.ArgumentParser(prog="tpucourse", description=__doc__.splitlines()[0])
     subcommands = parser.add_subparsers(dest="command", required=True)
+    listed = []
     for command in COMMANDS:
-        command.add_parser(subcommands).set_defaults(run=command.run)
+        subparser = command.add_parser(subcommands)
+        subparser.set_defaults(run=command.run)
+        if getattr(command, "LISTED", True):
+            listed.append(subparser.prog.split()[-1])
+    subcommands.metavar = "{" + ",".join(listed) + "}"
     args = parser.parse_args(argv)
     try:
         return args.run(args)

@@ -1,9 +1,13 @@
-"""The six gates: criteria, the numbers that judge them, the measurements each needs, and their status.
+"""The gate table: each gate's number, chapter, title, kernels, whether it times the learner's own
+kernel, and its criteria; the numbers that judge them, the measurements each needs, their status.
 
-Gates live here as data rather than in course.toml: course.toml says which stage
-chapter closes which gate (tests/test_gates.py checks the two agree), while a
-criterion carries thresholds that code applies to measured ratios, and keeping
-the number next to its reason is the point.
+`GATES` is the one place these facts are written. Everything else reads it: the gate range
+(`gate_range`, the gate marker, records), the own-work check (gates/run.py), the counts in the
+progress summary, the site and the project's tests, and docs/records-schema.json's gate bounds
+(generated from it by `tpucourse new-chapter`, checked by tests/test_records.py). Gates live
+here as data rather than in course.toml: course.toml says which stage chapter closes which gate
+(tests/test_gates.py checks the two agree), while a criterion carries thresholds that code
+applies to measured ratios, and keeping the number next to its reason is the point.
 
 Whose words: only gate 05's criteria are the course's own (the capstone page); the
 criteria of gates 00-04 are the project's wording of each stage's promise (`words`).
@@ -93,10 +97,19 @@ class Criterion:
 @dataclass(frozen=True)
 class Gate:
     number: int
-    chapter: str
-    title: str
+    chapter: str  # the stage chapter that closes it (course.toml's `gate`)
+    title: str  # the chapter's title
     criteria: tuple[Criterion, ...]
     words: str  # "course" (the course states the criteria) or "project" (the project's wording)
+    # The learner's functions whose Pallas kernels the gate runs, as "module.function" of its chapter.
+    kernels: tuple[str, ...] = ()
+    # Whether the gate judges and times the learner's own kernel: its correctness criterion and every
+    # timed kernel must be the graded tree's own Pallas kernels doing the op's work (own_work.py).
+    times_own_kernel: bool = False
+
+    def __post_init__(self):
+        if self.times_own_kernel and not self.kernels:
+            raise ValueError(f"gate {self.number:02d} times the learner's own kernel: name its kernels")
 
     def criterion(self, criterion_id: str) -> Criterion:
         for c in self.criteria:
@@ -147,7 +160,7 @@ GATES: tuple[Gate, ...] = (
                   ratio_of="roofline", ratio_range=GATE0_BAND,
                   slots=(Slot.of("matmul", MATMUL_4096, BF16), Slot.of("matmul", ((8, N), (N, N)), BF16),
                          Slot.of("add", MATMUL_4096, BF16))),
-    ), words="project"),
+    ), words="project"),  # XLA's own ops: nothing of the learner's runs
     Gate(1, "ch11", "Pallas fundamentals", (
         _correct(Slot.of("matmul+fused", ((512, 1024), (1024, 512), (512,)), BF16)),
         Criterion("matmul-near-xla", "Matmul within striking distance of XLA at 4096³", "speed",
@@ -157,12 +170,12 @@ GATES: tuple[Gate, ...] = (
                   "sequence (three separately compiled calls)", "speed",
                   ratio_of="floor", ratio_range=(0.0, 1.0),
                   slots=(Slot.of("matmul_bias_gelu", ((N, N), (N, N), (N,)), BF16),)),
-    ), words="project"),
+    ), words="project", kernels=("matmul.matmul", "fused_matmul.matmul_bias_act"), times_own_kernel=True),
     Gate(2, "ch12", "The IR stack", (
         Criterion("ir-mapped", "The x-ray and the narration are correct on the chip's own "
                   "compilation", "correctness",
                   slots=(Slot.of("mlp_block", ((256, 512), (512, 256), (1, 256)), BF16),)),
-    ), words="project"),
+    ), words="project"),  # the learner's IR readers on the course's program: no kernel of theirs
     Gate(3, "ch13", "The priesthood kernels", (
         _correct(*(Slot.of(f"flash_attention{'-causal' if causal else ''}", [(1, 2, 512, 128)] * 3, BF16)
                    for causal in (False, True))),
@@ -170,14 +183,16 @@ GATES: tuple[Gate, ...] = (
         Criterion("near-ceiling", "Flash attention within striking distance of the tuned ceiling: JAX's "
                   "Pallas flash attention at the best block sizes of a sweep on the chip", "speed",
                   ratio_of="ceiling", ratio_range=(0.0, STRIKING_DISTANCE), slots=_attention_speed_slots()),
-    ), words="project"),
+    ), words="project", kernels=("forward.flash_forward", "backward.flash_attention"), times_own_kernel=True),
     Gate(4, "ch14", "Distributed Pallas", (
         _correct(Slot.of("collectives", ((64, 256), (4 * 4 * 16, 256), (256, 512)), BF16)),
         Criterion("communication-hidden", "Communication hidden behind compute: the collective "
                   "matmul within striking distance of its compute alone", "speed",
                   ratio_of="compute-alone", ratio_range=(0.0, STRIKING_DISTANCE),
                   slots=(Slot.of("all-gather-matmul", ((1024, 512), (512, 4 * 16384)), BF16),)),
-    ), words="project"),
+    ), words="project", kernels=("permute.ring_permute", "all_gather.all_gather", "reduce_scatter.reduce_scatter",
+                                 "collective_matmul.all_gather_matmul", "timeline.pair_exchange"),
+        times_own_kernel=True),
     Gate(5, "ch15", "Capstone: shipped upstream", (
         # The course's own words (the capstone page); its second line holds two baselines, so
         # it is judged as two criteria. The slots are the learner's target shapes (chapter 15).
@@ -186,11 +201,11 @@ GATES: tuple[Gate, ...] = (
         Criterion("near-ceiling", "The kernel within striking distance of the hand-tuned ceiling",
                   "speed", ratio_of="ceiling", ratio_range=(0.0, STRIKING_DISTANCE)),
         Criterion("upstream", "The upstream submission exists in public", "public"),
-    ), words="course"),
+    ), words="course", kernels=("forward.window_forward", "backward.window_attention"), times_own_kernel=True),
 )
 
 
-GATE_NUMBERS = range(len(GATES))  # the one place the gate range is spelled: 0-5
+GATE_NUMBERS = range(len(GATES))  # the gate range, counted from the table: 0 to the last gate
 
 
 def gate_range() -> str:

@@ -2,7 +2,8 @@
 
 Values cannot tell the learner's kernel from JAX's shipped one (the ceiling itself), nor from
 XLA's matmul with a token Pallas copy beside it; the gate-sized program can. A gate's kernel
-(gates 01, 03, 04 and 05, their `correct` criterion and everything timed) must
+(of each gate the table marks `times_own_kernel` in gates/criteria.py: gates 01, 03, 04 and 05;
+their `correct` criterion and everything timed) must
   - run Pallas kernels whose bodies are defined in the graded tree: not in solutions/ (when
     the graded tree is another), pytest_tpucourse, or jax.experimental.pallas.ops. A kernel
     body's file is its function's code's (`co_filename`), which JAX keeps in the kernel
@@ -32,7 +33,6 @@ from ..core.paths import shown
 from ..readers import traced_program
 
 SMALL_SHARE = 0.1  # of the op's FLOPs, at most, in dot_general / convolution outside the kernels
-GATES = (1, 3, 4, 5)  # the gates whose timed kernel is the learner's
 
 _SOURCE = re.compile(r"^(?P<name>.*) at (?P<file>.*):(?P<line>\d+)$")
 

@@ -20,10 +20,10 @@ reference on every input set it will be timed on, and again after timing on inpu
 fresh seed: an implementation whose output is wrong (zeros at the timed size, a cached
 answer) gets a fail row and never a time.
 
-Gates 01, 03, 04 and 05 judge the learner's own kernel (own_work.py): their correctness
-criterion and, before anything is timed, every timed kernel are checked on the gate-sized
-program; a kernel that is not the graded tree's, or leaves the op's work to XLA, gets a
-fail row saying what was found.
+A gate the table marks `times_own_kernel` (criteria.py; gates 01, 03, 04 and 05) judges the
+learner's own kernel (own_work.py): its correctness criterion and, before anything is timed,
+every timed kernel are checked on the gate-sized program; a kernel that is not the graded
+tree's, or leaves the op's work to XLA, gets a fail row saying what was found.
 
 Nothing is timed off an accelerator, or when the run asked for an interpreter
 (`--interpret tpu|fast`): the roofline floor is recorded as a prediction instead. A
@@ -136,7 +136,7 @@ class GateRun:
 
     def _not_own_work(self, works) -> list[str]:
         """What shows these programs are not the graded tree's own kernels doing the op."""
-        if self.gate.number not in own_work.GATES or self.tree_root is None:
+        if not self.gate.times_own_kernel or self.tree_root is None:
             return []
         return own_work.find(works, self.tree_root, self.root)
 
@@ -217,14 +217,14 @@ class GateRun:
         on a CPU, `measured` when the kernel ran natively on the chip. Code not written yet
         (TODO) verifies nothing, writes no row, and is reported as TODO. work: the gate-sized
         programs (own_work.Work) that must be the graded tree's own kernels doing the op
-        (gates 01, 03, 04, 05 need them); otherwise the row fails, saying what was found.
+        (a gate that times the learner's own kernel needs them); otherwise the row fails, saying what was found.
         """
         from ..core.outcomes import GradingOutcome, Todo
 
         c = self.gate.criterion(criterion)
         if c.kind != "correctness":
             raise ValueError(f"gate {self.gate.number:02d} criterion {c.id} is not a correctness criterion")
-        if self.gate.number in own_work.GATES and self.tree_root is not None and not work:
+        if self.gate.times_own_kernel and self.tree_root is not None and not work:
             raise ValueError(f"{self.test_id}: gate {self.gate.number:02d} judges the learner's own kernel: "
                              f"pass work=[own_work.of_call(...)] to verify")
         native = self.on_accelerator and self.kernels_native

@@ -61,6 +61,7 @@ class CourseView:
     chapters: tuple[ChapterView, ...]
     chapters_complete: int
     gates_passed: int
+    gates_total: int  # from the gate table, as `tpucourse progress` counts them
     next_exercise: ExerciseView | None
     notes: tuple[str, ...]
 
@@ -81,8 +82,8 @@ def course_view(course: Course) -> CourseView:
     upcoming_view = None
     if upcoming is not None:
         upcoming_view = next(e for c in chapters for e in c.exercises if e.key == upcoming.key)
-    return CourseView(course, chapters, sum(c.complete for c in chapters), gates.passed(), upcoming_view,
-                      tuple(notes + gates.notes()))
+    return CourseView(course, chapters, sum(c.complete for c in chapters), gates.passed(), len(criteria.GATES),
+                      upcoming_view, tuple(notes + gates.notes()))
 
 
 def _chapter_view(course: Course, data: dict, gates: report.LearnerGates, chapter: Chapter) -> ChapterView:
