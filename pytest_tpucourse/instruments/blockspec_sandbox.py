@@ -12,7 +12,8 @@ import math
 import re
 from dataclasses import dataclass
 
-from ..compiler.block_verdict import COMPILER_CHIP, compiler_verdict, refusal
+from ..chips import DEFAULT_CHIP, Chip, get_chip
+from ..compiler.block_verdict import compiler_verdict, refusal
 from ..readers.blockspecs import SUBLANES, explain, lowering_error, native_tile
 
 
@@ -73,8 +74,8 @@ class BlockReport:
 
     def _whose_call(self) -> str:
         """Whether a block of part-tiles compiles is the compiler's call, and releases differ."""
-        releases = ("libtpu releases differ: v5e's int8 (8, 128) block of a (32, 128)-tiled array is "
-                    "refused by 0.0.42 (E2002) and compiled by 0.0.50 (exercises/ch07/README.md)")
+        releases = (f"libtpu releases differ: {DEFAULT_CHIP}'s int8 (8, 128) block of a (32, 128)-tiled array is "
+                    f"refused by 0.0.42 (E2002) and compiled by 0.0.50 (exercises/ch07/README.md)")
         if self.compiled is None:
             return f"the Mosaic compiler decides whether it compiles (no verdict of it here), and {releases}"
         answer = "compiles it" if self.compiled else "refuses it"
@@ -105,19 +106,21 @@ def sandbox(array_shape, block_shape, dtype, *, compiler: bool = True) -> BlockR
     return BlockReport(array_shape, block_shape, dtype, lowering, grid, edges, buffer_bytes, tiled, line, compiled)
 
 
-def compiler_line(array_shape, block_shape, dtype, lowering: str | None, chip: str = COMPILER_CHIP) -> str:
-    """The sandbox's line for the real compiler's verdict on the one-block copy kernel."""
+def compiler_line(array_shape, block_shape, dtype, lowering: str | None, chip: Chip | None = None) -> str:
+    """The sandbox's line for the real compiler's verdict on the one-block copy kernel (for `chip`,
+    by default the course's default chip)."""
     return compiler_answer(array_shape, block_shape, dtype, lowering, chip)[0]
 
 
 def compiler_answer(array_shape, block_shape, dtype, lowering: str | None,
-                    chip: str = COMPILER_CHIP) -> tuple[str, bool | None]:
+                    chip: Chip | None = None) -> tuple[str, bool | None]:
     """(compiler_line, True if it compiles / False if it refuses / None if it was not asked)."""
     from ..compiler import libtpu
 
     if not libtpu.available():
         return 'compiler: not checked (pip install -e ".[tpu-compile]")', None
-    head = f"compiler {chip}:"
+    chip = chip or get_chip(DEFAULT_CHIP)
+    head = f"compiler {chip.name}:"
     if lowering is not None:
         return f"{head} not asked: the lowering rejects the block first", None
     error = compiler_verdict(tuple(array_shape), tuple(block_shape), dtype, chip)

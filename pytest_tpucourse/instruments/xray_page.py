@@ -21,6 +21,7 @@ from dataclasses import dataclass
 from itertools import zip_longest
 from pathlib import Path
 
+from ..chips import Chip
 from ..readers import hlo_text
 from . import xray
 
@@ -77,7 +78,7 @@ def parse_shapes(specs: list[str]):
     return structs
 
 
-def picture(function, args, title: str, chip: str | None = None) -> Picture:
+def picture(function, args, title: str, chip: Chip | None = None) -> Picture:
     """The x-ray of function(*args): compiled here, or for `chip` by the real TPU compiler."""
     layers = xray.tpu_layers(function, *args, chip=chip) if chip else xray.three_layers(function, *args)
     module = hlo_text.parse(layers.hlo)

@@ -238,17 +238,18 @@ def learner_timeline(course_root: Path, name: str, devices: int, timeout: float 
 
 # ---------------------------------------------------------------- EX·11 the mesh
 
-MESH_CHIPS = ("v5e", "v6e", "v5p", "v4")
-MESH_TOPOLOGIES = {"v5e": ("4", "8", "16", "2x2", "4x4", "4x8", "16x16"),
-                   "v6e": ("4", "8", "16", "2x2", "4x4", "4x8", "16x16"),
-                   "v5p": ("4", "8", "2x2", "4x4", "4x4x4", "2x2x2"),
-                   "v4": ("4", "8", "2x2", "4x4", "4x4x4", "2x2x2")}
 MESH_BYTES = ("64MiB", "1GiB")
 # The mesh picture (static/mesh.js draws it so): axis 0 across, the planes of axis 2 side by side with
 # a gap of MESH_PLANE_GAP chips, axis 1 down; MESH_ACROSS by MESH_DOWN pixels, chips at least
 # MESH_MIN_PITCH pixels apart. A slice that does not fit is refused before it is planned: a plan's
 # steps grow as the square of an axis (100000x100000 would be terabytes).
 MESH_LAYOUT = {"across": 600, "down": 300, "min_pitch": 8, "plane_gap": 1.5, "max_pitch": 70}
+
+
+def mesh_chips() -> list[chips.Chip]:
+    """The chips the mesh instrument offers (those the chip table gives slices), the default first."""
+    offered = [chip for chip in chips.builtin_chips().values() if chip.mesh_topologies]
+    return sorted(offered, key=lambda chip: chip.name != chips.DEFAULT_CHIP)
 
 
 def parse_topology(text: str) -> tuple[int, ...]:
@@ -317,13 +318,16 @@ def mesh(chip_name: str, topology: str, op: str, size: str) -> dict:
 
 def mesh_data() -> dict:
     plans = {}
-    for chip_name in MESH_CHIPS:
-        for topology in MESH_TOPOLOGIES[chip_name]:
+    offered = mesh_chips()
+    for chip in offered:
+        for topology in chip.mesh_topologies:
             for op in ici.OPS:
                 for size in MESH_BYTES:
-                    plans[f"{chip_name}|{topology}|{op}|{size}"] = mesh(chip_name, topology, op, size)
-    return {"chips": list(MESH_CHIPS), "topologies": MESH_TOPOLOGIES, "ops": list(ici.OPS),
-            "sizes": list(MESH_BYTES), "plans": plans, "default": "v5e|4x4|all-gather|1GiB", "layout": MESH_LAYOUT}
+                    plans[f"{chip.name}|{topology}|{op}|{size}"] = mesh(chip.name, topology, op, size)
+    return {"chips": [chip.name for chip in offered],
+            "topologies": {chip.name: chip.mesh_topologies for chip in offered}, "ops": list(ici.OPS),
+            "sizes": list(MESH_BYTES), "plans": plans, "default": f"{chips.DEFAULT_CHIP}|4x4|all-gather|1GiB",
+            "layout": MESH_LAYOUT}
 
 
 # ---------------------------------------------------------------- EX·05 the IR x-ray

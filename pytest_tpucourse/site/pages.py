@@ -9,6 +9,7 @@ import html
 import json
 from pathlib import Path
 
+from ..chips import DEFAULT_CHIP
 from ..core.course import Course
 from ..learner import next_up
 from ..learner.status import Status
@@ -157,7 +158,7 @@ are pinned where they belong; your progress rides on every entry.</p>
 <p>Below the stack sits the equipment. Every instrument computes with the course's own code and is assigned
 to a chapter above; press <kbd>⌘K</kbd> (<kbd>Ctrl-K</kbd>) to jump anywhere.</p>
 <div class="instruments">{cards}</div></section>
-<section class="floors"><h2>roofline-predicted floors · v5e · hardware rows replace these</h2>
+<section class="floors"><h2>roofline-predicted floors · {DEFAULT_CHIP} · hardware rows replace these</h2>
 <ul class="floor-list" id="floors">{floor_rows}</ul>
 <p><a href="bench.html">the full bench →</a></p></section>
 <section class="notes"><h2>where these figures come from</h2><ul>
