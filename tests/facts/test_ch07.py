@@ -165,8 +165,18 @@ CATALOGUE_VERDICTS = {  # the README's table: (0.0.42, 0.0.50)
 }
 
 
+# The kernels the graded tests judge beside the table (the exercise's section names them): int8 blocks
+# off the (32, 128) tiling in bodies the lowering refuses first, and an int32 matmul that lowers.
+MORE_GRADED = {
+    ("cumsum", (64, 256), "int8", (8, 128), "v5e"): ("unsupported op", "unsupported op"),
+    ("matmul", (64, 128), "int8", (8, 128), "v5e"): ("unsupported op", "unsupported op"),
+    ("matmul", (64, 128), "int32", (8, 128), "v5e"): ("mosaic", "mosaic"),
+}
+
+
 def test_the_catalogue_lists_the_graded_kernels(verdicts):
-    assert set(verdicts.CATALOGUE) == set(CATALOGUE_VERDICTS)
+    """The graded tests judge the table's kernels with the table's columns, and the three more."""
+    assert dict(verdicts.CATALOGUE) == {**CATALOGUE_VERDICTS, **MORE_GRADED}
 
 
 @pytest.mark.parametrize("entry", list(CATALOGUE_VERDICTS), ids=lambda e: f"{e[0]}-{e[2]}-{e[3][0]}x{e[3][1]}-{e[4]}")
