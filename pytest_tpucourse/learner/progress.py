@@ -50,6 +50,15 @@ class ExerciseResults:
     tests_shipped: bool | None = None  # the test files are the course's (git HEAD); None: unknown
     not_counted: str = ""  # why passing tests of this run do not count
 
+    def count_message(self, headline: str) -> None:
+        """One more test failed with this headline; a headline that differs from an earlier one only
+        in its numbers (another shape, another count) is counted as that one, said once."""
+        from ..grading.messages import same_failure
+
+        key = same_failure(headline)
+        known = next((h for h in self.messages if same_failure(h) == key), headline)
+        self.messages[known] = self.messages.get(known, 0) + 1
+
     @property
     def first_message(self) -> str:
         return next(iter(self.messages), "")
@@ -163,8 +172,7 @@ class RunProgress:
             elif report.when == "call":
                 entry.passed.add(nodeid)
             if is_todo or report.failed:
-                headline = message.strip() or "failed"
-                entry.messages[headline] = entry.messages.get(headline, 0) + 1
+                entry.count_message(message.strip() or "failed")
 
     def refuse(self, nodeid: str, message: str, *, skipped: bool = False) -> None:
         """A report the course does not take as it says: a pass the session did not see the test
@@ -173,7 +181,7 @@ class RunProgress:
         if entry is None:
             return
         (entry.skipped_elsewhere if skipped else entry.failed).add(nodeid)
-        entry.messages[message] = entry.messages.get(message, 0) + 1
+        entry.count_message(message)
 
     def chapters_seen(self):
         seen = {r.exercise.chapter for r in self.results.values()}

@@ -42,7 +42,7 @@ from ..grading import backend, compiled, context, leftovers, solution_reads
 from ..grading.context import GradingContext
 from ..grading.deadline import Deadline
 from ..grading.interrupts import CTRL_C
-from ..grading.messages import without_reproduction
+from ..grading.messages import same_failure
 from ..grading.toolkit_guard import ToolkitGuard
 from ..grading.tree import GradedTree, Implementation, graded_tree
 from ..grading.vmem import VmemBudget
@@ -142,7 +142,7 @@ class CourseSession:
         self._deselected_here: list[str] = []
         self._problem: str | None = None
         self._harness = None  # the gates' timing harness, made on first use on an accelerator
-        self._reported: dict = {}  # (exercise, report without its reproduction) -> the test that had it
+        self._reported: dict = {}  # (exercise, messages.same_failure of a report) -> its _FirstReport
         self.exitstatus: int | None = None
         self.run_id = uuid.uuid4().hex
         self.guard = ToolkitGuard()
@@ -457,10 +457,12 @@ class CourseSession:
         exercise = self.progress.exercise_of(report.nodeid)
         if not outcome or exercise is None:
             return
-        key = (exercise.key, without_reproduction(str(report.longrepr)))
-        earlier = self._reported.setdefault(key, item.name)
-        if earlier != item.name:
-            report.longrepr = f"{headline}\n  (the same report as {earlier} above)"
+        key = (exercise.key, same_failure(str(report.longrepr)))
+        first = self._reported.setdefault(key, _FirstReport(item.name, report, str(report.longrepr)))
+        if first.test != item.name:
+            first.also.append(item.name)
+            report.longrepr = f"{headline}\n  (the same failure as {first.test} above)"
+            first.report.longrepr = first.text + "\n  " + first.also_line()
 
     def pytest_deselected(self, items) -> None:
         ids = [item.nodeid for item in items]
@@ -631,6 +633,26 @@ class CourseSession:
                                                 learner_state=learner_state, learner_tree=self.tree.is_learners,
                                                 gates_passed=passed, only_ran=self.options.gates):
             terminalreporter.write_line(line)
+
+
+@dataclass
+class _FirstReport:
+    """The first test of an exercise to fail one way: its report says the failure once, with the
+    tests after it that failed the same way (each of which shows one line pointing here)."""
+
+    test: str
+    report: object
+    text: str
+    also: list = None
+
+    def __post_init__(self):
+        self.also = []
+
+    def also_line(self) -> str:
+        names = ", ".join(self.also[:4]) + (f" and {len(self.also) - 4} more" if len(self.also) > 4 else "")
+        count = len(self.also)
+        return (f"The same failure in {count} more test{'s' if count != 1 else ''} of this exercise "
+                f"(other cases): {names}.")
 
 
 def _backend_failed(error: Exception) -> str:
