@@ -50,7 +50,7 @@ def floored_copy(x, *, rows=16):
 def test_a_block_no_grid_step_writes_is_named_with_the_grid_that_misses_it():
     text = report(floored_copy, (random_array((40, 128), "float32", 0),), COPY)
     assert causes.first_suspect(text) == "output block never written"
-    assert "1 of the 3 blocks of output 0 of kernel _copy_kernel are never written: block (2, 0) (32..39, " in text
+    assert "1 of the 3 blocks of output 0 of kernel _copy_kernel is never written: block (2, 0) (32..39, " in text
     assert "The grid (2,) reaches 2 of the 3 blocks along the output's axis 0 (40 in blocks of 16)" in text
     assert "uninitialized_memory=\"zero\"), output changes in 1,024 of 5,120 values" in text
     assert "index map" not in text  # the index maps are right: no line of them is named
@@ -97,7 +97,7 @@ def test_a_reduction_axis_marked_parallel_is_proven_by_another_order():
     text = report(functools.partial(block_sums, semantics=("parallel", "parallel")),
                   (random_array((32, 128), "float32", 0),), BLOCK_SUMS)
     assert causes.first_suspect(text) == "parallel axis carries state"
-    assert "run again with them in another order (TPU interpret mode, random_seed 1)" in text
+    assert "run again with them in another order (TPU interpret mode, random_seed 1" in text
     assert "Grid axis 1 of kernel _sum_kernel is marked \"parallel\"" in text
 
 
@@ -235,3 +235,33 @@ def test_a_kernel_step_evaluation_follows_program_ids():
     unset = kernel_steps.unwritten_reads(eqn, operands, 0, (0, 0))
     assert unset.labels == frozenset() and not unset.element_nan
     np.testing.assert_allclose(np.asarray(block_sums(x)), np.asarray(x).reshape(4, 8, 128).sum(0), rtol=1e-6)
+
+
+def test_every_mutant_of_a_kernel_chapter_names_its_cause_from_the_vocabulary():
+    from pytest_tpucourse.run.mutants import load_mutants
+
+    from .support import KERNEL_CHAPTERS, REPO
+
+    for chapter in KERNEL_CHAPTERS:
+        for mutant in load_mutants(REPO / "tests" / "mutants" / f"{chapter}.toml"):
+            assert mutant.cause in causes.NAMES, f"{chapter}.{mutant.name}: cause {mutant.cause!r}"
+
+
+def test_the_first_failure_and_the_noise_are_read_off_a_run():
+    from .support import first_failure, noise
+
+    output = ("x\n=== FAILURES ===\n____ test_a ____\nf(): output has 1 NaN.\n  The first NaN is 0/0: a div.\n"
+              "  reproduce (python, at the course root):\n    out = f()\n____ test_b ____\nother\n"
+              "=== tpucourse ===\n  FAIL  f\n        f() raised:\ncourse: 0/15 chapters\n")
+    assert first_failure(output) == "f(): output has 1 NaN.\n  The first NaN is 0/0: a div."
+    assert noise(output) == ["a line ending on a bare colon: 'f() raised:'"]
+    assert noise("  RACE DETECTED\n    clock: <NpVectorClock object at 0x1>") == [
+        "raw text: 'RACE DETECTED'", "raw text: 'NpVectorClock'"]
+
+
+def test_docs_list_every_cause_with_its_meaning():
+    from .support import REPO
+
+    text = (REPO / "docs" / "authoring.md").read_text(encoding="utf-8")
+    for cause in causes.CAUSES:
+        assert f"| {cause.name} | {cause.meaning} |" in text, cause.name

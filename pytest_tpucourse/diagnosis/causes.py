@@ -26,7 +26,7 @@ CAUSES = (
     Cause("output block never written",
           "an output block that no grid step writes: a grid too small for the array, an index map "
           "that sends several steps to one block and none to another",
-          (r"blocks of output \d+ of kernel \S+ are never written",)),
+          (r"blocks of output \d+ of kernel \S+ (?:is|are) never written",)),
     Cause("never-written memory read",
           "a read of memory nothing wrote: a scratch or output buffer before its first write, the "
           "padding of an input block past a ragged edge, a copy's destination before its wait",

@@ -151,8 +151,9 @@ class _Case:
                 if self.first is not None and tuple(e // s for e, s in zip(self.first, sizes)) not in never:
                     continue
                 count = f"All {len(never)}" if len(never) == len(written) else f"{len(never)} of the {len(written)}"
+                are = "is" if len(never) == 1 and len(written) > 1 else "are"
                 return Finding("output block never written", (
-                    f"{count} blocks of output {position} of kernel {_kernel(eqn)} are never written: "
+                    f"{count} blocks of output {position} of kernel {_kernel(eqn)} {are} never written: "
                     f"{_blocks(never, sizes, block.array_shape)}. {proof}",
                     *_cover(grid, block, written, sizes, self.where)))
         return None

@@ -31,6 +31,7 @@ class Mutant:
     edits: tuple[tuple[str, str], ...]
     pytest_args: tuple[str, ...] = ()  # added to its grading run (a short --kernel-timeout)
     libtpu_below: str | None = None  # a mistake only with an older compiler: from this libtpu on it is right
+    cause: str | None = None  # what the mistake is, in diagnosis/causes.py's words (kernel chapters)
 
     def apply(self, source: str) -> str:
         for find, replace in self.edits:
@@ -59,6 +60,7 @@ def load_mutants(path: Path, table: str = "mutants") -> list[Mutant]:
             edits=tuple((e["find"], e["replace"]) for e in raw["edits"]),
             pytest_args=tuple(raw.get("pytest_args", ())),
             libtpu_below=raw.get("libtpu_below"),
+            cause=raw.get("cause"),
         )
         for raw in data.get(table, [])
     ]
