@@ -10,7 +10,7 @@ import re
 import pytest
 
 from pytest_tpucourse.core.course import load_course
-from pytest_tpucourse.run.mutants import build_tree, load_mutants
+from pytest_tpucourse.run.mutants import build_tree, load_mutants, says_pattern
 
 from pytest_tpucourse.diagnosis import causes
 
@@ -148,6 +148,9 @@ def test_mutant_is_caught_by_exactly_its_tests(chapter_run, mutant, record_prope
         record_property("first_suspect", named)
         FIRST_SUSPECTS[f"{mutant.chapter}.{mutant.name}"] = (mutant.cause, named)
     assert "Traceback" not in output
+    # What the chapter README's mistakes table quotes of this mutant is what its run prints.
+    unsaid = [quoted for quoted in mutant.says if not says_pattern(quoted).search(output)]
+    assert not unsaid, f"{mutant.name}: the README quotes {unsaid}, which its run does not print"
     # Each failure said once, in the course's words (no raw dump, no JAX or hypothesis text of its own).
     assert noise(output) == [], f"{mutant.name}: {noise(output)}"
 
