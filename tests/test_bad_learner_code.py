@@ -202,13 +202,43 @@ def test_the_summary_says_each_failure_once_with_its_count(fake_course):
     result.stdout.fnmatch_lines([
         "*_ test_double_again _*",
         "double() in exercises/ch11/double.py raised ValueError: learner bug (exercises/ch11/double.py:2)",
-        "  (the same report as test_double above)",
+        "  (the same failure as test_double above)",
         "*FAIL  double             0/2 tests passed",
         "        double() in exercises/ch11/double.py raised ValueError: learner bug "
         "(exercises/ch11/double.py:2)  ?2 tests?",
     ])
     failures = result.stdout.str().split("= FAILURES =")[1].split("= tpucourse =")[0]
     assert failures.count("ValueError: learner bug\n") == 1  # the full report, once
+    assert "The same failure in 1 more test of this exercise (other cases): test_double_again." in failures
+
+
+def test_failures_that_differ_only_in_their_numbers_are_said_once(fake_course):
+    """Two cases of one mistake (other shapes, other counts of NaN) are one failure: one report,
+    the other test one line pointing at it, one summary line counting both."""
+    fake_course.write("exercises", "double", "import jax.numpy as jnp\n\ndef double(x):\n"
+                      "    return jnp.where(x > 1, jnp.nan, 2 * x)\n")
+    fake_course.test_file("""
+        import numpy as np
+        import pytest
+        from pytest_tpucourse import checks
+
+        @pytest.mark.parametrize("n", [4, 8])
+        def test_double(impl, n):
+            x = np.arange(n, dtype=np.float32)
+            checks.assert_close(impl.double.double(x), 2.0 * x.astype(np.float64), fn=impl.double.double,
+                                dtype=np.float32)
+    """)
+    result = fake_course.run()
+    result.assert_outcomes(failed=2)
+    result.stdout.fnmatch_lines([
+        "double() in exercises/ch11/double.py: output has 2 NaN of 4 values*",
+        "*The same failure in 1 more test of this exercise (other cases): test_double?8?.",
+        "*_ test_double?8? _*",
+        "double() in exercises/ch11/double.py: output has 6 NaN of 8 values*",
+        "  (the same failure as test_double?4? above)",
+        "*FAIL  double*",
+        "        double() in exercises/ch11/double.py: output has 2 NaN of 4 values*  ?2 tests?",
+    ])
 
 
 def test_the_reproduction_can_be_pasted_into_python(fake_course):

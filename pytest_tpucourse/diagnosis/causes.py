@@ -55,7 +55,7 @@ CAUSES = (
     Cause("copy never waited",
           "a copy (or a signal) started and never waited for: a semaphore still counting when the "
           "kernel ends",
-          (r"semaphores that are not back at zero",)),
+          (r"semaphores that are not back at zero", r"A copy is started and never waited for")),
     Cause("deadlock",
           "a wait that nothing will ever signal",
           (r"deadlocked", r"did not finish within")),

@@ -176,13 +176,13 @@ class _Case:
             except ReplayFailed:
                 eager = None
             left = jax_internals.semaphores_left_nonzero(self.replay.printed) if eager is not None else ""
-            if eager is not None and np.isfinite(eager[self.bad]).all() and left:
+            if left:
+                cured = f"{self.what} has no NaN, and " if np.isfinite(eager[self.bad]).all() else ""
                 return Finding("copy never waited", (
                     f"A copy is started and never waited for: with every copy done the moment it starts "
-                    f"(dma_execution_mode=\"eager\"), {self.what} has no NaN, and the kernel ends with "
-                    f"{left}. Under the default mode a copy runs only when something waits on its "
-                    f"semaphore, so its destination is read before its data lands: every .start() needs "
-                    f"its .wait() before its buffer is read.", proof))
+                    f"(dma_execution_mode=\"eager\"), {cured}the kernel ends with {left}. A copy nothing "
+                    f"waits for may not have landed when its destination is read (under \"on_wait\" it never "
+                    f"runs at all): every .start() needs its .wait() before its buffer is read.", proof))
             if eager is not None and np.isfinite(eager[self.bad]).all():
                 lines.append(f"With every copy done the moment it starts (dma_execution_mode=\"eager\"), "
                              f"{self.what} has no NaN: a copy's destination is read before its data "
