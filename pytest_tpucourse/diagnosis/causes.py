@@ -92,6 +92,10 @@ CAUSES = (
           "arithmetic or data movement the kernel exists to keep inside it, done by XLA outside",
           (r"must be one Pallas kernel with all of its arithmetic inside", r"outside its Pallas kernels",
            r"lets XLA move the data")),
+    Cause("block size ignored",
+          "a grid that walks fewer steps than the schedule's blocks: a block size ignored, so one step "
+          "holds more than the VMEM the block size budgets (all of K, every key)",
+          (r"walks \d+ grid steps? \(a grid of",)),
     Cause("wasted work", "copies or compute for blocks the result never needs",
           (r"so the copy is wasted", r"a block that the mask empties is still computed")),
     Cause("illegal block", "a block or operation the TPU's compiler refuses",
