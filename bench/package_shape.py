@@ -38,6 +38,7 @@ LAYERS = (
     ("readers", "compiler"),                     # what a program contains; the TPU compiler
     ("strategies",),                             # inputs graded tests draw
     ("grading",),                                # how graded code is reached and run
+    ("diagnosis",),                              # why a result is wrong: the failing call made again
     ("checks", "checking", "public_kernels", "prompt", "instruments", "ir", "tpu"),  # the toolkit
     ("gates", "learner", "gating", "authoring"),  # one audience each: gate rows, the learner's loop, the author
     ("run",),                                    # one pytest run, built once from the config

@@ -21,11 +21,12 @@ import functools
 
 import numpy as np
 
-from .core import jax_internals, tolerance
+from .core import tolerance
 from .readers import traced_program
 from .grading.calls import GradedFunction
 from .grading.compiled import CompiledPrograms
 from .grading.deadline import DeadlineExceeded
+from .diagnosis.replay import Replay
 from .core.outcomes import CheckerError, GradingOutcome, WrongResult
 from .readers.reproduction import remember, reproduction
 from .strategies import cotangents_like
@@ -72,10 +73,22 @@ def assert_close(actual, expected, *, fn, dtype, tol: float | None = None, floor
     note: what the reproduction cannot show (values the test set by hand, say).
     """
     _assert_close(actual, expected, fn=fn, dtype=dtype, tol=tol, floor=floor, kind=kind, what=what,
-                  suffix=reproduction(fn, note=note))
+                  suffix=reproduction(fn, note=note), replay=_latest_call(fn, actual))
 
 
-def _assert_close(actual, expected, *, fn, dtype, tol, floor, kind, what, suffix) -> None:
+def _latest_call(fn, actual):
+    """fn's latest call in this test, to make again where `actual` is one of its results."""
+    from .readers.reproduction import last_call
+
+    call = last_call(fn) if hasattr(fn, "resolve") else None
+    if call is None or call.kind != "call" or not hasattr(actual, "shape"):
+        return None
+    return Replay.of_call(fn, call.args, call.kwargs, leaf=-1, shape=tuple(actual.shape))
+
+
+def _assert_close(actual, expected, *, fn, dtype, tol, floor, kind, what, suffix, replay=None) -> None:
+    """replay: the call that produced `actual` (diagnosis/replay.py), made again to explain a
+    wrong result; None where the check cannot make it again (assert_close on a given array)."""
     name = f"{fn.display}: {what}"
     want = np.dtype(dtype)
     expected = np.asarray(expected)
@@ -95,7 +108,8 @@ def _assert_close(actual, expected, *, fn, dtype, tol, floor, kind, what, suffix
         for device, index, data in per_device:
             _assert_close(data, expected[index], fn=fn, dtype=dtype, tol=tol,
                           floor=None if floor is None else np.asarray(floor)[index], kind=kind,
-                          what=f"{what} on device {device}", suffix=suffix)
+                          what=f"{what} on device {device}", suffix=suffix,
+                          replay=replay and replay.on_device(device))
         return
     if not _is_float_dtype(want):
         _assert_exact(name, np.asarray(actual), expected.astype(want), suffix)
@@ -104,7 +118,7 @@ def _assert_close(actual, expected, *, fn, dtype, tol, floor, kind, what, suffix
     got = np.asarray(actual).astype(np.float64)
     ref = tolerance.rounded_reference(expected, want)
     floor64 = None if floor is None else np.asarray(floor).astype(np.float64)
-    _assert_same_non_finite(fn, name, got, ref, floor64, suffix)
+    _assert_same_non_finite(fn, name, got, ref, suffix, _evidence(replay, got, expected, what, want, kind))
     error, bound, floor_error = tolerance.judge(got, expected, want, kind, floor64)
     if tol is not None:
         bound, rule = tol, "set by this test"
@@ -119,8 +133,8 @@ def _assert_close(actual, expected, *, fn, dtype, tol, floor, kind, what, suffix
         worst = tuple(int(i) for i in np.unravel_index(np.argmax(diff), diff.shape))
         raise WrongResult(
             f"{name} is wrong: relative error {error:.2e} > bound {bound:.2e} ({rule}).\n"
-            f"  worst element {list(worst)}: got {got[worst]:.6g}, expected {ref[worst]:.6g}{suffix}"
-        )
+            f"  worst element {list(worst)}: got {got[worst]:.6g}, expected {ref[worst]:.6g}",
+            evidence=_evidence(replay, got, expected, what, want, kind), suffix=suffix)
 
 
 def _shards_by_device(actual):
@@ -144,13 +158,12 @@ def _assert_exact(name, got, ref, suffix) -> None:
                           f"{list(first)}: got {got[first]}, expected {ref[first]}).{suffix}")
 
 
-def _assert_same_non_finite(fn, name, got, ref, floor, suffix) -> None:
+def _assert_same_non_finite(fn, name, got, ref, suffix, evidence) -> None:
     """NaN/Inf never pass, unless the oracle has the very same value in the same place.
 
-    The report says what was seen (how many NaN and Inf, the first, whether the inputs held
-    any) and the causes that fit: arithmetic that overflowed, or, only where a kernel ran
-    under TPU interpret mode and the XLA floor is finite there, memory read before it was
-    written (which that mode fills with NaN).
+    The report says what was seen (how many NaN and Inf, the first, and what the inputs held
+    where they were not finite); its cause is the evidence's to say (diagnosis/evidence.py:
+    the call made again), never a list of every cause that could be.
     """
     same = (np.isnan(got) & np.isnan(ref)) | (got == ref)
     bad = ~np.isfinite(got) & ~same
@@ -161,21 +174,9 @@ def _assert_same_non_finite(fn, name, got, ref, floor, suffix) -> None:
         lines = [f"{name} has {' and '.join(counts)} of {got.size:,} values (the first at {list(first)}: "
                  f"{got[first]:g} where the reference is {ref[first]:g})."]
         held = _non_finite_inputs(fn)
-        if held is not None:
+        if held is not None and held != "hold no NaN or Inf":
             lines.append(f"  The inputs {held}.")
-        unwritten = _kernel_ran_under_tpu_interpret(fn) and (floor is None or np.isfinite(floor[first]))
-        if unwritten:
-            lines.append("  Under TPU interpret mode memory read before it is written holds NaN: a block "
-                         f"never written{_output_index_maps(fn)}, the padding of a ragged input block "
-                         f"summed unmasked, a scratch buffer read before it is set, or a copy's destination "
-                         f"read before its .wait()?")
-        if held in (None, "hold no NaN or Inf"):
-            # The softmax remedy only where no unwritten memory could explain it: after a copy never
-            # waited for, "subtract a row's max" sends the learner the wrong way.
-            lines.append("  From finite inputs, Inf is an overflow (exp of a large value, say) or a division "
-                         "by zero, and NaN is inf - inf, inf / inf or 0 * inf on the way" +
-                         ("." if unwritten else ": subtracting a row's max before exp keeps it finite."))
-        raise WrongResult("\n".join(lines) + suffix)
+        raise WrongResult("\n".join(lines), evidence=evidence, suffix=suffix)
     missing = np.isfinite(got) & ~np.isfinite(ref)
     if missing.any():
         first = tuple(int(i) for i in np.argwhere(missing)[0])
@@ -183,22 +184,19 @@ def _assert_same_non_finite(fn, name, got, ref, floor, suffix) -> None:
                           f"{ref[first]:g}.{suffix}")
 
 
-def _output_index_maps(fn) -> str:
-    """ " (the index maps that decide which output blocks are written: ...)", or "" if unknown."""
-    from .grading.messages import _where
+def _evidence(replay, got, expected, what, dtype, kind):
+    """The lines that explain a wrong `got`, computed when the report is written; None without a
+    call to make again."""
+    if replay is None:
+        return None
 
-    program = fn._program_of_last_call() if hasattr(fn, "_program_of_last_call") else None
-    if program is None:
-        return ""
-    course_root = getattr(getattr(fn, "module", None), "course_root", None)
-    places = [_where(operand.index_map_at, course_root).strip()
-              for eqn in traced_program.pallas_call_eqns(program)
-              for operand in jax_internals.kernel_grid(eqn).outputs if operand.index_map_at]
-    places = list(dict.fromkeys(p for p in places if p))
-    if not places:
-        return ""
-    return (f" (an output's index map decides which of its blocks each grid step writes: "
-            f"{'; '.join(places)})")
+    def lines():
+        from .diagnosis.evidence import explain
+
+        finding = explain(replay, got, np.asarray(expected, dtype=np.float64), what=what, dtype=dtype,
+                          kind=kind)
+        return list(finding.lines) if finding is not None else []
+    return lines
 
 
 def _non_finite_inputs(fn) -> str | None:
@@ -220,22 +218,6 @@ def _non_finite_inputs(fn) -> str | None:
             what = " and ".join(f"{n:,} {label}" for n, label in ((nan, "NaN"), (inf, "Inf")) if n)
             found.append(f"input {index} {what}")
     return "hold no NaN or Inf" if not found else "hold " + "; ".join(found) + " themselves"
-
-
-def _kernel_ran_under_tpu_interpret(fn) -> bool:
-    """Whether fn's latest call ran a pallas_call, under TPU interpret mode."""
-    from .readers.reproduction import last_call
-
-    mode = jax_internals.interpret_mode_in_effect()
-    call = last_call(fn)
-    if call is None or type(mode).__name__ != "InterpretParams":
-        return False
-    try:
-        return traced_program.count_pallas_calls(fn.jaxpr(*call.args, **call.kwargs)) > 0
-    except Exception:
-        return False
-    finally:
-        fn.context.calls[fn.display] = call  # the reproduction stays the call that was judged
 
 
 def assert_equal(actual, expected, *, fn, what: str, note: str = "") -> None:
@@ -290,7 +272,8 @@ def assert_matches_reference(fn, args, *, reference, kwargs=None, names=None,
     floor_out = _run_test_code("floor", _compiled(programs, reference.floor), args, {})
     expected = _run_oracle(programs, reference.oracle, args, {})
     _compare_trees(fn, got, expected, floor_out, names=names, tol=tol, kind="forward",
-                   what="output", suffix=reproduction(fn, note=note))
+                   what="output", suffix=reproduction(fn, note=note),
+                   replay=lambda leaf: Replay.of_call(fn, args, kwargs, leaf))
 
 
 def assert_rejects(fn, args, *, kwargs=None, error: type[Exception] = ValueError,
@@ -367,11 +350,12 @@ def assert_grads_match(fn, args, *, reference, argnames, kwargs=None, seed: int 
         oracle_g = [None if name is None else np.asarray(g, dtype=np.float64)
                     for name, g in zip(argnames, oracle_g)]
     suffix = reproduction(fn, note=note, cotangent_seed=seed)
-    for name, g, ref, fl, arg in zip(argnames, got, oracle_g, floor_g, args):
+    for leaf, (name, g, ref, fl, arg) in enumerate(zip(argnames, got, oracle_g, floor_g, args)):
         if name is None:
             continue
         _assert_close(g, ref, fn=fn, dtype=np.asarray(arg).dtype, tol=tol, floor=np.asarray(fl),
-                      kind="grad", what=f"grad {name}", suffix=suffix)
+                      kind="grad", what=f"grad {name}", suffix=suffix,
+                      replay=Replay.of_vjp(fn, args, cotangents, kwargs, leaf))
     if check_custom_vjp and traced_program.defines_custom_vjp(fn.jaxpr(*args, **kwargs)):
         _assert_vjp_consistent_with_forward(fn, args, kwargs, suffix)
 
@@ -440,7 +424,7 @@ def _assert_vjp_consistent_with_forward(fn, args, kwargs, suffix) -> None:
 # ---------------------------------------------------------------- helpers
 
 
-def _compare_trees(fn, got, expected, floor_out, *, names, tol, kind, what, suffix) -> None:
+def _compare_trees(fn, got, expected, floor_out, *, names, tol, kind, what, suffix, replay=None) -> None:
     import jax
 
     want_leaves, want_tree = jax.tree.flatten(floor_out)
@@ -455,9 +439,9 @@ def _compare_trees(fn, got, expected, floor_out, *, names, tol, kind, what, suff
         raise WrongResult(
             f"{fn.display} returned {_describe_tree(got)}; expected {_describe_tree(floor_out)} "
             f"({', '.join(names)})." + suffix)
-    for name, g, e, f in zip(names, got_leaves, expected_leaves, want_leaves):
+    for leaf, (name, g, e, f) in enumerate(zip(names, got_leaves, expected_leaves, want_leaves)):
         _assert_close(g, e, fn=fn, dtype=np.asarray(f).dtype, tol=tol, floor=np.asarray(f),
-                      kind=kind, what=name, suffix=suffix)
+                      kind=kind, what=name, suffix=suffix, replay=replay and replay(leaf))
 
 
 def _describe_tree(tree) -> str:

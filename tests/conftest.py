@@ -68,12 +68,15 @@ def chapter_runner(request, tmp_path_factory):
 _RUNNER = pytest.StashKey[ChapterRunner]()
 _MUTANT_CATCHES: dict[str, bool] = {}  # "chNN.name": caught by its caught_by files
 _EQUIVALENTS_PASSED: dict[str, bool] = {}  # "chNN.name": passed every file that observes it
+_FIRST_SUSPECTS: dict[str, bool] = {}  # "chNN.name" of a kernel chapter: its report names its cause first
 
 
 def pytest_runtest_logreport(report):
     props = dict(report.user_properties)
     if report.when == "call" and "mutant" in props:
         _MUTANT_CATCHES[props["mutant"]] = bool(props["mutant_caught"])
+    if report.when == "call" and "cause" in props:
+        _FIRST_SUSPECTS[props["mutant"]] = props["cause"] == props["first_suspect"]
     if report.when == "call" and "equivalent" in props:
         _EQUIVALENTS_PASSED[props["equivalent"]] = bool(props["equivalent_passed"])
 
@@ -104,6 +107,13 @@ def pytest_terminal_summary(terminalreporter, config):
     for name, was_caught in sorted(_MUTANT_CATCHES.items()):
         if not was_caught:
             terminalreporter.write_line(f"  ESCAPED  {name}")
+    if _FIRST_SUSPECTS:
+        right = sum(_FIRST_SUSPECTS.values())
+        terminalreporter.write_line(f"first suspect named is the mistake: {right}/{len(_FIRST_SUSPECTS)} "
+                                    f"({100 * right / len(_FIRST_SUSPECTS):.0f}%) of the kernel chapters' mutants")
+        for chapter in sorted({name.split(".")[0] for name in _FIRST_SUSPECTS}):
+            mine = [v for k, v in _FIRST_SUSPECTS.items() if k.startswith(chapter + ".")]
+            terminalreporter.write_line(f"  {chapter}: {sum(mine)}/{len(mine)}")
 
 
 @pytest.fixture(scope="module")

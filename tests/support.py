@@ -102,6 +102,40 @@ def run_chapter(pytester: pytest.Pytester, chapter: str, *args: str,
                                          *args)
 
 
+# The chapters whose graded functions are kernels: each of their mutants names its cause
+# (tests/mutants/chNN.toml), and the first suspect their failure reports name is measured.
+KERNEL_CHAPTERS = ("ch06", "ch11", "ch13", "ch14", "ch15")
+
+
+def first_failure(output: str) -> str:
+    """The first failure a run's report shows (its FAILURES section's first entry), without the
+    reproduction lines and the notes after it: what a learner reads first."""
+    if "= FAILURES =" not in output:
+        return ""
+    section = output.split("= FAILURES =", 1)[1].partition("\n")[2]
+    entries = re.split(r"^_{3,} .* _{3,}$", section, flags=re.MULTILINE)
+    first = next((e for e in entries if e.strip()), "")
+    first = re.split(r"^=+ ", first, maxsplit=1, flags=re.MULTILINE)[0]
+    return first.split("\n  reproduce (", 1)[0].split("\n  its inputs (", 1)[0].strip()
+
+
+def noise(output: str) -> list[str]:
+    """What no failure report of the course may show: the race detector's raw dump, JAX's advice to
+    file a bug, hypothesis' own example block, and a line ending on a colon with nothing under it."""
+    found = [f"raw text: {marker!r}" for marker in ("RACE DETECTED", "NpVectorClock", "Please file a bug",
+                                                     "Please file an issue", "Failing explicit example",
+                                                     "Falsifying example") if marker in output]
+    lines = output.splitlines()
+    for index, line in enumerate(lines):
+        if not line.rstrip().endswith(":") or line.startswith(("=", "_", "platform ", "rootdir", "plugins")):
+            continue
+        following = next((n for n in lines[index + 1:] if n.strip()), "")
+        indent = len(line) - len(line.lstrip())
+        if len(following) - len(following.lstrip()) <= indent:
+            found.append(f"a line ending on a bare colon: {line.strip()!r}")
+    return found
+
+
 def failed_files(result: pytest.RunResult) -> set[str]:
     """Graded test files with at least one failure in a run's short summary."""
     return set(re.findall(r"^FAILED \S*?/(test_\w+\.py)::", result.stdout.str(), re.MULTILINE))

@@ -97,6 +97,17 @@ def test_every_mutant_applies_to_its_solution(path):
             assert chapter.exercise_for_test_file(test_file), f"{mutant.name}: {test_file} grades nothing"
 
 
+@pytest.mark.parametrize("path", sorted((REPO / "tests" / "mutants").glob("ch*.toml")), ids=lambda p: p.stem)
+def test_what_a_mutant_says_is_quoted_in_its_readme_table(path):
+    """A mutant's `says` are the README table's quotes of its run (the chapter runs check them against
+    the run's output): each is in the chapter's "Common mistakes" section, as written."""
+    readme = (REPO / "exercises" / path.stem / "README.md").read_text(encoding="utf-8")
+    table = readme.split("## Common mistakes", 1)[-1].split("\n## ", 1)[0]
+    for mutant in load_mutants(path):
+        for quoted in mutant.says:
+            assert quoted in table, f"{mutant.name}: {quoted!r} is not in {path.stem}'s mistakes table"
+
+
 def _ranks(value) -> tuple[int, ...]:
     """The ranks of the array shapes (tuples of ints) a drawn value holds, at any depth."""
     if isinstance(value, tuple) and value and all(type(v) is int for v in value):

@@ -87,7 +87,7 @@ def _correct_row(**kw):
 def test_status_from_records():
     c = gates.gate(1).criterion("correct")
     assert judge.criterion_status(c, []) == "awaiting hardware"
-    assert judge.criterion_status(c, [_correct_row()]) == "pass (off-chip)"
+    assert judge.criterion_status(c, [_correct_row()]) == "off-chip verified"
     assert judge.criterion_status(c, [_correct_row(verdict="fail", value=0.0)]) == "fail"
     measured = _correct_row(method="measured", platform="tpu", device_kind="TPU v5 lite", interpret=False)
     assert judge.criterion_status(c, [measured]) == "pass"
@@ -313,6 +313,22 @@ def test_an_off_chip_pass_shows_only_for_the_code_it_verified():
     c = gates.gate(1).criterion("correct")
     graded = {"exercises/ch11/matmul.py": "a" * 64}
     row = _correct_row(modules=graded)
-    assert judge.criterion_status(c, [row], graded) == "pass (off-chip)"
+    assert judge.criterion_status(c, [row], graded) == "off-chip verified"
     assert judge.criterion_status(c, [row], {"exercises/ch11/matmul.py": "b" * 64}) == "awaiting hardware"
     assert judge.criterion_status(c, [row], {}) == "awaiting hardware"  # the course's rows replayed as yours
+
+
+def test_a_gates_run_on_an_unwritten_exercise_names_the_function_to_write(fake_course):
+    """A gate test calls the learner's kernel: while it is a stub the run is TODO, and the summary
+    says which function in which file to write (the `T` alone said nothing)."""
+    fake_course.test_file("""
+        import pytest
+
+        @pytest.mark.gate(1)
+        def test_gate_calls_the_kernel(impl):
+            impl.double.double(2)
+    """, "test_gate01.py")
+    result = fake_course.run("--gates", "--chip=v5e")
+    assert result.parseoutcomes().get("todo") == 1
+    result.stdout.fnmatch_lines(["graded: exercises/*", "  TODO  double() in exercises/ch11/double.py is not "
+                                 "written yet.  [1 test]"])

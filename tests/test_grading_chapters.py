@@ -10,10 +10,12 @@ import re
 import pytest
 
 from pytest_tpucourse.core.course import load_course
-from pytest_tpucourse.run.mutants import build_tree, load_mutants
+from pytest_tpucourse.run.mutants import build_tree, load_mutants, says_pattern
+
+from pytest_tpucourse.diagnosis import causes
 
 from .chapter_runs import ChapterJob, wait_for
-from .support import REPO, failed_files
+from .support import KERNEL_CHAPTERS, REPO, failed_files, first_failure, noise
 
 # Every test here grades a real chapter in a pytest process of its own: `-m "not chapters"` skips them.
 pytestmark = pytest.mark.chapters
@@ -24,6 +26,8 @@ MUTANT_FILES = sorted((REPO / "tests" / "mutants").glob("ch*.toml"))
 MUTANTS = [m for path in MUTANT_FILES for m in load_mutants(path)]
 EQUIVALENTS = [m for path in MUTANT_FILES for m in load_mutants(path, "equivalents")]
 PARALLEL_REDUCTION = next(m for m in MUTANTS if m.name == "matmul_reduction_axis_parallel")
+FIRST_SUSPECTS: dict[str, tuple] = {}  # "chNN.name" -> (the mutant's cause, the first suspect its report names)
+FIRST_SUSPECT_RATE = 0.9  # of the kernel chapters' mutants, the share whose report names their cause first
 
 
 @pytest.fixture
@@ -124,7 +128,18 @@ def test_mutant_is_caught_by_exactly_its_tests(chapter_run, mutant, record_prope
     assert caught == set(mutant.caught_by), (
         f"{mutant.name} ({mutant.why}) should fail exactly {mutant.caught_by}, failed {sorted(caught)}"
     )
-    assert "Traceback" not in result.stdout.str()
+    output = result.stdout.str()
+    if mutant.chapter in KERNEL_CHAPTERS:
+        named = causes.first_suspect(first_failure(output))
+        record_property("cause", mutant.cause)
+        record_property("first_suspect", named)
+        FIRST_SUSPECTS[f"{mutant.chapter}.{mutant.name}"] = (mutant.cause, named)
+    assert "Traceback" not in output
+    # What the chapter README's mistakes table quotes of this mutant is what its run prints.
+    unsaid = [quoted for quoted in mutant.says if not says_pattern(quoted).search(output)]
+    assert not unsaid, f"{mutant.name}: the README quotes {unsaid}, which its run does not print"
+    # Each failure said once, in the course's words (no raw dump, no JAX or hypothesis text of its own).
+    assert noise(output) == [], f"{mutant.name}: {noise(output)}"
 
 
 @pytest.mark.parametrize("variant", EQUIVALENTS, ids=lambda m: f"{m.chapter}.{m.name}")
@@ -149,3 +164,28 @@ def test_fast_interpreter_misses_the_reduction_axis_marked_parallel(chapter_run)
     fast = chapter_run
     assert fast.ret == pytest.ExitCode.OK, fast.stdout.str()
     assert re.search(r"fast generic interpreter", fast.stdout.str())
+
+
+@pytest.mark.parametrize("chapters", [KERNEL_CHAPTERS], ids=["-".join(KERNEL_CHAPTERS)])  # -k chNN selects it
+def test_the_first_suspect_named_is_the_mistake(request, chapters):
+    """Over the kernel chapters' mutants graded above, how often the first cause a mutant's first
+    failure report names (diagnosis/causes.py's words) is the cause its mutants file gives it:
+    printed per chapter, and at least 9 in 10 overall. Reads the runs the mutant tests made."""
+    selected = {f"{item.callspec.params['mutant'].chapter}.{item.callspec.params['mutant'].name}"
+                for item in request.session.items if item.originalname == "test_mutant_is_caught_by_exactly_its_tests"
+                and item.callspec.params["mutant"].chapter in chapters}
+    seen = {key: value for key, value in FIRST_SUSPECTS.items() if key in selected}
+    if not seen:
+        pytest.skip("no kernel chapter's mutant was graded in this process (select them, without -n)")
+    lines = []
+    for chapter in sorted({key.split(".")[0] for key in seen}):
+        mine = {k: v for k, v in seen.items() if k.startswith(chapter + ".")}
+        right = sum(cause == named for cause, named in mine.values())
+        lines.append(f"{chapter}: {right}/{len(mine)} first suspects are the mistake")
+    right = sum(cause == named for cause, named in seen.values())
+    lines.append(f"all: {right}/{len(seen)} ({100 * right / len(seen):.0f}%)")
+    lines += [f"  {key}: {cause}, the report names {named} first"
+              for key, (cause, named) in sorted(seen.items()) if cause != named]
+    print("\n".join(lines))
+    if len(seen) >= 10:
+        assert right >= FIRST_SUSPECT_RATE * len(seen), "\n".join(lines)

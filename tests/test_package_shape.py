@@ -292,6 +292,9 @@ def test_every_module_is_in_the_map():
 # Where a module with logic is tested, when not in tests/test_<module>.py: modules tested through
 # the command, the fixture or the check that uses them.
 TESTED_THROUGH = {
+    "diagnosis.causes": "test_diagnosis.py", "diagnosis.evidence": "test_diagnosis.py",
+    "diagnosis.kernel_steps": "test_diagnosis.py", "diagnosis.replay": "test_diagnosis.py",
+    "diagnosis.stepping": "test_diagnosis.py",
     "core.small_files": "test_earned.py", "grading.leftovers": "test_earned.py",
     "grading.solution_code": "test_earned.py", "grading.solution_reads": "test_earned.py",
     "grading.toolkit_guard": "test_earned.py",

@@ -215,7 +215,7 @@ def interpret_setting(name: str, fn=None, *, base=None, cores: int | None = None
         cause = fn and (_unclean_exit(fn, params, printed.getvalue(), why) or _unordered(fn, params, events))
         if cause:
             raise cause from None
-        raise WrongResult(f"{failure.message}\n  (under TPU interpret mode with {_described(params)})") from None
+        raise failure.with_suffix(f"\n  (under TPU interpret mode with {_described(params)})") from None
     cause = fn and (_unclean_exit(fn, params, printed.getvalue(), why) or _unordered(fn, params, events))
     if cause:
         raise cause
@@ -229,10 +229,12 @@ def _unordered(fn, params, events) -> WrongResult | None:
     found = device_order.problems(events)
     if not found:
         return None
+    copies = f"{len(found)} copies" if len(found) != 1 else "1 copy"
     return WrongResult(
-        f"{fn.display} lets a copy land before the device it depends on is ready (read from each "
-        f"device's signals, waits and copies under TPU interpret mode with {_described(params)}; "
-        f"the verdict does not depend on the order the devices happened to run in):\n  "
+        f"{fn.display} lets a copy land before the device it depends on is ready ({copies} of the "
+        f"kind, read from each device's signals, waits and copies under TPU interpret mode with "
+        f"{_described(params)}; the verdict does not depend on the order the devices happened to run "
+        f"in).\n  "
         + "\n  ".join(found[:SYNC_LINES])
         + (f"\n  ... and {len(found) - SYNC_LINES} more of the kind" if len(found) > SYNC_LINES else ""))
 
@@ -262,13 +264,13 @@ def _unclean_exit(fn, params, text: str, why: str) -> WrongResult | None:
     if (params.detect_races and jax_internals.races_found()) or "RACE DETECTED" in text:
         from ..grading.messages import parallel_axes_outputs_ignore
 
-        report = [line for line in text.splitlines() if line.strip()][:MAX_LINES]
         course_root = getattr(getattr(fn, "module", None), "course_root", None)
         program = fn._program_of_last_call() if hasattr(fn, "_program_of_last_call") else None
         semantics = parallel_axes_outputs_ignore(program, course_root)
+        seen = jax_internals.race_summary(text)  # the detector's dump, said once in the course's words
         return WrongResult(
             f"{fn.display} has a data race under TPU interpret mode with {_described(params)}: "
-            f"{why}\n  " + "\n  ".join([*semantics, *report]))
+            f"{why}" + "".join(f"\n  {line}" for line in [*semantics, seen] if line))
     return None
 
 

@@ -133,36 +133,80 @@ def race_detection_options() -> dict:
     return {"on_race": "warn"} if "on_race" in fields else {}
 
 
-class _RaceReports:
-    """A logging handler keeping the race detector's reports (0.12 logs them, 0.10.2 prints)."""
+class _RaceReports(object):
+    """A logging filter that takes the race detector's reports out of the log (0.12 logs them,
+    0.10.2 prints) into a text stream: no other handler (pytest's captured log among them)
+    shows the raw dump again."""
 
     def __init__(self, into):
-        import logging
-
         self.into = into
-        self.handler = logging.Handler(logging.WARNING)
-        self.handler.emit = self.emit
 
-    def emit(self, record) -> None:
+    def filter(self, record) -> bool:
         message = record.getMessage()
         if message.startswith("RACE DETECTED"):
             self.into.write(message + "\n")
+            return False
+        return True
+
+
+_RACE_LOGGERS = ("", "jax._src.pallas.mosaic.interpret.race_detection_state",
+                 "jax._src.pallas.mosaic.interpret")
 
 
 @contextlib.contextmanager
 def race_reports_into(printed):
     """Within the block, the race detector's reports go to `printed` (a text stream), whichever
     way the installed JAX reports them: printed (0.10.2, under the caller's redirect) or logged
-    at warning level, some through the module's logger and some through the root one (0.12)."""
+    at warning level, some through the module's logger and some through the root one (0.12),
+    and nowhere else."""
     import logging
 
     reports = _RaceReports(printed)
-    root = logging.getLogger()
-    root.addHandler(reports.handler)
+    loggers = [logging.getLogger(name) for name in _RACE_LOGGERS]
+    for logger in loggers:
+        logger.addFilter(reports)
     try:
         yield
     finally:
-        root.removeHandler(reports.handler)
+        for logger in loggers:
+            logger.removeFilter(reports)
+
+
+_RACE = re.compile(r"RACE DETECTED\s+(?P<first>read|write) of \((?P<memory>'?\w+'?)[^)]*\)\[(?P<range>.*?)\] "
+                   r"from (?P<by>[^\n]*)\n[^\n]*\n\s*(?P<second>read|write) of [^\[]*\[.*?\] from "
+                   r"(?P<other>[^\n]*)")
+_SLICE = re.compile(r"slice\((-?\d+), (-?\d+), (?:1|None)\)")
+
+
+def race_summary(printed: str) -> str:
+    """The race detector's reports in one line: how many, and the first in words ("a write and a
+    write of one HBM block [0, 0, 0:128, 0:64], by core 0 and core 1 of device 0"); "" for none."""
+    count = printed.count("RACE DETECTED")
+    if not count:
+        return ""
+    found = _RACE.search(printed)
+    what = f"{count} race{'s' if count != 1 else ''}"
+    if found is None:
+        return f"The race detector saw {what}."
+    where = _SLICE.sub(lambda m: f"{m[1]}:{m[2]}", found["range"]).strip("()")
+    memory = found["memory"].strip("'").upper()
+    by = [_who(found["by"]), _who(found["other"])]
+    if all(by) and by[0][1] == by[1][1]:
+        who = f", by cores {by[0][0]} and {by[1][0]} of device {by[0][1]}"
+    elif all(by):
+        who = f", by core {by[0][0]} of device {by[0][1]} and core {by[1][0]} of device {by[1][1]}"
+    else:
+        who = ""
+    both = (f"two {found['first']}s" if found["first"] == found["second"]
+            else f"a {found['first']} and a {found['second']}")
+    return (f"The race detector saw {what}; the first: {both} of one {memory} block [{where}]{who}, "
+            f"neither ordered before the other.")
+
+
+def _who(text: str):
+    """(core, device) from the detector's "0, 1, <where>" (0.10.2) or "(0, 1), <where>" (0.12)."""
+    found = re.match(r"\s*\(?\s*(\d+),\s*(\d+)", text)
+    return (found[2], found[1]) if found else None
 
 
 def races_found() -> bool:
@@ -457,6 +501,88 @@ def block_dim(dim) -> tuple[int, bool]:
     if name == "Blocked":
         return int(dim.block_size), False
     return int(getattr(dim, "block_size", 1)), True  # Element, BoundedSlice: offsets
+
+
+# ---------------------------------------------------------------- a kernel, one grid step at a time
+#
+# A failed value check is explained by running the failing kernel again, one grid step at a time,
+# as the generic interpreter (`interpret=True`) runs it: its body with every Ref discharged into
+# plain arrays, each operand's block sliced out of the padded array at the start its index map
+# gives (`hlo_interpreter.kernel_to_hlo_jaxpr`, `BlockMapping.compute_start_indices_interpret`),
+# and `pl.program_id` answered by the grid environment (`pallas_core.grid_env`). The diagnosis
+# (diagnosis/kernel_steps.py) walks that body equation by equation.
+
+
+@dataclass(frozen=True)
+class KernelStepProgram:
+    """A pallas_call's body as a function of plain arrays, and how its operands are cut.
+
+    body(*prefetch, *blocks of the inputs and outputs, *scratch) returns the new values of all of
+    them, in that order."""
+
+    body: object  # an open jaxpr
+    consts: tuple
+    grid: tuple[int, ...]
+    num_prefetch: int
+    num_inputs: int
+    num_outputs: int
+    block_shapes: tuple  # per input and output: the block's shape, squeezed axes as 1
+    squeezed: tuple  # per input and output: which axes the kernel sees squeezed away
+    scratch: tuple  # (shape, dtype) per scratch buffer
+    arg_names: tuple  # the kernel function's parameter names, one per Ref ("x_ref", "acc_ref")
+
+
+def kernel_step_program(eqn) -> KernelStepProgram | None:
+    """The body of a pallas_call equation ready to run one grid step; None for what the generic
+    interpreter's stepping cannot follow (a grid sized at run time, vmapped grid axes)."""
+    from jax._src.pallas import core as pallas_core
+    from jax._src.pallas import hlo_interpreter
+
+    mapping = eqn.params["grid_mapping"]
+    if mapping.num_dynamic_grid_bounds or getattr(mapping, "vmapped_dims", ()) \
+            or getattr(mapping, "local_grid_env", None) is not None:
+        return None
+    body, consts, scratch_avals = hlo_interpreter.kernel_to_hlo_jaxpr(eqn.params["jaxpr"], (), mapping)
+    blocks = mapping.block_mappings
+    info = getattr(eqn.params["jaxpr"], "debug_info", None)
+    return KernelStepProgram(
+        body=body, consts=tuple(consts), grid=tuple(int(g) for g in mapping.grid),
+        num_prefetch=mapping.num_index_operands, num_inputs=mapping.num_inputs,
+        num_outputs=mapping.num_outputs,
+        block_shapes=tuple(tuple(pallas_core._get_block_shape(b.block_shape)) for b in blocks),
+        squeezed=tuple(tuple(isinstance(d, pallas_core.Squeezed) for d in b.block_shape) for b in blocks),
+        scratch=tuple((tuple(a.shape), a.dtype) for a in scratch_avals),
+        arg_names=tuple(getattr(info, "arg_names", None) or ()))
+
+
+@contextlib.contextmanager
+def at_grid_point(point, grid):
+    """`pl.program_id` and `pl.num_programs` answer for this grid point within the block."""
+    from jax._src.pallas import core as pallas_core
+
+    with pallas_core.grid_env(tuple(pallas_core.GridAxis(int(i), int(n)) for i, n in zip(point, grid))):
+        yield
+
+
+def block_starts(eqn, point, prefetch) -> list[tuple[int, ...]]:
+    """Where each input's and output's block starts (element offsets) at one grid point; prefetch:
+    the values of the scalar-prefetch operands its index maps read."""
+    import jax.numpy as jnp
+    import numpy as np
+
+    mapping = eqn.params["grid_mapping"]
+    with at_grid_point(point, mapping.grid):
+        starts = [block.compute_start_indices_interpret(tuple(jnp.int32(i) for i in point), *prefetch)
+                  for block in mapping.block_mappings]
+    return [tuple(int(np.asarray(s)) for s in start) for start in starts]
+
+
+def user_location(eqn) -> str:
+    """"file.py:12" of the user's line that made an equation, or "" where none is known."""
+    from jax._src import source_info_util
+
+    frame = source_info_util.user_frame(eqn.source_info.traceback)
+    return f"{frame.file_name}:{frame.start_line}" if frame is not None else ""
 
 
 # ---------------------------------------------------------------- shipped kernels

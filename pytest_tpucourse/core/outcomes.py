@@ -20,18 +20,57 @@ class GradingOutcome(Exception):
     """Base class: the message is the whole report; `headline` says it in one line (the run's
     summary, `tpucourse progress` and watch show it), by default the message's first line."""
 
-    def __init__(self, message: str, headline: str | None = None):
-        super().__init__(message)
-        self.message = message
-        self.headline = headline or first_line(message)
+    def __init__(self, message: str, headline: str | None = None, *, evidence=None, suffix: str = "",
+                 inputs_matter: bool = True):
+        super().__init__(message + suffix)
+        self.message = message + suffix
+        self.headline = headline or headline_of(message)
+        # False for a verdict on the code itself (it uses the shipped solution, it runs no kernel):
+        # which inputs a property test drew says nothing about it, and is left out of the report.
+        self.inputs_matter = inputs_matter
+        # evidence: () -> lines that explain the failure, gathered by running the call again
+        # (diagnosis/): computed once, when the report is written, and placed before `suffix`
+        # (the reproduction). A failure that is caught and never reported costs nothing.
+        self._parts = (message, suffix)
+        self._evidence = evidence
+        self._said: list[str] | None = None
 
     def render(self) -> str:
-        return self.message
+        if self._evidence is None:
+            return self.message
+        if self._said is None:
+            try:
+                self._said = [line for line in self._evidence() if line]
+            except Exception:  # evidence is a courtesy: never a traceback instead of the report
+                self._said = []
+        head, suffix = self._parts
+        return "\n".join([head, *(f"  {line}" for line in self._said)]) + suffix
+
+    def with_suffix(self, more: str) -> "GradingOutcome":
+        """The same outcome with `more` after its message (a note on the setting it failed
+        under), its evidence kept."""
+        head, suffix = self._parts
+        again = type(self)(head, self.headline, evidence=self._evidence, suffix=suffix + more,
+                           inputs_matter=self.inputs_matter)
+        again._said = self._said
+        return again
 
 
 def first_line(text: str) -> str:
     """The first non-empty line of a report, stripped."""
     return next((line.strip() for line in text.splitlines() if line.strip()), "")
+
+
+def headline_of(text: str) -> str:
+    """A report in one line: its first line, and where that ends in a colon (`... raised:`),
+    what the colon introduces, so no summary line ends on a bare colon."""
+    lines = [line.strip() for line in text.splitlines() if line.strip()]
+    if not lines:
+        return ""
+    head = lines[0]
+    if head.endswith(":") and len(lines) > 1:
+        return f"{head} {lines[1]}"
+    return head.rstrip(":")
 
 
 class Todo(GradingOutcome):

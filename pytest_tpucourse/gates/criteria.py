@@ -37,7 +37,7 @@ learner's target shapes, declared by chapter 15; until then it cannot pass.
 A criterion's status comes only from records (judge.py re-judges every row it reads):
   pass              every slot's latest measurement was made on the chip and passed
   pass (older code) it passed, but a graded module changed since (the rows carry hashes)
-  pass (off-chip)   a correctness criterion verified under interpret mode, for the graded
+  off-chip verified   a correctness criterion verified under interpret mode, for the graded
                     modules as they are now (an edit since makes it awaiting); not a gate pass
   linked (self-reported)  a public criterion: a link recorded by `tpucourse records link`
   fail              some slot's latest measurement failed
@@ -56,7 +56,7 @@ DECISIVELY = 1.25
 STRIKING_DISTANCE = 1.15
 GATE0_BAND = (0.95, 1.5)
 
-PASS, PASS_OLDER_CODE, PASS_OFF_CHIP = "pass", "pass (older code)", "pass (off-chip)"
+PASS, PASS_OLDER_CODE, PASS_OFF_CHIP = "pass", "pass (older code)", "off-chip verified"
 SELF_REPORTED, FAIL, AWAITING = "linked (self-reported)", "fail", "awaiting hardware"
 NOT_RUNNABLE, NO_GATE_TEST = "not runnable here", "no gate test yet"
 SATISFIED = (PASS, SELF_REPORTED)  # what a criterion must show for its gate to count as passed

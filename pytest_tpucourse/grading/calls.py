@@ -347,7 +347,8 @@ class LearnerFunction(GradedFunction):
             raise LearnerCodeError(
                 f"{shown(self.path, course_root)} (or a module it imports) uses the shipped solution: "
                 f"it {used}. Your exercises are graded on your own code; `tpucourse solution "
-                f"{self.module.chapter_id}.{self.module._name}` shows a solution once the exercise is done.")
+                f"{self.module.chapter_id}.{self.module._name}` shows a solution once the exercise is done.",
+                inputs_matter=False)
 
     def _outcome(self, error: Exception) -> Exception:
         if isinstance(error, NotImplementedError) and raised_in(error, self.path):

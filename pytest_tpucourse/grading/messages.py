@@ -9,7 +9,7 @@ import traceback
 from pathlib import Path
 
 from ..core import jax_internals
-from ..core.outcomes import GradingOutcome, Todo
+from ..core.outcomes import GradingOutcome, Todo, headline_of
 from ..core.paths import shown
 from . import deadline
 
@@ -84,7 +84,7 @@ def describe_exception(error: BaseException, learner_path: Path | None,
 def exception_headline(display: str, error: BaseException, learner_path: Path | None,
                        course_root: Path | None) -> str:
     """One line for a learner's exception: `add() in ... raised ValueError: ... (file.py:12)`."""
-    message = (_root_message(error).splitlines() or [""])[0].strip()
+    message = headline_of(_root_message(error))
     frames = [f for f in traceback.extract_tb(error.__traceback__)
               if learner_path is not None and Path(f.filename).resolve() == learner_path.resolve()]
     where = f" ({shown(Path(frames[-1].filename), course_root)}:{frames[-1].lineno})" if frames else ""
@@ -92,7 +92,9 @@ def exception_headline(display: str, error: BaseException, learner_path: Path | 
 
 
 def _root_message(error: BaseException) -> str:
-    text = str(error)
+    """The error's own words, without JAX's advice to file a bug (never the learner's business)."""
+    text = "\n".join(line for line in (_JAX_NOISE.sub("", line) for line in str(error).splitlines())
+                     if line.strip())
     if type(error).__name__ == "JaxRuntimeError" or "Traceback (most recent call last)" in text:
         for line in reversed(text.splitlines()):
             head = line.split(":", 1)[0].strip()
@@ -111,7 +113,8 @@ def outcome_report(error: BaseException) -> tuple[str, bool, str] | None:
     if outcome is None:
         return None
     text = outcome.render()
-    notes = [] if REPRODUCTION_MARK in text else _useful_notes(getattr(error, "__notes__", []))
+    notes = ([] if REPRODUCTION_MARK in text or not outcome.inputs_matter
+             else _useful_notes(getattr(error, "__notes__", [])))
     return "\n".join([text, *notes]), isinstance(outcome, Todo), outcome.headline
 
 
@@ -121,6 +124,16 @@ REPRODUCTION_MARK = "\n  reproduce ("  # where reproduction.py's lines start in 
 def without_reproduction(text: str) -> str:
     """A report without its reproduction lines: what two tests failing the same way share."""
     return text.split(REPRODUCTION_MARK, 1)[0].split("\n  its inputs (", 1)[0]
+
+
+_NUMBER = re.compile(r"-?\d[\d,]*(?:\.\d+)?(?:e[-+]?\d+)?")
+
+
+def same_failure(text: str) -> str:
+    """What two reports of one failure share: the report without its reproduction, every number
+    left out (the shape, the count of NaN, the worst element differ from case to case; the
+    failure does not)."""
+    return _NUMBER.sub("#", without_reproduction(text))
 
 
 def _grading_outcome(error: BaseException) -> GradingOutcome | None:
@@ -139,15 +152,25 @@ _HYPOTHESIS_ADVICE = ("@reproduce_failure", "reproduce_failure(", "@seed(", "--h
                       "You can add @seed", "You can reproduce this example")
 
 
+_DRAWN = re.compile(r"^(?:Failing explicit example|Falsifying(?: explicit)? example):\s*\w+\((?P<args>.*)\)\s*$", re.S)
+
+
 def _useful_notes(notes: list[str]) -> list[str]:
-    """Hypothesis' falsifying example, without fixture noise or advice to edit the test."""
+    """Hypothesis' failing example as one line in the course's words (`  the failing case: ...`),
+    without fixture noise or advice to edit the test."""
     kept = []
     for note in notes:
         lines = [line for line in str(note).splitlines()
                  if "impl=" not in line and "mesh=factory" not in line
                  and not any(advice in line for advice in _HYPOTHESIS_ADVICE)]
-        if any(line.strip() for line in lines):
-            kept.append("\n".join(lines))
+        text = "\n".join(lines).strip()
+        drawn = _DRAWN.match(text)
+        if drawn is not None:
+            args = " ".join(part.strip() for part in drawn["args"].splitlines()).strip().rstrip(",")
+            if args:
+                kept.append(f"  the failing case: {args}")
+        elif text:
+            kept.append(text)
     return kept
 
 
@@ -225,8 +248,9 @@ def _where(source: str, course_root: Path | None) -> str:
 
 
 def parallel_axes_outputs_ignore(program, course_root: Path | None = None) -> list[str]:
-    """Lines naming each grid axis marked "parallel" that an output's index map ignores: the
-    steps along it write one output block, and two cores that split it both write that block."""
+    """A line for each grid axis marked "parallel" that an output's index map ignores (every
+    output that ignores it named in that one line): the steps along it write one output block,
+    and two cores that split them both write that block."""
     from ..readers import traced_program
 
     lines = []
@@ -235,16 +259,24 @@ def parallel_axes_outputs_ignore(program, course_root: Path | None = None) -> li
         grid = jax_internals.kernel_grid(eqn)
         if not semantics or len(semantics) != len(grid.grid):
             continue
-        for operand in grid.outputs:
-            read = jax_internals.grid_axes_read(operand.index_map, len(grid.grid))
-            for axis, kind in enumerate(semantics):
-                if kind == "parallel" and axis not in read and grid.grid[axis] > 1:
-                    lines.append(
-                        f"Grid axis {axis} is marked \"parallel\" (dimension_semantics={semantics}), and the "
-                        f"index map of output {operand.position} {_where(operand.index_map_at, course_root)}"
-                        f"ignores it: its {grid.grid[axis]} steps write one output block, so two cores that "
-                        f"split them both write it. An axis an output's index map ignores is a reduction "
-                        f"(or carries state): mark it \"arbitrary\".")
+        for axis, kind in enumerate(semantics):
+            if kind != "parallel" or grid.grid[axis] <= 1:
+                continue
+            ignoring = [operand for operand in grid.outputs
+                        if axis not in jax_internals.grid_axes_read(operand.index_map, len(grid.grid))]
+            if not ignoring:
+                continue
+            places = [_where(o.index_map_at, course_root).strip().removeprefix("at ") for o in ignoring]
+            places = [p for p in dict.fromkeys(places) if p]
+            outputs = (f"output {ignoring[0].position}" if len(ignoring) == 1 else
+                       "outputs " + ", ".join(str(o.position) for o in ignoring[:-1]) + f" and {ignoring[-1].position}")
+            maps = "index map" if len(ignoring) == 1 else "index maps"
+            lines.append(
+                f"Grid axis {axis} is marked \"parallel\" (dimension_semantics={semantics}), and the {maps} of "
+                f"{outputs}{' (at ' + ', '.join(places) + ')' if places else ''} ignore{'s' if len(ignoring) == 1 else ''} "
+                f"it: its {grid.grid[axis]} steps write one output block, so two cores that split them both "
+                f"write it. An axis an output's index map ignores is a reduction (or carries state): mark it "
+                f"\"arbitrary\".")
     return lines
 
 

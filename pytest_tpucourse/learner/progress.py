@@ -52,6 +52,15 @@ class ExerciseResults:
     tests_shipped: bool | None = None  # the test files are the course's (git HEAD); None: unknown
     not_counted: str = ""  # why passing tests of this run do not count
 
+    def count_message(self, headline: str) -> None:
+        """One more test failed with this headline; a headline that differs from an earlier one only
+        in its numbers (another shape, another count) is counted as that one, said once."""
+        from ..grading.messages import same_failure
+
+        key = same_failure(headline)
+        known = next((h for h in self.messages if same_failure(h) == key), headline)
+        self.messages[known] = self.messages.get(known, 0) + 1
+
     @property
     def first_message(self) -> str:
         """The most telling failure's headline (telling.py), which the state file keeps."""
@@ -88,6 +97,8 @@ class RunProgress:
         self.results: dict[str, ExerciseResults] = {}
         self.unseen_tests = False
         self.run_not_counted = ""  # why nothing this run passed counts (a plugin hooking reports)
+        # TODO headlines of graded tests outside any exercise's file (a gate test calling a stub): how many
+        self.todo_elsewhere: dict[str, int] = {}
 
     def some_tests_unseen(self) -> None:
         """This run's selection may have dropped tests without deselecting them: claim no exercise done."""
@@ -148,6 +159,9 @@ class RunProgress:
     def record(self, report, *, is_todo: bool, message: str = "") -> None:
         entry = self._entry(report.nodeid)
         if entry is None:
+            if is_todo and (report.when == "call" or report.failed):
+                headline = message.strip().removeprefix("TODO: ") or "not written yet"
+                self.todo_elsewhere[headline] = self.todo_elsewhere.get(headline, 0) + 1
             return
         nodeid = report.nodeid
         if report.when == "call" or report.failed or report.skipped:
@@ -166,8 +180,7 @@ class RunProgress:
             elif report.when == "call":
                 entry.passed.add(nodeid)
             if is_todo or report.failed:
-                headline = message.strip() or "failed"
-                entry.messages[headline] = entry.messages.get(headline, 0) + 1
+                entry.count_message(message.strip() or "failed")
 
     def refuse(self, nodeid: str, message: str, *, skipped: bool = False) -> None:
         """A report the course does not take as it says: a pass the session did not see the test
@@ -176,7 +189,7 @@ class RunProgress:
         if entry is None:
             return
         (entry.skipped_elsewhere if skipped else entry.failed).add(nodeid)
-        entry.messages[message] = entry.messages.get(message, 0) + 1
+        entry.count_message(message)
 
     def chapters_seen(self):
         seen = {r.exercise.chapter for r in self.results.values()}
@@ -211,6 +224,8 @@ class RunProgress:
             shown += 1
             lines.append(f"{chapter.label}: {done}/{total} exercises")
             lines.extend(_exercise_line(entry) for entry in entries if entry is not None)
+        for headline, count in self.todo_elsewhere.items():  # a gate test waiting on an exercise
+            lines.append(f"  TODO  {headline}  [{_tests(count)}]")
         if shown or not only_ran:
             complete = (self._chapters_complete(learner_state) if merged
                         else sum(1 for c in self.chapters_seen()

@@ -9,6 +9,7 @@ chapter, with the one module edited) for `--impl-root`.
 
 from __future__ import annotations
 
+import re
 import shutil
 import tomllib
 from dataclasses import dataclass
@@ -30,6 +31,10 @@ class Mutant:
     caught_by: tuple[str, ...]
     edits: tuple[tuple[str, str], ...]
     pytest_args: tuple[str, ...] = ()  # added to its grading run (a short --kernel-timeout)
+    cause: str | None = None  # what the mistake is, in diagnosis/causes.py's words (kernel chapters)
+    # What the chapter README's mistakes table quotes of this mutant's run ("..." stands for text
+    # left out): each must be in the table and in what the mutant's run prints (says_pattern).
+    says: tuple[str, ...] = ()
 
     def apply(self, source: str) -> str:
         for find, replace in self.edits:
@@ -57,9 +62,18 @@ def load_mutants(path: Path, table: str = "mutants") -> list[Mutant]:
             caught_by=tuple(raw.get("caught_by", ())),
             edits=tuple((e["find"], e["replace"]) for e in raw["edits"]),
             pytest_args=tuple(raw.get("pytest_args", ())),
+            cause=raw.get("cause"),
+            says=tuple(raw.get("says", ())),
         )
         for raw in data.get(table, [])
     ]
+
+
+def says_pattern(quoted: str) -> re.Pattern:
+    """A README's quote of a run as a pattern of the run's output: "..." matches any text, and any
+    run of white space (a wrapped line, an indent) any other."""
+    parts = [r"\s+".join(re.escape(word) for word in part.split()) for part in quoted.split("...")]
+    return re.compile(r"(?s)" + ".*?".join(parts))
 
 
 def build_tree(mutant: Mutant, solutions_root: Path, destination: Path) -> Path:

@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import os
 import re
+from dataclasses import dataclass, field
 from pathlib import Path
 
 import pytest
@@ -21,7 +22,7 @@ from ..core.outcomes import first_line
 from ..core.paths import shown
 from ..gates import markers
 from ..grading import backend, leftovers
-from ..grading.messages import outcome_report, without_reproduction
+from ..grading.messages import outcome_report, same_failure
 from .session import CALL_SEEN, GATE_RESULTS, SESSION, CourseSession
 
 _PACKAGE = Path(__file__).resolve().parents[1]  # the package
@@ -132,8 +133,9 @@ def _gate_outcome(session: CourseSession, item: pytest.Item, report: pytest.Test
 
 
 def _headline(session: CourseSession, item: pytest.Item, report: pytest.TestReport, outcome: bool) -> None:
-    """Give a failed report its headline; a graded test failing exactly as an earlier test of
-    the same exercise did gets one line pointing there instead of the whole report again."""
+    """Give a failed report its headline; a graded test failing as an earlier test of the same
+    exercise did (the same report but for its numbers: another case) gets one line pointing there,
+    and the earlier report lists it, instead of the whole report again."""
     crash = getattr(report.longrepr, "reprcrash", None)
     headline = getattr(report, "tpucourse_headline", None) or (
         first_line(crash.message) if crash is not None else first_line(report.longreprtext))
@@ -141,7 +143,26 @@ def _headline(session: CourseSession, item: pytest.Item, report: pytest.TestRepo
     exercise = session.progress.exercise_of(report.nodeid)
     if not outcome or exercise is None:
         return
-    key = (exercise.key, without_reproduction(str(report.longrepr)))
-    earlier = session.failures_reported.setdefault(key, item.name)
-    if earlier != item.name:
-        report.longrepr = f"{headline}\n  (the same report as {earlier} above)"
+    key = (exercise.key, same_failure(str(report.longrepr)))
+    first = session.failures_reported.setdefault(key, FirstReport(item.name, report, str(report.longrepr)))
+    if first.test != item.name:
+        first.also.append(item.name)
+        report.longrepr = f"{headline}\n  (the same failure as {first.test} above)"
+        first.report.longrepr = first.text + "\n  " + first.also_line()
+
+
+@dataclass
+class FirstReport:
+    """The first test of an exercise to fail one way: its report says the failure once, with the
+    tests after it that failed the same way (each of which shows one line pointing here)."""
+
+    test: str
+    report: object
+    text: str
+    also: list = field(default_factory=list)
+
+    def also_line(self) -> str:
+        names = ", ".join(self.also[:4]) + (f" and {len(self.also) - 4} more" if len(self.also) > 4 else "")
+        count = len(self.also)
+        return (f"The same failure in {count} more test{'s' if count != 1 else ''} of this exercise "
+                f"(other cases): {names}.")

@@ -69,7 +69,7 @@ class CourseSession:
         self.problem: str | None = None  # said at the top of the summary (progress not saved)
         self.harness = None  # the gates' timing harness, made on first use on an accelerator
         self.calls_seen: dict[str, str] = {}  # node id -> how the graded call's wrapper saw its call end
-        self.failures_reported: dict = {}  # (exercise, report without its reproduction) -> the test that had it
+        self.failures_reported: dict = {}  # (exercise, messages.same_failure of a report) -> reports.FirstReport
         self.deselected_here: list[str] = []  # node ids this process deselected
         self.foreign: list[str] = []  # plugins hooking reports, from this process and xdist workers
         self.foreign_fixtures: list[str] = []  # course fixtures the graded tests take from elsewhere
