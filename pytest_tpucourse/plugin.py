@@ -71,6 +71,11 @@ def pytest_configure(config: pytest.Config) -> None:
 
         config.stash[RESULTS_RECORD] = record = EndOfRunRecord.from_config(config, session)
         config.pluginmanager.register(record, "tpucourse-results")
+    if config.getoption("watch_run") and session is not None:
+        from .learner.watch_run import WatchRun
+
+        config.pluginmanager.register(WatchRun(config, session.course.root, config.getoption("watch_run")),
+                                      "tpucourse-watch-run")
 
 
 @pytest.hookimpl(trylast=True)  # the run's last word: close() may end the process (session.py)

@@ -15,8 +15,12 @@ def test_roofline_prints_floor_bound_intensity_ridge(capsys):
                      "--dtype", "bfloat16"]) == 0
     out = capsys.readouterr().out
     for line in ("floor       41.1 us (memory-bound)", "intensity   8.0 FLOP/byte",
-                 "ridge       240.2 FLOP/byte (below it: memory-bound)"):
+                 "ridge       240.2 FLOP/byte (below it: memory-bound)",
+                 "decision    compute-bound from m = 273 rows at k = 4096, n = 4096 (this m = 8: memory-bound)"):
         assert line in out
+    assert main.main(["roofline", "--chip", "v5e", "--op", "matmul", "--shape", "8x256x256"]) == 0
+    assert "decision    no row count makes it compute-bound: at k = 256, n = 256 the intensity tends to " \
+           "k·n / (2·(k + n)) = 64.0 FLOP/byte" in capsys.readouterr().out
 
 
 @pytest.mark.parametrize("argv, message", [

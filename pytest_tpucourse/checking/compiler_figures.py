@@ -15,12 +15,12 @@ what the compiler decided; nothing runs and nothing is timed.
   ceil(m / 16) * ceil(k / W) * ceil(n / W) of them: one push of a 16-row bf16 vreg
   through one W x W weight tile of the MXU.
 
-Measured (libtpu 0.0.42.1, v5e): the compiler adds an internal scratch of its own,
-u32[72, 128] = 36,864 bytes, to kernels that compute on bf16 blocks of fewer than 8
-rows (a bf16 add of 2-row blocks, a bias add of a 1-row bf16 block); a plain copy of
-such blocks has none. XLA may also place a small operand whole in VMEM before the
-kernel starts (an int8 batched matmul of 80 x 384 rows: `copy-start` to memory
-space S(1)), and the kernel then has no window for it; the kernels these checks
+Measured (libtpu 0.0.42.1 and 0.0.50.1, v5e): the compiler adds an internal scratch of its
+own, u32[72, 128] = 36,864 bytes, to some kernels that compute on bf16 blocks of fewer than 8
+rows (a bf16 add of 2-row blocks, a bias add of a 1-row bf16 block), not to others (an add of
+1-row bf16 blocks); a plain copy of such blocks has none. XLA may also place a small operand
+whole in VMEM before the kernel starts (a bf16 batched matmul of 3 x 80 x 384: `copy-start`
+to memory space S(1)), and the kernel then has no window for it; the kernels these checks
 compile were chosen to keep their windows.
 """
 

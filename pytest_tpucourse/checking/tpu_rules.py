@@ -293,8 +293,9 @@ def recorded_grid_points(fn, *args, **kwargs) -> list[tuple[tuple[int, ...], int
 def assert_out_of_bounds_raises(fn, *args, what: str = "an index", **kwargs) -> None:
     """fn(*args) must fail on an out-of-bounds block index under TPU interpret mode.
 
-    The TPU does not check a block index; TPU interpret mode does, and the generic
-    interpreter (`interpret=True`) clamps it to the last block. A function that
+    TPU interpret mode checks a block index; the generic interpreter (`interpret=True`)
+    clamps it to the last block, and so may the compiled kernel on a TPU (a table XLA placed
+    in VMEM: chapter 6's README). A function that
     clamps or wraps an index itself returns a plausible wrong answer instead.
     """
     import jax

@@ -41,6 +41,8 @@ def run(args) -> int:
         print(f"{args.op} {args.shape} {args.dtype} (roofline prediction{where})")
         print("\n".join(_chip_figures(chip, device, args.dtype)))
         print("\n".join(prediction.lines()))
+        if args.op in ("matmul", "matmul_bias_act"):
+            print(_rows_decision(device, model.parse_shape(args.shape), args.dtype))
     else:
         print("\n".join(_chip_figures(chip, device, args.dtype)))
     if args.plot:
@@ -56,6 +58,19 @@ def run(args) -> int:
         roofline_plot.roofline_png(device, args.plot, prediction=prediction, records=points)
         print(f"wrote {args.plot}")
     return 0
+
+
+def _rows_decision(device: chips.Chip, shape, dtype) -> str:
+    """What the roofline decides for a matmul's rows: from how many it is compute-bound."""
+    m, k, n = shape
+    size = model.itemsize(dtype)
+    rows = model.compute_bound_rows(k, n, itemsize=size, peak_flops=device.peak_for(dtype),
+                                    hbm_bandwidth=device.hbm_bandwidth)
+    if rows is None:
+        return (f"decision    no row count makes it compute-bound: at k = {k}, n = {n} the intensity tends "
+                f"to k·n / ({size}·(k + n)) = {k * n / (size * (k + n)):.1f} FLOP/byte, not above the ridge")
+    return (f"decision    compute-bound from m = {rows} rows at k = {k}, n = {n} (this m = {m}: "
+            f"{'compute' if m >= rows else 'memory'}-bound); fewer rows wait on HBM")
 
 
 def _chip_figures(chip: chips.Chip, device: chips.Chip, dtype) -> list[str]:

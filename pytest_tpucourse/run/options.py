@@ -32,7 +32,8 @@ def add_options(parser: pytest.Parser) -> None:
         "--interpret", choices=backend.INTERPRET_MODES, default="auto",
         help="how kernels run: auto (native on a TPU, TPU interpret mode elsewhere; "
         "default), tpu (TPU interpret mode everywhere), fast (generic interpreter: "
-        "quicker, but blind to grid-order, uninitialised-memory and out-of-bounds bugs)",
+        "quicker; it poisons uninitialised floats with NaN too, but is blind to grid-order and "
+        "out-of-bounds bugs)",
     )
     group.addoption(
         "--jax-cache", metavar="DIR", default=".tpucourse/jax-cache",
@@ -71,6 +72,11 @@ def add_options(parser: pytest.Parser) -> None:
         "--tpucourse-results", metavar="FILE", default=None,
         help="write this run's end-of-run record to FILE (each exercise's counts, seconds and first "
         "failure), as its last step; `tpucourse grade` reads it (docs/grading.md)",
+    )
+    group.addoption(
+        "--watch-run", metavar="TOKEN", default=None,
+        help="(what `tpucourse watch` adds) run first the test an edit most likely broke and say its answer "
+        "at once; keep the run's outcomes and times in .tpucourse/watch-history.json under TOKEN",
     )
     if importlib.util.find_spec("xdist") is None:  # say what -n needs instead of "unrecognized arguments"
         group.addoption("-n", "--numprocesses", dest="tpucourse_numprocesses", default=None,
