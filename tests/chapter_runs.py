@@ -151,9 +151,28 @@ def prelaunch(runner: ChapterRunner, items, jobs_of) -> None:
     """Hand every selected test's run to the runner, in test order (a pytest-xdist worker, which
     does not know which tests it will get, hands in each run when its test asks instead)."""
     for item in items:
+        if runner.submitted(item.nodeid):
+            continue
         job = jobs_of(item)
         if job is not None:
             runner.submit(item.nodeid, job)
+
+
+def declared_runs(items) -> list:
+    """The selected tests whose module declares chapter runs (a module-level `chapter_job(item,
+    runner)`), in test order."""
+    return [item for item in items if hasattr(getattr(item, "module", None), "chapter_job")]
+
+
+def launch_at_start(runner: ChapterRunner, items) -> None:
+    """Hand in every declared run of the session before its first test runs.
+
+    The chapter runs are most of the project's suite. Handed in only when the first chapter
+    test asks, they ran after every test before them, and those ran one at a time with the
+    second core idle; handed in at the start, the worker's runs share the machine with the
+    session's own tests, and the chapter tests later find most of their runs done.
+    """
+    prelaunch(runner, declared_runs(items), lambda item: item.module.chapter_job(item, runner))
 
 
 def wait_for(runner: ChapterRunner, item, job_of) -> pytest.RunResult:
@@ -161,7 +180,8 @@ def wait_for(runner: ChapterRunner, item, job_of) -> pytest.RunResult:
     selected run of the item's module is handed in first."""
     if runner.ahead and not runner.submitted(item.nodeid):
         prelaunch(runner, [i for i in item.session.items if i.module is item.module], job_of)
-    runner.submit(item.nodeid, job_of(item))
+    if not runner.submitted(item.nodeid):
+        runner.submit(item.nodeid, job_of(item))
     start = time.perf_counter()
     result = runner.result(item.nodeid)
     result.waited = time.perf_counter() - start

@@ -15,7 +15,7 @@ import time
 
 import pytest
 
-from .chapter_runs import ChapterRunner
+from .chapter_runs import ChapterRunner, declared_runs, launch_at_start
 from .support import FakeCourse, chromium, is_xdist_variable
 
 pytest_plugins = ["pytester"]
@@ -35,10 +35,15 @@ def pytest_configure(config):
 
 
 def pytest_collection_modifyitems(items):
-    """A test that takes pytester (fake_course is built on it) runs pytest: mark it `runs`."""
+    """A test that takes pytester (fake_course is built on it) runs pytest: mark it `runs`.
+    The tests that read chapter runs go last, in their own order: the worker grades the
+    chapters from the session's start (_chapter_runs_from_the_start) while every other test
+    runs, and those tests then find their runs done."""
     for item in items:
         if "pytester" in getattr(item, "fixturenames", ()):
             item.add_marker(pytest.mark.runs)
+    reading = set(map(id, declared_runs(items)))
+    items[:] = [i for i in items if id(i) not in reading] + [i for i in items if id(i) in reading]
 
 
 @pytest.fixture(autouse=True)
@@ -63,6 +68,15 @@ def chapter_runner(request, tmp_path_factory):
     request.config.stash[_RUNNER] = runner
     yield runner
     runner.close()
+
+
+@pytest.fixture(scope="session", autouse=True)
+def _chapter_runs_from_the_start(request):
+    """Every selected chapter run handed to the worker when the session's first test starts
+    (chapter_runs.launch_at_start); a pytest-xdist worker hands in each run when asked."""
+    if hasattr(request.config, "workerinput") or not declared_runs(request.session.items):
+        return
+    launch_at_start(request.getfixturevalue("chapter_runner"), request.session.items)
 
 
 _RUNNER = pytest.StashKey[ChapterRunner]()

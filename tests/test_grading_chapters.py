@@ -33,8 +33,12 @@ FIRST_SUSPECT_RATE = 0.9  # of the kernel chapters' mutants, the share whose rep
 @pytest.fixture
 def chapter_run(request, chapter_runner):
     """The result of this test's run of a chapter (its job_of), as pytester's RunResult."""
-    return wait_for(chapter_runner, request.node,
-                    lambda item: job_of(item, chapter_runner.fresh_path("tree")))
+    return wait_for(chapter_runner, request.node, lambda item: chapter_job(item, chapter_runner))
+
+
+def chapter_job(item, runner) -> ChapterJob | None:
+    """The run a test of this module declares (tests/chapter_runs.py hands them in at the start)."""
+    return job_of(item, runner.fresh_path("tree"))
 
 
 def job_of(item, workdir) -> ChapterJob | None:

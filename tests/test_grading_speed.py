@@ -32,6 +32,7 @@ from pytest_tpucourse.grading.compiled import (
 )
 from pytest_tpucourse.core.outcomes import WrongResult
 
+from .chapter_runs import launch_at_start
 from .chapter_worker import StopFileAtFirstFailure
 
 
@@ -328,6 +329,38 @@ def test_a_file_a_mutant_must_fail_stops_at_its_first_failure(pytester):
                                 plugins=[StopFileAtFirstFailure(["test_caught.py"])])
     result.assert_outcomes(failed=3, passed=1, skipped=2)  # the other file runs to its end
     result.stdout.fnmatch_lines(["*test_caught.py::test_1 *", "*test_passing_elsewhere.py::test_2 *"])
+
+
+class _HandedIn:
+    """A chapter runner that records what is handed in, in order, and runs nothing."""
+
+    def __init__(self):
+        self.jobs: dict[str, str] = {}
+
+    def submitted(self, key):
+        return key in self.jobs
+
+    def submit(self, key, job):
+        assert key not in self.jobs, f"{key} handed in twice"
+        self.jobs[key] = job
+
+
+def test_every_declared_chapter_run_is_handed_in_at_the_start_in_test_order():
+    """The runs go to the worker before the session's first test, whichever module holds them:
+    the session's other tests run while the worker grades the chapters."""
+    import types
+
+    declaring, other = types.ModuleType("declaring"), types.ModuleType("other")
+    declaring.chapter_job = lambda item, runner: None if item.nodeid.endswith("no_run") else f"run of {item.nodeid}"
+    items = [types.SimpleNamespace(nodeid=f"{module.__name__}::{name}", module=module)
+             for module, name in ((other, "first"), (declaring, "stubs"), (declaring, "no_run"),
+                                  (other, "later"), (declaring, "mutant"))]
+    runner = _HandedIn()
+    launch_at_start(runner, items)
+    assert list(runner.jobs.items()) == [("declaring::stubs", "run of declaring::stubs"),
+                                         ("declaring::mutant", "run of declaring::mutant")]
+    launch_at_start(runner, items)  # a run handed in is never declared (its tree built) again
+    assert len(runner.jobs) == 2
 
 
 def test_the_chapter_worker_preloads_without_starting_jax():

@@ -56,8 +56,12 @@ def test_every_kernel_exercise_has_two_honest_variants():
 @pytest.fixture
 def corpus_run(request, chapter_runner):
     """The result of this test's run of its variant set (its job_of), as pytester's RunResult."""
-    return wait_for(chapter_runner, request.node,
-                    lambda item: job_of(item, chapter_runner.fresh_path("course")))
+    return wait_for(chapter_runner, request.node, lambda item: chapter_job(item, chapter_runner))
+
+
+def chapter_job(item, runner) -> ChapterJob | None:
+    """The run a test of this module declares (tests/chapter_runs.py hands them in at the start)."""
+    return job_of(item, runner.fresh_path("course"))
 
 
 def job_of(item, workdir: Path) -> ChapterJob | None:

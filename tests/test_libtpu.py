@@ -331,6 +331,39 @@ def test_a_compile_kept_from_an_earlier_run_is_read_back_without_the_compiler(ke
         _compile_matmul(chip="v6e")
 
 
+_LEARNER_KERNEL = """
+import jax
+import jax.numpy as jnp
+from jax.experimental import pallas as pl
+
+
+def scaled(x):
+    def kernel(x_ref, o_ref):
+        o_ref[...] = x_ref[...] * 3
+    return pl.pallas_call(kernel, out_shape=jax.ShapeDtypeStruct(x.shape, x.dtype))(x)
+"""
+
+
+def _learner_file(tmp_path, lines_above: int):
+    """`scaled` from a learner's file with `lines_above` comment lines added above it."""
+    path = tmp_path / f"scaled_{lines_above}.py"
+    path.write_text("# a note\n" * lines_above + _LEARNER_KERNEL)
+    namespace = {}
+    exec(compile(path.read_text(), str(path), "exec"), namespace)
+    return namespace["scaled"]
+
+
+@needs_libtpu
+def test_lines_added_above_a_kernel_compile_nothing_again(kept_results, tmp_path, monkeypatch):
+    """The kernel's Mosaic body carries the source locations of its lines: a learner's comment
+    added above them moves every one, and the program compiled is still the same."""
+    x = jax.ShapeDtypeStruct((256, 256), jnp.float32)
+    first = libtpu.compile_for(_learner_file(tmp_path, 0), x, chip=chips.get_chip("v5e"), dumps=False)
+    monkeypatch.setattr(libtpu, "_child_compiler", lambda: pytest.fail("compiled again"))
+    moved = libtpu.compile_for(_learner_file(tmp_path, 3), x, chip=chips.get_chip("v5e"), dumps=False)
+    assert moved.from_cache and not first.from_cache
+
+
 @needs_libtpu
 def test_a_refusal_is_kept_but_a_timeout_is_not(kept_results, monkeypatch):
     with pytest.raises(libtpu.TpuCompileError):

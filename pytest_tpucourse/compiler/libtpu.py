@@ -438,11 +438,11 @@ def compile_for(fn, *args, chip: Chip | None = None, dumps: bool = False,
                             stage="lowering") from None
     names = [kernel.name for kernel in mosaic.decode_text(exported.mlir_module())]
     program, mesh = bytes(exported.serialize()), _mesh_axes(shapes)
-    key = _result_key(exported, topology, mesh)
-    reply, dump_dir = _stored_result(key, dumps)
+    key, located = _result_keys(exported, topology, mesh)
+    reply, dump_dir = _stored_result(key, located, dumps)
     if reply is None:
         reply, dump_dir = _child_compiler().compile(program, topology, timeout, mesh=mesh)
-        _store_result(key, reply, dump_dir)
+        _store_result(key, located, reply, dump_dir)
     try:
         if reply.get("timeout"):
             raise TpuCompileError(reply["error"], kind="timeout", code=None, kernel=None, chip_name=chip.name,
@@ -509,9 +509,17 @@ def keep_results_in(directory: Path | None) -> Path | None:
     return previous
 
 
-def _result_key(exported, topology: str, mesh: tuple | None) -> str:
-    """What the compiler's result depends on. The program is keyed without its locations:
-    they hold the Python stack that traced it, which differs between call sites of one program."""
+def _result_keys(exported, topology: str, mesh: tuple | None) -> tuple[str, str]:
+    """(key, located): what the compiler's result depends on, and the same with the source
+    locations of the program's kernels.
+
+    The key holds no location at all: they hold the Python stack that traced the program,
+    which differs between call sites of one program and moves with every line a learner adds
+    above a kernel's code, and the compiled program does not depend on them. Each kernel's
+    Mosaic body (bytecode inside the program's tpu_custom_call) carries its own, so each is
+    read back and printed without them. A refusal quotes locations in its message: it is
+    reused only where `located` is the same (_stored_result).
+    """
     import hashlib
 
     from jaxlib.mlir import ir
@@ -519,23 +527,55 @@ def _result_key(exported, topology: str, mesh: tuple | None) -> str:
     from ..core import jax_internals
 
     with jax_internals.mlir_context():
-        text = ir.Module.parse(exported.mlir_module()).operation.get_asm(enable_debug_info=False)
-    digest = hashlib.sha256(text.encode())
-    for part in (exported.in_shardings_hlo, exported.out_shardings_hlo, exported.nr_devices, exported.platforms,
-                 exported.ordered_effects, exported.calling_convention_version, topology, mesh,
-                 libtpu_version(), _jax_version(), READ_AGAINST, os.environ.get("LIBTPU_INIT_ARGS", "")):
-        digest.update(b"\0" + repr(part).encode())
-    return digest.hexdigest()
+        module = ir.Module.parse(exported.mlir_module())
+        located = module.operation.get_asm(enable_debug_info=False)
+        _kernel_bodies_without_locations(module)
+        text = module.operation.get_asm(enable_debug_info=False)
+    keys = []
+    for program in (text, located):
+        digest = hashlib.sha256(program.encode())
+        for part in (exported.in_shardings_hlo, exported.out_shardings_hlo, exported.nr_devices,
+                     exported.platforms, exported.ordered_effects, exported.calling_convention_version,
+                     topology, mesh, libtpu_version(), _jax_version(), READ_AGAINST,
+                     os.environ.get("LIBTPU_INIT_ARGS", "")):
+            digest.update(b"\0" + repr(part).encode())
+        keys.append(digest.hexdigest())
+    return keys[0], keys[1]
 
 
-def _stored_result(key: str, with_dumps: bool) -> tuple[dict | None, Path | None]:
+def _kernel_bodies_without_locations(module) -> None:
+    """Replace each tpu_custom_call's Mosaic body, in place, by the digest of its text without locations."""
+    import base64
+    import hashlib
+
+    from jaxlib.mlir import ir
+
+    from ..core import jax_internals
+    from ..readers import mosaic
+
+    for call in mosaic.tpu_custom_calls(module.operation):
+        config = json.loads(ir.StringAttr(call.attributes["backend_config"]).value)
+        body = config.get("custom_call_config", {}).get("body")
+        if not isinstance(body, str):
+            continue
+        context = jax_internals.mlir_context(with_tpu_dialect=True)
+        with context, ir.Location.unknown():
+            context.allow_unregistered_dialects = True
+            kernel = ir.Module.parse(base64.b64decode(body)).operation.get_asm(enable_debug_info=False)
+        config["custom_call_config"]["body"] = hashlib.sha256(kernel.encode()).hexdigest()
+        call.attributes["backend_config"] = ir.StringAttr.get(json.dumps(config, sort_keys=True))
+
+
+def _stored_result(key: str, located: str, with_dumps: bool) -> tuple[dict | None, Path | None]:
     """(the reply, a fresh copy of its dumps if asked) of an earlier compile of this program,
-    or (None, None)."""
+    or (None, None). A refusal counts only if compiled from the same locations (it quotes them)."""
     if _results_directory is None:
         return None, None
     stored, copy = _results_directory / key, None
     try:
         reply = json.loads((stored / "reply.json").read_text())
+        if not reply.get("ok") and reply.get("located") != located:
+            return None, None
         if with_dumps:
             copy = Path(tempfile.mkdtemp(prefix="tpucourse-tpu-compile-kept-"))
             atexit.register(shutil.rmtree, copy, True)
@@ -546,9 +586,10 @@ def _stored_result(key: str, with_dumps: bool) -> tuple[dict | None, Path | None
     return {**reply, "from_cache": True}, copy
 
 
-def _store_result(key: str, reply: dict, dump_dir: Path) -> None:
+def _store_result(key: str, located: str, reply: dict, dump_dir: Path) -> None:
     if _results_directory is None or reply.get("timeout") or reply.get("lost"):
         return
+    reply = {**reply, "located": located}
     target = _results_directory / key
     partial = _results_directory / f"{key}.{os.getpid()}.{threading.get_ident()}.partial"
     try:

@@ -89,7 +89,7 @@ def _decode_module(module) -> list[MosaicKernel]:
     from jaxlib.mlir import ir
 
     found = []
-    for call in _tpu_custom_calls(module.operation):
+    for call in tpu_custom_calls(module.operation):
         config = json.loads(ir.StringAttr(call.attributes["backend_config"]).value)
         name = (ir.StringAttr(call.attributes["kernel_name"]).value
                 if "kernel_name" in call.attributes else f"kernel {len(found)}")
@@ -120,14 +120,15 @@ def decode_body(bytecode: bytes, name: str | None = None) -> MosaicKernel:
         )
 
 
-def _tpu_custom_calls(operation):
+def tpu_custom_calls(operation):
+    """Every tpu_custom_call (a Mosaic kernel) in an MLIR operation, nested ones included."""
     for region in operation.regions:
         for block in region.blocks:
             for op in block.operations:
                 if op.operation.name == "stablehlo.custom_call" and \
                         str(op.operation.attributes["call_target_name"]) == '"tpu_custom_call"':
                     yield op.operation
-                yield from _tpu_custom_calls(op.operation)
+                yield from tpu_custom_calls(op.operation)
 
 
 def _count_ops(operation) -> collections.Counter:
