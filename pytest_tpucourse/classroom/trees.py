@@ -1,5 +1,6 @@
-"""A class's trees graded `jobs` at a time, each tree's run in a private folder of one work folder
-that is removed after; Ctrl-C stops every running tree's process group (runner.py)."""
+"""A class's trees graded `jobs` at a time, each tree in its sandbox, whose files live in a private
+folder of one work folder that is removed after; Ctrl-C stops every running tree's sandbox
+(runner.py, sandbox.py)."""
 
 from __future__ import annotations
 
