@@ -5,22 +5,43 @@
 # (one run of its solutions first), as a teacher's second class would.
 #
 #   bash bench/grade_a_class.sh [N=30] [CHAPTER=ch11] [JOBS=2]
+#
+# BEFORE=DIR: also grade the same class with the course checkout at DIR (an earlier commit, e.g.
+# `git archive COMMIT | tar -x -C DIR`, run with this environment's Python and DIR first on
+# PYTHONPATH), the two gradings taking turns ROUNDS times (default 2), so that both see the
+# same load on a shared machine. SEPARATE=0: leave out the separate pytest runs.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 n=${1:-30}; chapter=${2:-ch11}; jobs=${3:-2}
+rounds=${ROUNDS:-2}
 work=$(mktemp -d)
 trap 'rm -rf "$work"' EXIT
 for i in $(seq -w 1 "$n"); do
   mkdir -p "$work/class/t$i" && cp -r "solutions/$chapter" "$work/class/t$i/"
 done
+load() { cut -d' ' -f1-3 /proc/loadavg; }
+grade() {  # grade COURSE_DIR LABEL [PYTHONPATH]: the class graded in the checkout at COURSE_DIR
+  local start
+  start=$(date +%s.%N)
+  (cd "$1" && PYTHONPATH="${3:-${PYTHONPATH:-}}" tpucourse grade "$work"/class/t* --chapters "$chapter" \
+     --jobs "$jobs" -q --out "$work/book-$2.json")
+  echo "$2: tpucourse grade, $n trees, --jobs $jobs: $(echo "$(date +%s.%N) - $start" | bc) s (load average $(load))"
+}
 pytest "exercises/$chapter" --solutions -q -p no:cacheprovider >/dev/null || true  # the cache, warm
-echo "load average at the start: $(cut -d' ' -f1-3 /proc/loadavg)"
-start=$(date +%s.%N)
-tpucourse grade "$work"/class/t* --chapters "$chapter" --jobs "$jobs" -q --out "$work/book.json"
-echo "tpucourse grade, $n trees, --jobs $jobs: $(echo "$(date +%s.%N) - $start" | bc) s"
-start=$(date +%s.%N)
-for tree in "$work"/class/t*; do
-  pytest "exercises/$chapter" --impl-root "$tree" -q -p no:cacheprovider >/dev/null || true
+if [ -n "${BEFORE:-}" ]; then
+  (cd "$BEFORE" && PYTHONPATH="$BEFORE" pytest "exercises/$chapter" --solutions -q -p no:cacheprovider >/dev/null) || true
+fi
+echo "load average at the start: $(load)"
+for round in $(seq 1 "$rounds"); do
+  [ -n "${BEFORE:-}" ] && grade "$BEFORE" "before-$round" "$BEFORE"
+  grade "$PWD" "after-$round"
+  [ -z "${BEFORE:-}" ] && break
 done
-echo "$n separate pytest --impl-root runs: $(echo "$(date +%s.%N) - $start" | bc) s"
-echo "load average at the end: $(cut -d' ' -f1-3 /proc/loadavg)"
+if [ "${SEPARATE:-1}" != 0 ]; then
+  start=$(date +%s.%N)
+  for tree in "$work"/class/t*; do
+    pytest "exercises/$chapter" --impl-root "$tree" -q -p no:cacheprovider >/dev/null || true
+  done
+  echo "$n separate pytest --impl-root runs: $(echo "$(date +%s.%N) - $start" | bc) s"
+fi
+echo "load average at the end: $(load)"

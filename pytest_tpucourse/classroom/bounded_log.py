@@ -48,17 +48,39 @@ class BoundedLog:
 
     def feed(self, data: bytes) -> None:
         start = 0
-        while start < len(data):
+        while start < len(data) and len(self.first) < self.head:  # line by line until the head is full
             end = data.find(b"\n", start)
-            piece = data[start:] if end < 0 else data[start:end]
-            room = self.line_chars * 4 - len(self._line)  # a UTF-8 character is at most 4 bytes
-            if len(piece) > room:
-                self._line_cut = True
-            self._line += piece[:max(room, 0)]
             if end < 0:
+                self._extend(data[start:])
                 return
+            self._extend(data[start:end])
             self._end_line()
             start = end + 1
+        if start >= len(data):
+            return
+        first, last = data.find(b"\n", start), data.rfind(b"\n")
+        if first < 0:
+            self._extend(data[start:])
+            return
+        self._extend(data[start:first])
+        self._end_line()
+        between = data.count(b"\n", first + 1, last + 1)  # whole lines after the first: only the last few kept
+        kept, end = [], last
+        while len(kept) < min(between, self.last.maxlen):
+            begin = data.rfind(b"\n", first, end)
+            kept.append(data[begin + 1:end])
+            end = begin
+        self.lines_seen += between - len(kept)
+        for line in reversed(kept):
+            self._extend(line)
+            self._end_line()
+        self._extend(data[last + 1:])
+
+    def _extend(self, piece: bytes) -> None:
+        room = self.line_chars * 4 - len(self._line)  # a UTF-8 character is at most 4 bytes
+        if len(piece) > room:
+            self._line_cut = True
+        self._line += piece[:max(room, 0)]
 
     def close(self) -> None:
         if self._line or self._line_cut:

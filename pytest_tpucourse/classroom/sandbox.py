@@ -245,6 +245,7 @@ class TreeSandbox:
         env = {k: v for k, v in os.environ.items()
                if k in ENVIRONMENT_KEPT or k.startswith(ENVIRONMENT_PREFIXES)}
         env.update({"HOME": str(self.work), "TMPDIR": str(self.work / "tmp"), "PY_COLORS": "0",
+                    "PYTHONUNBUFFERED": "1",  # what it printed before a crash is kept
                     "USER": "learner", "LOGNAME": "learner"})
         env.setdefault("PATH", "/usr/bin:/bin")
         env.update(extra or {})

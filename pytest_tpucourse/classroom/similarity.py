@@ -8,7 +8,9 @@ in a row). What a file shares with the shipped stub (the course's starting point
 tree began from) is not counted. Two files' similarity is the share of the smaller one's
 fingerprints that the other holds. Listed: pairs at or above THRESHOLD, most alike first,
 saying whether they are byte for byte identical, identical code (the same tokens once names
-and layout are set aside) or similar; and each file alike to the course's own solution.
+and layout are set aside) or similar; and each file alike to the course's own solution. A file
+with fewer than MIN_PRINTS fingerprints of its own (a few lines) is too short to compare, and a
+file reached through a link out of its tree is not the tree's.
 
 This is evidence for a person to read beside the files, never a verdict: two learners may
 write the same short kernel, and a course's idiom leaves little room. Nothing here changes
@@ -35,6 +37,7 @@ FORMAT = 1
 K = 12  # tokens per fingerprinted run
 WINDOW = 6  # runs per winnowing window: every shared run of K + WINDOW - 1 tokens is found
 THRESHOLD = 0.8
+MIN_PRINTS = 8  # a file with fewer fingerprints of its own is too short to be anybody's in particular
 FILE_BYTES = 1 << 20
 NOTE = ("Evidence for a person to read, never a verdict: files of different trees (or a tree and "
         "solutions/) whose code is alike once names, strings, comments and layout are set aside. Two "
@@ -64,9 +67,11 @@ def report(course: Course, chapters, trees: list[str]) -> dict:
         graded = []
         for tree in sorted(trees):
             shown = module_in_tree(tree, chapter, module)
+            if not _inside_tree(Path(shown), Path(tree)):
+                continue  # reached through a link out of the tree: not the tree's file
             found = _fingerprint(Path(shown), shown, base)
-            if found is None or (stub is not None and found.code == stub.code):
-                continue  # no such file, or the stub as shipped
+            if found is None or (stub is not None and found.code == stub.code) or len(found.prints) < MIN_PRINTS:
+                continue  # no such file, the stub as shipped, or too short to tell
             graded.append(found)
         files += len(graded)
         for i, one in enumerate(graded):
@@ -103,6 +108,10 @@ def summary_line(data: dict, path: Path) -> str:
     return (f"similarity: {len(data['pairs'])} pairs of alike files, {len(data['like_solutions'])} files "
             f"alike to solutions/, of {data['files_compared']} compared (evidence for a person, not a "
             f"verdict): {for_terminal(str(path))}")
+
+
+def _inside_tree(path: Path, tree: Path) -> bool:
+    return Path(os.path.realpath(tree)) in Path(os.path.realpath(path)).parents
 
 
 def _alike(one: Fingerprinted, other: Fingerprinted) -> dict | None:
