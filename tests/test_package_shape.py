@@ -340,6 +340,11 @@ TESTED_THROUGH = {
     "classroom.record": "test_classroom.py",
     "classroom.runner": "test_classroom.py",
     "classroom.shards": "test_classroom.py",
+    "classroom.sandbox": "test_classroom.py",
+    "classroom.bounded_log": "test_classroom.py",
+    "classroom.escaping": "test_classroom.py",
+    "classroom.signing": "test_classroom.py",
+    "classroom.similarity": "test_classroom.py",
 }
 
 
