@@ -387,8 +387,8 @@ def test_a_record_without_the_childs_token_does_not_count(tmp_path, kind):
 @pytest.mark.parametrize("kind", ISOLATIONS)
 def test_a_record_with_its_token_counts_and_the_token_is_in_no_environment(tmp_path, kind):
     """Another process could read a child's /proc/PID/environ: the token is not there."""
-    run, ran = _child(tmp_path, "import os, json\nfor item in sorted(os.environ.items()):\n    print(json.dumps(item))\n"
-                      + RECORD, kind)
+    each_line = "import os, json\nfor item in sorted(os.environ.items()):\n    print(json.dumps(item))\n"
+    run, ran = _child(tmp_path, each_line + RECORD, kind)
     assert run.outcome == "finished" and run.record["exitstatus"] == 0
     environment = dict(json.loads(line) for line in ran.stdout_log.lines())
     assert "secret" not in json.dumps(environment) and environment[TOKEN_FD_ENV].isdigit()
@@ -411,8 +411,8 @@ def test_past_its_limit_every_process_is_killed(tmp_path, kind):
 @pytest.mark.runs
 @pytest.mark.parametrize("kind", ISOLATIONS)
 def test_a_run_that_ended_but_whose_process_does_not_is_a_timeout(tmp_path, kind):
-    run, _ = _child(tmp_path, RECORD + "import threading, time\nthreading.Thread(target=time.sleep, args=(600,)).start()\n",
-                    kind, exit_grace=1.0)
+    never_ends = "import threading, time\nthreading.Thread(target=time.sleep, args=(600,)).start()\n"
+    run, _ = _child(tmp_path, RECORD + never_ends, kind, exit_grace=1.0)
     assert run.outcome == "timeout" and "did not exit within 1 s" in run.message
 
 
@@ -464,7 +464,8 @@ def test_a_sandbox_sees_its_tree_and_the_course_and_nothing_else(tmp_path):
     assert not any(seen[k] for k in ("classmate", "out", "solutions", "tests", "git", "network", "course written"))
     assert len(seen["processes"]) <= 2  # bubblewrap's first process and the probe
     assert (seen["uid"] != 0) == (os.geteuid() == 0)  # as root, a throwaway user; else the grader's, mapped
-    assert (tmp_path / "class" / "tree" / "ch01" / "softmax.py").read_text() == "def softmax(x, *, axis=-1):\n    return x\n"
+    original = (tmp_path / "class" / "tree" / "ch01" / "softmax.py").read_text()
+    assert original == "def softmax(x, *, axis=-1):\n    return x\n"
     assert (classmate / "softmax.py").read_text() == "classmate's work\n"
 
 

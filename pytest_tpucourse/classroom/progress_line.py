@@ -42,7 +42,8 @@ class ProgressLine:
         elapsed = self.clock() - self.start
         line = f"grade: {self.done}/{self.total} trees done"
         if self.running:
-            shown = ", ".join(map(for_terminal, self.running[:3])) + (f" +{len(self.running) - 3}" if len(self.running) > 3 else "")
+            more = f" +{len(self.running) - 3}" if len(self.running) > 3 else ""
+            shown = ", ".join(map(for_terminal, self.running[:3])) + more
             line += f", grading {shown}"
         line += f"; {duration(elapsed)} elapsed"
         if 0 < self.done < self.total:
