@@ -470,6 +470,33 @@ def test_a_sandbox_sees_its_tree_and_the_course_and_nothing_else(tmp_path):
 
 
 @pytest.mark.runs
+def test_a_tree_reads_the_shared_compile_cache_and_writes_only_its_own_copy(tmp_path):
+    shared = tmp_path / "course-cache"
+    (shared / "kernel-programs").mkdir(parents=True)
+    (shared / "kernel-programs" / "entry").write_text("compiled by the solutions")
+    tree = tmp_path / "class" / "tree"
+    (tree / "ch01").mkdir(parents=True)
+    view = sandbox.CourseView.of(REPO, hidden=[tree])
+    with sandbox.TreeSandbox(tree, tmp_path / "grading", view, _bubblewrap(), shared_cache=shared) as box:
+        ran = box.run([sys.executable, _script(box, f"""
+            import os
+            entry = os.path.join({str(shared)!r}, "kernel-programs", "entry")
+            print(open(entry).read())
+            try:
+                open(entry, "a").write("poisoned")  # the entry itself (a link to the shared one, not its own)
+            except OSError:
+                pass
+            open(entry + ".mine", "w").write("poisoned")
+            os.replace(entry + ".mine", entry)  # its own folder's name for it
+            open(os.path.join({str(shared)!r}, "new-entry"), "w").write("the tree's")
+        """)], timeout=60)
+        assert ran.exit_status == 0, ran.stderr
+        assert ran.stdout_log.first == ("compiled by the solutions",)
+    assert (shared / "kernel-programs" / "entry").read_text() == "compiled by the solutions"
+    assert sorted(p.name for p in shared.rglob("*")) == ["entry", "kernel-programs"]
+
+
+@pytest.mark.runs
 def test_what_a_sandbox_hands_back_is_a_regular_file_within_bounds(tmp_path):
     with _sandbox(tmp_path, _bubblewrap()) as box:
         ran = box.run([sys.executable, _script(box, f"""

@@ -223,12 +223,10 @@ class TreeSandbox:
             return
         self._copy = self.folder / "tree"
         self.refused = _refusal(source, view) or copy_tree(source, self._copy)
-        if self.cache_copy is not None:
-            if self.cache.is_dir():
-                shutil.copytree(self.cache, self.cache_copy, symlinks=True, ignore_dangling_symlinks=True)
-            self.cache_copy.mkdir(mode=0o700, exist_ok=True)
         if self.uid is not None:
             _chown_tree(self.folder, self.uid)
+        if self.cache_copy is not None:
+            _copy_cache(self.cache, self.cache_copy, self.uid)
 
     def __enter__(self) -> TreeSandbox:
         return self
@@ -470,6 +468,35 @@ def copy_tree(source: Path, target: Path) -> str:
                         return f"the tree holds more than {TREE_BYTES >> 20} MB: not copied, not graded"
                     shutil.copyfile(entry.path, there / entry.name, follow_symlinks=False)
     return ""
+
+
+def _copy_cache(shared: Path, copy: Path, uid: int | None) -> None:
+    """The shared compile cache's entries in `copy`, a folder of the sandbox's own. For a throwaway
+    user, hard links to the entries, which it cannot write (they are not its own) but can replace
+    in its folders; else copies, which it may change at will."""
+    copy.mkdir(mode=0o700)
+    if uid is not None:
+        os.chown(copy, uid, uid)
+    if not shared.is_dir():
+        return
+    for here, folders, files in os.walk(shared):
+        there = copy / Path(here).relative_to(shared)
+        for name in folders:
+            (there / name).mkdir(mode=0o700)
+            if uid is not None:
+                os.chown(there / name, uid, uid)
+        for name in files:
+            source = Path(here) / name
+            if source.is_symlink() or not source.is_file():
+                continue
+            try:
+                if uid is None or source.stat().st_uid == uid:
+                    raise OSError("a copy, not a link")
+                os.link(source, there / name)
+            except OSError:
+                shutil.copyfile(source, there / name)
+                if uid is not None:
+                    os.chown(there / name, uid, uid)
 
 
 def _chown_tree(folder: Path, uid: int, gid: int | None = None) -> None:
