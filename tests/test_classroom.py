@@ -512,6 +512,19 @@ def test_what_a_sandbox_hands_back_is_a_regular_file_within_bounds(tmp_path):
     assert len(ran.stdout_log.first[0]) < 1000
 
 
+def test_a_sandbox_sees_python_and_of_the_course_what_a_graded_run_reads(monkeypatch, tmp_path):
+    monkeypatch.syspath_prepend(str(REPO / "tests"))  # as in the course's own test runs
+    view = sandbox.CourseView.of(REPO, hidden=[REPO / "exercises" / "ch01", tmp_path])
+
+    def seen(path: Path) -> bool:
+        return any(path == s or s in path.parents for s in view.shown)
+
+    assert all(seen(REPO / name) for name in ("course.toml", "exercises", "pytest_tpucourse"))
+    assert seen(Path(sys.prefix).resolve()) and seen(Path(sys.base_prefix).resolve())
+    assert not any(seen(REPO / name) for name in ("solutions", "tests", ".git", "docs", ".tpucourse"))
+    assert view.covered() == [REPO / "exercises" / "ch01"]  # the other hidden path is not shown anyway
+
+
 def test_a_tree_with_a_link_out_of_it_is_refused_and_one_inside_it_is_kept(tmp_path):
     outside = tmp_path / "classmate"
     outside.mkdir()

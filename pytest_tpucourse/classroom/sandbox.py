@@ -129,8 +129,9 @@ class CourseView:
         course_root = Path(course_root).resolve()
         hidden = tuple(sorted({Path(p).resolve() for p in hidden}))
         course = [course_root / name for name in COURSE_SHOWN if (course_root / name).exists()]
-        python = [p for p in _python_paths() if not _inside(course_root, p)
-                  and not any(_inside(h, p) for h in hidden)]
+        installs, entries = _python_paths()
+        python = [p for p in [*installs, *(e for e in entries if not _inside(e, course_root))]
+                  if not _inside(course_root, p) and not any(_inside(h, p) for h in hidden)]
         system = [Path(p) for p in SYSTEM_SHOWN if os.path.lexists(p)]
         return cls(course_root, tuple(_outermost([*system, *python, *course])), hidden)
 
@@ -139,18 +140,23 @@ class CourseView:
         return [h for h in self.hidden if any(_inside(h, s) for s in self.shown)]
 
 
-def _python_paths() -> list[Path]:
-    """Python's installation, the environment's packages and what sys.path names."""
-    names = {sys.prefix, sys.base_prefix, sys.exec_prefix, sys.base_exec_prefix,
-             os.path.dirname(os.path.realpath(sys.executable)), os.path.dirname(sys.executable),
-             *(sysconfig.get_paths().get(k, "") for k in ("purelib", "platlib", "stdlib", "platstdlib")),
-             *(p for p in sys.path if p and os.path.isabs(p))}
-    paths = set()
-    for name in names:
-        if name and os.path.exists(name):
-            paths.add(Path(os.path.abspath(name)))
-            paths.add(Path(os.path.realpath(name)))
-    return sorted(p for p in paths if p != Path("/"))
+def _python_paths() -> tuple[list[Path], list[Path]]:
+    """Python's installation and the environment's packages; the other folders sys.path names
+    (of which a sandbox sees none inside the course: tests/ is on it in the course's own runs)."""
+    installs = {sys.prefix, sys.base_prefix, sys.exec_prefix, sys.base_exec_prefix,
+                os.path.dirname(os.path.realpath(sys.executable)), os.path.dirname(sys.executable),
+                *(sysconfig.get_paths().get(k, "") for k in ("purelib", "platlib", "stdlib", "platstdlib"))}
+    entries = {p for p in sys.path if p and os.path.isabs(p)}
+
+    def existing(names) -> list[Path]:
+        paths = set()
+        for name in names:
+            if name and os.path.exists(name):
+                paths.add(Path(os.path.abspath(name)))
+                paths.add(Path(os.path.realpath(name)))
+        return sorted(p for p in paths if p != Path("/"))
+
+    return existing(installs), existing(entries - installs)
 
 
 def _outermost(paths: list[Path]) -> list[Path]:
@@ -348,6 +354,10 @@ class TreeSandbox:
 
     def _bwrap(self, command: list[str], info_fd: int) -> list[str]:
         mounts = _Mounts()
+        mounts.args += ["--proc", "/proc", "--dev", "/dev"]
+        mounts.made |= {Path("/proc"), Path("/dev")}
+        mounts.tmpfs(Path("/dev/shm"), TMP_BYTES)
+        mounts.tmpfs(Path("/tmp"), TMP_BYTES)
         for path in self.view.shown:
             if path.is_symlink() and str(path) in SYSTEM_SHOWN:
                 mounts.symlink(os.readlink(path), path)
@@ -355,9 +365,6 @@ class TreeSandbox:
                 mounts.ro_bind(path, path)
         for path in self.view.covered():
             mounts.cover(path)
-        mounts.args += ["--proc", "/proc", "--dev", "/dev"]
-        mounts.tmpfs(Path("/dev/shm"), TMP_BYTES)
-        mounts.tmpfs(Path("/tmp"), TMP_BYTES)
         mounts.bind(self.work, self.work)
         mounts.bind(self._copy, self.tree_path)
         if self.cache_copy is not None:
