@@ -47,16 +47,15 @@ class GradebookError(ValueError):
     """A gradebook that cannot be read or merged."""
 
 
-def course_facts(course: Course, chapters, *, isolation: str = "none", hypothesis_profile: str = "ci") -> dict:
-    """What every shard's gradebook must agree on: the course's commit, the chapters graded, how
-    the trees were kept apart (sandbox.Isolation.kind) and the hypothesis profile they ran."""
+def course_facts(course: Course, chapters, **grading) -> dict:
+    """What every shard's gradebook must agree on: the course's commit, the chapters graded, and
+    how they were graded (`grading`: isolation, the sandbox.Isolation.kind; hypothesis_profile)."""
     try:
         commit = subprocess.run(["git", "rev-parse", "HEAD"], cwd=course.root, capture_output=True,
                                 text=True, timeout=30).stdout.strip() or None
     except (OSError, subprocess.SubprocessError):
         commit = None
-    return {"commit": commit, "chapters": list(chapters), "isolation": isolation,
-            "hypothesis_profile": hypothesis_profile}
+    return {"commit": commit, "chapters": list(chapters), **grading}
 
 
 def graded_exercises(course: Course, chapters) -> list[str]:
