@@ -32,7 +32,7 @@ SECONDS_PER_CHAPTER = 600.0  # the default wall limit of a tree's run, per chapt
 
 def add_parser(subcommands):
     g = subcommands.add_parser("grade", help="grade many learners' trees (each laid out like solutions/), "
-                               "one pytest process per tree, into a gradebook")
+                               "each in a sandbox of its own, into a gradebook")
     g.add_argument("trees", nargs="*", metavar="TREE", help="the trees to grade")
     g.add_argument("--out", required=True, metavar="FILE", help="the gradebook: JSON, or CSV when FILE ends in .csv")
     g.add_argument("--chapters", metavar="chNN,...", help="the chapters to grade (default: every chapter "
@@ -41,10 +41,10 @@ def add_parser(subcommands):
     g.add_argument("--shard", metavar="K/N", help="grade only the K-th of N stable parts of the sorted trees")
     g.add_argument("--timeout", type=float, metavar="S", help=f"wall limit of one tree's run (default "
                    f"{SECONDS_PER_CHAPTER:g} s per chapter)")
-    g.add_argument("--junitxml", metavar="DIR", help="write one JUnit XML file per tree into DIR")
+    g.add_argument("--junitxml", metavar="DIR", help="write one JUnit XML file per tree into DIR, from the gradebook")
     g.add_argument("--jax-cache", default=".tpucourse/jax-cache", metavar="DIR",
-                   help="the compile cache every tree's run shares (relative to the course root; 'none': "
-                   "each run compiles everything itself)")
+                   help="the compile cache, filled from the course's solutions, that each tree's run starts from a "
+                   "copy of (relative to the course root; 'none': each run compiles everything itself)")
     g.add_argument("--key", metavar="FILE", help="the instructor's key, a file outside every tree: the JSON "
                    "gradebook carries a digest made with it, and --merge takes only gradebooks that verify with it")
     g.add_argument("--no-sandbox", action="store_true", help="grade without a sandbox per tree (each tree's code "
