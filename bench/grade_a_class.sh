@@ -8,8 +8,10 @@
 #
 # BEFORE=DIR: also grade the same class with the course checkout at DIR (an earlier commit, e.g.
 # `git archive COMMIT | tar -x -C DIR`, run with this environment's Python and DIR first on
-# PYTHONPATH), the two gradings taking turns ROUNDS times (default 2), so that both see the
-# same load on a shared machine. SEPARATE=0: leave out the separate pytest runs.
+# PYTHONPATH), the two gradings taking turns ROUNDS times (default 2; FIRST=after starts with
+# this checkout's), so that both see the same load on a shared machine. Each grading prints its
+# wall time and the CPU time (user + system) of it and every process it waited for.
+# SEPARATE=0: leave out the separate pytest runs.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 n=${1:-30}; chapter=${2:-ch11}; jobs=${3:-2}
@@ -21,11 +23,12 @@ for i in $(seq -w 1 "$n"); do
 done
 load() { cut -d' ' -f1-3 /proc/loadavg; }
 grade() {  # grade COURSE_DIR LABEL [PYTHONPATH]: the class graded in the checkout at COURSE_DIR
-  local start
-  start=$(date +%s.%N)
-  (cd "$1" && PYTHONPATH="${3:-${PYTHONPATH:-}}" tpucourse grade "$work"/class/t* --chapters "$chapter" \
-     --jobs "$jobs" -q --out "$work/book-$2.json")
-  echo "$2: tpucourse grade, $n trees, --jobs $jobs: $(echo "$(date +%s.%N) - $start" | bc) s (load average $(load))"
+  local took TIMEFORMAT='%R %U %S'
+  took=$( { time (cd "$1" && PYTHONPATH="${3:-${PYTHONPATH:-}}" tpucourse grade "$work"/class/t* \
+     --chapters "$chapter" --jobs "$jobs" -q --out "$work/book-$2.json" >/dev/null 2>&1); } 2>&1 )
+  read -r wall user system <<<"$took"
+  echo "$2: tpucourse grade, $n trees, --jobs $jobs: $wall s wall, $(echo "$user + $system" | bc) s CPU" \
+       "(load average $(load))"
 }
 pytest "exercises/$chapter" --solutions -q -p no:cacheprovider >/dev/null || true  # the cache, warm
 if [ -n "${BEFORE:-}" ]; then
@@ -33,9 +36,12 @@ if [ -n "${BEFORE:-}" ]; then
 fi
 echo "load average at the start: $(load)"
 for round in $(seq 1 "$rounds"); do
-  [ -n "${BEFORE:-}" ] && grade "$BEFORE" "before-$round" "$BEFORE"
-  grade "$PWD" "after-$round"
-  [ -z "${BEFORE:-}" ] && break
+  if [ -z "${BEFORE:-}" ]; then grade "$PWD" "after"; break; fi
+  if [ "${FIRST:-before}" = after ]; then
+    grade "$PWD" "after-$round"; grade "$BEFORE" "before-$round" "$BEFORE"
+  else
+    grade "$BEFORE" "before-$round" "$BEFORE"; grade "$PWD" "after-$round"
+  fi
 done
 if [ "${SEPARATE:-1}" != 0 ]; then
   start=$(date +%s.%N)
