@@ -54,7 +54,7 @@ HAND_BACK_BYTES = 64 << 20
 NAMESPACE_END_SECONDS = 20.0  # from the command's end to the last process of its namespace gone
 POLL_SECONDS = 0.1
 NOT_COPIED = ("__pycache__",)  # compiled bytecode may differ from the source it claims to be
-ENVIRONMENT_KEPT = ("PATH", "LANG", "LANGUAGE", "TZ", "TERM")
+ENVIRONMENT_KEPT = ("PATH", "PYTHONPATH", "LANG", "LANGUAGE", "TZ", "TERM")  # PYTHONPATH's folders: shown
 ENVIRONMENT_PREFIXES = ("LC_", "JAX_", "XLA_", "TPU_", "LIBTPU_", "TF_CPP_")
 
 
@@ -245,8 +245,8 @@ class TreeSandbox:
         shutil.rmtree(self.folder, ignore_errors=True)
 
     def environment(self, extra: dict[str, str] | None = None) -> dict[str, str]:
-        """The environment of a sandboxed command: a few of the grader's (locale, JAX's and XLA's
-        settings; never its secrets), its own home and TMPDIR, and `extra`."""
+        """The environment of a sandboxed command: a few of the grader's (locale, PYTHONPATH, JAX's and
+        XLA's settings; never its secrets), its own home and TMPDIR, and `extra`."""
         env = {k: v for k, v in os.environ.items()
                if k in ENVIRONMENT_KEPT or k.startswith(ENVIRONMENT_PREFIXES)}
         env.update({"HOME": str(self.work), "TMPDIR": str(self.work / "tmp"), "PY_COLORS": "0",
