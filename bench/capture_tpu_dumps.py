@@ -32,6 +32,7 @@ jax.config.update("jax_num_cpu_devices", 4)  # the sharded program's mesh; befor
 import jax.numpy as jnp  # noqa: E402
 import numpy as np  # noqa: E402
 
+from pytest_tpucourse import chips  # noqa: E402
 from pytest_tpucourse.compiler import libtpu  # noqa: E402
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -89,7 +90,7 @@ def main(argv=None) -> int:
     jobs = {name: job for name, job in jobs.items() if not args.only or name in args.only}
     args.out.mkdir(parents=True, exist_ok=True)
     for name, (fn, arguments) in jobs.items():
-        compiled = libtpu.compile_for(fn, *arguments, chip=CHIP)
+        compiled = libtpu.compile_for(fn, *arguments, chip=chips.get_chip(CHIP))
         shapes = ", ".join(f"{a.dtype}{list(a.shape)}" for a in arguments)
         only = f" --only {name}" if args.only else ""
         header = (f"// XLA:TPU optimized HLO of programs.{name}({shapes}), compiled ahead of time for "

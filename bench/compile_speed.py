@@ -56,6 +56,7 @@ def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--chip", default="v5e")
     args = parser.parse_args()
+    from pytest_tpucourse import chips
     from pytest_tpucourse.compiler import libtpu
 
     if not libtpu.available():
@@ -72,7 +73,7 @@ def main() -> None:
         for dumps in (False, True):
             start = time.perf_counter()
             try:
-                compiled = libtpu.compile_for(fn, *shapes, chip=args.chip, dumps=dumps, **kwargs)
+                compiled = libtpu.compile_for(fn, *shapes, chip=chips.get_chip(args.chip), dumps=dumps, **kwargs)
                 inner = f"{compiled.compile_seconds:.2f} s"
             except libtpu.TpuCompileError as error:
                 verdict, inner = f"{error.kind} ({error.code})" if error.code else error.kind, "-"

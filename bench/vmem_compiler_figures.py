@@ -24,6 +24,7 @@ import jax
 import jax.numpy as jnp
 from jax.experimental import pallas as pl
 
+from pytest_tpucourse import chips
 from pytest_tpucourse.compiler import libtpu
 from pytest_tpucourse.readers import vmem_footprint
 from pytest_tpucourse.checking.compiler_figures import matmul_schedule as matmul
@@ -117,7 +118,7 @@ def model_bytes(kernel, shapes, dtype) -> int:
 def compiler_figure(kernel, shapes, dtype, chip) -> str:
     """What the real compiler says of the kernel for `chip`: the VMEM it needed against the limit."""
     try:
-        libtpu.compile_for(kernel, *operands(shapes, dtype), chip=chip)
+        libtpu.compile_for(kernel, *operands(shapes, dtype), chip=chips.get_chip(chip))
         return "compiles"
     except libtpu.TpuCompileError as error:  # the compiler's refusal is the measurement
         if error.kind == "vmem":

@@ -24,7 +24,7 @@ from dataclasses import dataclass
 from .chips import Chip
 
 __all__ = [
-    "attention_cost", "Cost", "elementwise_cost", "estimated_cost", "itemsize",
+    "attention_cost", "compute_bound_rows", "Cost", "elementwise_cost", "estimated_cost", "itemsize",
     "LAYERNORM_FLOPS_PER_ELEMENT", "marker_cost", "matmul_bias_act_cost", "matmul_cost",
     "op_cost", "operand_cost", "OPS", "parse_shape", "predict", "Prediction", "row_op_cost",
     "SOFTMAX_FLOPS_PER_ELEMENT",
@@ -108,6 +108,27 @@ def matmul_cost(m: int, k: int, n: int, dtype) -> Cost:
     """(m, k) @ (k, n): 2mkn FLOPs; x, y read once and the output written once."""
     _positive(m=m, k=k, n=n)
     return Cost(flops=2 * m * k * n, bytes=(m * k + k * n + m * n) * itemsize(dtype))
+
+
+def compute_bound_rows(k: int, n: int, *, itemsize: int, peak_flops: float, hbm_bandwidth: float) -> int | None:
+    """The fewest rows m for which an (m, k) @ (k, n) matmul is compute-bound (its compute time at
+    least its memory time, a tie counting as compute), or None where no m is: the roofline used
+    for a decision, before any kernel exists.
+
+    Compute-bound means 2mkn / peak >= itemsize (mk + kn + mn) / bandwidth, that is
+    m (2kn / peak - itemsize (k + n) / bandwidth) >= itemsize kn / bandwidth. Where the bracket
+    is not positive (intensity tends to kn / (itemsize (k + n)) as m grows, and that is not
+    above the ridge) no m will do. Solved in exact fractions: a float at the boundary would
+    answer one row off.
+    """
+    from fractions import Fraction
+
+    _positive(k=k, n=n, itemsize=itemsize)
+    peak, bandwidth = Fraction(peak_flops), Fraction(hbm_bandwidth)
+    per_row = 2 * k * n / peak - itemsize * (k + n) / bandwidth
+    if per_row <= 0:
+        return None
+    return max(1, math.ceil(itemsize * k * n / bandwidth / per_row))
 
 
 def elementwise_cost(shape, dtype, *, inputs: int = 2) -> Cost:

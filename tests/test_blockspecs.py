@@ -12,7 +12,7 @@ from jax.experimental.pallas import tpu as pltpu
 from pytest_tpucourse.readers import block_skipping, blockspecs
 from pytest_tpucourse.checking.block_rules import assert_rule_matches_lowering
 from pytest_tpucourse.compiler.block_verdict import compiler_verdict
-from pytest_tpucourse import checks
+from pytest_tpucourse import checks, chips
 from pytest_tpucourse.commands import main
 from pytest_tpucourse.checking import tpu_rules
 from pytest_tpucourse.compiler import libtpu
@@ -59,6 +59,31 @@ def test_the_sandbox_prints_verdict_grid_padding_and_vmem(capsys):
     assert "verdict illegal: dimension -1 of the block is 64: neither a multiple of 128" in capsys.readouterr().out
 
 
+def test_the_sandboxs_headline_and_int8_note_agree_with_the_compilers_verdict():
+    """A block the lowering accepts and the compiler refuses (an 8192 x 8192 f32 block over VMEM) is
+    headed by the refusal, not "legal"; the int8 note says what the installed compiler did, and that
+    libtpu releases differ, never a fixed verdict."""
+    from dataclasses import replace
+
+    from pytest_tpucourse.instruments.blockspec_sandbox import sandbox
+
+    lowered = sandbox((1024, 1024), (8, 128), "int8", compiler=False)
+    assert lowered.headline == "legal: the TPU lowering accepts it" and lowered.compiled is None
+    note = lowered.lines()[-1]
+    assert "(no verdict of it here)" in note and "refused by 0.0.42 (E2002) and compiled by 0.0.50" in note
+    refused = replace(lowered, compiled=False, compiler="compiler v5e: E2002: the block (8, 128) is neither a "
+                      "multiple of int8's tiling (32, 128) nor the array's full extent")
+    assert refused.headline.startswith("refused by the compiler v5e: E2002: the block (8, 128)")
+    assert refused.lines()[1].startswith("verdict refused by the compiler v5e") and "installed one refuses it" in refused.lines()[-1]
+    compiled = replace(lowered, compiled=True, compiler="compiler v5e: compiles (libtpu 0.0.50.1, ahead of time)")
+    assert compiled.headline == "legal: the TPU lowering accepts it and the compiler compiles it"
+    assert "installed one compiles it" in compiled.lines()[-1]
+    vmem = replace(sandbox((8192, 8192), (8192, 8192), "float32", compiler=False), compiled=False,
+                   compiler="compiler v5e: E1001: the copy kernel needs 512.00 MiB of VMEM (input and output "
+                            "block, one buffer each), over its scoped limit of 16.00 MiB")
+    assert vmem.headline.startswith("refused by the compiler v5e: E1001") and "the TPU lowering accepts it" in vmem.headline
+
+
 @needs_libtpu
 def test_the_sandbox_prints_the_compilers_verdict_after_the_lowerings(capsys):
     def sandbox(shape, block, dtype):
@@ -102,7 +127,7 @@ def test_the_compiler_facts_chapter_6_states():
     assert compiler_verdict((1024, 1024), (32, 128), "int8") is None
     x = jax.ShapeDtypeStruct((2048, 2048), jnp.float32)
     with pytest.raises(libtpu.TpuCompileError) as caught:  # chapter 11's matmul, 1024 blocks
-        libtpu.compile_for(_ch11_matmul().resolve(), x, x, chip="v5e", bm=1024, bk=1024, bn=1024)
+        libtpu.compile_for(_ch11_matmul().resolve(), x, x, chip=chips.get_chip("v5e"), bm=1024, bk=1024, bn=1024)
     assert (caught.value.code, caught.value.vmem_needed_bytes, caught.value.vmem_limit_bytes) == (
         "E1001", 28 * 2 ** 20, 16 * 2 ** 20)  # 3 blocks x 2 buffers x 4 MiB + a 4 MiB f32 accumulator
 

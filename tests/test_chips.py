@@ -137,3 +137,98 @@ def test_v7x_has_no_per_link_figure_because_none_is_published():
     v7x = chips.get_chip("v7x")
     assert v7x.ici_link_bandwidth is None and "no published per-link figure" in v7x.sources["ici"]
     assert v7x.ici_chip_bandwidth == 1.2e12
+
+
+# ---------------------------------------------------------------- one chip table
+
+def _chip_name_pattern():
+    """A TPU chip as the package could spell it: a course name, JAX's version, a topology's family,
+    a device kind (v5e, 7x, tpu7x, TPU v5 lite)."""
+    import re
+
+    spellings = set()
+    for chip in chips.builtin_chips().values():
+        if chip.kind == "tpu":
+            spellings |= {chip.name, chip.jax_version, chip.compile_topology.split(":")[0], *chip.device_kinds}
+    spellings.discard(None)
+    alternatives = "|".join(re.escape(s) for s in sorted(spellings, key=len, reverse=True))
+    return re.compile(rf"(?<![\w.])(?:{alternatives})(?![\w])", re.I)
+
+
+def chip_name_literals(source: str) -> list[tuple[int, str]]:
+    """(line, text) of each string constant in a module's source that names a TPU chip: docstrings
+    and help= text of a command's arguments aside."""
+    import ast
+
+    tree = ast.parse(source)
+    aside = set()
+    for node in ast.walk(tree):
+        body = getattr(node, "body", None)
+        if isinstance(node, (ast.Module, ast.ClassDef, ast.FunctionDef, ast.AsyncFunctionDef)) and body \
+                and isinstance(body[0], ast.Expr) and isinstance(body[0].value, ast.Constant):
+            aside.add(id(body[0].value))
+        if isinstance(node, ast.keyword) and node.arg == "help":
+            aside |= {id(inner) for inner in ast.walk(node.value)}
+    pattern = _chip_name_pattern()
+    return [(node.lineno, node.value) for node in ast.walk(tree)
+            if isinstance(node, ast.Constant) and isinstance(node.value, str) and id(node) not in aside
+            and pattern.search(node.value)]
+
+
+def test_no_tpu_chip_is_named_outside_the_chip_table():
+    """Every fact about a chip lives in chips.py: elsewhere the package names none."""
+    from .support import REPO
+
+    package = REPO / "pytest_tpucourse"
+    found = [f"{path.relative_to(REPO)}:{line}: {text[:60]!r}" for path in sorted(package.rglob("*.py"))
+             if path != package / "chips.py"
+             for line, text in chip_name_literals(path.read_text(encoding="utf-8"))]
+    assert found == []
+
+
+def test_the_chip_name_check_sees_a_literal_but_not_a_docstring_or_help():
+    source = ('"""Compiles for v5e."""\n'
+              'def f(parser):\n    """On a v6e."""\n'
+              '    parser.add_argument("--chip", help="v5e, v6e, ...")\n'
+              '    return {"v5p": 1, "tpu": "TPU v5 lite"}, f"compiled for tpu7x {parser}"\n')
+    assert [line for line, _ in chip_name_literals(source)] == [5, 5, 5]
+
+
+def chip_parameters(source: str) -> list[tuple[str, str]]:
+    """(function, annotation) of each parameter named chip or run_chip in a module's source."""
+    import ast
+
+    found = []
+    for node in ast.walk(ast.parse(source)):
+        if isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef)):
+            for arg in node.args.posonlyargs + node.args.args + node.args.kwonlyargs:
+                if arg.arg in ("chip", "run_chip"):
+                    found.append((node.name, ast.unparse(arg.annotation) if arg.annotation else ""))
+    return found
+
+
+def test_every_chip_parameter_is_a_chip():
+    """A function takes a Chip, never a name: names become Chips once, where they come in. Beside a
+    Chip, a name is taken only by the toolkit's public functions, which graded tests call with
+    "v5e" (they resolve it through the run's registry, grading/context.py), and by instruments/."""
+    import re
+
+    from pytest_tpucourse import ir, tpu
+
+    from .support import REPO
+
+    public = set(tpu.__all__) | set(ir.__all__)
+    package = REPO / "pytest_tpucourse"
+    wrong = []
+    for path in sorted(package.rglob("*.py")):
+        relative = path.relative_to(package).as_posix()
+        for function, annotation in chip_parameters(path.read_text(encoding="utf-8")):
+            names = re.search(r"\bstr\b", annotation) is not None
+            if "Chip" not in annotation or (names and not (function in public or relative.startswith("instruments/")
+                                                           or relative == "grading/context.py")):
+                wrong.append(f"{relative}: {function}(chip: {annotation or 'no annotation'})")
+    assert wrong == []
+
+
+def test_the_chip_parameter_check_sees_a_name():
+    assert chip_parameters("def f(chip: str, *, run_chip=None):\n    pass\n") == [("f", "str"), ("f", "")]

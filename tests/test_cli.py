@@ -15,8 +15,12 @@ def test_roofline_prints_floor_bound_intensity_ridge(capsys):
                      "--dtype", "bfloat16"]) == 0
     out = capsys.readouterr().out
     for line in ("floor       41.1 us (memory-bound)", "intensity   8.0 FLOP/byte",
-                 "ridge       240.2 FLOP/byte (below it: memory-bound)"):
+                 "ridge       240.2 FLOP/byte (below it: memory-bound)",
+                 "decision    compute-bound from m = 273 rows at k = 4096, n = 4096 (this m = 8: memory-bound)"):
         assert line in out
+    assert main.main(["roofline", "--chip", "v5e", "--op", "matmul", "--shape", "8x256x256"]) == 0
+    assert "decision    no row count makes it compute-bound: at k = 256, n = 256 the intensity tends to " \
+           "k·n / (2·(k + n)) = 64.0 FLOP/byte" in capsys.readouterr().out
 
 
 @pytest.mark.parametrize("argv, message", [
@@ -132,3 +136,27 @@ def test_roofline_says_which_chip_figures_it_used(capsys):
     out = capsys.readouterr().out
     assert ("v5e: peak 1.97e+14 FLOP/s (bfloat16), HBM 8.2e+11 B/s, ridge 240.2 FLOP/byte "
             "(from jax pltpu.get_tpu_info_for_chip (per TensorCore, x cores))") in out
+
+
+REGISTERS_A_CHIP = """
+    from pytest_tpucourse.chips import Chip
+
+
+    def pytest_tpucourse_register_chips():
+        return [Chip("mychip", "tpu", peak_flops=4e14, hbm_bandwidth=1.6e12, hbm_bytes=32e9,
+                     device_kinds=("TPU my chip",))]
+"""
+
+
+def test_roofline_sees_a_chip_a_conftest_registers(pytester, monkeypatch, capsys):
+    """The command knows the chips a pytest run started here would: built in, or registered by a
+    plugin or a conftest.py through pytest_tpucourse_register_chips."""
+    pytester.makeconftest(REGISTERS_A_CHIP)
+    monkeypatch.chdir(pytester.path)
+    assert main.main(["roofline", "--chip", "mychip", "--op", "add", "--shape", "4096x4096"]) == 0, \
+        capsys.readouterr().err
+    out = capsys.readouterr().out
+    assert "mychip: peak 4e+14 FLOP/s (bfloat16), HBM 1.6e+12 B/s, ridge 250.0 FLOP/byte" in out, out
+    assert main.main(["roofline", "--chip", "yourchip"]) == 2
+    assert "unknown chip 'yourchip'; known chips: v2, v3, v4, v5e, v5p, v6e, v7x, a100, a100-40gb, h100, h200, " \
+           "mychip" in capsys.readouterr().err

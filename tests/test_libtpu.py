@@ -138,14 +138,14 @@ def matmul_one_block(x, y):
 def test_blocks_over_the_scoped_vmem_limit_name_both_sizes():
     x = jax.ShapeDtypeStruct((4096, 1024), jnp.float32)
     with pytest.raises(libtpu.TpuCompileError) as caught:
-        libtpu.compile_for(double, x, chip="v5e", block=(2048, 1024))
+        libtpu.compile_for(double, x, chip=chips.get_chip("v5e"), block=(2048, 1024))
     error = caught.value
     # 8 MiB blocks, input and output, two buffers each: 32 MiB, against v5e's 16 MiB default.
     assert (error.kind, error.code, error.kernel) == ("vmem", "E1001", "_lambda_")
     assert (error.vmem_needed_bytes, error.vmem_limit_bytes) == (32 * 2 ** 20, 16 * 2 ** 20)
     assert "32.00 MiB" in str(error) and "16.00 MiB" in str(error) and "vmem_limit_bytes" in str(error)
     assert error.vmem_limit_bytes == chips.SCOPED_VMEM_LIMITS["v5e"]
-    compiled = libtpu.compile_for(double, x, chip="v6e", block=(2048, 1024))  # 32 MiB limit there
+    compiled = libtpu.compile_for(double, x, chip=chips.get_chip("v6e"), block=(2048, 1024))  # 32 MiB limit there
     assert "tpu_custom_call" in compiled.optimized_hlo and compiled.chip == "v6e"
 
 
@@ -177,7 +177,7 @@ def test_dumps_give_bundles_mxu_instructions_and_vreg_counts(chip, vmatmuls):
     """(256, 256) @ (256, 256) bf16: 4 MXUs of 128² take 16 pushes of a 16-row vreg per 128² weight
     tile, 4 tiles (64); 2 MXUs of 256² hold the weights whole (16)."""
     x = jax.ShapeDtypeStruct((256, 256), jnp.bfloat16)
-    compiled = libtpu.compile_for(matmul_one_block, x, x, chip=chip, dumps=True)
+    compiled = libtpu.compile_for(matmul_one_block, x, x, chip=chips.get_chip(chip), dumps=True)
     kernel = compiled.kernel()
     assert kernel.mxu_ops == vmatmuls
     assert 0 < kernel.bundles and kernel.step_bundles <= kernel.bundles
@@ -283,7 +283,7 @@ def test_a_program_sharded_over_a_mesh_compiles_over_as_many_devices_of_the_topo
                              in_specs=P("x"), out_specs=P())(x)
 
     x = jax.ShapeDtypeStruct((512, 256), jnp.float32, sharding=NamedSharding(four, P("x")))
-    compiled = libtpu.compile_for(column_sums, x, chip="v5e")
+    compiled = libtpu.compile_for(column_sums, x, chip=chips.get_chip("v5e"))
     assert compiled.devices == 4 and compiled.device_kind == "TPU v5 lite"
     assert compiled.optimized_hlo.startswith("HloModule jit_column_sums")
     assert " all-reduce(" in compiled.optimized_hlo or " all-reduce-start(" in compiled.optimized_hlo
@@ -303,12 +303,12 @@ def _compile_matmul(chip: str = "v5e", dumps: bool = True):
     """One call site: the exported program carries its caller's locations, so the same
     test line compiles the same program."""
     x = jax.ShapeDtypeStruct((256, 256), jnp.bfloat16)
-    return libtpu.compile_for(matmul_one_block, x, x, chip=chip, dumps=dumps)
+    return libtpu.compile_for(matmul_one_block, x, x, chip=chips.get_chip(chip), dumps=dumps)
 
 
 def _compile_over_vmem():
     """A refusal every measured libtpu gives, at the compiler's stage: 32 MiB of blocks on a v5e."""
-    return libtpu.compile_for(double, jax.ShapeDtypeStruct((4096, 1024), jnp.float32), chip="v5e",
+    return libtpu.compile_for(double, jax.ShapeDtypeStruct((4096, 1024), jnp.float32), chip=chips.get_chip("v5e"),
                               block=(2048, 1024))
 
 
@@ -351,7 +351,85 @@ def test_a_registered_chip_is_compiled_for_with_its_own_topology():
     import dataclasses
 
     mine = dataclasses.replace(chips.get_chip("v5e"), name="my-v5e", compile_topology="v5e:2x2")
-    assert libtpu._topology_name(mine) == "v5e:2x2" and libtpu._lowering_name(mine) == "v5e"
-    assert libtpu._topology_name("v7x") == chips.get_chip("v7x").compile_topology == "tpu7x:2x2x1"
+    assert libtpu._topology_name(mine) == "v5e:2x2" and chips.jax_version_of(mine) == "v5e"
+    assert libtpu._topology_name(chips.get_chip("v7x")) == chips.get_chip("v7x").compile_topology == "tpu7x:2x2x1"
     with pytest.raises(ValueError, match="no compile_topology"):
         libtpu._topology_name(dataclasses.replace(mine, compile_topology=None))
+
+
+# The run's chip decides every kernel check: the compile check follows --chip as the lowering does.
+COMPILE_AT_THE_RUNS_CHIP = """
+    import jax
+    import jax.numpy as jnp
+    from pytest_tpucourse import tpu
+
+    def test_double_compiles(impl):
+        tpu.assert_compiles_for(impl.double.double, jax.ShapeDtypeStruct((4096, 1024), jnp.float32))
+"""
+# Blocks of 2048 x 1024 f32, input and output, two buffers each: 32 MiB, over v5e's 16 MiB scoped
+# limit and within v6e's 32 MiB.
+DOUBLE_IN_BIG_BLOCKS = """
+    import jax
+    from jax.experimental import pallas as pl
+
+    def double(x):
+        spec = pl.BlockSpec((2048, 1024), lambda i: (i, 0))
+        return pl.pallas_call(lambda x_ref, o_ref: o_ref.__setitem__(..., x_ref[...] * 2),
+                              out_shape=jax.ShapeDtypeStruct(x.shape, x.dtype), grid=(2,),
+                              in_specs=[spec], out_specs=spec)(x)
+"""
+
+
+@needs_libtpu
+def test_the_compile_check_compiles_for_the_runs_chip(fake_course):
+    fake_course.test_file(COMPILE_AT_THE_RUNS_CHIP)
+    fake_course.write("solutions", "double", DOUBLE_IN_BIG_BLOCKS)
+    result = fake_course.run("--solutions", "--chip", "v6e")
+    assert result.ret == pytest.ExitCode.OK, result.stdout.str()
+    result = fake_course.run("--solutions")  # the course's default chip, whose limit is 16 MiB
+    assert result.ret == pytest.ExitCode.TESTS_FAILED
+    result.stdout.fnmatch_lines(["*would not compile for a v5e TPU*32.00 MiB*16.00 MiB*"])
+
+
+@needs_libtpu
+def test_a_registered_chip_compiles_under_its_own_name():
+    """A chip registered through the hook, made from v5e's figures, is the chip the result and its
+    errors name (its lowering rules are v5e's, which JAX knows)."""
+    import dataclasses
+
+    mine = dataclasses.replace(chips.get_chip("v5e"), name="my-v5e")
+    x = jax.ShapeDtypeStruct((4096, 1024), jnp.float32)
+    assert libtpu.compile_for(double, x, chip=mine, block=(8, 1024)).chip == "my-v5e"
+    with pytest.raises(libtpu.TpuCompileError, match="of VMEM on my-v5e") as caught:
+        libtpu.compile_for(double, x, chip=mine, block=(2048, 1024))
+    assert caught.value.chip_name == "my-v5e"
+
+
+REGISTERS_A_CHIP = """
+    import dataclasses
+
+    from pytest_tpucourse import chips
+
+
+    def pytest_tpucourse_register_chips():
+        return [dataclasses.replace(chips.get_chip("v5e"), name="my-v5e", device_kinds=("TPU my v5e",))]
+"""
+
+
+@needs_libtpu
+def test_the_compile_command_sees_a_chip_a_conftest_registers(pytester, monkeypatch, capsys):
+    pytester.makeconftest(REGISTERS_A_CHIP)
+    pytester.makepyfile(kernel="""
+        import jax
+        from jax.experimental import pallas as pl
+
+        def double(x):
+            return pl.pallas_call(lambda x_ref, o_ref: o_ref.__setitem__(..., x_ref[...] * 2),
+                                  out_shape=jax.ShapeDtypeStruct(x.shape, x.dtype))(x)
+    """)
+    monkeypatch.chdir(pytester.path)
+    assert main.main(["compile", "kernel.py:double", "--chip", "my-v5e", "--shape", "8x128"]) == 0, capsys.readouterr()
+    out = capsys.readouterr().out
+    assert "kernel.py:double(float32[8x128]) for my-v5e (topology v5e:2x2)" in out, out
+    assert main.main(["compile", "kernel.py:double", "--chip", "their-v5e", "--shape", "8x128"]) == 2
+    assert "unknown chip 'their-v5e'; known chips: v2, " in capsys.readouterr().err

@@ -293,7 +293,8 @@ def test_every_module_is_in_the_map():
 # the command, the fixture or the check that uses them.
 TESTED_THROUGH = {
     "core.small_files": "test_earned.py", "grading.leftovers": "test_earned.py",
-    "grading.solution_code": "test_earned.py", "grading.toolkit_guard": "test_earned.py",
+    "grading.solution_code": "test_earned.py", "grading.solution_reads": "test_earned.py",
+    "grading.toolkit_guard": "test_earned.py",
     "learner.foreign_plugins": "test_earned.py", "learner.run_markers": "test_earned.py",
     "learner.shipped": "test_earned.py",
     "checking.compiler_figures": "test_libtpu.py", "checking.ir_answers": "test_xray.py",
@@ -330,9 +331,13 @@ TESTED_THROUGH = {
     "readers.traced_program": "test_checks.py", "references": "test_tolerance.py",
     "run.hookspecs": "test_chips.py", "run.mutants": "test_grading_chapters.py",
     "run.session": "test_options_and_markers.py", "run.options": "test_options_and_markers.py", "strategies": "test_grading_chapters.py",
+    "run.collection": "test_options_and_markers.py", "run.graded_call": "test_earned.py",
+    "run.reports": "test_earned.py", "run.lifecycle": "test_earned.py", "run.summary": "test_state.py",
+    "run.fixtures": "test_devices.py", "run.gate_tests": "test_gates.py", "run.registered_chips": "test_cli.py",
     "site.bench": "test_site.py", "site.build": "test_site.py",
     "site.instrument_pages": "test_site.py", "site.instruments": "test_site.py", "site.learner_view": "test_site.py",
-    "site.markdown": "test_site.py", "site.pages": "test_site.py", "site.server": "test_site.py",
+    "site.markdown": "test_site.py", "site.pages": "test_site.py", "site.server": "test_site_server.py",
+    "site.slow_work": "test_site_server.py",
     "site.xray_example": "test_site.py", "tpu": "test_package_shape.py",
     "classroom.gradebook": "test_classroom.py",
     "classroom.junit": "test_classroom.py",
@@ -370,3 +375,106 @@ def test_every_module_with_logic_has_a_test_module():
             stale.append((name, where))
     assert not missing, f"no tests/test_<module>.py and no entry in TESTED_THROUGH: {missing}"
     assert not stale, f"TESTED_THROUGH names test modules that do not exist: {stale}"
+
+
+# ---------------------------------------------------------------- one place per hook
+
+def _hook_names() -> set[str]:
+    """Every hook the course could implement: pytest's, the course's own, and those of the
+    plugins whose hooks it answers (pytest-xdist, pytest-benchmark), where installed."""
+    import _pytest.hookspec
+
+    from pytest_tpucourse.run import hookspecs
+
+    modules = [_pytest.hookspec, hookspecs]
+    for name in ("xdist.newhooks", "pytest_benchmark.hookspec"):
+        if importlib.util.find_spec(name.split(".")[0]) is not None:
+            modules.append(importlib.import_module(name))
+    return {name for module in modules for name in dir(module) if name.startswith("pytest_")}
+
+
+def _specname(function: ast.FunctionDef) -> str:
+    """The hook a function implements: its name, or the specname= of its @hookimpl."""
+    for decorator in function.decorator_list:
+        if isinstance(decorator, ast.Call):
+            for keyword in decorator.keywords:
+                if keyword.arg == "specname" and isinstance(keyword.value, ast.Constant):
+                    return keyword.value.value
+    return function.name
+
+
+def hook_implementations(package_dir=PACKAGE_DIR) -> dict[str, list[str]]:
+    """{hook: [where]}: each module-level hook function ("run/reports.py") and each hook method
+    of a class ("run/reports.py:ReportCounter") in the package, hook specifications aside."""
+    names = _hook_names()
+    found: dict[str, list[str]] = {}
+    for path in sorted(package_dir.rglob("*.py")):
+        relative = path.relative_to(package_dir).as_posix()
+        if relative == "run/hookspecs.py":
+            continue
+        tree = ast.parse(path.read_text(encoding="utf-8"))
+        holders = [(relative, tree.body)] + [(f"{relative}:{node.name}", node.body) for node in tree.body
+                                             if isinstance(node, ast.ClassDef)]
+        for where, body in holders:
+            for node in body:
+                if isinstance(node, ast.FunctionDef) and _specname(node) in names:
+                    found.setdefault(_specname(node), []).append(where)
+    return found
+
+
+# A hook several concerns answer: each implementation in a module of its own. The end-of-run
+# record (registered only with --tpucourse-results) counts each report into its file too.
+SEVERAL_CONCERNS = {
+    "pytest_runtest_logreport": {"run/reports.py:ReportCounter", "classroom/record.py:EndOfRunRecord"},
+}
+
+
+def twice_for_one_concern(found: dict[str, list[str]]) -> dict[str, list[str]]:
+    """The hooks implemented more than once where SEVERAL_CONCERNS does not say so, and those
+    implemented twice in one module (a module and its classes are one concern)."""
+    wrong = {}
+    for hook, where in found.items():
+        modules = [w.split(":")[0] for w in where]
+        if len(set(modules)) < len(modules) or (len(where) > 1 and set(where) != SEVERAL_CONCERNS.get(hook)):
+            wrong[hook] = where
+    return wrong
+
+
+def test_no_hook_is_implemented_twice_for_one_concern():
+    found = hook_implementations()
+    assert "pytest_runtest_call" in found and "pytest_runtest_logreport" in found
+    assert twice_for_one_concern(found) == {}
+
+
+def test_the_hook_rule_fails_on_a_hook_twice():
+    found = {hook: list(where) for hook, where in hook_implementations().items()}
+    found["pytest_runtest_call"].append("run/session.py:CourseSession")  # the graded call in two places
+    found["pytest_sessionstart"].append("run/lifecycle.py:Starter")  # one module answering it twice
+    assert set(twice_for_one_concern(found)) == {"pytest_runtest_call", "pytest_sessionstart"}
+
+
+def test_the_hook_modules_are_the_plugins_pytest_loads():
+    """Every module with hooks is the entry point or one it names in pytest_plugins (fixtures.py
+    has fixtures alone); those are
+    imported by pytest alone (an earlier import would escape its assertion rewriting, with a
+    warning), the entry point reaching one only inside a hook, after pytest loaded it."""
+    plugin = importlib.import_module("pytest_tpucourse.plugin")
+    loaded = {name.removeprefix("pytest_tpucourse.") for name in plugin.pytest_plugins}
+    with_hooks = {where.split(":")[0] for where_all in hook_implementations().values() for where in where_all
+                  if ":" not in where}
+    assert with_hooks <= {f"{name.replace('.', '/')}.py" for name in loaded | {"plugin"}}
+    assert len(with_hooks) >= 6
+    importers = sorted((module, target) for graph in (EAGER, LAZY) for module, targets in graph.items()
+                       for target in targets if target in loaded)
+    assert importers == sorted(("plugin", target) for target in LAZY.get("plugin", ()) if target in loaded)
+    assert not loaded & EAGER.get("plugin", set())
+
+
+def test_the_session_holds_state_and_is_no_plugin(pytestconfig):
+    from pytest_tpucourse.run.session import SESSION, CourseSession
+
+    assert [name for name in dir(CourseSession) if name.startswith("pytest_")] == []
+    session = pytestconfig.stash.get(SESSION, None)
+    if session is None:
+        pytest.skip("this run is no course run (the plugin is off)")
+    assert not pytestconfig.pluginmanager.is_registered(session)

@@ -88,3 +88,25 @@ def test_attention_cost_counts_the_causal_pairs_and_the_backward():
     assert step.bytes == full.bytes + 8 * 1024 * 128 * 2  # + q, o, dO, dq, k, v, dk, dv
     gqa = roofline.attention_cost(1, 4, 1024, 1024, 128, "bfloat16", kv_heads=1)
     assert gqa.bytes == (2 * 4 + 2 * 1) * 1024 * 128 * 2
+
+
+@pytest.mark.parametrize("chip", ["v5e", "v6e", "v5p", "h100"])
+@pytest.mark.parametrize("k, n", [(4096, 4096), (512, 8192), (1024, 384), (256, 256)])
+def test_compute_bound_rows_is_the_first_row_count_whose_compute_time_is_the_longer(chip, k, n):
+    c = chips.get_chip(chip)
+    rows = roofline.compute_bound_rows(k, n, itemsize=2, peak_flops=c.peak_flops, hbm_bandwidth=c.hbm_bandwidth)
+
+    def bound(m):
+        return roofline.predict(c, roofline.matmul_cost(m, k, n, "bfloat16")).bound
+
+    if rows is None:
+        assert all(bound(m) == "memory" for m in (1, 10**3, 10**6, 10**9))
+    else:
+        assert bound(rows) == "compute" and (rows == 1 or bound(rows - 1) == "memory")
+
+
+def test_compute_bound_rows_counts_a_tie_as_compute_and_says_when_no_row_count_will_do():
+    # k = n = 2, itemsize 1, peak 1.5, bandwidth 1: compute 8m / 1.5, memory 4m + 4; equal at m = 3.
+    assert roofline.compute_bound_rows(2, 2, itemsize=1, peak_flops=1.5, hbm_bandwidth=1) == 3
+    # peak 2: compute 4m against memory 4m + 4, never the longer.
+    assert roofline.compute_bound_rows(2, 2, itemsize=1, peak_flops=2, hbm_bandwidth=1) is None

@@ -7,6 +7,7 @@ import jax
 import jax.numpy as jnp
 import pytest
 
+from pytest_tpucourse import chips
 from pytest_tpucourse.commands import main
 from pytest_tpucourse.readers import hlo_text
 from pytest_tpucourse.instruments import xray
@@ -201,7 +202,7 @@ def test_the_tpu_compiler_writes_matrix_products_as_convolutions():
     products (batched too) become convolutions; a matrix-vector product a multiply and a reduce."""
     def opcodes(fn, *shapes):
         args = [jax.ShapeDtypeStruct(shape, jnp.bfloat16) for shape in shapes]
-        module = hlo_text.parse(libtpu.compile_for(fn, *args, chip="v5e").optimized_hlo)
+        module = hlo_text.parse(libtpu.compile_for(fn, *args, chip=chips.get_chip("v5e")).optimized_hlo)
         return {i.opcode for i in module.instructions()}
 
     for product in (opcodes(jnp.matmul, (256, 512), (512, 384)),

@@ -147,8 +147,9 @@ def test_footprint_of_real_kernels(impl):
 # 327,680, and for the bias add 137,216: 100,352 of blocks plus the compiler's own 36,864-byte
 # internal scratch, which its 1-row bf16 bias block brings. The bias is 512 wide here: the
 # compiler allocates whole KiB, and a 640-wide bf16 row (2,560 bytes) takes 3,072. The int8
-# kernel is left out: XLA copies its small operands whole into VMEM before the kernel runs,
-# and the kernel has no windows for them.
+# kernel is left out: the compiler refuses an int8 matmul accumulating in f32 ("float acc with
+# int lhs"), and at this size XLA copies the operands whole into VMEM before the kernel runs
+# (the same kernel in bf16 has no windows for them).
 COMPILED = [
     (KERNELS[0][0], lambda limit: _batched_matmul(None, 384, 256, 128, vmem_limit_bytes=limit), KERNELS[0][2],
      512 * 1024),

@@ -82,8 +82,8 @@ def test_backward_is_pallas_kernels(impl):
     forward = fn.jaxpr(q, k, v, **kwargs)
     if not ir.defines_custom_vjp(forward):
         raise WrongResult(f"{fn.display} defines no jax.custom_vjp: its gradient would be JAX's "
-                          f"autodiff of the forward kernel (a gridded pallas_call with scratch "
-                          f"is not differentiable), not the flash backward.")
+                          f"autodiff of the forward kernel (JAX has no reverse-mode rule for a "
+                          f"pallas_call: jax.grad through one fails), not the flash backward.")
     function = fn.resolve()
     vjp = jax.make_jaxpr(lambda q, k, v, do: jax.vjp(
         lambda *a: function(*a, **kwargs), q, k, v)[1](do))(q, k, v, q)

@@ -11,6 +11,8 @@ from __future__ import annotations
 import json
 from dataclasses import dataclass
 
+from ..chips import DEFAULT_CHIP
+
 # docs/authoring.md section 3: a chapter README's sections, in order ("Gate NN" for a stage only).
 README_SECTIONS = ("What this chapter is", "The ideas", "How your kernels run here", "The exercises",
                    "Running the tests", "Common mistakes and what the grader says", "Gate NN", "Further reading")
@@ -188,7 +190,7 @@ raised) and what the graded tests check. The scaffold's placeholder: 2·x, block
 ## Gate {chapter.gate:02d}
 
 TODO(author): the criteria in the course's words (the gate table, pytest_tpucourse/gates/criteria.py);
-gates pass only on real hardware. `pytest --gates --chip=v5e exercises/{chapter.id}` runs
+gates pass only on real hardware. `pytest --gates --chip={DEFAULT_CHIP} exercises/{chapter.id}` runs
 `exercises/{chapter.id}/test_gate{chapter.gate:02d}.py`; on a CPU its correctness criterion writes an
 off-chip-verified row and nothing is timed.
 ''' if chapter.gate is not None else ""
@@ -247,7 +249,7 @@ def gate_entry(chapter: NewChapter) -> str:
 
 def gate_test(chapter: NewChapter) -> str:
     kernels = ", ".join(f"impl.{name}.{name}" for name in chapter.exercises)
-    return f'''"""Gate {chapter.gate:02d}, {chapter.title}. Run: pytest --gates --chip=v5e exercises/{chapter.id}
+    return f'''"""Gate {chapter.gate:02d}, {chapter.title}. Run: pytest --gates --chip={DEFAULT_CHIP} exercises/{chapter.id}
 
 - correct: the chapter's differential checks at the gate's size, on the kernels the gate table
   names (pytest_tpucourse/gates/criteria.py). Under interpret mode (any CPU) this writes an

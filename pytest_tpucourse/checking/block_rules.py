@@ -6,20 +6,24 @@ block the rule refused but the lowering took.
 
 from __future__ import annotations
 
+from ..chips import Chip
 from ..core.outcomes import WrongResult
+from ..grading.context import resolve_chip
 from ..readers.blockspecs import explain, lowering_error, native_tile
 
 
-def assert_rule_matches_lowering(fn, triples, *, note: str = "", compiler: str | None = None) -> None:
+def assert_rule_matches_lowering(fn, triples, *, note: str = "", compiler: Chip | str | None = None) -> None:
     """fn(array_shape, block_shape, dtype) -> reason | None must agree with the TPU lowering
     on every (array_shape, block_shape, dtype) triple: None exactly where it lowers, a
     non-empty reason (a str) exactly where it does not.
 
-    compiler: a chip whose real compiler (the tpu-compile extra) is asked about the blocks
-    the lowering accepts and fn refuses, so that the failure says what a dtype's tile
-    really decides: whether the compiler, later, takes the block.
+    compiler: a chip (a Chip or a name the run knows) whose real compiler (the tpu-compile extra)
+    is asked about the blocks the lowering accepts and fn refuses, so that the failure says what
+    a dtype's tile really decides: whether the compiler, later, takes the block; None asks none.
     """
     from ..readers.reproduction import reproduction
+
+    compiler = None if compiler is None else resolve_chip(compiler)
 
     for array_shape, block_shape, dtype in triples:
         call = f"{fn.display.split('(')[0]}({tuple(array_shape)}, {tuple(block_shape)}, {dtype!r})"
@@ -39,7 +43,7 @@ def assert_rule_matches_lowering(fn, triples, *, note: str = "", compiler: str |
                               f"{suffix}")
 
 
-def _compiler_note(array_shape, block_shape, dtype, chip: str) -> str:
+def _compiler_note(array_shape, block_shape, dtype, chip: Chip) -> str:
     """What the real compiler makes of a block the lowering accepts, for a rule that refused it."""
     from ..compiler import libtpu
     from ..compiler.block_verdict import compiler_verdict, refusal
@@ -47,8 +51,8 @@ def _compiler_note(array_shape, block_shape, dtype, chip: str) -> str:
     error = compiler_verdict(tuple(array_shape), tuple(block_shape), dtype, chip)
     rows, lanes = native_tile(dtype)
     if error is None:
-        return (f" The {chip} compiler (libtpu {libtpu.libtpu_version()}) compiles it too: "
+        return (f" The {chip.name} compiler (libtpu {libtpu.libtpu_version()}) compiles it too: "
                 f"({rows}, {lanes}) is how {dtype} values fill a vreg, its native tile, not a legality rule.")
     tiling = (" That is the compiler's tiling, checked after the lowering; check_block answers for the "
               "lowering's rule." if error.kind == "tiling" else "")
-    return f" The {chip} compiler refuses it, {refusal(error, dtype)}.{tiling}"
+    return f" The {chip.name} compiler refuses it, {refusal(error, dtype)}.{tiling}"

@@ -15,19 +15,20 @@ what the compiler decided; nothing runs and nothing is timed.
   ceil(m / 16) * ceil(k / W) * ceil(n / W) of them: one push of a 16-row bf16 vreg
   through one W x W weight tile of the MXU.
 
-Measured (libtpu 0.0.42.1, v5e): the compiler adds an internal scratch of its own,
-u32[72, 128] = 36,864 bytes, to kernels that compute on bf16 blocks of fewer than 8
-rows (a bf16 add of 2-row blocks, a bias add of a 1-row bf16 block); a plain copy of
-such blocks has none. XLA may also place a small operand whole in VMEM before the
-kernel starts (an int8 batched matmul of 80 x 384 rows: `copy-start` to memory
-space S(1)), and the kernel then has no window for it; the kernels these checks
+Measured (libtpu 0.0.42.1 and 0.0.50.1, v5e): the compiler adds an internal scratch of its
+own, u32[72, 128] = 36,864 bytes, to some kernels that compute on bf16 blocks of fewer than 8
+rows (a bf16 add of 2-row blocks, a bias add of a 1-row bf16 block), not to others (an add of
+1-row bf16 blocks); a plain copy of such blocks has none. XLA may also place a small operand
+whole in VMEM before the kernel starts (a bf16 batched matmul of 3 x 80 x 384: `copy-start`
+to memory space S(1)), and the kernel then has no window for it; the kernels these checks
 compile were chosen to keep their windows.
 """
 
 from __future__ import annotations
 
-from ..chips import DEFAULT_CHIP
+from ..chips import Chip
 from ..core.outcomes import WrongResult
+from ..grading.context import resolve_chip
 
 # The compiler's internal scratch for bf16 arithmetic on blocks under 8 rows (see above).
 BF16_SMALL_BLOCK_SCRATCH_BYTES = 72 * 128 * 4
@@ -80,8 +81,8 @@ def one_block_matmul(x, y):
     return pl.pallas_call(kernel, out_shape=jax.ShapeDtypeStruct((x.shape[0], y.shape[1]), jnp.float32))(x, y)
 
 
-def vmem_needed_bytes(kernel, *args, chip: str = DEFAULT_CHIP) -> int:
-    """The VMEM bytes the compiler says `kernel` needs, from its E1001 refusal.
+def vmem_needed_bytes(kernel, *args, chip: Chip) -> int:
+    """The VMEM bytes the compiler for `chip` says `kernel` needs, from its E1001 refusal.
 
     The kernel must carry a `vmem_limit_bytes` above its scratch and below its need; one
     that compiles, or fails otherwise, is a mistake of the caller (RuntimeError).
@@ -107,7 +108,7 @@ def compiler_allowance(buffers) -> int:
     return BF16_SMALL_BLOCK_SCRATCH_BYTES if small_bf16 else 0
 
 
-def assert_footprint_matches_compiler(fn, got, kernel, args, *, what: str, chip: str = DEFAULT_CHIP,
+def assert_footprint_matches_compiler(fn, got, kernel, args, *, what: str, chip: Chip | str | None = None,
                                       note: str = "") -> None:
     """fn's answer `got` for kernel's VMEM must be the bytes the compiler needed (vmem_needed_bytes),
     less the compiler's own internal scratch where it adds one (compiler_allowance)."""
@@ -117,16 +118,17 @@ def assert_footprint_matches_compiler(fn, got, kernel, args, *, what: str, chip:
     from .. import checks
     from ..readers import vmem_footprint
 
+    chip = resolve_chip(chip)
     needed = vmem_needed_bytes(kernel, *args, chip=chip)
     (buffers,) = vmem_footprint.kernel_buffers(jax.make_jaxpr(kernel)(*args))
     allowance = compiler_allowance(buffers)
-    counted = (f"the {chip} compiler's E1001 count, {needed:,} bytes" + (
+    counted = (f"the {chip.name} compiler's E1001 count, {needed:,} bytes" + (
         f", less the {allowance:,}-byte internal scratch it adds for a bf16 block under 8 rows" if allowance else ""))
     checks.assert_close(np.asarray(got), np.int64(needed - allowance), fn=fn, dtype="int64",
                         what=f"VMEM bytes of {what}, against {counted}", note=note)
 
 
-def assert_blocks_compile(fn, blocks, m: int, k: int, n: int, *, dtype, chip: str, vmem_limit_bytes: int,
+def assert_blocks_compile(fn, blocks, m: int, k: int, n: int, *, dtype, chip: Chip | str, vmem_limit_bytes: int,
                           note: str = "") -> None:
     """Chapter 11's matmul at `blocks` (fn's pick) must compile for `chip` under vmem_limit_bytes."""
     import jax
@@ -135,6 +137,7 @@ def assert_blocks_compile(fn, blocks, m: int, k: int, n: int, *, dtype, chip: st
     from ..compiler import libtpu
     from ..readers.reproduction import reproduction
 
+    chip = resolve_chip(chip)
     bm, bk, bn = blocks
     args = (jax.ShapeDtypeStruct((m, k), jnp.dtype(dtype)), jax.ShapeDtypeStruct((k, n), jnp.dtype(dtype)))
     suffix = reproduction(fn, note=note)
@@ -144,13 +147,13 @@ def assert_blocks_compile(fn, blocks, m: int, k: int, n: int, *, dtype, chip: st
         if error.kind == "vmem":
             raise WrongResult(
                 f"{fn.display} picked ({bm}, {bk}, {bn}) for a {m}x{k}x{n} {jnp.dtype(dtype).name} matmul; the "
-                f"{chip} compiler refuses chapter 11's matmul at these blocks under vmem_limit_bytes="
+                f"{chip.name} compiler refuses chapter 11's matmul at these blocks under vmem_limit_bytes="
                 f"{vmem_limit_bytes:,}: it needs {error.vmem_needed_bytes:,} bytes ({error.code}).{suffix}") from None
-        raise WrongResult(f"{fn.display} picked ({bm}, {bk}, {bn}); the {chip} compiler refuses chapter 11's "
+        raise WrongResult(f"{fn.display} picked ({bm}, {bk}, {bn}); the {chip.name} compiler refuses chapter 11's "
                           f"matmul at these blocks: {error}{suffix}") from None
 
 
-def vmatmuls(m: int, k: int, n: int, *, chip: str, dtype="bfloat16") -> int:
+def vmatmuls(m: int, k: int, n: int, *, chip: Chip | str, dtype="bfloat16") -> int:
     """The vmatmul instructions in the final bundles of one_block_matmul on (m, k) @ (k, n)."""
     import jax
     import jax.numpy as jnp
@@ -158,22 +161,23 @@ def vmatmuls(m: int, k: int, n: int, *, chip: str, dtype="bfloat16") -> int:
     from ..compiler import libtpu
 
     x, y = jax.ShapeDtypeStruct((m, k), jnp.dtype(dtype)), jax.ShapeDtypeStruct((k, n), jnp.dtype(dtype))
-    return libtpu.compile_for(one_block_matmul, x, y, chip=chip, dumps=True).kernel().mxu_ops
+    return libtpu.compile_for(one_block_matmul, x, y, chip=resolve_chip(chip), dumps=True).kernel().mxu_ops
 
 
-def assert_efficiency_matches_vmatmuls(fn, m: int, k: int, n: int, *, chip: str, mxu_width: int) -> None:
+def assert_efficiency_matches_vmatmuls(fn, m: int, k: int, n: int, *, chip: Chip | str, mxu_width: int) -> None:
     """fn(m, k, n, mxu_width=W, sublanes=16), an MXU efficiency with bf16's 16-row pushes, must be
     the useful MACs over the MACs the compiler's vmatmuls can do: m * k * n / (vmatmuls * 16 * W * W)."""
     import numpy as np
 
     from .. import checks
 
+    chip = resolve_chip(chip)
     pushes = vmatmuls(m, k, n, chip=chip)
     capacity = pushes * BF16_PUSH_ROWS * mxu_width * mxu_width
     got = fn(m, k, n, mxu_width=mxu_width, sublanes=BF16_PUSH_ROWS)
     checks.assert_close(np.float64(got) if isinstance(got, (int, float)) else got, np.float64(m * k * n / capacity),
                         fn=fn, dtype="float64",
-                        what=(f"MXU efficiency (sublanes={BF16_PUSH_ROWS}) of a bf16 ({m}, {k}) @ ({k}, {n}) on {chip}, against the compiler's "
+                        what=(f"MXU efficiency (sublanes={BF16_PUSH_ROWS}) of a bf16 ({m}, {k}) @ ({k}, {n}) on {chip.name}, against the compiler's "
                               f"{pushes} vmatmul (each a {BF16_PUSH_ROWS}-row push through a {mxu_width}x{mxu_width} "
                               f"weight tile: {capacity:,} MACs for {m * k * n:,} useful)"),
-                        note=f"compiled for {chip}")
+                        note=f"compiled for {chip.name}")

@@ -24,6 +24,7 @@ from __future__ import annotations
 import contextlib
 import io
 
+from ..chips import Chip
 from ..core import jax_internals
 from ..readers.mosaic import lowering_for
 from ..core.outcomes import WrongResult
@@ -36,7 +37,7 @@ def assert_lowers_for_tpu(fn, *args, **kwargs) -> None:
 
     Some lowering rules depend on the chip generation (integer `//` and `sign`, for one)
     and ask the local device, which on a CPU is no TPU: they lower for the run's chip
-    (`--chip`, v5e by default) instead.
+    (`--chip`, the course's default chip where none is named) instead.
     """
     import jax
 
@@ -44,7 +45,7 @@ def assert_lowers_for_tpu(fn, *args, **kwargs) -> None:
     function = fn.resolve()
     shapes = jax.tree.map(lambda a: jax.ShapeDtypeStruct(a.shape, a.dtype), args)
     # Interpret mode would replace the Mosaic lowering: switch it off for the trace.
-    with lowering_for(fn.context.lowering_chip):
+    with lowering_for(fn.context.kernel_chip()):
         try:
             jax.jit(lambda *a: function(*a, **kwargs)).trace(*shapes).lower(
                 lowering_platforms=("tpu",))
@@ -52,20 +53,23 @@ def assert_lowers_for_tpu(fn, *args, **kwargs) -> None:
             raise WrongResult(_lowering_refused(fn, error, program, args, kwargs)) from None
 
 
-def assert_compiles_for(fn, *args, chip: str = "v5e", compile_timeout: float | None = None, **kwargs) -> None:
+def assert_compiles_for(fn, *args, chip: Chip | str | None = None, compile_timeout: float | None = None,
+                        **kwargs) -> None:
     """Fail if the real TPU compiler rejects fn(*args, **kwargs) for `chip` (libtpu, ahead of
     time: tiling, scoped VMEM and everything else Mosaic and LLO check); skipped without libtpu.
-    compile_timeout: seconds the compile may take (the test's kernel timeout by default; a
-    gate-sized program of whole-array blocks takes minutes)."""
+    chip: a Chip or a name the run knows; by default the chip the lowering check targets (the
+    run's, `--chip`, or the course's default). compile_timeout: seconds the compile may take (the
+    test's kernel timeout by default; a gate-sized program of whole-array blocks takes minutes)."""
     from ..compiler import libtpu
 
+    chip = fn.context.chip_named(chip)
     fn.jaxpr(*args, **kwargs)  # a stub or a tracing error is reported as such, first
     libtpu.skip_unless_available()
     timeout = compile_timeout or fn.context.deadline.seconds or libtpu.DEFAULT_TIMEOUT_SECONDS
     try:
         libtpu.compile_for(fn.resolve(), *args, chip=chip, timeout=timeout, **kwargs)
     except libtpu.TpuCompileError as error:
-        raise WrongResult(f"{fn.display} would not compile for a {chip} TPU: {error}") from None
+        raise WrongResult(f"{fn.display} would not compile for a {chip.name} TPU: {error}") from None
 
 
 RACE_BETWEEN_CORES = ("two cores touch one buffer without ordering. A reduction grid axis marked "
@@ -148,7 +152,7 @@ def _lowering_refused(fn, error, program, args, kwargs) -> str:
     lines = explained or lowering_text(error, MAX_LINES)
     dtypes = sorted({str(getattr(a, "dtype", type(a).__name__)) for a in args})
     settings = ", ".join(f"{k}={v!r}" for k, v in kwargs.items()) or "the function's default block sizes"
-    checked = (f"(checked: the lowering for a {fn.context.lowering_chip}, {'/'.join(dtypes)} inputs, "
+    checked = (f"(checked: the lowering for a {fn.context.kernel_chip().name}, {'/'.join(dtypes)} inputs, "
                f"{settings})")
     return (f"{fn.display} would not compile for a TPU: the Mosaic lowering rejects it.\n"
             + "\n".join(f"  {line}" for line in [*lines, checked]) + reproduction(fn))
@@ -289,8 +293,9 @@ def recorded_grid_points(fn, *args, **kwargs) -> list[tuple[tuple[int, ...], int
 def assert_out_of_bounds_raises(fn, *args, what: str = "an index", **kwargs) -> None:
     """fn(*args) must fail on an out-of-bounds block index under TPU interpret mode.
 
-    The TPU does not check a block index; TPU interpret mode does, and the generic
-    interpreter (`interpret=True`) clamps it to the last block. A function that
+    TPU interpret mode checks a block index; the generic interpreter (`interpret=True`)
+    clamps it to the last block, and so may the compiled kernel on a TPU (a table XLA placed
+    in VMEM: chapter 6's README). A function that
     clamps or wraps an index itself returns a plausible wrong answer instead.
     """
     import jax

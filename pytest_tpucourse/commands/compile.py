@@ -19,13 +19,15 @@ from pathlib import Path
 
 from .. import chips
 from ..compiler import libtpu
+from ..run import registered_chips
 
 
 def add_parser(subcommands):
     c = subcommands.add_parser("compile", help="compile a kernel for a TPU chip with the real compiler "
                             "(libtpu, no TPU needed): VMEM, layouts, bundles")
     c.add_argument("target", metavar="FILE:FUNCTION", help="e.g. exercises/ch11/matmul.py:matmul")
-    c.add_argument("--chip", default=chips.DEFAULT_CHIP, help=", ".join(chips.COMPILE_TOPOLOGIES))
+    c.add_argument("--chip", default=chips.DEFAULT_CHIP, help=", ".join(chips.TPU_CHIPS) + ", or one a plugin "
+                   "registers with a compile_topology")
     c.add_argument("--shape", required=True, help="the arguments' shapes, comma-separated: 1024x1024,1024x1024")
     c.add_argument("--dtype", default="float32", help="one dtype for all arguments, or one per argument")
     c.add_argument("--kw", action="append", default=[], metavar="NAME=VALUE",
@@ -37,6 +39,7 @@ def run(args) -> int:
     if not libtpu.available():
         print(f"tpucourse compile {libtpu.missing_line()}", file=sys.stderr)
         return 2
+    chip = registered_chips.named(args.chip)  # built in, or registered by a plugin or conftest here
     with libtpu.quiet_libtpu_startup():  # JAX's backends start, and libtpu with them
         import jax
 
@@ -52,13 +55,13 @@ def run(args) -> int:
     kwargs = dict(_keyword(item) for item in args.kw)
     call = (f"{args.target}({', '.join(f'{d}[{_dims(s)}]' for s, d in zip(shapes, dtypes))}"
             + "".join(f", {k}={v!r}" for k, v in kwargs.items()) + ")")
-    print(f"{call} for {args.chip} (topology {chips.COMPILE_TOPOLOGIES.get(args.chip, '?')})")
+    print(f"{call} for {chip.name} (topology {chip.compile_topology or '?'})")
     import jax
 
     print(f"static compiler output of libtpu {libtpu.libtpu_version()} with jax {jax.__version__}, ahead of time: "
           "nothing ran and nothing was timed")
     try:
-        compiled = libtpu.compile_for(function, *structs, chip=args.chip, dumps=True, **kwargs)
+        compiled = libtpu.compile_for(function, *structs, chip=chip, dumps=True, **kwargs)
     except libtpu.TpuCompileError as error:
         print(f"\nthe compiler refuses it: {error}")
         return 1
@@ -67,16 +70,16 @@ def run(args) -> int:
         return 1
     for kernel in compiled.kernels:
         print()
-        print("\n".join(kernel_report(kernel, args.chip)))
+        print("\n".join(kernel_report(kernel, chip)))
     print(f"\ncompiled in {compiled.compile_seconds:.2f} s")
     return 0
 
 
-def kernel_report(kernel: libtpu.KernelOnTpu, chip: str) -> list[str]:
+def kernel_report(kernel: libtpu.KernelOnTpu, chip: chips.Chip) -> list[str]:
     grid = re.search(r"iteration_bounds = array<i64: ([\d, ]+)>", kernel.mosaic_layouts)
     steps = grid.group(1).replace(", ", "x") if grid else "none"
     lines = [f"kernel {kernel.name} (grid {steps})"]
-    limit = chips.SCOPED_VMEM_LIMITS.get(chip)
+    limit = chip.scoped_vmem_bytes
     if kernel.scoped_vmem_bytes is not None:
         against = (f" of the {_mib(limit)} default scoped-VMEM limit" if limit
                    else " (no scoped limit measured for this chip)")

@@ -9,11 +9,12 @@ import re
 
 from .. import chips
 from ..instruments import ici
+from ..run import registered_chips
 
 
 def add_parser(subcommands):
     m = subcommands.add_parser("mesh", help="a collective over a TPU slice, hop by hop, and its predicted time")
-    m.add_argument("--chip", default=chips.DEFAULT_CHIP, help=", ".join(chips.TPU_CHIPS))
+    m.add_argument("--chip", default=chips.DEFAULT_CHIP, help=", ".join(chips.TPU_CHIPS) + ", or one a plugin registers")
     m.add_argument("--topology", required=True, help="chips per mesh axis, e.g. 4x4 or 4x4x4")
     m.add_argument("--op", required=True, choices=ici.OPS)
     m.add_argument("--bytes", required=True, help="the whole array, e.g. 1GiB, 512MB, 34e6")
@@ -24,7 +25,7 @@ def add_parser(subcommands):
 
 
 def run(args) -> int:
-    chip = chips.get_chip(args.chip)
+    chip = registered_chips.named(args.chip)  # built in, or registered by a plugin or conftest here
     if not re.fullmatch(r"\d+([x×]\d+)*", args.topology.lower()):
         raise ValueError(f"--topology {args.topology!r}: chips per axis, e.g. 4x4 or 4x4x4")
     topology = tuple(int(d) for d in re.split(r"[x×]", args.topology.lower()))

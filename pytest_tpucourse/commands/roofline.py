@@ -11,11 +11,12 @@ import sys
 from .. import chips
 from .. import roofline as model
 from ..gates import records as rec
+from ..run import registered_chips
 
 
 def add_parser(subcommands):
     r = subcommands.add_parser("roofline", help="floor, bound, intensity and ridge of an op on a chip")
-    r.add_argument("--chip", default=chips.DEFAULT_CHIP, help=", ".join(chips.KNOWN_CHIPS))
+    r.add_argument("--chip", default=chips.DEFAULT_CHIP, help=", ".join(chips.KNOWN_CHIPS) + ", or one a plugin registers")
     r.add_argument("--op", choices=sorted(model.OPS),
                    help="; ".join(f"{op} ({form})" for op, (form, _) in model.OPS.items()))
     r.add_argument("--shape", help="e.g. 4096x4096x4096")
@@ -26,7 +27,7 @@ def add_parser(subcommands):
 
 
 def run(args) -> int:
-    chip = chips.get_chip(args.chip)
+    chip = registered_chips.named(args.chip)  # built in, or registered by a plugin or conftest here
     device = chip.per_device()  # what one JAX device gets: what gate rows are judged against
     per_device = device is not chip
     prediction = None
@@ -40,6 +41,8 @@ def run(args) -> int:
         print(f"{args.op} {args.shape} {args.dtype} (roofline prediction{where})")
         print("\n".join(_chip_figures(chip, device, args.dtype)))
         print("\n".join(prediction.lines()))
+        if args.op in ("matmul", "matmul_bias_act"):
+            print(_rows_decision(device, model.parse_shape(args.shape), args.dtype))
     else:
         print("\n".join(_chip_figures(chip, device, args.dtype)))
     if args.plot:
@@ -57,7 +60,20 @@ def run(args) -> int:
     return 0
 
 
-def _chip_figures(chip, device, dtype) -> list[str]:
+def _rows_decision(device: chips.Chip, shape, dtype) -> str:
+    """What the roofline decides for a matmul's rows: from how many it is compute-bound."""
+    m, k, n = shape
+    size = model.itemsize(dtype)
+    rows = model.compute_bound_rows(k, n, itemsize=size, peak_flops=device.peak_for(dtype),
+                                    hbm_bandwidth=device.hbm_bandwidth)
+    if rows is None:
+        return (f"decision    no row count makes it compute-bound: at k = {k}, n = {n} the intensity tends "
+                f"to k·n / ({size}·(k + n)) = {k * n / (size * (k + n)):.1f} FLOP/byte, not above the ridge")
+    return (f"decision    compute-bound from m = {rows} rows at k = {k}, n = {n} (this m = {m}: "
+            f"{'compute' if m >= rows else 'memory'}-bound); fewer rows wait on HBM")
+
+
+def _chip_figures(chip: chips.Chip, device: chips.Chip, dtype) -> list[str]:
     """The figures a prediction uses (one JAX device's), and where they come from."""
     peak = device.peak_for(dtype)
     sources = sorted({chip.sources[k] for k in ("peak_flops", "hbm_bandwidth") if k in chip.sources})

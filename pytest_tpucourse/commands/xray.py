@@ -26,6 +26,7 @@ def add_parser(subcommands):
 
 def run(args) -> int:
     from ..instruments import xray_page
+    from ..run import registered_chips
 
     chip = getattr(args, "chip", None)
     if chip:
@@ -41,7 +42,8 @@ def run(args) -> int:
     shapes = xray_page.parse_shapes(args.shapes or [])
     title = f"{args.target}({', '.join(f'{s.dtype}{list(s.shape)}' for s in shapes)})"
     try:
-        pic = xray_page.picture(function, shapes, re.sub(r"\s+", " ", title), chip=chip)
+        pic = xray_page.picture(function, shapes, re.sub(r"\s+", " ", title),
+                                chip=registered_chips.named(chip) if chip else None)
     except Exception as error:  # the program's own error, or one XLA raises compiling it
         first = str(error).strip().splitlines()[0] if str(error).strip() else ""
         where = f"for a {chip} with the real TPU compiler" if chip else "here"

@@ -10,16 +10,16 @@ from __future__ import annotations
 
 import functools
 
+from ..chips import DEFAULT_CHIP, Chip, get_chip
 from ..readers.blockspecs import first_line, one_block_copy
-
-COMPILER_CHIP = "v5e"
 
 
 @functools.lru_cache(maxsize=1024)
-def compiler_verdict(array_shape: tuple[int, ...], block_shape: tuple, dtype: str, chip: str = COMPILER_CHIP):
-    """None if the real TPU compiler (libtpu, ahead of time for `chip`) compiles the same one-block
-    copy kernel `lowering_error` lowers, else its TpuCompileError (kind "tiling", "vmem", ...).
-    Needs the tpu-compile extra; ask only about blocks the lowering accepts."""
+def compiler_verdict(array_shape: tuple[int, ...], block_shape: tuple, dtype: str, chip: Chip | None = None):
+    """None if the real TPU compiler (libtpu, ahead of time for `chip`, by default the course's
+    default chip) compiles the same one-block copy kernel `lowering_error` lowers, else its
+    TpuCompileError (kind "tiling", "vmem", ...). Needs the tpu-compile extra; ask only about
+    blocks the lowering accepts."""
     import jax
     import jax.numpy as jnp
 
@@ -27,7 +27,8 @@ def compiler_verdict(array_shape: tuple[int, ...], block_shape: tuple, dtype: st
 
     array = jax.ShapeDtypeStruct(tuple(array_shape), jnp.dtype(dtype))
     try:
-        libtpu.compile_for(one_block_copy(tuple(array_shape), tuple(block_shape)), array, chip=chip)
+        libtpu.compile_for(one_block_copy(tuple(array_shape), tuple(block_shape)), array,
+                           chip=chip or get_chip(DEFAULT_CHIP))
     except libtpu.TpuCompileError as error:
         return error
     return None

@@ -38,7 +38,7 @@ from collections import Counter
 from dataclasses import dataclass
 from pathlib import Path
 
-from ..chips import COMPILE_TOPOLOGIES, DEFAULT_CHIP, Chip
+from ..chips import DEFAULT_CHIP, Chip, get_chip
 from ..core import kept_files
 
 READ_AGAINST = "jax/jaxlib 0.10.2 with libtpu 0.0.42.1; jax/jaxlib 0.12.0.1 with libtpu 0.0.50.1"
@@ -315,13 +315,13 @@ class TpuCompileError(Exception):
     are parsed where the compiler prints them.
     """
 
-    def __init__(self, message: str, *, kind: str, code: str | None, kernel: str | None, chip: str,
+    def __init__(self, message: str, *, kind: str, code: str | None, kernel: str | None, chip_name: str,
                  detail: str, vmem_needed_bytes: int | None = None, vmem_limit_bytes: int | None = None,
                  operand: str | None = None, block_shape: tuple | None = None,
                  tiling: tuple | None = None, array_shape: tuple | None = None):
         super().__init__(message)
         self.message, self.kind = message, kind
-        self.code, self.kernel, self.chip, self.detail = code, kernel, chip, detail
+        self.code, self.kernel, self.chip_name, self.detail = code, kernel, chip_name, detail
         self.vmem_needed_bytes, self.vmem_limit_bytes = vmem_needed_bytes, vmem_limit_bytes
         self.operand, self.block_shape, self.tiling, self.array_shape = operand, block_shape, tiling, array_shape
 
@@ -334,12 +334,12 @@ _VMEM_OVER_LIMIT = (r"size ([\d.]+)([KMG]?) and limit ([\d.]+)([KMG]?)",
                     r"Allocation \(size=(\d+)()\) would exceed memory \(size=(\d+)()\)")
 
 
-def translate(detail: str, *, chip: str, kernels: list[str], stage: str = "compile") -> TpuCompileError:
+def translate(detail: str, *, chip_name: str, kernels: list[str], stage: str = "compile") -> TpuCompileError:
     """The compiler's error text, in the course's words (kernels: the program's kernel names)."""
     kernel = kernels[0] if len(kernels) == 1 else None
     who = f"kernel {kernel}" if kernel else (
         f"one of the kernels {', '.join(kernels)}" if kernels else "the program")
-    common = dict(kernel=kernel, chip=chip, detail=detail)
+    common = dict(kernel=kernel, chip_name=chip_name, detail=detail)
     if stage == "lowering":
         return TpuCompileError(
             f"Pallas' TPU lowering rejects {who} before the compiler sees it:\n{_first_lines(detail)}",
@@ -354,7 +354,7 @@ def translate(detail: str, *, chip: str, kernels: list[str], stage: str = "compi
         raise_limit = (", or raise the scoped limit with pltpu.CompilerParams(vmem_limit_bytes=...) "
                        "up to the chip's VMEM" if code == "E1001" else "")
         return TpuCompileError(
-            f"{who} needs {_mib(needed)} of VMEM on {chip} (its blocks, double-buffered, and its "
+            f"{who} needs {_mib(needed)} of VMEM on {chip_name} (its blocks, double-buffered, and its "
             f"scratch), over the compiler's limit of {_mib(limit)}{label}. Use smaller blocks{raise_limit}.",
             kind="vmem", code=code, vmem_needed_bytes=needed, vmem_limit_bytes=limit, **common)
     tiling = re.search(r"(input|output) (\d+)\b.*?Operand of shape \(([^)]*)\) has tiling \(([^)]*)\), "
@@ -370,7 +370,7 @@ def translate(detail: str, *, chip: str, kernels: list[str], stage: str = "compi
             kind="tiling", code=code, operand=operand, block_shape=block, tiling=tile, array_shape=array,
             **common)
     return TpuCompileError(
-        f"the {chip} compiler rejects {who}{label or ' (Mosaic)'}:\n{_first_lines(detail)}",
+        f"the {chip_name} compiler rejects {who}{label or ' (Mosaic)'}:\n{_first_lines(detail)}",
         kind="mosaic", code=code, **common)
 
 
@@ -400,9 +400,11 @@ def _mib(n: int) -> str:
 DEFAULT_TIMEOUT_SECONDS = 120.0  # course blocks compile in 0.1-2.5 s; a 2048² f32 block took 50 s
 
 
-def compile_for(fn, *args, chip: str = DEFAULT_CHIP, dumps: bool = False,
+def compile_for(fn, *args, chip: Chip | None = None, dumps: bool = False,
                 timeout: float | None = DEFAULT_TIMEOUT_SECONDS, **kwargs) -> CompiledForTpu:
-    """Compile fn(*args, **kwargs) for `chip` with the real TPU compiler; nothing runs.
+    """Compile fn(*args, **kwargs) for `chip` (None: the course's default chip) with the real TPU
+    compiler, at the chip's compile topology; nothing runs. The result and its errors name the
+    chip as given, a registered one included.
 
     args are arrays or ShapeDtypeStructs; kwargs are static. A program over several
     devices takes args sharded over a mesh of this host's devices (NamedSharding); it
@@ -423,8 +425,8 @@ def compile_for(fn, *args, chip: str = DEFAULT_CHIP, dumps: bool = False,
 
     if not available():
         raise TpuCompilerMissing()
+    chip = chip or get_chip(DEFAULT_CHIP)
     topology = _topology_name(chip)
-    chip = _lowering_name(chip)
     shapes = jax.tree.map(lambda a: jax.ShapeDtypeStruct(a.shape, a.dtype, sharding=_mesh_sharding(a)), args)
     jitted = jax.jit(_named(lambda *a: fn(*a, **kwargs), getattr(fn, "__name__", "program")))
     with mosaic.lowering_for(chip):
@@ -432,7 +434,7 @@ def compile_for(fn, *args, chip: str = DEFAULT_CHIP, dumps: bool = False,
         try:
             exported = export.export(jitted, platforms=["tpu"])(*shapes)
         except Exception as error:
-            raise translate(f"{type(error).__name__}: {error}", chip=chip, kernels=[],
+            raise translate(f"{type(error).__name__}: {error}", chip_name=chip.name, kernels=[],
                             stage="lowering") from None
     names = [kernel.name for kernel in mosaic.decode_text(exported.mlir_module())]
     program, mesh = bytes(exported.serialize()), _mesh_axes(shapes)
@@ -443,15 +445,15 @@ def compile_for(fn, *args, chip: str = DEFAULT_CHIP, dumps: bool = False,
         _store_result(key, reply, dump_dir)
     try:
         if reply.get("timeout"):
-            raise TpuCompileError(reply["error"], kind="timeout", code=None, kernel=None, chip=chip,
+            raise TpuCompileError(reply["error"], kind="timeout", code=None, kernel=None, chip_name=chip.name,
                                   detail=reply["error"])
         if not reply.get("ok"):
-            raise translate(reply.get("error", "the compiling process failed"), chip=chip, kernels=names)
+            raise translate(reply.get("error", "the compiling process failed"), chip_name=chip.name, kernels=names)
         kernels = tuple(_read_kernels(dump_dir, reply["hlo"])) if dumps else ()
     finally:
         if not dumps and dump_dir is not None:
             shutil.rmtree(dump_dir, ignore_errors=True)
-    return CompiledForTpu(chip, topology, reply["hlo"], reply["seconds"], kernels=kernels,
+    return CompiledForTpu(chip.name, topology, reply["hlo"], reply["seconds"], kernels=kernels,
                           dump_dir=dump_dir if dumps else None, device_kind=reply.get("device_kind", ""),
                           devices=reply.get("devices", 1), from_cache=reply.get("from_cache", False))
 
@@ -473,26 +475,11 @@ def _mesh_axes(shapes) -> tuple | None:
     return None
 
 
-def _lowering_name(chip) -> str:
-    """The built-in TPU a chip lowers and is reported as: its own name, or for a registered Chip
-    the built-in one whose compile topology is of the same family ("v5e:2x2" -> v5e)."""
-    if not isinstance(chip, Chip):
-        return chip
-    family = _topology_name(chip).split(":")[0]
-    return next((name for name, topology in COMPILE_TOPOLOGIES.items() if topology.split(":")[0] == family),
-                chip.name)
-
-
-def _topology_name(chip) -> str:
-    """The compile-only topology of a chip: a registered Chip's own, or the built-in table's."""
-    if isinstance(chip, Chip):
-        if chip.compile_topology is None:
-            raise ValueError(f"chip {chip.name!r} has no compile_topology: libtpu cannot compile for it")
-        return chip.compile_topology
-    try:
-        return COMPILE_TOPOLOGIES[chip]
-    except KeyError:
-        raise ValueError(f"no TPU topology for chip {chip!r}; one of {', '.join(COMPILE_TOPOLOGIES)}") from None
+def _topology_name(chip: Chip) -> str:
+    """The compile-only topology of a chip (the chip table's, or a registered Chip's own)."""
+    if chip.compile_topology is None:
+        raise ValueError(f"chip {chip.name!r} has no compile_topology: libtpu cannot compile for it")
+    return chip.compile_topology
 
 
 # ------------------------------------------------------------------ results kept across runs

@@ -141,7 +141,9 @@ def _own_problem(r: Record, registry, gates) -> str | None:
     if r.method == "self-reported":
         return None
     if r.chip not in registry.names:
-        return f"unknown chip {r.chip!r}"
+        return f"unknown chip {r.chip!r}" + ("" if registry.plugins_asked else
+                                             " (the built-in chips only here: a chip a plugin registers is known "
+                                             "to the pytest runs that load it)")
     if r.method == "measured" and not r.rehearsal:
         detected = chips.chip_for_device(r.platform, r.device_kind, registry)
         if detected != r.chip:

@@ -51,16 +51,18 @@ def roofline_cost(item: pytest.Item) -> roofline.Cost | None:
 
 
 def roofline_prediction(item: pytest.Item, registry: chips.ChipRegistry,
-                        run_chip: str) -> roofline.Prediction | None:
-    """The prediction of a test's roofline marker: for its chip= or else the run's chip."""
+                        run_chip: chips.Chip) -> roofline.Prediction | None:
+    """The prediction of a test's roofline marker: for its chip= (a name the registry knows) or
+    else the run's chip."""
     cost = roofline_cost(item)
     if cost is None:
         return None
-    name = item.get_closest_marker("roofline").kwargs.get("chip") or run_chip
-    return roofline.predict(registry.get(name).per_device(), cost)
+    name = item.get_closest_marker("roofline").kwargs.get("chip")
+    chip = registry.get(name) if name else run_chip
+    return roofline.predict(chip.per_device(), cost)
 
 
-def check(items: list[pytest.Item], registry: chips.ChipRegistry, run_chip: str) -> None:
+def check(items: list[pytest.Item], registry: chips.ChipRegistry, run_chip: chips.Chip) -> None:
     """Refuse a malformed marker (a usage error naming the test); a roofline marker's
     prediction goes into the test's user_properties (junit XML)."""
     for item in items:

@@ -21,6 +21,7 @@ import tempfile
 from dataclasses import dataclass, field
 from pathlib import Path
 
+from .. import chips
 from . import criteria, judge, timer
 from . import records as rec
 from .run import NOTHING_TIMED
@@ -107,8 +108,8 @@ class Rehearsal:
     def note_scaled(self, test_id: str, text: str) -> None:
         self.scaled.setdefault(test_id, []).append(text)
 
-    def header_line(self, chip: str, device_kind: str) -> str:
-        return (f"tpucourse: REHEARSAL of the gates for chip {chip} on {device_kind}: the measuring path "
+    def header_line(self, chip: chips.Chip, device_kind: str) -> str:
+        return (f"tpucourse: REHEARSAL of the gates for chip {chip.name} on {device_kind}: the measuring path "
                 f"on a stand-in clock ({STAND_IN_CALL_SECONDS:g} s a call for every implementation), no "
                 f"number about any chip; rows to {self.path} (marked rehearsal, thrown away)")
 

@@ -12,6 +12,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from pathlib import Path
 
+from .. import chips
 from ..core.course import EXERCISES
 from . import criteria, judge
 from . import records as rec
@@ -81,7 +82,6 @@ class LearnerGates:
 
 
 def learner_gates(course_root: Path) -> LearnerGates:
-    from .. import chips
     from ..core.paths import shown_in_text
 
     loaded = load([Path(course_root) / rec.DEFAULT_PATH], chips.ChipRegistry(), tree=EXERCISES)
@@ -93,11 +93,11 @@ def _has_gate_test(g: criteria.Gate, course_root: Path | None) -> bool:
     return course_root is None or (Path(course_root) / g.test_file()).is_file()
 
 
-def gate_statuses(records, chip: str, *, current: dict | None = None, course_root: Path | None = None,
+def gate_statuses(records, chip_name: str, *, current: dict | None = None, course_root: Path | None = None,
                   gates=None) -> dict[int, dict[str, str]]:
-    """{gate number: {criterion id: status}} for one chip, from accepted rows."""
+    """{gate number: {criterion id: status}} for the chip rows name `chip_name`, from accepted rows."""
     gates = gates if gates is not None else criteria.GATES
-    rows = [r for r in records if r.chip == chip or r.method == "self-reported"]
+    rows = [r for r in records if r.chip == chip_name or r.method == "self-reported"]
     table = {}
     for g in gates:
         mine = [r for r in rows if r.gate == g.number]
@@ -152,17 +152,17 @@ def gate_label(records, number: int, *, current: dict | None = None, course_root
     return criteria.AWAITING
 
 
-def gate_table_lines(records, chip: str, *, course_root: Path | None = None, tree: str = "",
+def gate_table_lines(records, chip_name: str, *, course_root: Path | None = None, tree: str = "",
                      gates=None, current: dict | None = None) -> list[str]:
     gates = gates if gates is not None else criteria.GATES
-    statuses = gate_statuses(records, chip, current=current, course_root=course_root, gates=gates)
+    statuses = gate_statuses(records, chip_name, current=current, course_root=course_root, gates=gates)
     whose = f", rows of {tree}" if tree else ""
-    lines = [f"gates for {chip} (pass only on measured rows; off-chip results are not gate passes{whose})"]
+    lines = [f"gates for {chip_name} (pass only on measured rows; off-chip results are not gate passes{whose})"]
     for g in gates:
         lines.append(f"gate {g.number:02d} {g.title} ({g.chapter})")
         for c in g.criteria:
             status = statuses[g.number][c.id]
-            mine = [r for r in records if r.gate == g.number and r.criterion == c.id and r.chip == chip]
+            mine = [r for r in records if r.gate == g.number and r.criterion == c.id and r.chip == chip_name]
             missing = judge.missing_slots(c, mine)
             detail = (f" ({len(c.slots) - len(missing)}/{len(c.slots)} slots measured)"
                       if c.slots and 0 < len(missing) < len(c.slots) else "")
@@ -222,7 +222,8 @@ def bench_readme(loaded: Loaded, *, course_root: Path | None = None, source: str
     ]
     chip_names = _chips(records)
     if not chip_names:
-        out.append("No records yet: run `pytest --gates --solutions --chip=v5e --records bench/records.jsonl`.")
+        out.append(f"No records yet: run `pytest --gates --solutions --chip={chips.DEFAULT_CHIP} --records "
+                   f"bench/records.jsonl`.")
     out.append(f"Gates passed: {gates_passed(records, current=current, course_root=course_root)}/"
                f"{len(criteria.GATES)} (measured rows only).")
     out.append("")

@@ -11,7 +11,10 @@ Modes:
         reduction axis wrongly marked "parallel" gives wrong results),
         uninitialised memory reads NaN, out-of-bounds block indices raise.
   fast  the generic HLO interpreter (`interpret=True`): several times faster,
-        for quick iteration, but blind to the three bugs above.
+        for quick iteration. It poisons uninitialised floats with NaN too
+        (`_initialize_output_vals`: outputs, scratch, the padding of ragged blocks;
+        integers with their minimum), but runs the grid in order and clamps an
+        out-of-bounds block index: blind to grid-order and bounds bugs.
 """
 
 from __future__ import annotations
@@ -63,8 +66,8 @@ class Backend:
             "native": "natively (compiled by Mosaic)",
             "tpu-interpret": "TPU interpret mode (shuffled parallel grid axes, "
             "NaN-poisoned uninitialised memory, out-of-bounds block indices raise)",
-            "fast-interpret": "the fast generic interpreter (interpret=True: no "
-            "grid shuffling, no NaN poisoning, out-of-bounds reads clamp)",
+            "fast-interpret": "the fast generic interpreter (interpret=True: uninitialised "
+            "floats read NaN, but no grid shuffling, and out-of-bounds block indices clamp)",
         }[self.mode]
 
 

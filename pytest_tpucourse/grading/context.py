@@ -1,18 +1,21 @@
-"""What every graded call of one run shares: its deadline, VMEM budget, lowering chip and caches.
+"""What every graded call of one run shares: its deadline, VMEM budget, chips and caches.
 
 The session builds one GradingContext from the options and activates it for the run; the
 `impl` fixture hands it to the functions it grades, and a function wrapped elsewhere
 (`checks.graded`) finds the active one. Outside a pytest run (a benchmark script) the
-defaults hold: a 60 s deadline, no VMEM check, lowering for the default chip. Activations
-nest, so a pytest run started inside another (pytester in-process) restores the outer
-run's context when it ends.
+defaults hold: a 60 s deadline, no VMEM check, the built-in chips, lowering and compiling
+for the default chip. Activations nest, so a pytest run started inside another (pytester
+in-process) restores the outer run's context when it ends.
+
+A graded test names a chip as it likes ("v5e", a Chip): `resolve_chip` turns the name into
+the run's Chip once, at the toolkit's public functions, seeing the chips plugins registered.
 """
 
 from __future__ import annotations
 
 from dataclasses import dataclass, field
 
-from ..chips import DEFAULT_CHIP
+from ..chips import DEFAULT_CHIP, Chip, ChipRegistry, get_chip
 from .compiled import CompiledPrograms
 from .deadline import Deadline
 from .vmem import VmemBudget
@@ -22,7 +25,10 @@ from .vmem import VmemBudget
 class GradingContext:
     deadline: Deadline = field(default_factory=Deadline)
     vmem: VmemBudget = field(default_factory=VmemBudget)
-    lowering_chip: str = DEFAULT_CHIP  # the TPU that the Mosaic lowering check targets off a TPU
+    # The TPU the kernel checks target off a TPU (the Mosaic lowering, the real compiler, its
+    # figures): the run's chip where it is a TPU; None: the course's default chip.
+    chip: Chip | None = None
+    registry: ChipRegistry | None = None  # the chips this run knows; None: the built-in ones
     programs: CompiledPrograms = field(default_factory=CompiledPrograms)
     # Calls (call_keys.call_key) already seen to run a pallas_call: a hypothesis test calls one
     # function on a few shapes many times, and the trace costs about as much as one
@@ -34,6 +40,25 @@ class GradingContext:
     # The sha256 of the bytes each graded module was imported from (its resolved path as text):
     # what the state file and gate rows record, whatever the file holds later.
     imported: dict = field(default_factory=dict)
+    # The bytes themselves ({resolved path: bytes}): what the graded code was compiled from
+    # (solution_code.py tells a module's own code from code executed into it).
+    imported_sources: dict = field(default_factory=dict)
+    # The shipped solution files the learner's tree opened (solution_reads.SolutionReads), in a
+    # run that grades exercises/; None otherwise.
+    solution_reads: object = None
+
+    def kernel_chip(self) -> Chip:
+        """The TPU the kernel checks target: the run's, or the course's default."""
+        return self.chip or get_chip(DEFAULT_CHIP)
+
+    def chip_named(self, chip: Chip | str | None) -> Chip:
+        """A chip as a graded test names it: a Chip as it is, a name this run knows (built in or
+        registered; ValueError otherwise), None the TPU the kernel checks target."""
+        if chip is None:
+            return self.kernel_chip()
+        if isinstance(chip, Chip):
+            return chip
+        return (self.registry or ChipRegistry()).get(chip)
 
 
 _active: list[GradingContext] = []
@@ -57,3 +82,8 @@ def runs_in_progress() -> int:
 def active() -> GradingContext:
     """The context of the innermost run in progress, or the defaults outside any."""
     return _active[-1] if _active else _outside_a_run
+
+
+def resolve_chip(chip: Chip | str | None) -> Chip:
+    """`chip` as the innermost run in progress knows it (GradingContext.chip_named)."""
+    return active().chip_named(chip)

@@ -13,25 +13,26 @@ from __future__ import annotations
 
 import warnings
 
+from ..chips import Chip
 from ..core import jax_internals
 from ..readers import traced_program
 from ..readers.call_keys import call_key
 
 
 class ScratchTooLarge(Exception):
-    def __init__(self, requested: int, chip: str, capacity: int):
+    def __init__(self, requested: int, chip: Chip, capacity: int):
         self.requested, self.chip, self.capacity = requested, chip, capacity
         super().__init__(
-            f"asks for {_size(requested)} of VMEM scratch; a {chip} TensorCore has {_size(capacity)} "
+            f"asks for {_size(requested)} of VMEM scratch; a {chip.name} TensorCore has {_size(capacity)} "
             f"(scratch_shapes=[pltpu.VMEM(...)] must fit in VMEM, with room left for the blocks)")
 
 
 class VmemBudget:
-    """The VMEM one TensorCore of `chip` has; capacity None turns the check off."""
+    """The VMEM one TensorCore of `chip` has; no chip, or one without a VMEM figure, turns the check off."""
 
-    def __init__(self, chip: str | None = None, capacity: int | None = None):
+    def __init__(self, chip: Chip | None = None):
         self.chip = chip
-        self.capacity = int(capacity) if chip and capacity else None
+        self.capacity = int(chip.vmem_bytes) if chip is not None and chip.vmem_bytes else None
         self._checked: set = set()  # calls (by call_key) already seen to fit
 
     def check(self, function, args, kwargs) -> None:

@@ -28,40 +28,11 @@ import math
 import re
 from dataclasses import dataclass
 
-from ..chips import Chip
+from ..chips import SCALING_BOOK_NETWORKING, Chip
 
 OPS = ("all-gather", "reduce-scatter", "all-reduce")
 SCALING_BOOK_PART3 = "How to Scale Your Model (jax-ml/scaling-book), part 3"
-SCALING_BOOK_PART2_NETWORKING = "How to Scale Your Model (jax-ml/scaling-book), part 2, \"TPU Networking\""
-
-# Which axes of a slice have a wraparound link, per the scaling book (part 2, "TPU Networking"):
-# v4 and v5p slices get theirs from the optical switches, "only available on a full cube": "Any
-# multiple of a full cube (e.g. 4x4x4 or 4x4x8) will have wraparounds provided by the optical
-# switches", while "a 2x2x4 won't have any wraparounds"; v5e and v6e (one 16x16 2D torus, no
-# optical switches) wrap "along any axis of size 16 (meaning an 8x16 has a wraparound on the
-# long axis)". (A footnote of the same part, on bidirectional bandwidth, says training chips
-# wrap on "an axis which is a multiple of 4"; the 2x2x4 example rules that reading out.) No
-# source here states a rule for the other chips.
-CUBE = 4  # the optical switches connect 4x4x4 cubes
-
-
-def _axes_of_16(topology: tuple[int, ...]) -> tuple[bool, ...]:
-    return tuple(size == 16 for size in topology)
-
-
-def _whole_cubes(topology: tuple[int, ...]) -> tuple[bool, ...]:
-    cubes = len(topology) == 3 and all(size % CUBE == 0 for size in topology)
-    return (cubes,) * len(topology)
-
-
-_WRAPAROUND_RULES = {
-    "v5e": ("an axis of 16 chips wraps around, a shorter one does not", _axes_of_16),
-    "v6e": ("an axis of 16 chips wraps around, a shorter one does not", _axes_of_16),
-    "v4": ("every axis wraps around when the slice is made of whole 4x4x4 cubes, none otherwise",
-           _whole_cubes),
-    "v5p": ("every axis wraps around when the slice is made of whole 4x4x4 cubes, none otherwise",
-            _whole_cubes),
-}
+SCALING_BOOK_PART2_NETWORKING = SCALING_BOOK_NETWORKING  # where each chip's wraparound rule comes from
 
 Send = tuple[int, int, int]  # (source chip, destination chip, chunk)
 
@@ -184,10 +155,10 @@ def _brief(value) -> str:
     return text if len(text) <= 80 else text[:77] + "..."
 
 
-def _reach(chip: int, size: int, total: int, bidirectional: bool, wraparound: bool) -> tuple[int, int]:
-    """Hops a chunk travels right and left from `chip` so that it reaches every other chip."""
+def _reach(origin: int, size: int, total: int, bidirectional: bool, wraparound: bool) -> tuple[int, int]:
+    """Hops a chunk travels right and left from the chip `origin` so that it reaches every other chip."""
     if not wraparound:
-        return size - 1 - chip, chip
+        return size - 1 - origin, origin
     if not bidirectional:
         return size - 1, 0
     return total, size - 1 - total  # the extra hop of an even ring goes right
@@ -214,16 +185,17 @@ def link_bandwidth(chip: Chip) -> float:
 
 
 def wraparounds(chip: Chip, topology: tuple[int, ...]) -> tuple[bool, ...]:
-    """Which axes of a slice of this chip with this topology (chips per axis) wrap around."""
-    if chip.name not in _WRAPAROUND_RULES:
+    """Which axes of a slice of this chip with this topology (chips per axis) wrap around: the
+    chip's cited rule (chips.Wraparound)."""
+    if chip.wraparound is None:
         raise ValueError(f"no cited wraparound rule for {chip.name}: say whether the axis "
                          f"wraps around (--wraparound yes or no)")
-    return _WRAPAROUND_RULES[chip.name][1](tuple(topology))
+    return chip.wraparound.axes(tuple(topology))
 
 
 def wraparound_rule(chip: Chip) -> str:
     """The cited rule, in words, for `tpucourse mesh` to print."""
-    return _WRAPAROUND_RULES[chip.name][0] if chip.name in _WRAPAROUND_RULES else "given by --wraparound"
+    return chip.wraparound.says if chip.wraparound is not None else "given by --wraparound"
 
 
 @dataclass(frozen=True)
@@ -318,9 +290,9 @@ def _check_links(size: int, bidirectional: bool, wraparound: bool) -> None:
                          f"chip never reaches the first")
 
 
-def _bandwidth(value: float | None, chip: str = "this chip") -> float:
+def _bandwidth(value: float | None, chip_name: str = "this chip") -> float:
     if value is None:
-        raise ValueError(f"no cited ICI link bandwidth for {chip}; the model does not guess one")
+        raise ValueError(f"no cited ICI link bandwidth for {chip_name}; the model does not guess one")
     if not value > 0:
         raise ValueError(f"link bandwidth must be positive, got {value!r}")
     return float(value)

@@ -7,10 +7,11 @@ import matplotlib
 matplotlib.use("Agg")
 import matplotlib.pyplot as plt  # noqa: E402
 
+from ..chips import Chip
 from ..roofline import operand_cost
 
 
-def roofline_png(chip, path, *, prediction=None, records=()) -> None:
+def roofline_png(chip: Chip, path, *, prediction=None, records=()) -> None:
     """Attainable FLOP/s against intensity; the op's prediction and measured rows as points."""
     import numpy as np
 

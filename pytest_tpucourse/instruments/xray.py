@@ -27,6 +27,8 @@ import re
 from dataclasses import dataclass, field
 from pathlib import Path
 
+from ..chips import Chip
+from ..grading.context import resolve_chip
 from ..readers import hlo_text
 from ..core import jax_internals
 from ..readers.hlo_text import SourceLocation
@@ -64,15 +66,16 @@ def three_layers(fn, *args) -> Layers:
                                           f"compiled in this process")
 
 
-def tpu_layers(fn, *args, chip: str = "v5e") -> Layers:
-    """The three layers with the TPU's optimized HLO: fn compiled ahead of time for `chip` by the
-    real TPU compiler (tpu_compile, the tpu-compile extra), on any host; nothing runs."""
+def tpu_layers(fn, *args, chip: Chip | str | None = None) -> Layers:
+    """The three layers with the TPU's optimized HLO: fn compiled ahead of time for `chip` (a Chip,
+    a name the run knows, or None: the run's kernel chip, the course's default outside a run) by
+    the real TPU compiler (the tpu-compile extra), on any host; nothing runs."""
     import jax
 
     from ..compiler import libtpu
 
     closed = jax.make_jaxpr(fn)(*args)
-    compiled = libtpu.compile_for(fn, *args, chip=chip)
+    compiled = libtpu.compile_for(fn, *args, chip=resolve_chip(chip))
     return Layers(closed, tpu_stablehlo(fn, *args), compiled.optimized_hlo, compiled.compiler)
 
 

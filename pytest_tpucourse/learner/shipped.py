@@ -55,3 +55,14 @@ def changed_from_shipped(files: dict[str, bytes], blobs: dict[str, str] | None) 
 
 def sha256(data: bytes) -> str:
     return hashlib.sha256(data).hexdigest()
+
+
+def is_shipped_conftest(course_root: Path, path: Path) -> bool:
+    """A conftest.py of the course as shipped (its bytes are git HEAD's)."""
+    try:
+        relative = Path(path).resolve().relative_to(Path(course_root).resolve()).as_posix()
+        data = Path(path).read_bytes()
+    except (ValueError, OSError):
+        return False
+    folder = relative.split("/", 1)[0] if "/" in relative else "."
+    return changed_from_shipped({relative: data}, head_blobs(course_root, (folder,))) == []

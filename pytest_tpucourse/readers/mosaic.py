@@ -22,6 +22,8 @@ import contextlib
 import json
 from dataclasses import dataclass
 
+from ..chips import DEFAULT_CHIP, Chip, get_chip, jax_version_of
+
 
 @dataclass(frozen=True)
 class MosaicKernel:
@@ -33,7 +35,7 @@ class MosaicKernel:
     kernel_attributes: dict  # the kernel function's attributes, as MLIR prints each value
 
 
-def lower_for_tpu(fn, *args, chip: str | None = None, **kwargs):
+def lower_for_tpu(fn, *args, chip: Chip | None = None, **kwargs):
     """jax.jit(fn).lower(...) for a TPU, on any machine; Pallas' lowering errors propagate.
 
     Interpret mode would replace the Mosaic lowering, so it is off for the trace.
@@ -47,9 +49,9 @@ def lower_for_tpu(fn, *args, chip: str | None = None, **kwargs):
 
 
 @contextlib.contextmanager
-def lowering_for(chip: str | None):
-    """Interpret mode off, and Pallas' chip-dependent lowering rules aimed at `chip` (a course
-    chip name; None: chips.DEFAULT_CHIP), for a trace that lowers for a TPU.
+def lowering_for(chip: Chip | None):
+    """Interpret mode off, and Pallas' chip-dependent lowering rules aimed at `chip` (None, or a
+    chip JAX has no version for: the course's default chip), for a trace that lowers for a TPU.
 
     Some lowering rules depend on the chip generation (integer `//` and `sign`, for one) and
     ask the local device, which on a CPU is no TPU: they lower for this chip instead.
@@ -57,14 +59,13 @@ def lowering_for(chip: str | None):
     from jax.experimental.pallas import tpu as pltpu
 
     from ..core import jax_internals
-    from ..chips import DEFAULT_CHIP, JAX_CHIP_VERSIONS
 
-    with pltpu.force_tpu_interpret_mode(None), \
-            jax_internals.tpu_info_for_this_device(JAX_CHIP_VERSIONS[chip or DEFAULT_CHIP]):
+    version = (chip and jax_version_of(chip)) or jax_version_of(get_chip(DEFAULT_CHIP))
+    with pltpu.force_tpu_interpret_mode(None), jax_internals.tpu_info_for_this_device(version):
         yield
 
 
-def kernels(fn, *args, chip: str | None = None, **kwargs) -> list[MosaicKernel]:
+def kernels(fn, *args, chip: Chip | None = None, **kwargs) -> list[MosaicKernel]:
     """Every pallas_call of fn(*args, **kwargs), lowered for a TPU, as Mosaic text, in program order."""
     return decode(lower_for_tpu(fn, *args, chip=chip, **kwargs))
 

@@ -9,8 +9,12 @@ package does not ship:
         return [Chip("mychip", "tpu", peak_flops=4e14, hbm_bandwidth=1.5e12, hbm_bytes=32e9,
                      device_kinds=("TPU my chip",))]
 
-Its name is then accepted by --chip and @pytest.mark.roofline(chip=...), and a
-device whose jax device_kind is listed is detected as it.
+Its name is then accepted by --chip (pytest's and the `tpucourse` commands') and
+@pytest.mark.roofline(chip=...), and a device whose jax device_kind is listed is detected
+as it. A TPU that the real compiler should compile for also gives `compile_topology` (and
+`jax_version`, the pltpu.ChipVersion its lowering rules take; without it, that of the
+built-in chip with the same topology family); `dataclasses.replace(chips.get_chip("v5e"),
+name="my-v5e", ...)` keeps every fact of the chip it starts from.
 
 No hook names the device: what gate tests run on is what `jax.devices()` reports,
 read once when the run starts. A plugin answering the retired `pytest_tpucourse_device`

@@ -1,14 +1,20 @@
-"""The course's command-line options (`pytest --help`, group "tpucourse"); RunOptions reads them."""
+"""The course's command-line options (`pytest --help`, group "tpucourse"), and RunOptions, which
+reads and checks them once in every run, inside a course checkout or not."""
 
 from __future__ import annotations
 
 import importlib.util
+from dataclasses import dataclass
+from pathlib import Path
 
 import pytest
 
 from .. import chips
+from . import hookspecs, registered_chips
 from ..grading import backend
 from ..grading.deadline import DEFAULT_SECONDS
+
+OPTIONS = pytest.StashKey["RunOptions"]()
 
 
 def add_options(parser: pytest.Parser) -> None:
@@ -26,7 +32,8 @@ def add_options(parser: pytest.Parser) -> None:
         "--interpret", choices=backend.INTERPRET_MODES, default="auto",
         help="how kernels run: auto (native on a TPU, TPU interpret mode elsewhere; "
         "default), tpu (TPU interpret mode everywhere), fast (generic interpreter: "
-        "quicker, but blind to grid-order, uninitialised-memory and out-of-bounds bugs)",
+        "quicker; it poisons uninitialised floats with NaN too, but is blind to grid-order and "
+        "out-of-bounds bugs)",
     )
     group.addoption(
         "--jax-cache", metavar="DIR", default=".tpucourse/jax-cache",
@@ -69,3 +76,58 @@ def add_options(parser: pytest.Parser) -> None:
     if importlib.util.find_spec("xdist") is None:  # say what -n needs instead of "unrecognized arguments"
         group.addoption("-n", "--numprocesses", dest="tpucourse_numprocesses", default=None,
                         help="needs pytest-xdist: pip install pytest-xdist (or pip install -e '.[test]')")
+
+
+@dataclass(frozen=True)
+class RunOptions:
+    """The plugin's options as given, checked where a run outside a course checks them too."""
+
+    registry: chips.ChipRegistry  # the built-in chips and those plugins register
+    chip: str | None  # --chip, normalised
+    solutions: bool
+    impl_root: str | None
+    interpret: str
+    jax_cache: str
+    gates: bool
+    kernel_timeout: float
+    cpu_devices: int
+    records: str | None
+    hypothesis_profile: str | None
+    rehearse: bool = False
+
+    @classmethod
+    def from_config(cls, config: pytest.Config) -> RunOptions:
+        for plugin in config.pluginmanager.get_plugins():
+            hookspecs.refuse_retired(plugin)
+        registry = registered_chips.from_config(config)
+        chip = config.getoption("chip")
+        if chip is not None:
+            try:
+                chip = config.option.chip = chips.validate_chip(chip, registry.names)
+            except ValueError as error:
+                raise pytest.UsageError(f"--chip: {error}") from None
+        if config.getoption("tpucourse_numprocesses", None) is not None:
+            raise pytest.UsageError("-n runs the tests in parallel with pytest-xdist, which is not installed: "
+                                    "pip install pytest-xdist (or, in the course checkout, pip install -e '.[test]')")
+        solutions, impl_root = config.getoption("solutions"), config.getoption("impl_root")
+        if solutions and impl_root:
+            raise pytest.UsageError("--solutions and --impl-root choose the graded tree: give one")
+        if impl_root is not None and not Path(impl_root).is_dir():
+            raise pytest.UsageError(f"--impl-root: {impl_root} is not a directory")
+        rehearse = config.getoption("rehearse")
+        if rehearse and not config.getoption("gates"):
+            raise pytest.UsageError("--rehearse rehearses the gate tests: give it with --gates")
+        if rehearse and config.getoption("records"):
+            raise pytest.UsageError("--rehearse writes its rows to a throwaway file of its own: leave out --records")
+        return cls(
+            registry=registry, chip=chip, solutions=solutions, impl_root=impl_root,
+            interpret=config.getoption("interpret"), jax_cache=config.getoption("jax_cache"),
+            gates=config.getoption("gates"), kernel_timeout=config.getoption("kernel_timeout"),
+            cpu_devices=config.getoption("cpu_devices"), records=config.getoption("records"),
+            hypothesis_profile=config.getoption("hypothesis_profile", None), rehearse=rehearse,
+        )
+
+    @property
+    def chip_required(self) -> bool:
+        """Gate records asked for, or a chip named: a chip this device cannot be is an error."""
+        return self.gates or self.chip is not None

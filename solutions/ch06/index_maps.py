@@ -12,8 +12,10 @@ gather_rows: out[r] = table[idx[r]]. The indices are scalar-prefetched into SMEM
 them before the step's copy is issued: step r copies row idx[r]. A row is a block of
 one row, and a block's second-to-last dimension must be a multiple of 8 or the
 array's whole dimension; so the table is viewed as (V, 1, D), where a (None, 1, D)
-block is legal (its last two dimensions are the array's own). Nothing checks the
-index on a TPU: the caller owns the range [0, V).
+block is legal (its last two dimensions are the array's own). The caller owns the range
+[0, V): on a TPU, what an index past it does depends on where XLA put the table (a table in
+HBM: a compiled bounds check halts the kernel; a small table copied to VMEM: the index is
+clamped to the last row; chapter 6's README).
 """
 
 import jax

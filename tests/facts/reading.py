@@ -15,12 +15,13 @@ from pathlib import Path
 
 import jax
 
+from pytest_tpucourse import chips
 from pytest_tpucourse.compiler import libtpu
 from pytest_tpucourse.core.jax_internals import READ_AGAINST
 from pytest_tpucourse.public_kernels import course_solution
 from pytest_tpucourse.readers import hlo_text
 
-CHIP = "v5e"
+CHIP = chips.get_chip("v5e")
 COURSE = Path(__file__).resolve().parents[2]
 # The JAX releases the chapters' printouts and figures were read on (pyproject.toml's matrix). On
 # another JAX the tests hold what the chapters conclude from them, not the exact text or bytes.

@@ -9,7 +9,8 @@ import pytest
 from .reading import COURSE
 
 FACTS = COURSE / "docs" / "facts.md"
-NODE_ID = re.compile(r"`(tests/facts/test_\w+\.py)::(\w+)(?:\[[^\]`]*\])?`")  # a parametrized id may follow
+# A row names a facts test, or a test of the package that already reads the claim; a parametrized id may follow.
+NODE_ID = re.compile(r"`(tests/(?:[\w/]+/)?test_\w+\.py)::(\w+)(?:\[[^\]`]*\])?`")
 
 
 def _test_functions(path):

@@ -1,0 +1,109 @@
+"""The run's start and end, across the processes of a pytest-xdist run.
+
+When the session starts: one Ctrl-C stops the run (grading/interrupts.py), a selection that
+may drop tests claims no exercise done, and the learner's own run leaves a marker until its
+summary is written (learner/run_markers.py). When it finishes, a worker hands the controller
+what only it saw (its deselections, the plugins hooking its reports, the graded modules it
+imported, its graded test files) and the process that saw every report (a plain run, or the
+controller) saves a run of exercises/ to the learner's state file.
+"""
+
+from __future__ import annotations
+
+import pytest
+
+from ..core.paths import shown_in_text
+from ..grading.interrupts import CTRL_C
+from ..learner import foreign_plugins, next_up, run_markers, shipped, state
+from .session import SESSION, CourseSession
+
+# The keys under which an xdist worker hands the controller what it saw.
+WORKER_DESELECTED = "tpucourse_deselected"  # the test ids it deselected
+WORKER_FOREIGN = "tpucourse_foreign_hooks"  # its plugins that hook reports
+WORKER_IMPORTED = "tpucourse_imported"  # its graded modules: path -> sha256 of the bytes imported
+WORKER_TEST_FILES = "tpucourse_test_files"  # its graded test files: key -> [{path: sha256}, shipped, why]
+
+
+def pytest_sessionstart(session: pytest.Session) -> None:
+    run = session.config.stash.get(SESSION, None)
+    if run is None:
+        return
+    CTRL_C.install()
+    if _selection_may_drop_tests(session.config):
+        run.progress.some_tests_unseen()
+    run.is_worker = getattr(session.config, "workerinput", None) is not None
+    if not run.is_worker and run.tree.is_learners:  # the learner's own run (xdist's controller or plain)
+        run.unfinished = run_markers.ended_without_summary(run.course.root)
+        try:
+            run.marker = run_markers.start(run.course.root, run.run_id, session.config.args, run.tree.kind)
+        except OSError:
+            run.marker = None
+
+
+@pytest.hookimpl(optionalhook=True)
+def pytest_testnodedown(node, error) -> None:
+    run = node.config.stash.get(SESSION, None)
+    if run is None:
+        return
+    output = getattr(node, "workeroutput", None) or {}
+    run.progress.deselected(output.get(WORKER_DESELECTED, ()))
+    run.foreign = sorted(set(run.foreign) | set(output.get(WORKER_FOREIGN, ())))
+    run.imported_on_workers.update(output.get(WORKER_IMPORTED, {}))
+    for key, (hashes, is_shipped, why) in output.get(WORKER_TEST_FILES, {}).items():
+        known = run.test_files.get(key)
+        if known is None or known[1] is not False:  # a worker that saw a changed file has the last word
+            run.test_files[key] = (hashes, is_shipped, why)
+    if run.marker is not None and output.get(WORKER_TEST_FILES):
+        run_markers.collected(run.marker, [f for hashes, _, _ in run.test_files.values() for f in hashes])
+
+
+@pytest.hookimpl(trylast=True)
+def pytest_sessionfinish(session: pytest.Session, exitstatus) -> None:
+    """A worker hands back what it saw; the process that saw every report (a plain run, or the
+    xdist controller) saves a run of exercises/ to the state file."""
+    run = session.config.stash.get(SESSION, None)
+    if run is None:
+        return
+    run.exitstatus = int(session.exitstatus)
+    root = run.course.root
+    foreign = (foreign_plugins.foreign_report_hooks(session.config.pluginmanager,
+                                                    lambda path: shipped.is_shipped_conftest(root, path))
+               + run.foreign_fixtures)
+    workeroutput = getattr(session.config, "workeroutput", None)
+    if workeroutput is not None:
+        workeroutput[WORKER_DESELECTED] = run.deselected_here
+        workeroutput[WORKER_FOREIGN] = foreign
+        workeroutput[WORKER_IMPORTED] = dict(run.grading.imported)
+        workeroutput[WORKER_TEST_FILES] = {key: list(value) for key, value in run.test_files.items()}
+        return
+    _tests_as_collected(run)
+    run.foreign = sorted(set(run.foreign) | set(foreign))
+    if run.foreign:
+        run.progress.count_nothing(f"plugins outside pytest's and the course's hook how tests are collected, "
+                                   f"run or reported "
+                                   f"({'; '.join(shown_in_text(f, root) for f in run.foreign)})")
+    if run.tree.is_learners and run.progress.results and run.gates.rehearsal is None:
+        try:
+            state.record_results(run.course, run.progress.results, run.run_id,
+                                 {**run.imported_on_workers, **run.grading.imported},
+                                 worked_in=next_up.chapter_worked_in)
+        except (OSError, state.CorruptState) as error:
+            run.problem = f"progress not saved: {error}"
+
+
+def _tests_as_collected(run: CourseSession) -> None:
+    """Progress learns the graded test files once its entries exist (after the reports; under
+    xdist the controller collects nothing and hears them from its workers)."""
+    for key, (hashes, is_shipped, why) in run.test_files.items():
+        run.progress.tests_as_collected(key, hashes, is_shipped, why)
+
+
+def _selection_may_drop_tests(config: pytest.Config) -> bool:
+    """--lf with known failures drops passed tests while collecting, without deselecting
+    them; `file.py::test` arguments collect only part of a file. Either way no exercise
+    may be claimed done."""
+    if any("::" in str(arg) for arg in config.args):
+        return True
+    lastfailed = config.pluginmanager.get_plugin("lfplugin")
+    return bool(config.getoption("lf", False) and lastfailed is not None
+                and getattr(lastfailed, "lastfailed", None))

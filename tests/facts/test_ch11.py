@@ -1,0 +1,210 @@
+"""Chapter 11 (Pallas fundamentals): what Pallas, its two interpreters, the TPU lowering and libtpu do
+with the chapter's kernels, read off the installed toolchain. docs/facts.md lists each claim."""
+
+from __future__ import annotations
+
+import collections
+import contextlib
+import io
+from pathlib import Path
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+import pytest
+from jax.experimental import pallas as pl
+from jax.experimental.pallas import tpu as pltpu
+
+from pytest_tpucourse.checking import tpu_rules
+from pytest_tpucourse.core import jax_internals
+from pytest_tpucourse.public_kernels import course_solution
+from pytest_tpucourse.readers import blockspecs, hlo_text, mosaic
+
+from .toolchain import compiler, for_this_libtpu, interpreted, refusal, tpu_interpret
+
+REPO = Path(__file__).resolve().parents[2]
+S = jax.ShapeDtypeStruct
+
+
+def test_a_kernel_gets_its_inputs_then_outputs_then_scratch_as_refs():
+    seen = []
+
+    def kernel(x_ref, y_ref, o_ref, scratch_ref):
+        seen.extend((r.shape, str(r.dtype)) for r in (x_ref, y_ref, o_ref, scratch_ref))
+        scratch_ref[...] = (x_ref[...] + y_ref[...]).astype(scratch_ref.dtype)
+        o_ref[:, :128] = scratch_ref[...].astype(o_ref.dtype)
+
+    call = pl.pallas_call(kernel, out_shape=S((8, 256), jnp.float32), grid=(1,),
+                          in_specs=[pl.BlockSpec((8, 128), lambda i: (0, 0))] * 2,
+                          out_specs=pl.BlockSpec((8, 256), lambda i: (0, 0)),
+                          scratch_shapes=[pltpu.VMEM((8, 128), jnp.bfloat16)])
+    jax.make_jaxpr(call)(jnp.zeros((8, 128)), jnp.zeros((8, 128)))
+    assert seen == [((8, 128), "float32"), ((8, 128), "float32"), ((8, 256), "float32"), ((8, 128), "bfloat16")]
+
+
+def unzeroed_row_sums(x):
+    """The chapter's rowsum kernel without its `pl.when(j == 0)` init."""
+    def kernel(x_ref, o_ref, acc_ref):
+        acc_ref[...] += jnp.sum(x_ref[...], axis=1, keepdims=True)
+
+        @pl.when(pl.program_id(1) == pl.num_programs(1) - 1)
+        def _():
+            o_ref[...] = acc_ref[...]
+
+    return pl.pallas_call(kernel, out_shape=S((x.shape[0], 1), x.dtype), grid=(x.shape[0] // 8, x.shape[1] // 128),
+                          in_specs=[pl.BlockSpec((8, 128), lambda i, j: (i, j))],
+                          out_specs=pl.BlockSpec((8, 1), lambda i, j: (i, 0)),
+                          scratch_shapes=[pltpu.VMEM((8, 1), jnp.float32)],
+                          compiler_params=pltpu.CompilerParams(dimension_semantics=("parallel", "arbitrary")))(x)
+
+
+@pytest.mark.parametrize("params", ["tpu", "generic"])
+def test_a_scratch_buffer_starts_as_nan_under_either_interpreter(params):
+    with interpreted(tpu_interpret() if params == "tpu" else True):
+        assert np.isnan(np.asarray(unzeroed_row_sums(jnp.ones((16, 256), jnp.float32)))).all()
+
+
+@pytest.mark.parametrize("array, block, dtype, legal", [
+    ((1024, 1024), (256, 512), "float32", True),
+    ((1, 512), (1, 128), "float32", True),
+    ((1024, 1024), (4, 128), "float32", False),
+    ((1024, 1024), (8, 64), "float32", False),
+    ((1024, 1024), (16, 128), "bfloat16", True),
+    ((1024, 1024), (8, 128), "bfloat16", True),
+])
+def test_the_tiling_rule_table(array, block, dtype, legal):
+    assert (blockspecs.lowering_error(array, block, dtype) is None) == legal
+
+
+def test_the_lowering_accepts_add_with_bf16_8_row_blocks():
+    add = course_solution(REPO, "ch11.elementwise_add.add")
+    x = S((64, 256), jnp.bfloat16)
+    mosaic.lower_for_tpu(add, x, x, block_shape=(8, 128))
+
+
+def int8_matmul(x, y):
+    """x @ y for int8 operands in (8, 128) x blocks, accumulated in int32."""
+    def kernel(x_ref, y_ref, o_ref):
+        o_ref[...] = jnp.dot(x_ref[...], y_ref[...], preferred_element_type=jnp.int32)
+
+    return pl.pallas_call(kernel, out_shape=S((x.shape[0], y.shape[1]), jnp.int32), grid=(x.shape[0] // 8,),
+                          in_specs=[pl.BlockSpec((8, x.shape[1]), lambda i: (i, 0)),
+                                    pl.BlockSpec(y.shape, lambda i: (0, 0))],
+                          out_specs=pl.BlockSpec((8, y.shape[1]), lambda i: (i, 0)))(x, y)
+
+
+def test_the_v5e_compiler_on_int8_8_row_blocks_for_a_matmul():
+    error = refusal(int8_matmul, S((256, 128), jnp.int8), S((128, 128), jnp.int8))
+    assert (error and error.code) == for_this_libtpu({(0, 0, 42): "E2002", (0, 0, 50): None})
+
+
+def copy_with(semantics):
+    def call(x):
+        spec = pl.BlockSpec((128, 128), lambda i, j: (i, j))
+        return pl.pallas_call(lambda a, o: o.__setitem__(..., a[...] * 2), out_shape=S(x.shape, x.dtype), grid=(4, 4),
+                              in_specs=[spec], out_specs=spec,
+                              compiler_params=pltpu.CompilerParams(dimension_semantics=semantics))(x)
+    return call
+
+
+@pytest.mark.parametrize("semantics, split", [(("parallel", "parallel"), True), (("parallel", "arbitrary"), True),
+                                              (("arbitrary", "arbitrary"), False)])
+def test_a_parallel_axis_is_what_a_v5p_splits_between_its_two_cores(semantics, split):
+    """Compiled for a v5p (megacore), a kernel with a "parallel" axis synchronises its two TensorCores
+    (a `BarrierMegacore` check in its bundles); one whose axes are all "arbitrary" has none."""
+    compile_for = compiler()
+    x = S((512, 512), jnp.float32)
+    assert ("BarrierMegacore" in compile_for(copy_with(semantics), x, chip="v5p", dumps=True).kernel().bundles_text) == split
+    assert "BarrierMegacore" not in compile_for(copy_with(semantics), x, chip="v5e", dumps=True).kernel().bundles_text
+
+
+def test_a_grid_floored_on_a_ragged_shape_leaves_the_last_rows_nan():
+    def doubled(x):
+        spec = pl.BlockSpec((16, 128), lambda i: (i, 0))
+        return pl.pallas_call(lambda a, o: o.__setitem__(..., a[...] * 2), out_shape=S(x.shape, x.dtype),
+                              grid=(x.shape[0] // 16,), in_specs=[spec], out_specs=spec)(x)
+
+    with interpreted(tpu_interpret()):
+        out = np.asarray(doubled(jnp.ones((40, 128), jnp.float32)))
+    assert (out[:32] == 2).all() and np.isnan(out[32:]).all()
+
+
+def test_exp_overflows_f32_above_88_7():
+    assert np.isfinite(np.asarray(jnp.exp(jnp.float32(88.7))))
+    assert np.isinf(np.asarray(jnp.exp(jnp.float32(88.8))))
+
+
+@pytest.mark.parametrize("rows, shared", [(3, 1), (2, 0)])
+def test_two_simulated_cores_take_the_parallel_steps_in_two_contiguous_halves(rows, shared):
+    """Grid (rows, 4), both axes "parallel", on two cores: each core takes half of the steps in loop
+    order, so with an odd row count one row's four steps are split between the cores."""
+    def copy(x):
+        spec = pl.BlockSpec((8, 128), lambda i, j: (i, j))
+        return pl.pallas_call(lambda a, o: o.__setitem__(..., a[...]), out_shape=S(x.shape, x.dtype), grid=(rows, 4),
+                              in_specs=[spec], out_specs=spec,
+                              compiler_params=pltpu.CompilerParams(dimension_semantics=("parallel", "parallel")))(x)
+
+    points = []
+
+    def record(token, coords, core):
+        points.append((tuple(int(c) for c in coords), int(core)))
+        return token
+
+    with interpreted(tpu_interpret(num_cores_or_threads=2, grid_point_recorder=record)):
+        jax.block_until_ready(copy(jnp.zeros((8 * rows, 512), jnp.float32)))
+    assert sorted(p for p, _ in points) == [(i, j) for i in range(rows) for j in range(4)]
+    cores_of_row = collections.defaultdict(set)
+    for (i, _), core in points:
+        cores_of_row[i].add(core)
+    assert sum(len(cores) == 2 for cores in cores_of_row.values()) == shared
+
+
+def test_the_race_detector_flags_a_reduction_axis_marked_parallel():
+    def rowsums(x, semantics):
+        def kernel(x_ref, o_ref):
+            @pl.when(pl.program_id(1) == 0)
+            def _():
+                o_ref[...] = jnp.zeros_like(o_ref)
+
+            o_ref[...] += jnp.sum(x_ref[...], axis=1, keepdims=True)
+
+        return pl.pallas_call(kernel, out_shape=S((x.shape[0], 1), x.dtype), grid=(1, 3),
+                              in_specs=[pl.BlockSpec((8, 128), lambda i, j: (i, j))],
+                              out_specs=pl.BlockSpec((8, 1), lambda i, j: (i, 0)),
+                              compiler_params=pltpu.CompilerParams(dimension_semantics=semantics))(x)
+
+    x = jnp.ones((8, 384), jnp.float32)
+    found = {}
+    for semantics in (("parallel", "arbitrary"), ("parallel", "parallel")):
+        printed = io.StringIO()
+        try:  # jax 0.10.2 records a race; jax 0.12.0.1 raises `RuntimeError: RACE DETECTED` as well
+            with interpreted(tpu_interpret(**tpu_rules.SETTINGS["races"])), contextlib.redirect_stdout(printed):
+                jax.block_until_ready(rowsums(x, semantics))
+                found[semantics[1]] = jax_internals.races_found()
+        except Exception as error:
+            found[semantics[1]] = "RACE DETECTED" in str(error)
+    assert found == {"arbitrary": False, "parallel": True}
+
+
+def test_debug_prints_the_kernel_jaxpr_and_its_mosaic_module():
+    def debugged(x):
+        spec = pl.BlockSpec((8, 128), lambda i: (i, 0))
+        return pl.pallas_call(lambda a, o: o.__setitem__(..., a[...] * 2), out_shape=S(x.shape, x.dtype), grid=(2,),
+                              in_specs=[spec], out_specs=spec, debug=True)(x)
+
+    printed = io.StringIO()
+    with contextlib.redirect_stdout(printed):
+        mosaic.lower_for_tpu(debugged, S((16, 128), jnp.float32))
+    text = printed.getvalue()
+    assert "The kernel jaxpr" in text and "The Mosaic module" in text and "func.func" in text
+
+
+def test_xla_tpu_fuses_the_bias_and_the_gelu_into_the_matmul_xla_cpu_does_not():
+    def unfused(x, w, b):
+        return jax.nn.gelu(x @ w + b, approximate=True)
+
+    args = S((512, 512), jnp.bfloat16), S((512, 512), jnp.bfloat16), S((512,), jnp.bfloat16)
+    on_tpu = hlo_text.summary(hlo_text.parse(compiler()(unfused, *args).optimized_hlo))
+    assert [(kind, root) for _, kind, root in on_tpu["fusions"]] == [("kOutput", "convert")]
+    on_cpu = hlo_text.summary(hlo_text.parse(jax.jit(unfused).lower(*args).compile().as_text()))
+    assert len(on_cpu["fusions"]) >= 2  # the dot's, and the elementwise epilogue's

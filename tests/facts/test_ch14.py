@@ -1,0 +1,171 @@
+"""Chapter 14 (distributed Pallas): what Pallas, its interpreters and libtpu do with remote DMAs,
+semaphores and barriers, read off the installed toolchain on the simulated CPU devices. docs/facts.md
+lists each claim beside its test; the DMA-mode table is a run's, not a rule's (bench/)."""
+
+from __future__ import annotations
+
+import contextlib
+import inspect
+import io
+import warnings
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+import pytest
+from jax import lax
+from jax.experimental import pallas as pl
+from jax.experimental.pallas import tpu as pltpu
+from jax.sharding import NamedSharding
+from jax.sharding import PartitionSpec as P
+
+from pytest_tpucourse.readers import mosaic, traced_program
+
+from .toolchain import compiler, course_file, for_this_jax, interpreted, tpu_interpret
+
+S = jax.ShapeDtypeStruct
+
+
+def ring_permute(x, mesh, params, *, handshake, **copy_options):
+    """Each device's shard to its right neighbour by one remote DMA, with or without its own barrier."""
+    n = mesh.devices.size
+
+    def kernel(x_ref, o_ref, send, recv):
+        me = lax.axis_index("x")
+        if handshake:
+            barrier = pltpu.get_barrier_semaphore()
+            pl.semaphore_signal(barrier, 1, device_id=(lax.rem(me + n - 1, n),))
+            pl.semaphore_wait(barrier, 1)
+        copy = pltpu.make_async_remote_copy(x_ref, o_ref, send, recv, device_id=(lax.rem(me + 1, n),), **copy_options)
+        copy.start()
+        copy.wait()
+
+    def per_device(shard):
+        anywhere = pl.BlockSpec(memory_space=pl.ANY)
+        return pl.pallas_call(kernel, out_shape=S(shard.shape, shard.dtype), in_specs=[anywhere], out_specs=anywhere,
+                              scratch_shapes=[pltpu.SemaphoreType.DMA, pltpu.SemaphoreType.DMA],
+                              compiler_params=params)(shard)
+
+    return jax.shard_map(per_device, mesh=mesh, in_specs=P("x"), out_specs=P("x"), check_vma=False)(x)
+
+
+def test_mesh_coordinates_are_the_default_device_ids_and_jax_0_12_deprecates_naming_them(mesh):
+    from jax._src.pallas.primitives import DeviceIdType  # pl.DeviceIdType warns in jax 0.12
+
+    default = inspect.signature(pltpu.make_async_remote_copy).parameters["device_id_type"].default
+    assert default == for_this_jax({"0.10.2": DeviceIdType.MESH, "0.12.0.1": None})  # None: MESH
+    ring = mesh(4)
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always")
+        jax.make_jaxpr(lambda x: ring_permute(x, ring, pltpu.CompilerParams(), handshake=False,
+                                              device_id_type=DeviceIdType.MESH))(jnp.zeros((32, 128)))
+    deprecated = [w for w in caught if "device_id_type is deprecated" in str(w.message)]
+    assert bool(deprecated) == for_this_jax({"0.10.2": False, "0.12.0.1": True})
+
+
+def test_lax_rem_of_a_negative_number_is_negative():
+    assert int(lax.rem(jnp.int32(-1), jnp.int32(8))) == -1
+
+
+def kernel_primitives(eqn) -> list[str]:
+    names = []
+
+    def walk(jaxpr):
+        for inner in jaxpr.eqns:
+            names.append(inner.primitive.name)
+            for value in inner.params.values():
+                for sub in (value if isinstance(value, (tuple, list)) else (value,)):
+                    if hasattr(sub, "eqns"):
+                        walk(sub)
+                    elif hasattr(sub, "jaxpr") and hasattr(sub.jaxpr, "eqns"):
+                        walk(sub.jaxpr)
+
+    walk(eqn.params["jaxpr"])
+    return names
+
+
+def test_a_remote_copys_wait_is_a_wait_for_the_send_and_one_for_the_receive(mesh):
+    ring = mesh(4)
+    closed = jax.make_jaxpr(lambda x: ring_permute(x, ring, pltpu.CompilerParams(), handshake=False))(jnp.zeros((32, 128)))
+    (eqn,) = traced_program.pallas_call_eqns(closed)
+    assert kernel_primitives(eqn).count("dma_wait") == 2 and kernel_primitives(eqn).count("dma_start") == 1
+
+
+def test_the_default_barrier_is_a_compiler_param_and_tpu_interpret_mode_reads_only_collective_id():
+    from jax._src.pallas.mosaic import core as mosaic_core
+    from jax._src.pallas.mosaic.interpret import interpret_pallas_call as interpreter
+
+    assert pltpu.CompilerParams().skip_device_barrier is False and pltpu.CompilerParams().collective_id is None
+    assert "skip_device_barrier: Skip the default device barrier for the kernel." in inspect.getdoc(mosaic_core.CompilerParams)
+    source = inspect.getsource(interpreter)
+    assert "The kernel doesn't specify its own barrier semaphore, so we do a global" in source
+    assert "skip_device_barrier" not in source  # the flag changes nothing under TPU interpret mode
+
+
+@pytest.mark.parametrize("params, handshake, refusal", [
+    (dict(collective_id=0), False, "collective_id has to be unspecified or None when not using a custom barrier"),
+    ({}, True, "collective_id has to be specified when using a custom barrier"),
+    (dict(collective_id=0), True, None),
+    ({}, False, None),  # Pallas' default barrier
+])
+def test_the_lowering_pairs_a_collective_id_with_a_barrier_semaphore(mesh, params, handshake, refusal):
+    ring = mesh(4)
+    call = lambda x: ring_permute(x, ring, pltpu.CompilerParams(**params), handshake=handshake)  # noqa: E731
+    if refusal is None:
+        mosaic.lower_for_tpu(call, S((32, 128), jnp.float32))
+    else:
+        with pytest.raises(ValueError, match=refusal):
+            mosaic.lower_for_tpu(call, S((32, 128), jnp.float32))
+
+
+def test_a_semaphore_wait_takes_what_it_waits_for():
+    """Signals add, a wait blocks for its value and subtracts it: 3 signalled, waits of 2 and 1, none left."""
+    def kernel(o_ref, sem):
+        pl.semaphore_signal(sem, 3)
+        pl.semaphore_wait(sem, 2)
+        pl.semaphore_wait(sem, 1)
+        o_ref[...] = jnp.ones_like(o_ref)
+
+    call = pl.pallas_call(kernel, out_shape=S((8, 128), jnp.float32), out_specs=pl.BlockSpec(memory_space=pltpu.VMEM),
+                          scratch_shapes=[pltpu.SemaphoreType.REGULAR])
+    printed = io.StringIO()
+    with interpreted(tpu_interpret(dma_execution_mode="eager")), contextlib.redirect_stdout(printed):
+        assert (np.asarray(call()) == 1).all()
+    assert "non-zero count" not in printed.getvalue()
+
+
+def test_which_interpreter_runs_a_remote_dma(mesh):
+    ring = mesh(4)
+    x = jnp.arange(32 * 128, dtype=jnp.float32).reshape(32, 128)
+    expected = np.roll(np.asarray(x), 8, axis=0)  # shard i on device i + 1
+    with interpreted(tpu_interpret()):
+        np.testing.assert_array_equal(np.asarray(ring_permute(x, ring, pltpu.CompilerParams(), handshake=False)), expected)
+    runs = for_this_jax({"0.10.2": False, "0.12.0.1": True})
+    with interpreted(True):
+        if runs:
+            np.testing.assert_array_equal(np.asarray(ring_permute(x, ring, pltpu.CompilerParams(), handshake=False)), expected)
+        else:
+            with pytest.raises(TypeError):
+                ring_permute(x, ring, pltpu.CompilerParams(), handshake=False)
+
+
+def test_the_compiler_builds_the_shipped_deadlocking_exchange_for_a_four_chip_v5e(mesh):
+    """A deadlock is a property of the run: the compiler takes the shipped pair exchange as it is."""
+    pair_exchange = course_file("exercises/ch14/timeline.py").pair_exchange  # as shipped: wait, then signal
+    ring = mesh(4)
+    x = jax.device_put(jnp.zeros((64, 128), jnp.float32), NamedSharding(ring, P("x")))
+    exchange = compiler()(lambda x: pair_exchange(x, mesh=ring), x)
+    assert exchange.devices == 4 and exchange.optimized_hlo.count('custom_call_target="tpu_custom_call"') == 1
+
+
+def test_an_unused_copy_descriptor_is_logged():
+    from jax._src.pallas.mosaic import primitives
+
+    assert "AsyncCopyDescriptor was not used." in inspect.getsource(primitives.AsyncCopyDescriptor.__del__)
+
+
+def test_emit_pipeline_waits_for_its_last_write_back_before_it_returns():
+    from jax._src.pallas.mosaic import pipeline
+
+    finalizers = [getattr(pipeline.Scheduler, name) for name in dir(pipeline.Scheduler) if name.startswith("finalize")]
+    assert finalizers and all("wait_out" in inspect.getsource(f) for f in finalizers)
