@@ -525,6 +525,23 @@ def test_a_sandbox_sees_python_and_of_the_course_what_a_graded_run_reads(monkeyp
     assert view.covered() == [REPO / "exercises" / "ch01"]  # the other hidden path is not shown anyway
 
 
+@pytest.mark.runs
+def test_a_runs_inputs_and_answers_are_its_own_not_what_an_earlier_run_left(tmp_path):
+    victim = tmp_path / "grader's file"
+    victim.write_text("the grader's")
+    with _sandbox(tmp_path, _bubblewrap()) as box:
+        first = box.run([sys.executable, _script(box, f"""
+            import os
+            os.symlink({str(victim)!r}, "cases.bin")  # where the grader will write the next run's inputs
+            open("answers.bin", "w").write("stale")
+        """)], timeout=60)
+        assert first.exit_status == 0, first.stderr
+        second = box.run([sys.executable, "-c", "print(open('cases.bin').read())"], timeout=60,
+                          inputs={"cases.bin": b"the cases"}, hand_back=("answers.bin",))
+    assert victim.read_text() == "the grader's"
+    assert second.stdout_log.first == ("the cases",) and second.files == {}
+
+
 def test_a_tree_with_a_link_out_of_it_is_refused_and_one_inside_it_is_kept(tmp_path):
     outside = tmp_path / "classmate"
     outside.mkdir()

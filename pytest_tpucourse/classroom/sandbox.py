@@ -270,11 +270,10 @@ class TreeSandbox:
         """
         if self.refused:
             raise RuntimeError(f"the tree cannot be run: {self.refused}")
+        for name in {*hand_back, *([ended_when] if ended_when else []), *(inputs or {})}:
+            _remove(self.work, _simple_name(name))  # what an earlier run left there is not this run's
         for name, data in (inputs or {}).items():
-            path = self.work / _simple_name(name)
-            path.write_bytes(data)
-            if self.uid is not None:
-                os.chown(path, self.uid, self.uid)
+            _write_new(self.work, name, data, self.uid)
         full_env = self.environment(env)
         pipes, keep = [], []
         for variable, secret in (secrets_by_fd or {}).items():
@@ -519,6 +518,27 @@ def _simple_name(name: str) -> str:
     if not name or "/" in name or name in (".", ".."):
         raise ValueError(f"{name!r}: a file of the sandbox's folder is named without a folder")
     return name
+
+
+def _remove(folder: Path, name: str) -> None:
+    """Remove `name` from `folder` whatever it is (never following a link)."""
+    path = folder / name
+    if path.is_dir() and not path.is_symlink():
+        shutil.rmtree(path, ignore_errors=True)
+    else:
+        try:
+            path.unlink()
+        except FileNotFoundError:
+            pass
+
+
+def _write_new(folder: Path, name: str, data: bytes, uid: int | None) -> None:
+    """A new file `name` in `folder` (which a sandbox writes in: never through a link it left)."""
+    fd = os.open(folder / name, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW, 0o644)
+    with os.fdopen(fd, "wb") as handle:
+        handle.write(data)
+        if uid is not None:
+            os.fchown(handle.fileno(), uid, uid)
 
 
 def _read_regular(directory: int, name: str, limit: int) -> bytes:
