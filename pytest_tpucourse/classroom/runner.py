@@ -49,6 +49,7 @@ class TreeRun:
     message: str = ""  # why it crashed or timed out
     last_lines: tuple[str, ...] = ()
     junit_text: str = ""  # the child's JUnit file, when it wrote one
+    trusted: dict | None = None  # exercise -> the trusted check's verdict (trusted_check.Verdict.as_dict)
 
     @property
     def finished(self) -> bool:
@@ -66,6 +67,17 @@ class GradingRun:
     junitxml: bool = False
     exit_grace: float = EXIT_GRACE_SECONDS
     extra_args: tuple[str, ...] = field(default=())
+    trusted: object = None  # a trusted_check.TrustedCheck: each tree's values judged outside its process
+    # (tree path, stop event) -> what runs the trusted check's worker for that tree (tree_runner.py);
+    # None: the stand-in without isolation, tree_runner.Unisolated
+    tree_runner: object = None
+
+    def runner_for(self, tree: Path, stop: threading.Event | None = None):
+        from .tree_runner import Unisolated
+
+        if self.tree_runner is not None:
+            return self.tree_runner(tree, stop)
+        return Unisolated(tree, env=clean_environment(), stop=stop)
 
     def command(self, tree: Path, folder: Path) -> list[str]:
         """The child's pytest command line; everything it writes goes under `folder`."""
@@ -79,12 +91,17 @@ class GradingRun:
         return command
 
 
+def clean_environment() -> dict[str, str]:
+    """The parent's environment, without what would reconfigure a child's pytest."""
+    return {k: v for k, v in os.environ.items()
+            if k not in ("PYTEST_ADDOPTS", "PYTEST_PLUGINS", "PYTEST_CURRENT_TEST", TOKEN_FD_ENV)
+            and not k.startswith("PYTEST_XDIST")}
+
+
 def child_environment(folder: Path) -> dict[str, str]:
     """The parent's environment, without what would reconfigure the child's pytest, with the
     child's private temporary folder (its token goes on a pipe, run_child)."""
-    env = {k: v for k, v in os.environ.items()
-           if k not in ("PYTEST_ADDOPTS", "PYTEST_PLUGINS", "PYTEST_CURRENT_TEST", TOKEN_FD_ENV)
-           and not k.startswith("PYTEST_XDIST")}
+    env = clean_environment()
     tmp = folder / "tmp"
     tmp.mkdir(exist_ok=True)
     env.update({"TMPDIR": str(tmp), "PY_COLORS": "0"})

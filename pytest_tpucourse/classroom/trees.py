@@ -1,8 +1,11 @@
 """A class's trees graded `jobs` at a time, each tree's run in a private folder of one work folder
-that is removed after; Ctrl-C stops every running tree's process group (runner.py)."""
+that is removed after; Ctrl-C stops every running tree's process group (runner.py). A tree's
+trusted check (trusted_check.py), where the grading has one, follows its pytest run in the same
+job."""
 
 from __future__ import annotations
 
+import dataclasses
 import shutil
 import tempfile
 import threading
@@ -13,6 +16,12 @@ from .progress_line import ProgressLine
 from .runner import GradingRun, TreeRun, grade_tree
 
 
+def trusted_verdicts(grading: GradingRun, tree: Path, stop: threading.Event | None = None) -> dict[str, dict]:
+    """The tree's trusted check, as the gradebook keeps it: exercise -> verdict."""
+    verdicts = grading.trusted.check_tree(grading.runner_for(tree, stop), timeout=grading.timeout)
+    return {key: verdict.as_dict() for key, verdict in verdicts.items()}
+
+
 def grade_trees(grading: GradingRun, names: list[str], *, jobs: int, progress: ProgressLine) -> dict[str, TreeRun]:
     """Every tree's run, `jobs` at a time, each in a private folder of one work folder removed after."""
     work = Path(tempfile.mkdtemp(prefix="tpucourse-grade-"))
@@ -21,6 +30,8 @@ def grade_trees(grading: GradingRun, names: list[str], *, jobs: int, progress: P
     def one(index: int, name: str) -> TreeRun:
         progress.started(name)
         run = grade_tree(grading, name, Path(name), work / f"tree-{index:04d}", stop)
+        if grading.trusted is not None and run.finished and not stop.is_set():
+            run = dataclasses.replace(run, trusted=trusted_verdicts(grading, Path(name), stop))
         progress.finished(name, run.outcome)
         return run
 

@@ -6,8 +6,9 @@
 
 Run from the course checkout (its course.toml and graded tests grade every tree). What
 each tree's process may and may not touch is classroom/runner.py's to say; how many run at
-once, classroom/trees.py's; the gradebook's format is classroom/gradebook.py's;
-docs/grading.md has a CI matrix example.
+once, classroom/trees.py's; the gradebook's format is classroom/gradebook.py's; the values
+judged outside each tree's process, classroom/trusted_check.py's; docs/grading.md has a CI
+matrix example.
 """
 
 from __future__ import annotations
@@ -40,6 +41,11 @@ def add_parser(subcommands):
     g.add_argument("--jax-cache", default=".tpucourse/jax-cache", metavar="DIR",
                    help="the compile cache every tree's run shares (relative to the course root; 'none': "
                    "each run compiles everything itself)")
+    g.add_argument("--key", metavar="FILE", help="a file holding the instructor's secret, outside every tree: "
+                   "the trusted check draws its cases from it, so every shard given the same key draws the same "
+                   "cases (default: fresh cases each grading)")
+    g.add_argument("--no-trusted-check", action="store_true", help="grade by each tree's pytest run alone, without "
+                   "judging its values in a process of their own (docs/grading.md: in-process lies then count)")
     g.add_argument("--merge", nargs="+", metavar="GRADEBOOK", help="merge the shards' JSON gradebooks into --out")
     g.add_argument("-q", "--quiet", action="store_true", help="no progress line and no summary table")
     return g
@@ -69,9 +75,10 @@ def run(args) -> int:
         raise ValueError("--timeout must be positive")
     junit_dir = Path(args.junitxml) if args.junitxml else None
     junit_names = junit.file_names(names) if junit_dir else {}
+    jax_cache = args.jax_cache if args.jax_cache == "none" else str(course.root / args.jax_cache)
+    trusted = None if args.no_trusted_check else _trusted_check(course, chapters, args.key, jax_cache)
     grading = GradingRun(course_root=course.root, chapters=tuple(chapters), timeout=timeout,
-                         jax_cache=args.jax_cache if args.jax_cache == "none" else str(course.root / args.jax_cache),
-                         junitxml=junit_dir is not None)
+                         jax_cache=jax_cache, junitxml=junit_dir is not None, trusted=trusted)
     try:
         progress = ProgressLine(len(names), stream=sys.stderr, quiet=args.quiet)
         runs = grade_trees(grading, names, jobs=args.jobs, progress=progress)
@@ -82,14 +89,29 @@ def run(args) -> int:
         junit_dir.mkdir(parents=True, exist_ok=True)
         for name, tree_run in runs.items():
             junit.write(tree_run, junit_dir / junit_names[name])
-    book = gradebook.build(gradebook.course_facts(course, chapters), gradebook.graded_exercises(course, chapters),
-                           runs)
+    book = gradebook.build(gradebook.course_facts(course, chapters, trusted_check=trusted is not None),
+                           gradebook.graded_exercises(course, chapters), runs)
     gradebook.write(book, args.out)
     if not args.quiet:
         chapters_of = {e.key: c.id for c in course.chapters for e in c.exercises}
         print("\n".join(gradebook.summary_lines(book, chapters_of)))
         print(f"wrote {args.out}")
     return 0
+
+
+def _trusted_check(course, chapters: list[str], key: str | None, jax_cache: str):
+    """The class's trusted cases, drawn and answered here once for every tree (trusted_check.py)."""
+    from ..classroom.trusted_check import TrustedCheck, seed_from
+
+    secret = None
+    if key is not None:
+        try:
+            secret = Path(key).read_bytes()
+        except OSError as error:
+            raise ValueError(f"--key {key}: {error.strerror}") from None
+        if not secret.strip():
+            raise ValueError(f"--key {key}: the file is empty")
+    return TrustedCheck.prepare(course, chapters, seed_from(secret), jax_cache=jax_cache)
 
 
 def _chapters(course, text: str | None) -> list[str]:
