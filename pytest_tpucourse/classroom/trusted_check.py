@@ -127,20 +127,26 @@ class TrustedCheck:
                 test_path = course.root / exercise.test_path
                 if not test_path.is_file():
                     continue
-                declared = tc.load(test_path, exercise.key)
-                if declared is None:
-                    not_checkable[exercise.key] = (f"{exercise.test_path} declares no trusted cases: its tests "
-                                                   f"judge what only the tree's own process can (docs/grading.md)")
+                try:
+                    declared = tc.load(test_path, exercise.key)
+                    if declared is None:
+                        not_checkable[exercise.key] = (f"{exercise.test_path} declares no trusted cases: its "
+                                                       f"tests judge what only the tree's own process can "
+                                                       f"(docs/grading.md)")
+                        continue
+                    module = tc.test_module(test_path, exercise.key)
+                    rng = np.random.default_rng([seed, zlib.crc32(exercise.key.encode())])
+                    expectations = [_expect(case, module) for case in declared.draw(rng)]
+                    request = {"key": exercise.key, "chapter": chapter.id, "module": exercise.name,
+                               "test_file": exercise.test_path,
+                               "cases": [_request(e.case, module, e) for e in expectations]}
+                except Exception as error:  # the course's declaration: say so, and grade the rest
+                    not_checkable[exercise.key] = _clip(f"the trusted cases of {exercise.test_path} could not be "
+                                                        f"prepared ({type(error).__name__}: {error})")
                     continue
-                module = tc.test_module(test_path, exercise.key)
-                rng = np.random.default_rng([seed, zlib.crc32(exercise.key.encode())])
-                cases = list(declared.draw(rng))
-                expectations = [_expect(case, module) for case in cases]
                 exercises[exercise.key] = PreparedExercise(exercise.key, chapter.id, exercise.name,
                                                            exercise.test_path, expectations)
-                requests.append({"key": exercise.key, "chapter": chapter.id, "module": exercise.name,
-                                 "test_file": exercise.test_path,
-                                 "cases": [_request(e.case, module, e) for e in expectations]})
+                requests.append(request)
         settings = {"cpu_devices": CPU_DEVICES, "jax_cache": jax_cache, "kernel_timeout": kernel_timeout}
         inputs = plain_data.encode({"settings": settings, "exercises": requests}, node=_node_of)
         return cls(course.root, exercises, not_checkable, inputs, settings)
@@ -206,23 +212,40 @@ def _clip(text: str) -> str:
 # ---------------------------------------------------------------- the grader's side of a case
 
 
+@dataclass(frozen=True)
+class _JaxArray:
+    """An input that is a jax.Array where the case gave one (the worker makes it one again)."""
+
+    array: np.ndarray
+
+
 def _node_of(obj):
-    """A Built or Mesh input as the worker rebuilds it."""
+    """A Built, Mesh or jax array input as the worker rebuilds it."""
+    if isinstance(obj, _JaxArray):
+        return {"kind": "jax", "array": obj.array}
     if isinstance(obj, tc.Built):
         return {"kind": "built", "builder": obj.builder.__name__, "args": obj.args, "kwargs": obj.kwargs}
     if isinstance(obj, tc.Mesh):
         return {"kind": "mesh", "devices": obj.devices, "axis": obj.axis}
-    if hasattr(obj, "shape") and hasattr(obj, "dtype"):  # a jax array
-        return None
     return None
 
 
 def _as_numpy(tree):
-    """Inputs as the worker is sent them: JAX arrays as numpy arrays."""
+    """Inputs as the worker is sent them: JAX arrays as numpy arrays marked to be JAX's again,
+    numpy arrays as they are."""
     import jax
 
-    return jax.tree.map(lambda x: np.asarray(x) if isinstance(x, jax.Array) else x, tree,
-                        is_leaf=lambda x: isinstance(x, (tc.Built, tc.Mesh)))
+    if isinstance(tree, jax.Array):
+        return _JaxArray(np.asarray(tree))
+    if isinstance(tree, tc.Built):
+        return tc.Built(tree.builder, _as_numpy(tree.args), _as_numpy(tree.kwargs), tree.label)
+    if isinstance(tree, tuple):
+        return tuple(_as_numpy(x) for x in tree)
+    if isinstance(tree, list):
+        return [_as_numpy(x) for x in tree]
+    if isinstance(tree, dict):
+        return {k: _as_numpy(v) for k, v in tree.items()}
+    return tree
 
 
 def _request(case: tc.Case, module, expectation: Expectation) -> dict:
@@ -230,8 +253,12 @@ def _request(case: tc.Case, module, expectation: Expectation) -> dict:
         if isinstance(node, tc.Built) and getattr(module, node.builder.__name__, None) is not node.builder:
             raise tc.TrustedCasesError(f"{module.__file__}: the builder {node.builder.__name__} of a trusted case "
                                        f"must be a module-level function of the test file")
+    if case.through is not None and getattr(module, case.through.__name__, None) is not case.through:
+        raise tc.TrustedCasesError(f"{module.__file__}: through={case.through.__name__} of a trusted case must be "
+                                   f"a module-level function of the test file")
     request = {"function": case.function, "call": "vjp" if isinstance(case.check, tc.Grads) else "call",
-               "args": _as_numpy(case.args), "kwargs": _as_numpy(case.kwargs)}
+               "args": _as_numpy(case.args), "kwargs": _as_numpy(case.kwargs),
+               "through": case.through.__name__ if case.through is not None else None}
     if isinstance(case.check, tc.Grads):
         request["cotangents"] = _as_numpy(expectation.cotangents)
     return request
@@ -294,6 +321,8 @@ def _expect(case: tc.Case, module) -> Expectation:
         expectation.exact = plain_data.plain(value)
         return expectation
     reference = _resolved_reference(check.reference, module)
+    if isinstance(check, tc.Values) and check.reference_args is not None:
+        args = tuple(args[i] for i in check.reference_args)
     floor_out = jax.block_until_ready(jax.jit(reference.floor)(*args))
     if isinstance(check, tc.Values):
         with jax.enable_x64(True):
@@ -383,7 +412,7 @@ def judge_result(expectation: Expectation, result) -> str | None:
                     f"({', '.join(expectation.names)})")
         leaves = _leaves(got)
         for name, g, oracle, floor in zip(expectation.names, leaves, expectation.oracle, expectation.floor):
-            why = judge_array(g, oracle, floor, kind="forward", tol=check.tol, what=name)
+            why = tc.judge_array(g, oracle, floor, kind="forward", tol=check.tol, what=name)
             if why:
                 return f"{where}: {why}"
         return None
@@ -394,64 +423,10 @@ def judge_result(expectation: Expectation, result) -> str | None:
                                              expectation.dtypes):
         if not name:
             continue
-        why = judge_array(g, oracle, floor, kind="grad", tol=check.tol, what=name, dtype=dtype)
+        why = tc.judge_array(g, oracle, floor, kind="grad", tol=check.tol, what=name, dtype=dtype)
         if why:
             return f"{where}: {why}"
     return None
-
-
-def judge_array(got, oracle: np.ndarray, floor: np.ndarray, *, kind: str, tol, what: str,
-                dtype: str | None = None) -> str | None:
-    """The course's tolerance rule (core/tolerance.py) on one output: shape, dtype, the same
-    non-finite values as the oracle, and the relative error within the bound."""
-    want = np.dtype(floor.dtype) if dtype is None else plain_data.numpy_dtype(dtype)
-    if isinstance(got, plain_data.Shards):
-        if tuple(got.shape) != tuple(oracle.shape):
-            return f"{what} has shape {tuple(got.shape)}, expected {tuple(oracle.shape)}"
-        for device, index, part in got.pieces:
-            region = tuple(slice(a, b) for a, b in index)
-            why = judge_array(part, oracle[region], floor[region], kind=kind, tol=tol,
-                              what=f"{what} on device {device}", dtype=want.name)
-            if why:
-                return why
-        return None
-    if not isinstance(got, np.ndarray):
-        return f"{what} should be an array of shape {tuple(oracle.shape)} and dtype {want.name}, got {_describe(got)}"
-    if tuple(got.shape) != tuple(oracle.shape):
-        return f"{what} has shape {tuple(got.shape)}, expected {tuple(oracle.shape)}"
-    if got.dtype != want:
-        return f"{what} has dtype {got.dtype.name}, expected {want.name}"
-    if oracle.size == 0:
-        return None
-    if not _is_float(want):
-        wrong = got != oracle.astype(want)
-        if wrong.any():
-            first = tuple(int(i) for i in np.argwhere(wrong)[0])
-            return (f"{what} differs in {int(wrong.sum())} of {oracle.size} entries (first at {list(first)}: "
-                    f"got {got[first]}, expected {oracle.astype(want)[first]})")
-        return None
-    got64 = got.astype(np.float64)
-    reference = tolerance.rounded_reference(oracle, want)
-    same = (np.isnan(got64) & np.isnan(reference)) | (got64 == reference)
-    bad = (~np.isfinite(got64) & ~same) | (np.isfinite(got64) & ~np.isfinite(reference))
-    if bad.any():
-        first = tuple(int(i) for i in np.argwhere(bad)[0])
-        return (f"{what} is {got64[first]:g} at {list(first)} where the reference is {reference[first]:g} "
-                f"({int(bad.sum()):,} such values)")
-    error, bound, _ = tolerance.judge(got64, oracle, want, kind, floor.astype(np.float64))
-    if tol is not None:
-        bound = tol
-    if not error <= bound:
-        finite = np.isfinite(reference)
-        diff = np.abs(np.subtract(got64, reference, out=np.zeros_like(got64), where=finite))
-        worst = tuple(int(i) for i in np.unravel_index(np.argmax(diff), diff.shape))
-        return (f"{what} is wrong: relative error {error:.2e} > bound {bound:.2e}; worst element {list(worst)}: "
-                f"got {got64[worst]:.6g}, expected {reference[worst]:.6g}")
-    return None
-
-
-def _is_float(dtype: np.dtype) -> bool:
-    return dtype.kind in "fc" or dtype.name == "bfloat16"
 
 
 def _equal(got, expected) -> bool:

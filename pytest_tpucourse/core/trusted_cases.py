@@ -22,7 +22,8 @@ and the conversion of what the graded function returned to plain data.
 Kinds of case:
   values(fn, args, reference=...)      every output against the oracle, within the tolerance rule
   grads(fn, args, reference=..., argnames=...)   the VJP for cotangents drawn by the grader
-  exact(fn, args, expected=...)        a result compared as plain data (counts, text, tables)
+  exact(fn, args, expected=...)        a result compared as plain data (counts, text, tables), or
+                                       with compare(got, expected) -> None or why not
 
 Inputs are arrays, numbers, strings, tuples, lists and dicts, and two nodes the worker builds:
 `built(builder, *args)` (a module-level function of the test file, called on plain arguments:
@@ -35,7 +36,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Any, Callable
 
-__all__ = ["built", "Case", "Cases", "close", "exact", "grads", "mesh", "seed", "values"]
+__all__ = ["built", "Case", "Cases", "close", "exact", "grads", "judge_array", "mesh", "seed", "values"]
 
 NAME = "TRUSTED"  # the name a graded test file gives its Cases
 
@@ -45,6 +46,7 @@ class Values:
     reference: Any  # a references.Reference (bound keywords may hold nodes: a mesh)
     names: tuple[str, ...] | None = None
     tol: float | None = None
+    reference_args: tuple[int, ...] | None = None  # the positions of the args the reference takes (all)
 
 
 @dataclass(frozen=True)
@@ -71,6 +73,10 @@ class Case:
     kwargs: dict
     check: Values | Grads | Exact
     label: str = ""  # how a verdict names the call; by default written from the call
+    # A module-level function of the test file the worker calls as through(graded, *args, **kwargs)
+    # instead of graded(*args, **kwargs): for what a result alone does not show (what a callback
+    # saw, whether a call raised)
+    through: Callable | None = None
 
     def describe(self) -> str:
         if self.label:
@@ -116,9 +122,13 @@ def seed(rng) -> int:
     return int(rng.integers(0, 2**31 - 1))
 
 
-def values(function: str, args, *, reference, kwargs=None, names=None, tol=None, label: str = "") -> Case:
-    return Case(function, tuple(args), dict(kwargs or {}), Values(reference, tuple(names) if names else None, tol),
-                label)
+def values(function: str, args, *, reference, kwargs=None, names=None, tol=None, label: str = "",
+           reference_args=None) -> Case:
+    """reference_args: the positions of the args the reference takes, where the graded function
+    takes more (a program as well as its inputs)."""
+    return Case(function, tuple(args), dict(kwargs or {}),
+                Values(reference, tuple(names) if names else None, tol,
+                       tuple(reference_args) if reference_args is not None else None), label)
 
 
 def grads(function: str, args, *, reference, argnames, kwargs=None, cotangent_seed: int = 0, tol=None,
@@ -130,8 +140,8 @@ def grads(function: str, args, *, reference, argnames, kwargs=None, cotangent_se
 
 
 def exact(function: str, args, *, expected, kwargs=None, what: str = "the result", compare=None,
-          label: str = "") -> Case:
-    return Case(function, tuple(args), dict(kwargs or {}), Exact(expected, what, compare), label)
+          label: str = "", through: Callable | None = None) -> Case:
+    return Case(function, tuple(args), dict(kwargs or {}), Exact(expected, what, compare), label, through)
 
 
 def built(builder: Callable, *args, label: str = "", **kwargs) -> Built:
@@ -179,6 +189,77 @@ def _differs(got, expected, rtol: float, atol: float, where: str) -> str | None:
                 return found
         return None
     return None if got == expected else f"{where or 'the result'} is {got!r}; expected {expected!r}"
+
+
+def judge_array(got, oracle, floor, *, kind: str = "forward", tol=None, what: str = "the output",
+                dtype: str | None = None) -> str | None:
+    """None where `got` (an array, or Shards of one) passes the course's tolerance rule
+    (core/tolerance.py) against the float64 `oracle`, the XLA `floor` setting its dtype (or
+    `dtype`; without a floor the rule's base bound) and the error's scale; else what is wrong: its shape, its dtype, a non-finite
+    value the oracle lacks, or the relative error above the bound."""
+    import numpy as np
+
+    from . import plain_data, tolerance
+
+    want = np.dtype(floor.dtype) if dtype is None else plain_data.numpy_dtype(dtype)
+    if isinstance(got, plain_data.Shards):
+        if tuple(got.shape) != tuple(oracle.shape):
+            return f"{what} has shape {tuple(got.shape)}, expected {tuple(oracle.shape)}"
+        for device, index, part in got.pieces:
+            region = tuple(slice(a, b) for a, b in index)
+            why = judge_array(part, oracle[region], None if floor is None else floor[region], kind=kind, tol=tol,
+                              what=f"{what} on device {device}", dtype=want.name)
+            if why:
+                return why
+        return None
+    oracle = np.asarray(oracle, np.float64)
+    if not isinstance(got, np.ndarray):
+        return f"{what} should be an array of shape {tuple(oracle.shape)} and dtype {want.name}, got {_describe(got)}"
+    if tuple(got.shape) != tuple(oracle.shape):
+        return f"{what} has shape {tuple(got.shape)}, expected {tuple(oracle.shape)}"
+    if got.dtype != want:
+        return f"{what} has dtype {got.dtype.name}, expected {want.name}"
+    if oracle.size == 0:
+        return None
+    if not _is_float(want):
+        wrong = got != oracle.astype(want)
+        if wrong.any():
+            first = tuple(int(i) for i in np.argwhere(wrong)[0])
+            return (f"{what} differs in {int(wrong.sum())} of {oracle.size} entries (first at {list(first)}: "
+                    f"got {got[first]}, expected {oracle.astype(want)[first]})")
+        return None
+    got64 = got.astype(np.float64)
+    reference = tolerance.rounded_reference(oracle, want)
+    same = (np.isnan(got64) & np.isnan(reference)) | (got64 == reference)
+    bad = (~np.isfinite(got64) & ~same) | (np.isfinite(got64) & ~np.isfinite(reference))
+    if bad.any():
+        first = tuple(int(i) for i in np.argwhere(bad)[0])
+        return (f"{what} is {got64[first]:g} at {list(first)} where the reference is {reference[first]:g} "
+                f"({int(bad.sum()):,} such values)")
+    error, bound, _ = tolerance.judge(got64, oracle, want, kind, None if floor is None else floor.astype(np.float64))
+    if tol is not None:
+        bound = tol
+    if not error <= bound:
+        finite = np.isfinite(reference)
+        diff = np.abs(np.subtract(got64, reference, out=np.zeros_like(got64), where=finite))
+        worst = tuple(int(i) for i in np.unravel_index(np.argmax(diff), diff.shape))
+        return (f"{what} is wrong: relative error {error:.2e} > bound {bound:.2e}; worst element {list(worst)}: "
+                f"got {got64[worst]:.6g}, expected {reference[worst]:.6g}")
+    return None
+
+
+def _is_float(dtype) -> bool:
+    return dtype.kind in "fc" or dtype.name == "bfloat16"
+
+
+def _describe(value) -> str:
+    from . import plain_data
+
+    if hasattr(value, "shape") and hasattr(value, "dtype"):
+        return f"an array {value.dtype.name}{list(value.shape)}"
+    if isinstance(value, plain_data.Shards):
+        return f"an array {list(value.shape)} over {len(value.pieces)} devices"
+    return f"a {type(value).__name__}"
 
 
 def describe_value(value) -> str:
