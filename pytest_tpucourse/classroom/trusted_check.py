@@ -136,7 +136,8 @@ class TrustedCheck:
                         continue
                     module = tc.test_module(test_path, exercise.key)
                     rng = np.random.default_rng([seed, zlib.crc32(exercise.key.encode())])
-                    expectations = [_expect(case, module) for case in declared.draw(rng)]
+                    solution = _solution_of(course.root, chapter.id, exercise.name)
+                    expectations = [_expect(case, module, solution) for case in declared.draw(rng)]
                     request = {"key": exercise.key, "chapter": chapter.id, "module": exercise.name,
                                "test_file": exercise.test_path,
                                "cases": [_request(e.case, module, e) for e in expectations]}
@@ -309,15 +310,32 @@ def _resolved_reference(reference, module):
     return type(reference)(reference.name, bound(reference.oracle), bound(reference.floor))
 
 
-def _expect(case: tc.Case, module) -> Expectation:
-    """What the case's call must return, computed here from the course's references."""
+def _solution_of(course_root: Path, chapter: str, module: str):
+    """name -> that function of the course's solution module (imported on first use)."""
+    def function(name: str):
+        from ..grading.tree import import_file
+
+        module_name, _, function_name = name.rpartition(".")
+        return getattr(import_file(course_root / "solutions" / chapter / f"{module_name or module}.py"),
+                       function_name)
+    return function
+
+
+def _expect(case: tc.Case, module, solution) -> Expectation:
+    """What the case's call must return, computed here from the course's references (or, for
+    expected=SOLUTION, its solution)."""
     import jax
 
     expectation = Expectation(case)
     args, kwargs = resolve(case.args, module), resolve(case.kwargs, module)
     check = case.check
     if isinstance(check, tc.Exact):
-        value = check.expected(*args, **kwargs) if callable(check.expected) else check.expected
+        if check.expected is tc.SOLUTION:
+            function = solution(case.function)
+            value = (case.through(function, *args, **kwargs) if case.through is not None
+                     else function(*args, **kwargs))
+        else:
+            value = check.expected(*args, **kwargs) if callable(check.expected) else check.expected
         expectation.exact = plain_data.plain(value)
         return expectation
     reference = _resolved_reference(check.reference, module)

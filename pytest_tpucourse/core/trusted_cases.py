@@ -36,9 +36,20 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Any, Callable
 
-__all__ = ["built", "Case", "Cases", "close", "exact", "grads", "judge_array", "mesh", "seed", "values"]
+__all__ = ["built", "Case", "Cases", "close", "exact", "grads", "judge_array", "mesh", "seed", "SOLUTION", "values"]
 
 NAME = "TRUSTED"  # the name a graded test file gives its Cases
+
+
+class _Solution:
+    def __repr__(self) -> str:
+        return "checks.trusted.SOLUTION"
+
+
+# exact(..., expected=SOLUTION): what the course's own solution (solutions/chNN/) returns for the
+# same inputs, run in the grader's process: for answers no reference function computes (a
+# schedule, a verdict, a table), judged with `compare` where more than one answer is right.
+SOLUTION = _Solution()
 
 
 @dataclass(frozen=True)
