@@ -419,7 +419,10 @@ def judge_result(expectation: Expectation, result) -> str | None:
     if isinstance(check, tc.Exact):
         expected = expectation.exact
         if check.compare is not None:
-            why = check.compare(got, expected)
+            try:
+                why = check.compare(got, expected)
+            except Exception as error:  # an answer shaped unlike any the compare reads
+                why = f"its answer {_short(got, 120)} could not be judged ({type(error).__name__}: {error})"
         else:
             why = None if _equal(got, expected) else f"{check.what} is {_short(got)}; expected {_short(expected)}"
         return None if why is None else f"{where}: {why}"

@@ -36,7 +36,8 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Any, Callable
 
-__all__ = ["built", "Case", "Cases", "close", "exact", "grads", "judge_array", "mesh", "seed", "SOLUTION", "values"]
+__all__ = ["built", "Case", "Cases", "close", "exact", "grads", "judge_array", "mesh", "passes", "seed",
+           "SOLUTION", "values"]
 
 NAME = "TRUSTED"  # the name a graded test file gives its Cases
 
@@ -168,6 +169,18 @@ def close(rtol: float = 1e-6, atol: float = 0.0) -> Callable:
     everything else equal."""
     def compare(got, expected):
         return _differs(got, expected, rtol, atol, "")
+    return compare
+
+
+def passes(check: Callable) -> Callable:
+    """A compare for exact() from an assertion: check(got, expected) raising AssertionError (an
+    assert, or a course checker's WrongResult) on a wrong answer; its message is the reason."""
+    def compare(got, expected):
+        try:
+            check(got, expected)
+        except AssertionError as error:
+            return "\n".join(str(error).strip().splitlines()[:3]) or "the answer is wrong"
+        return None
     return compare
 
 
