@@ -86,8 +86,9 @@ class Case:
     check: Values | Grads | Exact
     label: str = ""  # how a verdict names the call; by default written from the call
     # A module-level function of the test file the worker calls as through(graded, *args, **kwargs)
-    # instead of graded(*args, **kwargs): for what a result alone does not show (what a callback
-    # saw, whether a call raised)
+    # instead of graded(*args, **kwargs) (for grads: through(graded, args, cotangents, **kwargs)
+    # instead of graded.vjp): for what a result alone does not show (what a callback saw), or
+    # an argument only the tree can build (an object of its own module)
     through: Callable | None = None
 
     def describe(self) -> str:
@@ -135,20 +136,20 @@ def seed(rng) -> int:
 
 
 def values(function: str, args, *, reference, kwargs=None, names=None, tol=None, label: str = "",
-           reference_args=None) -> Case:
+           reference_args=None, through: Callable | None = None) -> Case:
     """reference_args: the positions of the args the reference takes, where the graded function
     takes more (a program as well as its inputs)."""
     return Case(function, tuple(args), dict(kwargs or {}),
                 Values(reference, tuple(names) if names else None, tol,
-                       tuple(reference_args) if reference_args is not None else None), label)
+                       tuple(reference_args) if reference_args is not None else None), label, through)
 
 
 def grads(function: str, args, *, reference, argnames, kwargs=None, cotangent_seed: int = 0, tol=None,
-          label: str = "") -> Case:
+          label: str = "", through: Callable | None = None) -> Case:
     if len(argnames) != len(args):
         raise ValueError(f"argnames {argnames} must name each of the {len(args)} inputs (or None)")
     return Case(function, tuple(args), dict(kwargs or {}), Grads(reference, tuple(argnames), cotangent_seed, tol),
-                label)
+                label, through)
 
 
 def exact(function: str, args, *, expected, kwargs=None, what: str = "the result", compare=None,
