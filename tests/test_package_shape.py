@@ -340,6 +340,11 @@ TESTED_THROUGH = {
     "classroom.record": "test_classroom.py",
     "classroom.runner": "test_classroom.py",
     "classroom.shards": "test_classroom.py",
+    "classroom.isolated": "test_trusted_check.py",
+    "classroom.tree_runner": "test_trusted_check.py",
+    "classroom.trusted_worker": "test_trusted_check.py",
+    "core.plain_data": "test_trusted_check.py",
+    "core.trusted_cases": "test_trusted_check.py",
 }
 
 
