@@ -38,17 +38,19 @@ MODE_ENV = "TPUCOURSE_CHAPTER_RUNS"
 
 @dataclass(frozen=True)
 class ChapterJob:
-    """One pytest run of a chapter's graded tests (all its files, or `files`)."""
+    """One pytest run of a chapter's graded tests (all its files, or `files`), in the checkout or
+    in another copy of the course (`course`: a learner's tree with its own exercises/)."""
 
     chapter: str
     args: tuple[str, ...] = ()
     files: tuple[str, ...] | None = None
     stop_files: tuple[str, ...] = ()  # skip the rest of these files after their first failure
+    course: Path = REPO
 
     def pytest_args(self, basetemp: Path) -> list[str]:
-        folder = REPO / "exercises" / self.chapter
+        folder = self.course / "exercises" / self.chapter
         targets = [str(folder / name) for name in self.files] if self.files is not None else [str(folder)]
-        return [f"--basetemp={basetemp}", *targets, "--rootdir", str(REPO), "-p", "no:cacheprovider",
+        return [f"--basetemp={basetemp}", *targets, "--rootdir", str(self.course), "-p", "no:cacheprovider",
                 *self.args]
 
 

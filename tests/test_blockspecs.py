@@ -59,6 +59,31 @@ def test_the_sandbox_prints_verdict_grid_padding_and_vmem(capsys):
     assert "verdict illegal: dimension -1 of the block is 64: neither a multiple of 128" in capsys.readouterr().out
 
 
+def test_the_sandboxs_headline_and_int8_note_agree_with_the_compilers_verdict():
+    """A block the lowering accepts and the compiler refuses (an 8192 x 8192 f32 block over VMEM) is
+    headed by the refusal, not "legal"; the int8 note says what the installed compiler did, and that
+    libtpu releases differ, never a fixed verdict."""
+    from dataclasses import replace
+
+    from pytest_tpucourse.instruments.blockspec_sandbox import sandbox
+
+    lowered = sandbox((1024, 1024), (8, 128), "int8", compiler=False)
+    assert lowered.headline == "legal: the TPU lowering accepts it" and lowered.compiled is None
+    note = lowered.lines()[-1]
+    assert "(no verdict of it here)" in note and "refused by 0.0.42 (E2002) and compiled by 0.0.50" in note
+    refused = replace(lowered, compiled=False, compiler="compiler v5e: E2002: the block (8, 128) is neither a "
+                      "multiple of int8's tiling (32, 128) nor the array's full extent")
+    assert refused.headline.startswith("refused by the compiler v5e: E2002: the block (8, 128)")
+    assert refused.lines()[1].startswith("verdict refused by the compiler v5e") and "installed one refuses it" in refused.lines()[-1]
+    compiled = replace(lowered, compiled=True, compiler="compiler v5e: compiles (libtpu 0.0.50.1, ahead of time)")
+    assert compiled.headline == "legal: the TPU lowering accepts it and the compiler compiles it"
+    assert "installed one compiles it" in compiled.lines()[-1]
+    vmem = replace(sandbox((8192, 8192), (8192, 8192), "float32", compiler=False), compiled=False,
+                   compiler="compiler v5e: E1001: the copy kernel needs 512.00 MiB of VMEM (input and output "
+                            "block, one buffer each), over its scoped limit of 16.00 MiB")
+    assert vmem.headline.startswith("refused by the compiler v5e: E1001") and "the TPU lowering accepts it" in vmem.headline
+
+
 @needs_libtpu
 def test_the_sandbox_prints_the_compilers_verdict_after_the_lowerings(capsys):
     def sandbox(shape, block, dtype):

@@ -41,7 +41,7 @@ TWO_CASES = """
         _check(impl, 8)
 """
 
-# A shipped solution long enough to be nobody's own by accident (solution_code.py).
+# A shipped solution file long enough (MIN_FILE_BYTES) for a copy of its bytes to be told (solution_code.py).
 SOLUTION = '''\
 """The reference double(): twice x, in the input's dtype."""
 import numpy as np
@@ -230,21 +230,66 @@ EXECUTED = """
     _source = (pathlib.Path(__file__).resolve().parents[2] / "solutions" / "ch11" / "double.py").read_text()
     exec(compile(_source, __file__, "exec"))
 """
+RUN_BY_RUNPY = """
+    import pathlib
+    import runpy
+
+    double = runpy.run_path(str(pathlib.Path(__file__).resolve().parents[2] / "solutions/ch11/double.py"))["double"]
+"""
+# Read, renamed and executed under the learner's file name: no code of solutions/ runs as such.
+REWRITTEN = """
+    import pathlib
+
+    _source = (pathlib.Path(__file__).resolve().parents[2] / "solutions" / "ch11" / "double.py").read_text()
+    exec(compile(_source.replace("doubled", "twice"), __file__, "exec"))
+"""
+# Nothing at import: the solution is read by the call itself, on every call.
+READ_IN_THE_CALL = """
+    import pathlib
+
+    def double(x):
+        namespace = {}
+        exec((pathlib.Path(__file__).resolve().parents[2] / "solutions/ch11/double.py").read_text(), namespace)
+        return namespace["double"](x)
+"""
+# The solution moved out of solutions/ into the tree, beside the learner's module.
+MOVED_INTO_THE_TREE = "from .kept.double import double\n"
+# The course's own way for a chapter to read another chapter's solution, used by the learner.
+THROUGH_PUBLIC_KERNELS = """
+    from pytest_tpucourse import public_kernels
+
+    double = public_kernels.course_solution(__file__, "ch11.double.double")
+"""
 
 
 @pytest.mark.parametrize("arrives, how", [
     ("kept-in-a-list", "runs double() of solutions/ch11/double.py"),
     ("executed", "runs the code of double() in solutions/ch11/double.py"),
+    ("runpy", "runs double() of solutions/ch11/double.py"),
+    ("course_solution", "runs double() of solutions/ch11/double.py"),
+    ("rewritten-then-executed", "reads solutions/ch11/double.py (at exercises/ch11/double.py:4)"),
+    ("read-in-the-call", "reads solutions/ch11/double.py (at exercises/ch11/double.py:6)"),
+    ("moved-into-the-tree", "runs double() of exercises/ch11/kept/double.py, a copy of solutions/ch11/double.py "
+                            "(as committed)"),
     ("hardlink", "is a copy of solutions/ch11/double.py"),
     ("copy", "is a copy of solutions/ch11/double.py"),
     ("symlink", "is a link to solutions/ch11/double.py"),
 ])
 def test_the_shipped_solution_is_recognised_however_it_arrives(fake_course, arrives, how):
+    """Recognised by where the code comes from: solutions/ (loaded, run, read), its source
+    compiled under another name, its bytes (in the checkout or as committed), a link."""
     _course(fake_course)
     learner = fake_course.pytester.path / "exercises" / "ch11" / "double.py"
     solution = fake_course.pytester.path / "solutions" / "ch11" / "double.py"
-    if arrives in ("kept-in-a-list", "executed"):
-        learner.write_text(textwrap.dedent(LOADED if arrives == "kept-in-a-list" else EXECUTED))
+    sources = {"kept-in-a-list": LOADED, "executed": EXECUTED, "runpy": RUN_BY_RUNPY,
+               "rewritten-then-executed": REWRITTEN, "read-in-the-call": READ_IN_THE_CALL,
+               "moved-into-the-tree": MOVED_INTO_THE_TREE, "course_solution": THROUGH_PUBLIC_KERNELS}
+    if arrives == "moved-into-the-tree":
+        _git_commit(fake_course.pytester.path)
+        (learner.parent / "kept").mkdir()
+        solution.rename(learner.parent / "kept" / "double.py")
+    if arrives in sources:
+        learner.write_text(textwrap.dedent(sources[arrives]))
     else:
         learner.unlink()
         {"hardlink": lambda: os.link(solution, learner), "copy": lambda: learner.write_bytes(solution.read_bytes()),
@@ -254,6 +299,65 @@ def test_the_shipped_solution_is_recognised_however_it_arrives(fake_course, arri
     result.stdout.fnmatch_lines([f"exercises/ch11/double.py (or a module it imports) uses the shipped solution: it "
                                  f"{how}. Your exercises are graded on your own code*", "*FAIL  double*"])
     assert "must be written in solutions/" not in result.stdout.str()
+
+
+def _function_of(path, name):
+    """`name` from the file at `path`, compiled under the file's own name (its frames name it)."""
+    namespace = {}
+    exec(compile(path.read_text(), str(path), "exec"), namespace)
+    return namespace[name]
+
+
+def test_a_solution_read_through_a_helper_is_read_by_every_tree_module_on_the_stack(tmp_path):
+    """The audit hook charges a read of solutions/ to every file of the graded tree with a frame
+    on the stack (the innermost first), and to none of the course's test files."""
+    from pytest_tpucourse.grading import context, solution_reads
+
+    tree, solutions = tmp_path / "exercises" / "ch11", tmp_path / "solutions" / "ch11"
+    for folder in (tree, solutions):
+        folder.mkdir(parents=True)
+    solution = solutions / "double.py"
+    solution.write_text(SOLUTION)
+    (tree / "helper.py").write_text("def read(path):\n    return open(path).read()\n")
+    (tree / "double.py").write_text("def double(read, path):\n    return read(path)\n")
+    (tree / "test_double.py").write_text("def load(path):\n    return open(path).read()\n")
+    run = context.GradingContext(solution_reads=solution_reads.watch(tree.parent, solutions.parent))
+    context.activate(run)
+    try:
+        _function_of(tree / "double.py", "double")(_function_of(tree / "helper.py", "read"), str(solution))
+        _function_of(tree / "test_double.py", "load")(str(solution))
+        open(solution).close()  # no frame of the tree: nobody's read
+    finally:
+        context.deactivate(run)
+    reads = run.solution_reads
+    assert set(reads.by_reader) == {os.path.realpath(tree / "helper.py"), os.path.realpath(tree / "double.py")}
+    both = {os.path.realpath(tree / name) for name in ("helper.py", "double.py")}
+    assert reads.read_by(both) == (solution, tree.resolve() / "helper.py", 2)
+    assert reads.read_by({os.path.realpath(tree / "double.py")}) == (solution, tree.resolve() / "double.py", 2)
+
+
+# The learner's own file: the solution's function, its names and its code, written again.
+WRITTEN_LIKE_THE_SOLUTION = '''\
+"""My double(): I wrote it the way the reference does."""
+import numpy as np
+
+
+def double(x):
+    x = np.asarray(x)
+    doubled = np.multiply(x, 2, dtype=np.float64)
+    result = doubled.astype(x.dtype)
+    return result
+'''
+
+
+def test_code_written_like_the_solution_is_the_learners_own(fake_course):
+    """Compiled from the learner's own file, code that compiles to exactly the solution's
+    (names, constants, bytecode) is theirs: resemblance is never taken for copying."""
+    _course(fake_course, WRITTEN_LIKE_THE_SOLUTION)
+    result = fake_course.run()
+    result.assert_outcomes(passed=2)
+    assert "shipped solution" not in result.stdout.str()
+    assert _entry(fake_course)["status"] == "done"
 
 
 # ---------------------------------------------------------------- 5. the graded tests as shipped

@@ -293,7 +293,8 @@ def test_every_module_is_in_the_map():
 # the command, the fixture or the check that uses them.
 TESTED_THROUGH = {
     "core.small_files": "test_earned.py", "grading.leftovers": "test_earned.py",
-    "grading.solution_code": "test_earned.py", "grading.toolkit_guard": "test_earned.py",
+    "grading.solution_code": "test_earned.py", "grading.solution_reads": "test_earned.py",
+    "grading.toolkit_guard": "test_earned.py",
     "learner.foreign_plugins": "test_earned.py", "learner.run_markers": "test_earned.py",
     "learner.shipped": "test_earned.py",
     "checking.compiler_figures": "test_libtpu.py", "checking.ir_answers": "test_xray.py",
@@ -332,7 +333,8 @@ TESTED_THROUGH = {
     "run.session": "test_options_and_markers.py", "run.options": "test_options_and_markers.py", "strategies": "test_grading_chapters.py",
     "site.bench": "test_site.py", "site.build": "test_site.py",
     "site.instrument_pages": "test_site.py", "site.instruments": "test_site.py", "site.learner_view": "test_site.py",
-    "site.markdown": "test_site.py", "site.pages": "test_site.py", "site.server": "test_site.py",
+    "site.markdown": "test_site.py", "site.pages": "test_site.py", "site.server": "test_site_server.py",
+    "site.slow_work": "test_site_server.py",
     "site.xray_example": "test_site.py", "tpu": "test_package_shape.py",
     "classroom.gradebook": "test_classroom.py",
     "classroom.junit": "test_classroom.py",

@@ -16,6 +16,7 @@ import re
 import subprocess
 import sys
 import threading
+import time
 import urllib.request
 
 import pytest
@@ -247,6 +248,85 @@ def test_the_mesh_draws_a_topology_hop_by_hop(site, page):
     assert page.errors == []
 
 
+def test_the_home_page_opens_with_streaming_attention_live(site, page):
+    """As the course's home page does: EX·03 at work above the stack, not only a card below it."""
+    page.goto((site / "index.html").as_uri())
+    sections = page.evaluate("[...document.querySelectorAll('main > section')].map(s => s.id || s.className)")
+    assert sections.index("live-ex03") < sections.index("stack"), sections
+    assert page.locator("#live-ex03 .kicker").first.inner_text().startswith("EX·03 STREAMING ATTENTION")
+    page.locator("#live-ex03 #step").fill("3")
+    assert "equals the full softmax" in page.locator("#live-ex03 #state").inner_text()
+    assert page.locator(".instrument[href='ex03.html']").count() == 1  # and its card in the workshop
+    assert page.errors == []
+
+
+def test_the_xray_shows_every_ops_name(site, page):
+    """EX·05's columns are narrow: a line may be cut, but around its op's name, never through it."""
+    page.goto((site / "ex05.html").as_uri())
+    ops = page.frame_locator("#xray").locator("#jaxpr .op, #stablehlo .op[data-name^='stablehlo.']").evaluate_all(
+        """els => els.map(e => {
+            const name = e.querySelector('.name');
+            if (!name) return [e.dataset.name, e.textContent, false];
+            const line = e.getBoundingClientRect(), shown = name.getBoundingClientRect();
+            return [e.dataset.name, name.textContent,
+                    shown.left >= line.left && shown.right <= line.right + 0.5 && name.scrollWidth <= name.clientWidth];
+        })""")
+    assert len(ops) > 20
+    hidden = [(ident, text) for ident, text, whole in ops if not whole or text != ident]
+    assert hidden == [], f"op names cut or missing: {hidden[:5]}"
+    assert page.errors == []
+
+
+def test_the_blockspec_grid_is_drawn_past_400_blocks(site, page):
+    page.goto((site / "ex09.html").as_uri())
+    page.locator("#bs-shape").fill("1000x384")
+    page.locator("#bs-block").fill("128x128")
+    assert page.locator("#bs-grid line.bs-edge").count() == (8 - 1) + (3 - 1)  # every block edge
+    assert "too many" not in page.locator("#bs-grid-note").inner_text()
+    page.locator("#bs-shape").fill("1024x1024")
+    page.locator("#bs-block").fill("8x128")  # 128 x 8 = 1,024 blocks
+    assert page.locator("#bs-grid line.bs-edge").count() > 50
+    note = page.locator("#bs-grid-note").inner_text()
+    assert "128 × 8 grid of blocks" in note and "1,024 blocks are too many to draw each at this size: a line every 2 block rows" in note
+    assert page.errors == []
+
+
+def test_the_static_timeline_says_plainly_it_cannot_run_your_simulate(site, page):
+    """The static build answers the box in words; it asks no server (no CORS error in the console)."""
+    page.goto((site / "ex10.html").as_uri())
+    page.locator("#tl-mine").click()
+    page.locator("#tl-mine-status").wait_for(state="visible", timeout=5_000)
+    said = page.locator("#tl-mine-status").inner_text()
+    assert said.startswith("This static page cannot run your code: tpucourse site --serve")
+    assert "the course's run (timeline.py's), not yours" in said
+    assert not page.locator("#tl-mine").is_checked()
+    assert page.errors == []
+
+
+def _labels_outside_their_boxes(page) -> list:
+    """The chips whose label is not inside their box with 2 pixels to spare across (the box's stroke
+    and a gap: a label touching the stroke reads as spilling over it) and 1 up and down."""
+    return page.locator("#mesh .chip").evaluate_all("""gs => gs.filter(g => g.querySelector('text')).map(g => {
+        const box = g.querySelector('rect').getBBox(), text = g.querySelector('text').getBBox();
+        return [g.querySelector('text').textContent, text.width.toFixed(1), box.width.toFixed(1),
+                text.x >= box.x + 2 && text.x + text.width <= box.x + box.width - 2 &&
+                text.y >= box.y + 1 && text.y + text.height <= box.y + box.height - 1];
+    }).filter(([, , , inside]) => !inside)""")
+
+
+def test_the_mesh_words_follow_the_topology_and_its_labels_fit(site, page):
+    page.goto((site / "ex11.html").as_uri())
+    page.locator("#topology").fill("4x4")
+    what = page.locator("#mesh-what").inner_text()
+    assert "4x4 slice: a 2D mesh, not a torus, every axis a line (no wraparound link)" in what
+    assert "2D torus" not in what and "line (no wraparound link)" in page.locator("#mesh-phases").inner_text()
+    assert _labels_outside_their_boxes(page) == [] and page.locator("#mesh .chip text").count() == 16
+    page.locator("#topology").fill("16x16")
+    assert "16x16 slice: a 2D torus, every axis a ring (wraparound link)" in page.locator("#mesh-what").inner_text()
+    assert _labels_outside_their_boxes(page) == []
+    assert page.errors == []
+
+
 # ---------------------------------------------------------------- --serve
 
 
@@ -269,6 +349,16 @@ def _get(url: str) -> tuple[int, bytes]:
         return error.code, error.read()
 
 
+def _answer(url: str) -> tuple[int, bytes]:
+    """A slow answer (202 while it is worked out), asked again as the page does, at most 2 minutes."""
+    for _ in range(240):
+        status, body = _get(url)
+        if status != 202:
+            return status, body
+        time.sleep(0.5)
+    pytest.fail(f"{url} still working after 2 minutes")
+
+
 def test_serve_answers_on_localhost_only(served, clone):
     assert served.startswith("http://127.0.0.1:")
     status, body = _get(f"{served}/index.html")
@@ -279,7 +369,7 @@ def test_serve_answers_on_localhost_only(served, clone):
     assert status == 200 and json.loads(body)["topology"] == [3, 5]
     status, body = _get(f"{served}/api/roofline?chip=v5e&op=matmul&shape=banana")
     assert status == 400 and "not of the form" in json.loads(body)["error"]
-    status, body = _get(f"{served}/api/timeline?schedule=exchange-deadlock&devices=4")
+    status, body = _answer(f"{served}/api/timeline?schedule=exchange-deadlock&devices=4")
     assert status == 200 and "not written yet" in json.loads(body)["error"]  # a fresh clone's stub
 
 
@@ -346,12 +436,11 @@ def test_the_site_command_serves_on_127_0_0_1(clone, tmp_path):
         child.wait(timeout=30)
 
 
-def test_served_pages_answer_live_with_the_real_compiler(served, page):
-    """Under --serve the sandbox asks the real compiler (libtpu), which the static build cannot."""
+def test_served_sandbox_headline_and_note_follow_the_real_compiler(served, page):
+    """Under --serve the sandbox asks the real compiler (libtpu), which the static build cannot; the
+    headline is its refusal where it refuses, and the int8 note says what the installed one did."""
     from pytest_tpucourse.compiler import libtpu as tpu_compile
 
-    page.goto(f"{served}/ex10.html")
-    page.locator(".serve-only").wait_for(state="visible")
     if not tpu_compile.available():
         pytest.skip("no libtpu: pip install -e '.[tpu-compile]' (the test extra installs it)")
     page.goto(f"{served}/ex09.html")
@@ -361,11 +450,73 @@ def test_served_pages_answer_live_with_the_real_compiler(served, page):
     page.wait_for_function("(t => t.includes('int8, block 8x128') && t.includes('compiler v5e:'))"
                            "(document.getElementById('bs-lines').textContent)", timeout=300_000)
     lines = page.locator("#bs-lines").inner_text()
+    headline, verdict_class = page.locator("#bs-verdict").inner_text(), page.locator("#bs-verdict").get_attribute("class")
     # libtpu 0.0.42 refuses the int8 block at its tiling (E2002); 0.0.50 re-tiles it and compiles it
-    verdict = "compiler v5e: compiles" if compiler_retiles_int8() else "compiler v5e: E2002"
-    assert "legal: the TPU lowering accepts it" in lines and verdict in lines
+    if compiler_retiles_int8():
+        assert "compiler v5e: compiles" in lines and "the installed one compiles it" in lines
+        assert headline.startswith("legal: the TPU lowering accepts it and the compiler compiles it")
+        assert verdict_class.split() == ["big", "legal"]
+    else:
+        assert "compiler v5e: E2002" in lines and "the installed one refuses it" in lines
+        assert headline.startswith("refused by the compiler v5e: E2002") and "the TPU lowering accepts it" in headline
+        assert verdict_class.split() == ["big", "illegal"]
     assert "real compiler" in page.locator("#bs-what").inner_text()
     assert page.errors == []
+
+
+def test_served_sandbox_shows_it_is_compiling_not_the_previous_answer(served, page, monkeypatch):
+    """A compile of many MiB takes the compiler 20-50 s: meanwhile the page says it is compiling,
+    and the previous block's verdict is gone (a stand-in compile here, held until released)."""
+    release = threading.Event()
+    lowering_only = instruments.blockspec
+
+    def blockspec(shape, block, dtype, *, compiler):
+        if shape == "8192x8192":
+            release.wait(60)
+            return {**lowering_only("1024x1024", "128x128", dtype, compiler=False), "headline": "compiled at last"}
+        return lowering_only(shape, block, dtype, compiler=False)
+
+    monkeypatch.setattr(instruments, "blockspec", blockspec)
+    page.goto(f"{served}/ex09.html")
+    page.wait_for_function("document.getElementById('bs-lines').textContent.includes('1000x384')", timeout=60_000)
+    try:
+        page.locator("#bs-shape").fill("8192x8192")
+        page.locator("#bs-block").fill("8192x8192")
+        page.wait_for_function("document.getElementById('bs-verdict').textContent.startsWith('compiling: the real "
+                               "compiler is asked about block 8192x8192')", timeout=20_000)
+        assert page.locator("#bs-verdict").get_attribute("class").split() == ["big", "working"]
+        assert page.locator("#bs-lines").inner_text() == "" and page.locator("#bs-grid svg").count() == 0
+    finally:
+        release.set()
+    page.wait_for_function("document.getElementById('bs-verdict').textContent === 'compiled at last'", timeout=20_000)
+    assert page.errors == []
+
+
+def test_served_timeline_says_plainly_that_your_simulate_is_not_written_yet(served, page):
+    """A fresh clone's stub: the box does not stay ticked over the course's run; the page says why."""
+    page.goto(f"{served}/ex10.html")
+    page.locator("#tl-mine").click()
+    page.wait_for_function("document.getElementById('tl-mine-status').textContent.includes('not written yet')",
+                           timeout=120_000)
+    said = page.locator("#tl-mine-status").inner_text()
+    assert said.startswith("Your simulate() is not written yet") and "the course's run (timeline.py's), not yours" in said
+    assert not page.locator("#tl-mine").is_checked()
+    assert "the course's semaphore model" in page.locator("#tl-what").inner_text()
+    assert page.errors == []
+
+
+def test_served_mesh_draws_8x8_with_its_labels_inside_and_refuses_what_it_cannot_draw(served, page):
+    page.goto(f"{served}/ex11.html")
+    assert page.evaluate("Site.served") is True
+    page.locator("#topology").fill("8x8")
+    page.wait_for_function("document.querySelectorAll('#mesh .chip').length === 64", timeout=60_000)
+    assert _labels_outside_their_boxes(page) == []
+    assert page.locator("#mesh .chip text").count() == 64
+    assert "8x8 slice: a 2D mesh, not a torus, every axis a line (no wraparound link)" in page.locator("#mesh-what").inner_text()
+    page.locator("#topology").fill("100000x100000")
+    page.wait_for_function("document.getElementById('mesh-what').textContent.includes('past what the page can draw')",
+                           timeout=20_000)
+    assert [e for e in page.errors if "status of 400 (Bad Request)" not in e] == []  # Chromium logs the refusal
 
 
 def test_serve_plays_a_schedule_with_the_learners_own_simulate(served, clone):
@@ -374,7 +525,7 @@ def test_serve_plays_a_schedule_with_the_learners_own_simulate(served, clone):
     stub = mine.read_text(encoding="utf-8")
     mine.write_text((clone / "solutions" / "ch14" / "timeline.py").read_text(encoding="utf-8"), encoding="utf-8")
     try:
-        status, body = _get(f"{served}/api/timeline?schedule=next-step-semaphore&devices=4")
+        status, body = _answer(f"{served}/api/timeline?schedule=next-step-semaphore&devices=4")
     finally:
         mine.write_text(stub, encoding="utf-8")
     answer = json.loads(body)

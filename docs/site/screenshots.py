@@ -11,7 +11,7 @@ from playwright.sync_api import sync_playwright
 HERE = Path(__file__).resolve().parent
 # (page, file, height of the clip in CSS pixels, what to do first)
 SHOTS = [
-    ("index", "home.png", 2700, None),
+    ("index", "home.png", 3700, None),
     ("ch06", "chapter-layer.png", 1500, None),
     ("ch15", "chapter-stage.png", 1500, "#can-you"),
     ("bench", "bench.png", 1300, None),

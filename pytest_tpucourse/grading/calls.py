@@ -29,7 +29,7 @@ from .messages import (
     raised_in,
 )
 from ..core.paths import shown
-from .solution_code import shipped_solution_in
+from .solution_code import read_verdict, shipped_solution_in
 from .vmem import ScratchTooLarge
 
 
@@ -209,6 +209,10 @@ class GradedFunction:
         except Exception as error:
             backend.reset_after_failure()
             raise self._outcome(error) from None
+        self._after_call()
+
+    def _after_call(self) -> None:
+        """What a call's result must still pass before it is handed to the test (nothing here)."""
 
     def _outcome(self, error: Exception) -> Exception:
         again = reproduction(self)
@@ -273,6 +277,9 @@ class DerivedFunction(GradedFunction):
     def _hang_key(self, function):
         return self._base._hang_key(self._base.resolve())
 
+    def _after_call(self) -> None:
+        self._base._after_call()
+
 
 class LearnerFunction(GradedFunction):
     """A function in the graded tree: imported on first use; a stub is TODO.
@@ -287,6 +294,7 @@ class LearnerFunction(GradedFunction):
         self.module = module
         self.name = name
         self.exercise = exercise
+        self._tree_files: frozenset[str] = frozenset()  # the tree's files the function runs (solution_code.py)
 
     @property
     def path(self) -> Path:
@@ -313,19 +321,33 @@ class LearnerFunction(GradedFunction):
         is not theirs."""
         root, course_root = self.module.tree_root, self.module.course_root
         if self.module.is_learners:
-            used = shipped_solution_in(function, self.path, self.module.imported_digest, root,
-                                       course_root / SOLUTIONS)
-            if used is not None:
-                raise LearnerCodeError(
-                    f"{shown(self.path, course_root)} (or a module it imports) uses the shipped solution: "
-                    f"it {used}. Your exercises are graded on your own code; `tpucourse solution "
-                    f"{self.module.chapter_id}.{self.module._name}` shows a solution once the exercise is done.")
+            found = shipped_solution_in(function, self.path, self.module.imported_source, root,
+                                        course_root / SOLUTIONS, self.context.solution_reads)
+            self._tree_files = found.tree_files
+            self._refuse_the_shipped_solution(found.shipped)
         origin = defined_in(function)
         if origin is not None and not _inside(origin, root):
             raise LearnerCodeError(
                 f"{self.display} is defined in {shown(origin, course_root)}, outside the graded tree "
                 f"{shown(root, course_root)}/: the graded function must be written in "
                 f"{shown(self.path, course_root)} itself.")
+
+    def _after_call(self) -> None:
+        """A shipped solution read while the call ran (`runpy.run_path` inside the function) is
+        refused like one read at import: the result is not the learner's."""
+        reads = self.context.solution_reads
+        if self.module.is_learners and reads is not None:
+            course_root = self.module.course_root
+            self._refuse_the_shipped_solution(read_verdict(reads, self._tree_files | {str(self.path.resolve())},
+                                                           course_root, course_root / SOLUTIONS))
+
+    def _refuse_the_shipped_solution(self, used: str | None) -> None:
+        if used is not None:
+            course_root = self.module.course_root
+            raise LearnerCodeError(
+                f"{shown(self.path, course_root)} (or a module it imports) uses the shipped solution: "
+                f"it {used}. Your exercises are graded on your own code; `tpucourse solution "
+                f"{self.module.chapter_id}.{self.module._name}` shows a solution once the exercise is done.")
 
     def _outcome(self, error: Exception) -> Exception:
         if isinstance(error, NotImplementedError) and raised_in(error, self.path):

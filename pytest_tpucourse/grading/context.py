@@ -34,6 +34,12 @@ class GradingContext:
     # The sha256 of the bytes each graded module was imported from (its resolved path as text):
     # what the state file and gate rows record, whatever the file holds later.
     imported: dict = field(default_factory=dict)
+    # The bytes themselves ({resolved path: bytes}): what the graded code was compiled from
+    # (solution_code.py tells a module's own code from code executed into it).
+    imported_sources: dict = field(default_factory=dict)
+    # The shipped solution files the learner's tree opened (solution_reads.SolutionReads), in a
+    # run that grades exercises/; None otherwise.
+    solution_reads: object = None
 
 
 _active: list[GradingContext] = []

@@ -1,92 +1,113 @@
-"""Recognising the course's shipped solutions in the code a learner's tree runs.
+"""Recognising the course's shipped solutions in what a learner's tree runs: by where its code
+comes from, never by what the code looks like.
 
-A learner's exercises are graded on their own code. The shipped solutions can arrive in many
-ways: imported or loaded by path (a module object, or only its function kept in a list), their
-source executed into the learner's module (`exec(compile(src, __file__, "exec"))`, which names
-the learner's file), a hardlink, a symlink or a verbatim copy of the file. Each is recognised by
-what runs: the objects the graded function and its module hold (followed into containers,
-closures, wrappers and the tree's other modules) are compared with solutions/, by the file their
-code comes from and by the code itself (bytecode, names and constants, not the file name or
-line numbers), and the module's bytes with the solution file's.
+The chapter READMEs teach one way to write each kernel (`acc_ref`, `_init`, `_flush`; a
+softmax of `x`), so a learner's own code often compiles to the solutions' bytecode, names and
+constants, and a copy renamed does not. Resemblance tells nothing; so nothing here compares a
+learner's code with the solutions'. What is recognised is the solutions' own files, or their
+compilation, arriving in what the graded tree runs:
 
-Code too short to be anybody's in particular (`return x * 2`) is not compared: a learner
-writes it the same way. What this cannot see (a solution rewritten, or read in pieces) is
-said in docs/earned.md.
+- a link: the graded module is a symlink, or resolves into solutions/;
+- a copy: a file the graded tree runs (the graded module as imported, another module of the
+  tree, the file any function it holds comes from) has exactly the bytes of a shipped
+  solution file, in the checkout or at git HEAD (a hardlink; solutions/ copied or moved into
+  the tree). A file shorter than MIN_FILE_BYTES can be anybody's and is not compared;
+- loaded: a module, or a function's code, whose file is under solutions/ (an import,
+  importlib by path, runpy, `public_kernels.course_solution`);
+- executed: a function's code that claims a file of the graded tree (or no file) but is not
+  the compilation of that file's source at its line, and is the compilation of a shipped
+  solution's (`exec(compile(open(solution).read(), __file__, "exec"))`);
+- read: a file under solutions/ opened by the graded tree's code during its import or calls
+  (solution_reads.py).
+
+What the graded function and its module hold is followed (containers, closures, wrappers,
+classes, the tree's other modules) to find these. What none of them can see (a solution
+copied by hand, or rewritten) is said in docs/earned.md.
 """
 
 from __future__ import annotations
 
+import functools
 import hashlib
+import os
 import subprocess
 import sys
 import types
+from dataclasses import dataclass
 from pathlib import Path
 
-MIN_CODE_BYTES = 64  # bytecode shorter than this is compared by origin only, never by content
-MIN_FILE_BYTES = 200  # a module file this short is compared by origin only
+MIN_FILE_BYTES = 200  # a file this short can be anybody's: its bytes are not compared
 _VISITS = 20_000  # objects followed at most from one graded function
 _CONTAINER_ITEMS = 1_000  # items of one list, tuple, set or dict followed at most
 
-_solutions: dict = {}  # chapter folder -> (signature, fingerprints, {sha256: path})
+_checkout_files: dict = {}  # solutions folder -> (signature, {size: [(path, sha256)]})
+_head_blobs: dict = {}  # course root -> {size: [(path, git blob id)]}
+_compiled_keys: dict = {}  # (file, sha256 of its source) -> the keys of every code object compiled from it
+_solution_code: dict = {}  # solutions folder -> (signature, {code key: (path, qualname)})
+_outside_files: set = set()  # file names known to be neither the graded tree's nor the solutions'
 
 
-def shipped_solution_in(function, module_path: Path, module_digest: str | None, tree_root: Path,
-                        solutions_dir: Path) -> str | None:
-    """How the graded function or its module uses the shipped solutions of its chapter, in
-    words ("loads solutions/ch11/x.py", ...), or None."""
-    module_path, solutions_dir = Path(module_path), Path(solutions_dir)
+@dataclass(frozen=True)
+class Provenance:
+    """Where a graded function's code comes from, as far as it concerns the shipped solutions."""
+
+    shipped: str | None  # how it uses the shipped solutions, in words ("loads solutions/ch11/x.py"), or None
+    tree_files: frozenset[str]  # the graded tree's files it runs (resolved paths), whose reads count
+
+
+def shipped_solution_in(function, module_path: Path, imported_source: bytes | None, tree_root: Path,
+                        solutions_dir: Path, reads=None) -> Provenance:
+    """How the graded function or its module uses the shipped solutions, and the tree's files it
+    runs. imported_source: the bytes the module was imported from (None: read it now); reads: the
+    run's solution_reads.SolutionReads, or None."""
+    module_path, solutions_dir, tree_root = Path(module_path), Path(solutions_dir), Path(tree_root)
+    resolved = str(module_path.resolve())
     if module_path.is_symlink() or _inside(module_path, solutions_dir):
-        return f"is a link to {_shown(module_path.resolve(), solutions_dir)}"
-    fingerprints, files = _solution_index(solutions_dir / module_path.parent.name)
-    if module_digest is not None and module_digest in files:
-        return f"is a copy of {_shown(files[module_digest], solutions_dir)}"
-    return _Walk(tree_root, solutions_dir, fingerprints).find(function)
+        return Provenance(f"is a link to {_shown(module_path.resolve(), solutions_dir)}", frozenset({resolved}))
+    source = imported_source if imported_source is not None else _read(module_path)
+    walk = _Walk(tree_root, solutions_dir, {resolved: source})
+    copied = walk.solutions.copy_of(source)
+    if copied is not None:
+        return Provenance(f"is a copy of {copied}", frozenset({resolved}))
+    found = walk.find(function)
+    files = frozenset(walk.tree_files | {resolved})
+    if found is None and reads is not None:
+        found = read_verdict(reads, files, tree_root.parent, solutions_dir)
+    return Provenance(found, files)
 
 
-def code_fingerprint(code: types.CodeType) -> tuple:
-    """What a code object does, without where it was compiled from."""
-    consts = tuple(code_fingerprint(c) if isinstance(c, types.CodeType) else (type(c).__name__, repr(c))
+def read_verdict(reads, files, course_root: Path, solutions_dir: Path) -> str | None:
+    """A solution file read by one of the tree's `files`, in words, or None."""
+    read = reads.read_by(files)
+    if read is None:
+        return None
+    solution, reader, line = read
+    return f"reads {_shown(solution, solutions_dir)} (at {_relative(reader, course_root)}:{line})"
+
+
+def code_key(code: types.CodeType) -> tuple:
+    """A code object as compiling its source gives it, line numbers included, file name left out."""
+    consts = tuple(code_key(c) if isinstance(c, types.CodeType) else (type(c).__name__, repr(c))
                    for c in code.co_consts)
-    return (code.co_code, code.co_names, code.co_varnames, code.co_freevars, code.co_cellvars,
-            code.co_argcount, code.co_kwonlyargcount, consts)
+    return (code.co_qualname, code.co_firstlineno, code.co_code, code.co_linetable, code.co_exceptiontable,
+            code.co_names, code.co_varnames, code.co_freevars, code.co_cellvars, code.co_argcount,
+            code.co_posonlyargcount, code.co_kwonlyargcount, code.co_flags, consts)
 
 
-def _solution_index(chapter_dir: Path):
-    """The fingerprints of every function of the chapter's solutions ({fingerprint: (path, name)})
-    and the sha256 of each of their files, read again when a file changes."""
-    paths = sorted(chapter_dir.glob("*.py")) if chapter_dir.is_dir() else []
-    signature = tuple((str(p), p.stat().st_mtime_ns, p.stat().st_size) for p in paths)
-    cached = _solutions.get(chapter_dir)
-    if cached is not None and cached[0] == signature:
-        return cached[1], cached[2]
-    fingerprints, files = {}, {}
-    for path in paths:
-        source = path.read_bytes()
-        if len(source) >= MIN_FILE_BYTES:
-            files[hashlib.sha256(source).hexdigest()] = path
+def _compiled_from(path: str, source: bytes | None) -> frozenset:
+    """The keys of every code object compiling `source` (the file at `path`) gives."""
+    if source is None:
+        return frozenset()
+    cache_key = (path, hashlib.sha256(source).hexdigest())
+    if cache_key not in _compiled_keys:
         try:
-            module_code = compile(source, str(path), "exec")
+            module_code = compile(source, path, "exec", dont_inherit=True)
         except (SyntaxError, ValueError):
-            continue
-        given = _shipped_stub_fingerprints(chapter_dir, path.name)
-        for code in _nested_codes(module_code):
-            if len(code.co_code) >= MIN_CODE_BYTES and code_fingerprint(code) not in given:
-                fingerprints.setdefault(code_fingerprint(code), (path, code.co_qualname))
-    _solutions[chapter_dir] = (signature, fingerprints, files)
-    return fingerprints, files
-
-
-def _shipped_stub_fingerprints(chapter_dir: Path, name: str) -> set:
-    """The code the stub itself ships written (a chapter's given functions, the same in the
-    solution): as committed, since the learner's copy may be anything. Empty outside git."""
-    root = chapter_dir.parent.parent
-    try:
-        source = subprocess.run(["git", "-C", str(root), "show", f"HEAD:exercises/{chapter_dir.name}/{name}"],
-                                capture_output=True, timeout=10, check=True).stdout
-        module_code = compile(source, name, "exec")
-    except (OSError, subprocess.SubprocessError, SyntaxError, ValueError):
-        return set()
-    return {code_fingerprint(code) for code in _nested_codes(module_code)}
+            keys = frozenset()
+        else:
+            keys = frozenset(code_key(code) for code in _nested_codes(module_code))
+        _compiled_keys[cache_key] = keys
+    return _compiled_keys[cache_key]
 
 
 def _nested_codes(code: types.CodeType):
@@ -96,15 +117,113 @@ def _nested_codes(code: types.CodeType):
             yield from _nested_codes(const)
 
 
-class _Walk:
-    """Follows what a graded function holds, looking for the solutions' code."""
+class _Solutions:
+    """The shipped solution files as one walk sees them: listed and checked for changes once per
+    walk, their contents and compilation cached for the process while they do not change."""
 
-    def __init__(self, tree_root: Path, solutions_dir: Path, fingerprints: dict):
-        self.tree_root = Path(tree_root)
-        self.solutions_dir = Path(solutions_dir)
-        self.fingerprints = fingerprints
+    def __init__(self, solutions_dir: Path, course_root: Path):
+        self.dir = solutions_dir
+        self.course_root = course_root
+
+    @functools.cached_property
+    def signature(self) -> tuple:
+        """(path, mtime, size) of each solution file: what the caches are checked against."""
+        stats = []
+        for path in sorted(self.dir.glob("ch*/*.py")) if self.dir.is_dir() else []:
+            try:
+                stat = path.stat()
+            except OSError:
+                continue
+            stats.append((path, stat.st_mtime_ns, stat.st_size))
+        return tuple(stats)
+
+    @functools.cached_property
+    def by_size(self) -> dict:
+        """{size: [(path, sha256)]} of the solution files in the checkout."""
+        cached = _checkout_files.get(self.dir)
+        if cached is None or cached[0] != self.signature:
+            index: dict = {}
+            for path, _, _ in self.signature:
+                data = _read(path)
+                if data is not None and len(data) >= MIN_FILE_BYTES:
+                    index.setdefault(len(data), []).append((path, hashlib.sha256(data).hexdigest()))
+            cached = _checkout_files[self.dir] = (self.signature, index)
+        return cached[1]
+
+    @property
+    def committed_by_size(self) -> dict:
+        """{size: [(path, blob id)]} of the solution files committed at git HEAD: a solutions/
+        that was moved or deleted from the checkout is still known. Empty outside git."""
+        if self.course_root not in _head_blobs:
+            index: dict = {}
+            try:
+                listing = subprocess.run(
+                    ["git", "-C", str(self.course_root), "ls-tree", "-r", "-l", "HEAD", "--", self.dir.name],
+                    capture_output=True, text=True, timeout=10, check=True).stdout
+            except (OSError, subprocess.SubprocessError):
+                listing = ""
+            for line in listing.splitlines():
+                meta, _, name = line.partition("\t")
+                parts = meta.split()
+                if (len(parts) == 4 and parts[1] == "blob" and name.endswith(".py") and parts[3].isdigit()
+                        and int(parts[3]) >= MIN_FILE_BYTES):
+                    index.setdefault(int(parts[3]), []).append((self.course_root / name, parts[2]))
+            _head_blobs[self.course_root] = index
+        return _head_blobs[self.course_root]
+
+    @functools.cached_property
+    def code(self) -> dict:
+        """{code key: (path, qualname)} of every function compiled from the shipped solutions:
+        what code that is not its own file's is identified by."""
+        cached = _solution_code.get(self.dir)
+        if cached is None or cached[0] != self.signature:
+            index: dict = {}
+            for path, _, _ in self.signature:
+                try:
+                    module_code = compile(_read(path) or b"", str(path), "exec", dont_inherit=True)
+                except (SyntaxError, ValueError):
+                    continue
+                for code in _nested_codes(module_code):
+                    index.setdefault(code_key(code), (path, code.co_qualname))
+            cached = _solution_code[self.dir] = (self.signature, index)
+        return cached[1]
+
+    def copy_of(self, source: bytes | None) -> str | None:
+        """"solutions/chNN/x.py" when `source` is a shipped solution file's bytes."""
+        if source is None or len(source) < MIN_FILE_BYTES:
+            return None
+        for path, digest in self.by_size.get(len(source), ()):
+            if hashlib.sha256(source).hexdigest() == digest:
+                return _shown(path, self.dir)
+        committed = self.committed_by_size.get(len(source), ())
+        if committed:
+            blob = hashlib.sha1(b"blob %d\0" % len(source) + source).hexdigest()
+            for path, blob_id in committed:
+                if blob == blob_id:
+                    return f"{_relative(path, self.course_root)} (as committed)"
+        return None
+
+    def sizes(self) -> set[int]:
+        return set(self.by_size) | set(self.committed_by_size)
+
+
+class _Walk:
+    """Follows what a graded function holds, looking for code that comes from the solutions."""
+
+    def __init__(self, tree_root: Path, solutions_dir: Path, sources: dict):
+        self.tree_root = tree_root
+        self.solutions_dir = solutions_dir
+        self.course_root = tree_root.parent
+        self.solutions = _Solutions(solutions_dir, self.course_root)
+        self.sources = sources  # resolved path -> the bytes it was imported from, where known
+        self.tree_files: set[str] = set()
         self.seen: set[int] = set()
         self.pending: list = []
+        self._where: dict[str, str] = {}  # a file name -> its kind (_kind)
+        self._solutions_prefix = os.path.realpath(solutions_dir) + os.sep
+        self._tree_prefix = os.path.realpath(tree_root) + os.sep
+        self._files_checked: dict[str, str | None] = {}
+        self._sizes: set[int] | None = None  # the sizes of the solution files, checkout and HEAD
 
     def find(self, function) -> str | None:
         self.pending.append(function)
@@ -123,11 +242,12 @@ class _Walk:
         self.seen.add(id(value))
         if isinstance(value, types.ModuleType):
             file = getattr(value, "__file__", None)
-            if file and _inside(Path(file), self.solutions_dir):
-                return f"loads {_shown(Path(file), self.solutions_dir)}"
-            if file and _inside(Path(file), self.tree_root):
+            if not isinstance(file, str):
+                return None
+            where = self._file(file)
+            if where is None and self._kind(file) == "tree":
                 self.pending.append(vars(value))
-            return None
+            return None if where is None else f"loads {where}"
         if isinstance(value, dict):
             self.pending.extend(list(value.values())[:_CONTAINER_ITEMS])
             return None
@@ -146,13 +266,13 @@ class _Walk:
                     pass
             globals_ = getattr(value, "__globals__", None)
             file = globals_.get("__file__") if isinstance(globals_, dict) else None
-            if file and _inside(Path(file), self.tree_root):
+            if isinstance(file, str) and self._kind(file) == "tree":
                 self.pending.append(globals_)
             return None
         if isinstance(value, type):
             module = sys.modules.get(getattr(value, "__module__", ""))
             file = getattr(module, "__file__", None)
-            if not file or not (_inside(Path(file), self.tree_root) or _inside(Path(file), self.solutions_dir)):
+            if not isinstance(file, str) or self._kind(file) not in ("tree", "solutions"):
                 return None
             self.pending.extend(v for v in vars(value).values() if callable(v) or isinstance(v, (staticmethod,
                                                                                                   classmethod)))
@@ -168,14 +288,78 @@ class _Walk:
         return None
 
     def _code(self, code: types.CodeType) -> str | None:
-        if _inside(Path(code.co_filename), self.solutions_dir):
-            return f"runs {code.co_qualname}() of {_shown(Path(code.co_filename), self.solutions_dir)}"
-        for inner in (code, *_nested_codes(code)):
-            if len(inner.co_code) >= MIN_CODE_BYTES:
-                match = self.fingerprints.get(code_fingerprint(inner))
+        file = code.co_filename
+        where = self._file(file)
+        if where is not None:
+            return f"runs {code.co_qualname}() of {where}"
+        kind = self._kind(file)
+        if kind in ("tree", "none"):
+            own = _compiled_from(file, self._source(file)) if kind == "tree" else frozenset()
+            key = code_key(code)
+            if key not in own:  # not its file's own code: the compilation of some other source
+                match = self.solutions.code.get(key)
                 if match is not None:
-                    path, name = match
-                    return f"runs the code of {name}() in {_shown(path, self.solutions_dir)}"
+                    path, qualname = match
+                    return f"runs the code of {qualname}() in {_shown(path, self.solutions_dir)}"
+        return None
+
+    def _file(self, file: str) -> str | None:
+        """The file, shown, where it is under solutions/ or a copy of a solution file; else None."""
+        if file not in self._files_checked:
+            kind, verdict = self._kind(file), None
+            if kind == "solutions":
+                verdict = _shown(Path(file), self.solutions_dir)
+            elif kind in ("tree", "outside"):
+                resolved = os.path.realpath(file)
+                if kind == "tree":
+                    self.tree_files.add(resolved)
+                copied = self.solutions.copy_of(self._source(file))
+                if copied is not None:
+                    verdict = f"{_relative(Path(file), self.course_root)}, a copy of {copied}"
+            self._files_checked[file] = verdict
+        return self._files_checked[file]
+
+    def _kind(self, file: str) -> str:
+        """"solutions", "tree", "outside" (another file: a library's) or "none" (no such file)."""
+        if file in _outside_files:
+            return "outside"
+        if file not in self._where:
+            real = os.path.realpath(file)
+            if real.startswith(self._solutions_prefix):
+                kind = "solutions"
+            elif not os.path.isfile(real):
+                kind = "none"
+            elif real.startswith(self._tree_prefix):
+                kind = "tree"
+            else:
+                kind = "outside"
+                _outside_files.add(file)
+            self._where[file] = kind
+        return self._where[file]
+
+    def _source(self, file: str) -> bytes | None:
+        resolved = os.path.realpath(file)
+        if resolved not in self.sources:
+            kind = self._kind(file)
+            if self._sizes is None:
+                self._sizes = self.solutions.sizes()
+            # A file outside the tree is read only where its size is a solution file's.
+            wanted = kind == "tree" or (kind == "outside" and _size(file) in self._sizes)
+            self.sources[resolved] = _read(Path(file)) if wanted else None
+        return self.sources[resolved]
+
+
+def _size(file: str) -> int | None:
+    try:
+        return os.stat(file).st_size
+    except OSError:
+        return None
+
+
+def _read(path: Path) -> bytes | None:
+    try:
+        return Path(path).read_bytes()
+    except OSError:
         return None
 
 
@@ -185,6 +369,13 @@ def _inside(path: Path, folder: Path) -> bool:
     except (ValueError, OSError):
         return False
     return True
+
+
+def _relative(path: Path, root: Path) -> str:
+    try:
+        return Path(path).resolve().relative_to(Path(root).resolve()).as_posix()
+    except (ValueError, OSError):
+        return str(path)
 
 
 def _shown(path: Path, solutions_dir: Path) -> str:

@@ -125,9 +125,9 @@ class LearnerModule:
         return self._tree.is_learners
 
     @property
-    def imported_digest(self) -> str | None:
-        """The sha256 of the bytes this run imported the module from (None: not imported yet)."""
-        return (self._context or active()).imported.get(str(self.path.resolve()))
+    def imported_source(self) -> bytes | None:
+        """The bytes this run imported the module from (None: not imported yet)."""
+        return (self._context or active()).imported_sources.get(str(self.path.resolve()))
 
     def __getattr__(self, function_name: str) -> LearnerFunction:
         if function_name.startswith("_"):
@@ -145,8 +145,9 @@ class LearnerModule:
         package = _chapter_package(self._tree, self._chapter_id)
         qualified = f"{package}.{self._name}"
         if qualified not in sys.modules:  # what is imported is what the run records (state, gate rows)
-            imported = (self._context or active()).imported
-            imported[str(self.path.resolve())] = hashlib.sha256(self.path.read_bytes()).hexdigest()
+            context, source = self._context or active(), self.path.read_bytes()
+            context.imported[str(self.path.resolve())] = hashlib.sha256(source).hexdigest()
+            context.imported_sources[str(self.path.resolve())] = source
         try:
             return importlib.import_module(qualified)
         except PYTEST_OUTCOMES as error:  # pytest.skip() at import: a failure, never a skip

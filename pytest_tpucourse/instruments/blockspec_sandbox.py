@@ -27,16 +27,26 @@ class BlockReport:
     buffer_bytes: int  # the block's elements times the itemsize
     tiled_bytes: int | None  # one buffer as VMEM holds it (vmem_footprint.padded_bytes: the compiler's padding)
     compiler: str = ""  # the real compiler's verdict on the same copy kernel (compiler_line)
+    compiled: bool | None = None  # that verdict: True compiles, False refused, None not asked
+
+    @property
+    def headline(self) -> str:
+        """The verdict in one line: the lowering's refusal, else the compiler's, else legal."""
+        if self.error is not None:
+            return "illegal: " + explain(self.array_shape, self.block_shape, self.dtype, self.error)
+        if self.compiled is False:
+            return f"refused by the {self.compiler} (the TPU lowering accepts it)"
+        if self.compiled:
+            return "legal: the TPU lowering accepts it and the compiler compiles it"
+        return "legal: the TPU lowering accepts it"
 
     def lines(self) -> list[str]:
         shape = "x".join(map(str, self.array_shape))
         block = "x".join("None" if b is None else str(b) for b in self.block_shape)
-        verdict = ("legal: the TPU lowering accepts it" if self.error is None else
-                   "illegal: " + explain(self.array_shape, self.block_shape, self.dtype, self.error))
         steps = math.prod(self.grid)
         cdivs = " x ".join(f"cdiv({a}, {e[0]})" for a, e in zip(self.array_shape, self.edges))
         out = [f"array   {shape} {self.dtype}, block {block}",
-               f"verdict {verdict}",
+               f"verdict {self.headline}",
                *([self.compiler] if self.compiler else []),
                f"grid    {self.grid}: {cdivs} = {steps} step{'s' * (steps != 1)}"]
         for axis, (size, last, padding) in enumerate(self.edges):
@@ -58,9 +68,17 @@ class BlockReport:
             sizes = [1 if b is None else b for b in self.block_shape]
             if sizes[-2] % rows and sizes[-2] != self.array_shape[-2]:
                 out.append(f"note    {self.dtype}'s native tile is ({rows}, {lanes}): {sizes[-2]} rows "
-                           f"lower, but fill part of a tile; the Mosaic compiler decides whether it "
-                           f"compiles (v5e: bf16 (8, 128) compiles, int8 (8, 128) does not)")
+                           f"lower, but fill part of a tile; {self._whose_call()}")
         return out
+
+    def _whose_call(self) -> str:
+        """Whether a block of part-tiles compiles is the compiler's call, and releases differ."""
+        releases = ("libtpu releases differ: v5e's int8 (8, 128) block of a (32, 128)-tiled array is "
+                    "refused by 0.0.42 (E2002) and compiled by 0.0.50 (exercises/ch07/README.md)")
+        if self.compiled is None:
+            return f"the Mosaic compiler decides whether it compiles (no verdict of it here), and {releases}"
+        answer = "compiles it" if self.compiled else "refuses it"
+        return f"the Mosaic compiler decides: the installed one {answer} (the compiler line), and {releases}"
 
 
 def sandbox(array_shape, block_shape, dtype, *, compiler: bool = True) -> BlockReport:
@@ -83,24 +101,32 @@ def sandbox(array_shape, block_shape, dtype, *, compiler: bool = True) -> BlockR
 
     tiled = vmem_footprint.padded_bytes(sizes, dtype) if len(sizes) >= 2 else None
     lowering = lowering_error(array_shape, block_shape, dtype)
-    return BlockReport(array_shape, block_shape, dtype, lowering, grid, edges, buffer_bytes, tiled,
-                       compiler_line(array_shape, block_shape, dtype, lowering) if compiler else "")
+    line, compiled = compiler_answer(array_shape, block_shape, dtype, lowering) if compiler else ("", None)
+    return BlockReport(array_shape, block_shape, dtype, lowering, grid, edges, buffer_bytes, tiled, line, compiled)
 
 
 def compiler_line(array_shape, block_shape, dtype, lowering: str | None, chip: str = COMPILER_CHIP) -> str:
     """The sandbox's line for the real compiler's verdict on the one-block copy kernel."""
+    return compiler_answer(array_shape, block_shape, dtype, lowering, chip)[0]
+
+
+def compiler_answer(array_shape, block_shape, dtype, lowering: str | None,
+                    chip: str = COMPILER_CHIP) -> tuple[str, bool | None]:
+    """(compiler_line, True if it compiles / False if it refuses / None if it was not asked)."""
     from ..compiler import libtpu
 
     if not libtpu.available():
-        return 'compiler: not checked (pip install -e ".[tpu-compile]")'
+        return 'compiler: not checked (pip install -e ".[tpu-compile]")', None
     head = f"compiler {chip}:"
     if lowering is not None:
-        return f"{head} not asked: the lowering rejects the block first"
+        return f"{head} not asked: the lowering rejects the block first", None
     error = compiler_verdict(tuple(array_shape), tuple(block_shape), dtype, chip)
     if error is None:
         return (f"{head} compiles (libtpu {libtpu.libtpu_version()}, ahead of time: a kernel copying "
-                f"one block; nothing ran)")
-    return f"{head} {refusal(error, dtype)}"
+                f"one block; nothing ran)"), True
+    if error.kind == "timeout":  # no verdict: the compile was stopped
+        return f"{head} no verdict: {error.message}", None
+    return f"{head} {refusal(error, dtype)}", False
 
 
 def parse_block(text: str) -> tuple:

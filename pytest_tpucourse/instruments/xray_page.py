@@ -162,6 +162,11 @@ h1 {{ font-size: 16px; margin: 0 0 .2em; }} p.compiler {{ margin: 0 0 1em; color
 .layers {{ display: grid; grid-template-columns: repeat(3, minmax(0, 1fr)); gap: 1em; }}
 .layer h2 {{ font-size: 13px; margin: 0 0 .4em; }}
 .op {{ padding: 1px 4px; border-radius: 3px; white-space: pre; overflow: hidden; text-overflow: ellipsis; cursor: default; }}
+.op.named {{ display: flex; }} .op.named > span {{ overflow: hidden; text-overflow: ellipsis; }}
+.op .lhs {{ flex: 0 1 auto; min-width: 2ch; }} .op .name {{ flex: none; font-weight: 600; }}
+.op .rest {{ flex: 0 10000000 auto; min-width: 0; }} /* cut first: the rest, then what the line defines */
+.src {{ margin: .5em 0 .1em; color: #888; white-space: pre; overflow: hidden; text-overflow: ellipsis; }}
+.src:first-of-type {{ margin-top: 0; }}
 .func {{ margin: .6em 0 .1em; padding: 1px 4px; color: #555; font-weight: bold; }}
 .func .why {{ font-weight: normal; color: #888; }} .infunc {{ margin-left: 1.2em; }}
 .op .where {{ color: #888; }} .op.unlinked {{ color: #aaa; }}
@@ -169,7 +174,8 @@ h1 {{ font-size: 16px; margin: 0 0 .2em; }} p.compiler {{ margin: 0 0 1em; color
 </style></head><body>
 <h1>x-ray of {title}</h1>
 <p class="compiler">optimized HLO: {compiler}. Hover an op: its counterparts in the other layers light up;
-a cut line shows in full as its tooltip.</p>
+every op's name shows, and a cut line shows in full as its tooltip. The jaxpr is grouped by the source line
+that traced it.</p>
 <div class="layers">
 <section class="layer" id="jaxpr"><h2>jaxpr</h2>
 {jaxpr}</section>
@@ -214,19 +220,30 @@ def page(pic: Picture) -> str:
             entry_rows.setdefault(id(instruction), []).append(index)
 
     def element(text: str, rows: list[int], where: str = "", ident: str = "", full: str = "",
-                extra: str = "") -> str:
-        classes = "op" + ("" if rows else " unlinked") + extra
-        where_html = f'<span class="where">{html.escape(where)}</span> ' if where else ""
+                extra: str = "", op_name: str = "") -> str:
+        parts = _named_parts(text, op_name)
+        classes = "op" + ("" if rows else " unlinked") + (" named" if parts else "") + extra
         name = f' data-name="{html.escape(ident)}"' if ident else ""
         tip = html.escape(" ".join(filter(None, (where, full or text))))
+        body = ("".join(f'<span class="{kind}">{html.escape(part)}</span>' for kind, part in parts) if parts
+                else html.escape(text))
         return (f'<div class="{classes}" data-links="{html.escape(json.dumps(sorted(set(rows))))}"{name} '
-                f'title="{tip}">{where_html}{html.escape(text)}</div>\n')
+                f'title="{tip}">{body}</div>\n')
 
-    jaxpr = "".join(
-        element(row.equation.text, [index],
-                f"{Path(row.equation.location.file).name}:{row.equation.location.line}" if row.equation.location else "",
-                row.equation.primitive)
-        for index, row in enumerate(pic.rows))
+    jaxpr = []
+    last = None
+    for index, row in enumerate(pic.rows):
+        location = row.equation.location
+        where = f"{Path(location.file).name}:{location.line}" if location else ""
+        here = (location.file, location.line) if location else None
+        if not jaxpr or here != last:
+            last = here
+            line = _source_line(location.file, location.line) if location else ""
+            jaxpr.append(f'<div class="src" title="{html.escape(f"{where}  {line}".strip())}">'
+                         f'{html.escape(where or "(no source line)")}  {html.escape(line)}</div>\n')
+        jaxpr.append(element(row.equation.text, [index], where, row.equation.primitive, extra=" infunc",
+                             op_name=row.equation.primitive))
+    jaxpr = "".join(jaxpr)
     hlo = "".join(element(_describe(pic.module, i), entry_rows.get(id(i), []), ident=i.name,
                           full=f"{i.name} = {i.shape} {i.opcode}({', '.join(i.operands)}) {i.attributes}".strip())
                   for i in pic.entry)
@@ -272,5 +289,19 @@ def _stablehlo_column(pic: Picture, op_rows: dict[int, list[int]], element) -> s
                                                 extra=" infunc" if stable.functions else "")))
     for op in stable.ops:
         lines.append((op.line_number, element(op.text, op_rows.get(id(op), []), ident=op.op,
-                                              extra=" infunc" if stable.functions else "")))
+                                              extra=" infunc" if stable.functions else "", op_name=op.op)))
     return "".join(text for _, text in sorted(lines, key=lambda item: item[0]))
+
+
+def _named_parts(text: str, name: str) -> list[tuple[str, str]]:
+    """A line cut in three around its op's name (what it defines, the name, the rest), so the page can
+    cut the other two and keep the name in view; [] where the name is not in the line."""
+    if not name:
+        return []
+    start = text.find(" = ")
+    at = text.find(name, start + 3 if start >= 0 else 0)
+    if at < 0:
+        return []
+    return [(kind, part) for kind, part in (("lhs", text[:at]), ("name", name), ("rest", text[at + len(name):]))
+            if part]
+

@@ -38,7 +38,7 @@ from ..gates import records as rec
 from ..gates.run import GateContext, GateRun, gate_context
 from ..gates.provenance import module_hashes, provenance, tree_label
 from ..gates.rehearsal import KeptFromBenchmark, Rehearsal
-from ..grading import backend, compiled, context, leftovers
+from ..grading import backend, compiled, context, leftovers, solution_reads
 from ..grading.context import GradingContext
 from ..grading.deadline import Deadline
 from ..grading.interrupts import CTRL_C
@@ -209,6 +209,8 @@ class CourseSession:
         chip = gates.chip or options.registry.get(chips.DEFAULT_CHIP)
         vmem, lowering_chip = _kernel_chip_guards(chip, options.registry)
         grading = GradingContext(deadline=deadline, vmem=vmem, lowering_chip=lowering_chip)
+        if tree.is_learners:  # what the learner's tree opens of solutions/, from its first import
+            grading.solution_reads = solution_reads.watch(tree.root, root / SOLUTIONS)
         session = cls(options=options, course=course, tree=tree, run_backend=run_backend, gates=gates,
                       chip=chip, grading=grading, hypothesis_profile=profile, jax_cache=jax_cache)
         session.guard.bind()  # the checker and the gate runner, before any graded import

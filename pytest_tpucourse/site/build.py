@@ -16,6 +16,7 @@ from ..core.course import Course
 from . import bench, instrument_pages, instruments, pages
 from .learner_view import course_view
 
+HOME_INSTRUMENT = "ex03"  # the course's home page opens with streaming attention at work
 STATIC_FILES = ("site.css", "site.js", "chapter.js", "roofline.js", "streaming.js", "blockspec.js",
                 "timeline.js", "mesh.js")
 
@@ -57,7 +58,9 @@ def build(course: Course, out: Path, *, log=print) -> list[Path]:
     index = pages.jump_index(course)
     view = course_view(course)
     sections, records = bench.sections(course.root)
-    written = {"index.html": pages.home(view, home_floors(records), index)}
+    streaming, script = instrument_pages.BODIES[HOME_INSTRUMENT]
+    written = {"index.html": pages.home(view, home_floors(records), index,
+                                        (HOME_INSTRUMENT, streaming, instrument_data(HOME_INSTRUMENT), script))}
     chapters = list(course.chapters)
     for number, chapter in enumerate(chapters):
         written[f"{chapter.id}.html"] = pages.chapter(

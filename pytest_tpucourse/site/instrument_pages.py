@@ -59,9 +59,10 @@ TIMELINE = """
 <section class="panel controls">
 <label>schedule <select id="tl-schedule"></select></label>
 <label>devices <select id="tl-devices"></select></label>
-<label class="serve-only" hidden><input type="checkbox" id="tl-mine"> your simulate() (exercises/ch14/timeline.py)</label>
+<label><input type="checkbox" id="tl-mine"> your simulate() (exercises/ch14/timeline.py)</label>
 <button type="button" id="tl-back">← round</button> <button type="button" id="tl-step">round →</button>
 <span id="tl-round"></span>
+<p id="tl-mine-status" role="status" hidden></p>
 </section>
 <section class="panel"><p id="tl-doc"></p><div id="tl-table"></div><p class="big" id="tl-summary"></p>
 <p class="note" id="tl-what"></p></section>

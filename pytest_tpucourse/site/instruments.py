@@ -136,8 +136,9 @@ def blockspec(shape: str, block: str, dtype: str, *, compiler: bool) -> dict:
     if None in array:
         raise ValueError(f"an array shape takes sizes only, got {shape!r}")
     report = sandbox(array, parse_block(block), dtype, compiler=compiler)
-    return {"shape": shape, "block": block, "dtype": dtype, "legal": report.error is None,
-            "grid": list(report.grid), "lines": report.lines(),
+    return {"shape": shape, "block": block, "dtype": dtype,
+            "legal": report.error is None and report.compiled is not False, "compiled": report.compiled,
+            "headline": report.headline, "grid": list(report.grid), "lines": report.lines(),
             "what": "the TPU lowering's verdict and the real compiler's (libtpu, ahead of time)" if compiler
             else "the TPU lowering's rules only (Pallas' Mosaic lowering, run on this CPU)"}
 
@@ -158,6 +159,15 @@ def blockspec_cases() -> list[dict]:
 # ---------------------------------------------------------------- EX·10 the semaphore timeline
 
 TIMELINE_DEVICES = (2, 4, 8)
+TIMELINE_MAX_DEVICES = 16  # a column per device: the page's table holds 16
+LEARNER_TIMELINE = Path("exercises") / "ch14" / "timeline.py"
+
+
+def timeline_devices(text: str) -> int:
+    """A device count the timeline's table can show, or ValueError saying which it can."""
+    if not text.strip().isdigit() or not 1 <= int(text) <= TIMELINE_MAX_DEVICES:
+        raise ValueError(f"devices={text!r}: the timeline shows 1 to {TIMELINE_MAX_DEVICES} devices, a column each")
+    return int(text)
 
 
 def timeline_of(programs, result: timeline.Timeline) -> dict:
@@ -206,7 +216,8 @@ def learner_timeline(course_root: Path, name: str, devices: int, timeout: float 
     child process with a deadline: the learner's code may raise, return nonsense or never return."""
     if name not in timeline.SCHEDULES:
         raise ValueError(f"no shipped schedule {name!r}")
-    path = Path(course_root) / "exercises" / "ch14" / "timeline.py"
+    timeline_devices(str(devices))
+    path = Path(course_root) / LEARNER_TIMELINE
     if not path.is_file():
         return {"error": f"{path} does not exist"}
     try:
@@ -233,6 +244,11 @@ MESH_TOPOLOGIES = {"v5e": ("4", "8", "16", "2x2", "4x4", "4x8", "16x16"),
                    "v5p": ("4", "8", "2x2", "4x4", "4x4x4", "2x2x2"),
                    "v4": ("4", "8", "2x2", "4x4", "4x4x4", "2x2x2")}
 MESH_BYTES = ("64MiB", "1GiB")
+# The mesh picture (static/mesh.js draws it so): axis 0 across, the planes of axis 2 side by side with
+# a gap of MESH_PLANE_GAP chips, axis 1 down; MESH_ACROSS by MESH_DOWN pixels, chips at least
+# MESH_MIN_PITCH pixels apart. A slice that does not fit is refused before it is planned: a plan's
+# steps grow as the square of an axis (100000x100000 would be terabytes).
+MESH_LAYOUT = {"across": 600, "down": 300, "min_pitch": 8, "plane_gap": 1.5, "max_pitch": 70}
 
 
 def parse_topology(text: str) -> tuple[int, ...]:
@@ -242,17 +258,56 @@ def parse_topology(text: str) -> tuple[int, ...]:
     return tuple(int(p) for p in parts)
 
 
+def mesh_fits_the_page(axes: tuple[int, ...]) -> None:
+    """ValueError, saying what fits, for a slice the page cannot draw."""
+    if len(axes) > 3:
+        raise ValueError(f"a slice of {len(axes)} axes: TPU slices have 1 to 3, and the page draws 3")
+    d0, d1, d2 = (*axes, 1, 1)[:3]
+    across = d0 * d2 + MESH_LAYOUT["plane_gap"] * (d2 - 1)
+    pitch = MESH_LAYOUT["min_pitch"]
+    most_across, most_down = MESH_LAYOUT["across"] // pitch, MESH_LAYOUT["down"] // pitch
+    if across > most_across or d1 > most_down:
+        raise ValueError(
+            f"a {'x'.join(map(str, axes))} slice is past what the page can draw: it fits {most_across} chips "
+            f"across (axis 0, times axis 2 with a gap between planes) and {most_down} down (axis 1); this one "
+            f"needs {across:g} across and {d1} down")
+
+
+def slice_words(chip: chips.Chip, axes: tuple[int, ...], wraps: tuple[bool, ...]) -> str:
+    """What the slice is, from its wraparound links: a line, a ring, a mesh or a torus."""
+    shape = "x".join(map(str, axes))
+    ring, line = "a ring (wraparound link)", "a line (no wraparound link)"
+    if len(axes) == 1:
+        kind = ring if wraps[0] else line
+    elif all(wraps):
+        kind = f"a {len(axes)}D torus, every axis {ring}"
+    elif not any(wraps):
+        kind = f"a {len(axes)}D mesh, not a torus, every axis {line}"
+    else:
+        kind = ", ".join(f"axis {axis} {ring if wrap else line}" for axis, wrap in enumerate(wraps))
+    return f"this {chip.name} {shape} slice: {kind} ({chip.name}: {ici.wraparound_rule(chip)})"
+
+
+def _link_figure_source(chip: chips.Chip) -> str:
+    """Where the link figure comes from, without the whole pod's topology the source adds."""
+    source = chip.sources.get("ici", "")
+    pod = getattr(chip, "topology", None)
+    return source[: -len(pod) - 2] if pod and source.endswith(f", {pod}") else source
+
+
 def mesh(chip_name: str, topology: str, op: str, size: str) -> dict:
     """ici.plan's phases of a collective over a slice, each with its steps hop by hop (`tpucourse mesh`)."""
     chip = chips.get_chip(chip_name)
     axes = parse_topology(topology)
+    mesh_fits_the_page(axes)
     nbytes = ici.parse_bytes(size)
     wraparound = ici.wraparounds(chip, axes)
     bandwidth = ici.link_bandwidth(chip)
     phases = ici.plan(op, nbytes, axes, link_bandwidth=bandwidth, wraparound=wraparound)
     return {"what": "roofline prediction: link bandwidth only, every link busy every step; not a measurement",
             "chip": chip.name, "topology": list(axes), "op": op, "bytes": nbytes, "bytes_text": size,
-            "link_bandwidth": bandwidth, "link_source": chip.sources.get("ici", ""),
+            "slice": slice_words(chip, axes, wraparound),
+            "link_bandwidth": bandwidth, "link_source": _link_figure_source(chip),
             "phases": [{"op": p.op, "axis": p.axis, "size": p.size, "wraparound": p.wraparound,
                         "chunk_bytes": p.chunk_bytes, "seconds": p.seconds,
                         "link_seconds": p.chunk_bytes / bandwidth,
@@ -268,7 +323,7 @@ def mesh_data() -> dict:
                 for size in MESH_BYTES:
                     plans[f"{chip_name}|{topology}|{op}|{size}"] = mesh(chip_name, topology, op, size)
     return {"chips": list(MESH_CHIPS), "topologies": MESH_TOPOLOGIES, "ops": list(ici.OPS),
-            "sizes": list(MESH_BYTES), "plans": plans, "default": "v5e|4x4|all-gather|1GiB"}
+            "sizes": list(MESH_BYTES), "plans": plans, "default": "v5e|4x4|all-gather|1GiB", "layout": MESH_LAYOUT}
 
 
 # ---------------------------------------------------------------- EX·05 the IR x-ray

@@ -32,6 +32,7 @@ INSTRUMENTS = (
     ("ex10", "EX·10", "the semaphore timeline", "step into a deadlock on purpose", "ch14"),
     ("ex11", "EX·11", "the mesh, hop by hop", "collectives over real link budgets", "ch09"),
 )
+LIVE_WORDS = "scrub it: the carried (m, l, acc) state rescales exactly; the score matrix never exists"
 HONESTY = ("Gates pass only on real hardware, and failures stay published. Every value on this site "
            "states what it is: a roofline prediction, an off-chip verification, or a measured run with "
            "chip, dtype, shapes, and date attached.")
@@ -102,7 +103,16 @@ def _stage_card(view: ChapterView) -> str:
             f'<span class="progress">{status_counts(view)} {_dots(view)}</span>{gate}</a>')
 
 
-def home(view: CourseView, floors: list[dict], index: list[dict]) -> str:
+def _live_instrument(slug: str, body: str, words: str) -> str:
+    """An instrument at work on the home page, as the course's home page opens with one."""
+    tag, name, _, chapter_id = next((t, n, ln, ch) for s, t, n, ln, ch in INSTRUMENTS if s == slug)
+    return (f'<section class="live" id="live-{slug}"><p class="kicker">{tag} {e(name)} · a chapter '
+            f'{int(chapter_id[2:])} instrument, live · <a href="{slug}.html">open it on its own page</a></p>'
+            f'{body}<p class="note">{e(words)}</p></section>')
+
+
+def home(view: CourseView, floors: list[dict], index: list[dict], live: tuple | None = None) -> str:
+    """The stack; `live` (slug, body, data, script): the instrument at work at the top of the page."""
     course = view.course
     first = course.chapters[0]
     nxt = view.next_exercise
@@ -139,6 +149,7 @@ are pinned where they belong; your progress rides on every entry.</p>
 <div class="next" id="next"><span class="tag">next</span>{next_html}</div>
 <ol class="promises">{promises}</ol>
 </section>
+{_live_instrument(live[0], live[1], LIVE_WORDS) if live else ""}
 <section id="stack"><p class="descent">↓ the descent · {len(layers)} layers · {course.gates_total} stages pinned along the way</p>
 <ol class="stack">{''.join(layers)}</ol>
 <p class="floor-line">you have reached the floor</p></section>
@@ -153,7 +164,8 @@ to a chapter above; press <kbd>⌘K</kbd> (<kbd>Ctrl-K</kbd>) to jump anywhere.<
 <li>exercise statuses: your pytest runs of <code>exercises/</code> (<code>.tpucourse/state.json</code>), as
 <code>tpucourse progress</code> shows them</li><li>gates: your gate records, re-judged (<code>.tpucourse/records.jsonl</code>)</li>{notes}</ul></section>
 """
-    return shell("the stack", body, index, page_class="home")
+    return shell("the stack", body, index, page_class="home", data=live[2] if live else None,
+                 scripts=(live[3],) if live else ())
 
 
 # ---------------------------------------------------------------- a chapter

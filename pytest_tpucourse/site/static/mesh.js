@@ -43,6 +43,19 @@
     draw();
   }
 
+  // A chip's label, its font shrunk until it fits inside the box; none where it would be unreadable.
+  function label(g, x, y, text) {
+    const box = Number(g.firstChild.getAttribute("width")), room = box - 4;
+    let size = 11;
+    const t = node("text", { x, y, "dominant-baseline": "central" }, text);
+    t.style.fontSize = `${size}px`;
+    g.append(t);
+    const width = t.getComputedTextLength();
+    if (width > room) size = Math.floor(size * room / width * 10) / 10;
+    if (size < 6) t.remove();
+    else t.style.fontSize = `${size}px`;
+  }
+
   function message(text) {
     svg.replaceChildren();
     $("mesh-phases").replaceChildren();
@@ -52,9 +65,9 @@
 
   function draw() {
     const dims = plan.topology, all = steps(), now = all[Number(slider.value)];
-    const [d0, d1 = 1, d2 = 1] = dims;
-    const sp = Math.min(70, 600 / (d0 * d2 + (d2 - 1) * 1.5), 300 / d1), box = Math.max(8, sp * 0.55);
-    const pos = c => [30 + ((c[2] || 0) * (d0 + 1.5) + (c[0] || 0)) * sp + sp / 2, 34 + (c[1] || 0) * sp + sp / 2];
+    const [d0, d1 = 1, d2 = 1] = dims, L = d.layout;  // the layout instruments.py checks a slice fits
+    const sp = Math.min(L.max_pitch, L.across / (d0 * d2 + (d2 - 1) * L.plane_gap), L.down / d1), box = sp * 0.6;
+    const pos = c => [30 + ((c[2] || 0) * (d0 + L.plane_gap) + (c[0] || 0)) * sp + sp / 2, 34 + (c[1] || 0) * sp + sp / 2];
     svg.replaceChildren();
     const defs = node("defs", {}), marker = node("marker", { id: "arrow", viewBox: "0 0 10 10", refX: 9, refY: 5,
       markerWidth: 6, markerHeight: 6, orient: "auto-start-reverse" });
@@ -70,9 +83,9 @@
     }
     for (let k = 0; k < d2; k++) for (let j = 0; j < d1; j++) for (let i = 0; i < d0; i++) {
       const c = [i, j, k], [x, y] = pos(c), g = node("g", { class: `chip${onLine(c.slice(0, dims.length)) ? " active" : ""}` });
-      g.append(node("rect", { x: x - box / 2, y: y - box / 2, width: box, height: box, rx: 3 }));
-      if (box >= 18) g.append(node("text", { x, y: y + 4 }, dims.length === 1 ? `${i}` : c.slice(0, dims.length).join(",")));
+      g.append(node("rect", { x: x - box / 2, y: y - box / 2, width: box, height: box, rx: Math.min(3, box / 4) }));
       svg.append(g);
+      label(g, x, y, dims.length === 1 ? `${i}` : c.slice(0, dims.length).join(","));
     }
     if (d2 > 1) for (let k = 0; k < d2; k++) svg.append(node("text", { class: "axis", x: pos([0, 0, k])[0] - box / 2, y: 18 }, `axis 2 = ${k}`));
     if (phase) {
@@ -86,9 +99,11 @@
         const side = Math.sign(bend) * edge;
         const [x1, y1] = horizontal ? [ax, ay + side] : [ax + side, ay], [x2, y2] = horizontal ? [bx, by + side] : [bx + side, by];
         const mx = (x1 + x2) / 2 + (horizontal ? 0 : bend), my = (y1 + y2) / 2 + (horizontal ? bend : 0);
-        svg.append(node("path", { class: "send", d: `M${x1},${y1} Q${mx},${my} ${x2},${y2}` }));
+        const arc = node("path", { class: "send", d: `M${x1},${y1} Q${mx},${my} ${x2},${y2}` });
+        arc.style.strokeWidth = `${Math.min(2.5, sp / 16)}px`;  // the arrowhead scales with it: small chips, small arrows
+        svg.append(arc);
         const apex = [(x1 + x2) / 4 + mx / 2, (y1 + y2) / 4 + my / 2];  // the arc's furthest point
-        if (now.sends.length <= 16) svg.append(node("text", { class: "send-label", x: apex[0] + (horizontal ? 0 : Math.sign(bend) * 4),
+        if (now.sends.length <= 16 && sp >= 30) svg.append(node("text", { class: "send-label", x: apex[0] + (horizontal ? 0 : Math.sign(bend) * 4),
           y: apex[1] + (horizontal ? (bend < 0 ? -4 : 11) : 3), "text-anchor": horizontal ? "middle" : bend < 0 ? "end" : "start" },
           `c${chunk}`));
       });
@@ -101,7 +116,8 @@
       `${p.steps.length} steps of one ${mib(p.chunk_bytes)} chunk per link and direction, ${Site.us(p.link_seconds)} per link per step: ` +
       `${Site.us(p.seconds)} predicted`)));
     $("mesh-total").textContent = `${plan.op} of ${plan.bytes_text} over a ${plan.chip} ${plan.topology.join("x")} slice: ${Site.us(plan.seconds)} predicted`;
-    $("mesh-what").textContent = `what this is: ${plan.what}. Link: ${plan.link_bandwidth.toPrecision(3)} B/s one way (${plan.link_source}).`;
+    $("mesh-what").textContent = `what this is: ${plan.what}. ${plan.slice[0].toUpperCase()}${plan.slice.slice(1)}. ` +
+      `Link: ${plan.link_bandwidth.toPrecision(3)} B/s one way (${plan.link_source}).`;
   }
 
   chip.addEventListener("change", () => { fillTopologies(); load(); });
@@ -110,5 +126,5 @@
   slider.addEventListener("input", draw);
   fillTopologies();
   load();
-  Site.served.then(s => { served = s; });
+  Site.served.then(s => { served = s; if (s && !plan) load(); });  // a topology typed before the server answered
 })();

@@ -8,11 +8,23 @@ const Site = (() => {
   const served = location.protocol.startsWith("http")
     ? fetch("api/ping").then(r => r.ok ? r.json() : null).then(j => Boolean(j && j.serve)).catch(() => false)
     : Promise.resolve(false);
-  async function api(path, params) {
-    const response = await fetch(`api/${path}?${new URLSearchParams(params)}`);
-    const answer = await response.json();
-    if (!response.ok) throw new Error(answer.error || response.statusText);
-    return answer;
+  // The local server's answer. Slow work (a compile, the learner's own code) is answered 202 with
+  // what it is doing: `working` is told, and the question asked again until the answer comes;
+  // once `stale()` says the page asked something else meanwhile, the answer is null.
+  async function api(path, params, { working = () => {}, stale = () => false } = {}) {
+    for (;;) {
+      const response = await fetch(`api/${path}?${new URLSearchParams(params)}`);
+      const answer = await response.json();
+      if (stale()) return null;
+      if (response.status === 202) {
+        working(answer.working);
+        await new Promise(done => setTimeout(done, 700));
+        if (stale()) return null;
+        continue;
+      }
+      if (!response.ok) throw new Error(answer.error || response.statusText);
+      return answer;
+    }
   }
   const us = seconds => `${(seconds * 1e6).toFixed(1)} µs`;
   const el = (tag, attrs = {}, text = "") => {

@@ -6,7 +6,18 @@
   const d = Site.data, $ = id => document.getElementById(id);
   const schedule = $("tl-schedule"), devices = $("tl-devices"), mine = $("tl-mine");
   for (const [name, s] of Object.entries(d.schedules)) schedule.append(new Option(name, name, false, name === d.default));
-  let run = null, round = 0, end = 0, what = d.what;
+  let run = null, round = 0, end = 0, what = d.what, served = false, pending = 0, waiting = false;
+  const COURSES = "The table shows the course's run (timeline.py's), not yours.";
+
+  // What became of "your simulate()": said in words under the controls, until the next change.
+  function status(kind, text) {
+    const line = $("tl-mine-status");
+    line.hidden = !text;
+    line.className = `mine-status ${kind}`;
+    line.textContent = text || "";
+  }
+  const sentence = text => `${text[0].toUpperCase()}${text.slice(1)}${/[.!?]$/.test(text) ? "" : "."}`;
+  function untick(text) { mine.checked = false; status("problem", `${text} ${COURSES}`); }
 
   function fillDevices() {
     const counts = Object.keys(d.schedules[schedule.value].runs);
@@ -16,17 +27,33 @@
   }
 
   async function load() {
-    const s = d.schedules[schedule.value];
+    const ticket = ++pending, s = d.schedules[schedule.value];
     $("tl-doc").textContent = `${schedule.value}: ${s.doc}`;
     run = s.runs[devices.value];
     what = d.what;
-    if (mine.checked) {
+    if (mine.checked) served = await Site.served;
+    if (ticket !== pending) return;
+    if (!mine.checked) status("", "");
+    else if (!served) {
+      untick("This static page cannot run your code: tpucourse site --serve serves this page and runs your " +
+        "simulate() from exercises/ch14/timeline.py.");
+    } else {
+      status("working", "running your simulate()…");
+      waiting = true;  // no table until your run comes: the course's would pass for yours
+      $("tl-table").replaceChildren();
+      $("tl-summary").textContent = $("tl-what").textContent = $("tl-round").textContent = "";
       try {
-        const answer = await Site.api("timeline", { schedule: schedule.value, devices: devices.value });
-        if (answer.error) { $("tl-what").textContent = answer.error; mine.checked = false; }
-        else { run = answer; what = answer.what; }
-      } catch (err) { $("tl-what").textContent = err.message; }
+        const answer = await Site.api("timeline", { schedule: schedule.value, devices: devices.value },
+          { working: text => ticket === pending && status("working", text), stale: () => ticket !== pending });
+        if (answer === null) return;
+        if (answer.error) untick(sentence(answer.error));
+        else { run = answer; what = answer.what; status("", "The table shows your simulate()'s run."); }
+      } catch (err) {
+        if (ticket !== pending) return;
+        untick(sentence(`the server did not answer: ${err.message}`));
+      }
     }
+    waiting = false;
     const last = Math.max(-1, ...run.rounds.map(r => (r.length ? r[r.length - 1] : -1)));
     end = run.deadlock ? last + 1 : last;
     round = 0;
@@ -48,6 +75,7 @@
   }
 
   function draw() {
+    if (waiting) return;
     const table = Site.el("table", { class: "tl" }), head = Site.el("tr");
     head.append(Site.el("th", {}, "round"), ...run.ops.map((_, i) => Site.el("th", {}, `device ${i}`)));
     table.append(head);
@@ -83,5 +111,5 @@
   mine.addEventListener("change", load);
   fillDevices();
   load();
-  Site.served.then(s => { if (s) document.querySelector(".serve-only").hidden = false; });
+  Site.served.then(s => { served = s; });
 })();
