@@ -4,17 +4,20 @@ own, and that every correct variant agrees (docs/grading.md, "The trusted check"
     python bench/trusted_check_mutants.py ch11            # one chapter's mutants and equivalents
     python bench/trusted_check_mutants.py ch01 ch11 --equivalents-only
     python bench/trusted_check_mutants.py ch11 --seed 7   # another draw of the cases
+    python bench/trusted_check_mutants.py ch11 --honest   # tests/honest/'s kernels instead
 
 Each tree (solutions/ with one mutant applied, run/mutants.py) is checked as `tpucourse grade`
 checks it: the cases drawn and answered here once, a worker process per tree. A mutant the trusted
 check lets through may still be caught by the graded tests (structure, a corner case it does not
 draw): the trusted check adds to them, it does not replace them. An equivalent it disagrees with
-is a bug in a case list.
+is a bug in a case list, and so is a kernel of tests/honest/ (a learner's correct kernel, written
+from the README) that it disagrees with.
 """
 
 from __future__ import annotations
 
 import argparse
+import shutil
 import sys
 import tempfile
 import time
@@ -34,6 +37,7 @@ def main() -> int:
     parser.add_argument("chapters", nargs="+")
     parser.add_argument("--seed", type=int, default=1)
     parser.add_argument("--equivalents-only", action="store_true")
+    parser.add_argument("--honest", action="store_true", help="check tests/honest/'s variant sets instead")
     args = parser.parse_args()
     course = load_course(ROOT)
     wrong_equivalents = 0
@@ -41,6 +45,9 @@ def main() -> int:
         start = time.monotonic()
         check = TrustedCheck.prepare(course, [chapter], args.seed, jax_cache=".tpucourse/jax-cache")
         print(f"{chapter}: cases drawn and answered in {time.monotonic() - start:.1f} s (seed {args.seed})")
+        if args.honest:
+            wrong_equivalents += _honest(check, chapter)
+            continue
         toml = ROOT / "tests" / "mutants" / f"{chapter}.toml"
         tables = ["equivalents"] + ([] if args.equivalents_only else ["mutants"])
         for table in tables:
@@ -64,8 +71,29 @@ def main() -> int:
                       f"{(verdict.reason if verdict else 'no verdict')[:150]}", flush=True)
             if table == "mutants" and total:
                 print(f"{chapter}: the trusted check alone catches {caught} of {total} mutants")
-    print(f"equivalents the trusted check disagrees with: {wrong_equivalents}")
+    print(f"{'honest kernels' if args.honest else 'equivalents'} the trusted check disagrees with: {wrong_equivalents}")
     return 1 if wrong_equivalents else 0
+
+
+def _honest(check, chapter: str) -> int:
+    """tests/honest/chNN/<variant>/ over solutions/chNN: every exercise it writes must agree."""
+    wrong = 0
+    for variant in sorted(p for p in (ROOT / "tests" / "honest" / chapter).glob("*") if p.is_dir()):
+        with tempfile.TemporaryDirectory() as folder:
+            tree = Path(folder) / variant.name
+            shutil.copytree(ROOT / "solutions" / chapter, tree / chapter)
+            for path in variant.iterdir():
+                shutil.copy(path, tree / chapter / path.name)
+            started = time.monotonic()
+            verdicts = check.check_tree(Unisolated(tree), timeout=900)
+        written = {f"{chapter}.{p.stem}" for p in variant.glob("*.py")}
+        for key, verdict in sorted(verdicts.items()):
+            if key in written:
+                wrong += verdict.verdict != AGREES
+                mark = "ok" if verdict.verdict == AGREES else "WRONG"
+                print(f"honest     {mark:7} {variant.name + ' ' + key:40} {time.monotonic() - started:5.1f} s  "
+                      f"{verdict.reason[:150]}", flush=True)
+    return wrong
 
 
 if __name__ == "__main__":
