@@ -92,7 +92,8 @@ def _trusted_cases(rng):
     tables read off the mask in the grader's process."""
     block_q, block_kv = int(rng.choice((8, 16, 64, 128, 256))), int(rng.choice((24, 32, 64, 128)))
     window = int(rng.integers(1, 4 * max(block_q, block_kv)))
-    n_q, n_kv = int(rng.integers(2, 9)), int(rng.integers(2, 9))
+    n_kv = int(rng.integers(2, 9))
+    n_q = int(rng.integers(1, max(1, n_kv * block_kv // block_q) + 1))  # Sq <= Skv, as the forward requires
     sizes = dict(block_q=block_q, block_kv=block_kv, window=window)
     kv_table, q_table = _range_table(0), _range_table(1)
     return [
