@@ -132,17 +132,18 @@ def _run_case(implementation, exercise: dict, case: dict, test_path: Path) -> di
             out = through(graded, *args, **kwargs)
         else:
             out = graded(*args, **kwargs)
-        return {"ok": True, "result": plain_data.plain(out)}
     except Todo as outcome:
         return {"ok": False, "outcome": "todo", "message": outcome.headline}
     except GradingOutcome as outcome:
         return {"ok": False, "outcome": "error", "message": _few_lines(outcome.message)}
-    except TypeError as error:  # plain(): the result is not plain data
-        return {"ok": False, "outcome": "error", "message": f"{graded.display} returned what the trusted check "
-                                                            f"cannot read: {error}"}
     except Exception as error:
         return {"ok": False, "outcome": "error", "message": f"{graded.display} raised {type(error).__name__}: "
                                                             f"{_few_lines(str(error))}"}
+    try:
+        return {"ok": True, "result": plain_data.plain(out)}
+    except TypeError as error:
+        return {"ok": False, "outcome": "error", "message": f"{graded.display} returned what the trusted check "
+                                                            f"cannot read: {error}"}
 
 
 def _few_lines(text: str, lines: int = 4) -> str:
