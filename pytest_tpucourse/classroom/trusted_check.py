@@ -186,7 +186,10 @@ class TrustedCheck:
         except (plain_data.PlainDataError, KeyError, TypeError) as error:
             return Verdict(DISAGREES, _clip(f"the worker's answer for {prepared.key} does not read: {error}"), cases)
         for expectation, result in zip(prepared.expectations, results):
-            why = judge_result(expectation, result)
+            try:
+                why = judge_result(expectation, result)
+            except Exception as error:  # an answer of a shape nothing here expects
+                why = f"{expectation.case.describe()}: its answer could not be judged ({type(error).__name__}: {error})"
             if why is not None:
                 return Verdict(DISAGREES, _clip(why), cases)
         return Verdict(AGREES, "", cases)
