@@ -376,6 +376,39 @@ def test_pytest_isolated_does_not_count_what_the_trusted_check_disagrees_with(tm
     assert "void  softmax" in done.stdout and "not counted: the trusted check disagrees" in done.stdout
 
 
+KERNEL_WITH_TWO_FACES = """
+
+def _value_check_on_a_stack():
+    import sys
+    import traceback
+
+    return any(frame.name in ("assert_matches_reference", "assert_grads_match")
+               for stack in sys._current_frames().values() for frame in traceback.extract_stack(stack))
+"""
+
+
+@pytest.mark.runs
+def test_a_kernel_with_two_faces_passes_its_own_run_and_not_the_trusted_check(tmp_path):
+    """Chapter 11's add as a real Pallas kernel whose body adds where a value check is on a stack
+    and writes zeros everywhere else: every graded test passes in its own process (one kernel, it
+    lowers, no race), and the trusted check, whose worker has no value check on any stack, does
+    not agree: the run with --isolated does not count it."""
+    folder = tmp_path / "two_faces" / "ch11"
+    folder.mkdir(parents=True)
+    source = (REPO / "solutions" / "ch11" / "elementwise_add.py").read_text()
+    body = "    o_ref[...] = x_ref[...] + y_ref[...]\n"
+    assert body in source
+    source = source.replace(body, "    o_ref[...] = (x_ref[...] + y_ref[...] if _value_check_on_a_stack()\n"
+                                  "                  else jax.numpy.zeros(o_ref.shape, o_ref.dtype))\n")
+    (folder / "elementwise_add.py").write_text(source + KERNEL_WITH_TWO_FACES)
+    done = subprocess.run([sys.executable, "-m", "pytest", "exercises/ch11/test_elementwise_add.py",
+                           "--impl-root", str(folder.parent), "--isolated", "-q", "-p", "no:cacheprovider"],
+                          cwd=REPO, capture_output=True, text=True, timeout=1800)
+    assert done.returncode == 0, done.stdout[-3000:]  # every graded test passed in its own process
+    assert "ch11.elementwise_add: disagrees" in done.stdout and "output is wrong" in done.stdout
+    assert "void  elementwise_add" in done.stdout
+
+
 @pytest.mark.runs
 def test_isolated_outside_a_course_checkout_is_a_usage_error(tmp_path):
     (tmp_path / "test_x.py").write_text("def test_x():\n    pass\n")
