@@ -350,6 +350,11 @@ TESTED_THROUGH = {
     "classroom.escaping": "test_classroom.py",
     "classroom.signing": "test_classroom.py",
     "classroom.similarity": "test_classroom.py",
+    "classroom.isolated": "test_trusted_check.py",
+    "classroom.tree_runner": "test_trusted_check.py",
+    "classroom.trusted_worker": "test_trusted_check.py",
+    "core.plain_data": "test_trusted_check.py",
+    "core.trusted_cases": "test_trusted_check.py",
 }
 
 

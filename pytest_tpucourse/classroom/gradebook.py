@@ -4,15 +4,21 @@
      "course": {"commit": "<git HEAD of the course>", "chapters": ["ch01", ...],
                 "isolation": "bubblewrap" | "none", "hypothesis_profile": "ci"},
      "trees": {TREE: {"ch01.softmax": {"status": "done" | "failed" | "todo" | "crashed" | "timeout",
-                                      "passed": n, "total": n, "seconds": s, "message": "..."}}},
+                                      "passed": n, "total": n, "seconds": s, "message": "...",
+                                      "trusted": {"verdict": "agrees" | "disagrees" | "not checkable",
+                                                  "cases": n, "reason": "..."}}}},
      "runs": {TREE: {"outcome": "finished" | "crashed" | "timeout" | "refused",
                      "exit_status": n | null, "seconds": s, "log": [...]}},
      "digest": {"hmac-sha256": "..."}}
 
 An exercise is "done" only when every one of its graded tests ran and passed: a skipped
 test is not a passed one, and a tree whose process crashed, timed out or was refused has no
-exercise done, whatever it printed. Trees are in sorted order and exercises in course order,
-so a gradebook is the same text whichever way it was put together: merging the shards'
+exercise done, whatever it printed. Where the grading ran the trusted check (trusted_check.py,
+`course.trusted_check`), it is done only when that check agrees too: an exercise whose tests
+passed but whose values, judged outside the tree's process, disagree is "failed", its message
+saying so and why; `trusted` keeps each exercise's verdict. Trees are in sorted order and
+exercises in course order, so a gradebook is the same text whichever way it was put together:
+merging the shards'
 gradebooks gives exactly the unsharded one.
 
 Only the grader writes it, after every tree's processes have ended; what a tree said is
@@ -49,7 +55,8 @@ class GradebookError(ValueError):
 
 def course_facts(course: Course, chapters, **grading) -> dict:
     """What every shard's gradebook must agree on: the course's commit, the chapters graded, and
-    how they were graded (`grading`: isolation, the sandbox.Isolation.kind; hypothesis_profile)."""
+    how they were graded (`grading`: isolation, the sandbox.Isolation.kind; hypothesis_profile;
+    trusted_check, whether the values were also judged outside each tree's process)."""
     try:
         commit = subprocess.run(["git", "rev-parse", "HEAD"], cwd=course.root, capture_output=True,
                                 text=True, timeout=30).stdout.strip() or None
@@ -76,10 +83,29 @@ def tree_entries(exercises: list[str], run: TreeRun) -> dict[str, dict]:
             return {key: _entry("timeout", 0, 0, 0.0, why) for key in exercises}
         raw = record.get("exercises", {})
         errors = record.get("collection_errors", [])
-        return {key: _from_record(raw.get(key), record.get("exitstatus"), errors) for key in exercises}
+        entries = {key: _from_record(raw.get(key), record.get("exitstatus"), errors) for key in exercises}
     except (AttributeError, KeyError, TypeError, ValueError) as error:  # a record changed in the tree's process
         why = f"its end-of-run record is not as the plugin writes it ({type(error).__name__}: {error})"
         return {key: _entry("crashed", 0, 0, 0.0, why) for key in exercises}
+    if run.trusted is not None:
+        entries = {key: with_trusted(entry, run.trusted.get(key)) for key, entry in entries.items()}
+    return entries
+
+
+def with_trusted(entry: dict, verdict: dict | None) -> dict:
+    """An exercise's entry with the trusted check's verdict: done only where it agrees (or where
+    the exercise has nothing it can check); where the two disagree, the message says which and why."""
+    if verdict is None:
+        verdict = {"verdict": "not checkable", "cases": 0, "reason": "the trusted check did not reach it"}
+    verdict = {**verdict, "reason": bounded(verdict.get("reason", ""))}
+    entry = {**entry, "trusted": verdict}
+    if entry["status"] == "done" and verdict["verdict"] == "disagrees":
+        entry["status"] = "failed"
+        entry["message"] = bounded(f"its tests passed in its own process, but the trusted check disagrees: "
+                                   f"{verdict['reason']}")
+    elif entry["status"] == "failed" and verdict["verdict"] == "agrees":
+        entry["message"] = bounded(f"{entry['message']} (its values, judged outside its process, agree)")
+    return entry
 
 
 def _from_record(raw: dict | None, exitstatus: int, collection_errors: list[dict]) -> dict:

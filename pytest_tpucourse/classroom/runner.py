@@ -14,9 +14,10 @@ gave this run alone. How a run ends:
   end within EXIT_GRACE_SECONDS after it (a thread or child process that never ends);
 - refused: the tree was not run (a link out of the tree, a tree too large to copy).
 
-Where the grading has a trusted check (`GradingRun.trusted`: an object whose
-`check_tree(runner, timeout=...)` returns each exercise's verdict, with `as_dict()`), it runs
-after the pytest run in the same sandbox, which is the runner it is given.
+Where the grading has the trusted check (`GradingRun.trusted`, trusted_check.TrustedCheck), its
+worker runs after the pytest run, in the same sandbox (the runner `check_tree` is given: a
+fresh process, the tree's private copy as its pytest run left it); its verdicts are computed
+in the grader's process and kept as `TreeRun.trusted`. A run that did not finish gets none.
 """
 
 from __future__ import annotations
@@ -51,7 +52,7 @@ class TreeRun:
     record: dict | None = None
     message: str = ""  # why it crashed, timed out or was refused
     log: tuple[str, ...] = ()  # the first and last lines it printed (a crash or timeout)
-    trusted: dict | None = None  # exercise -> the trusted check's verdict, where the grading has one
+    trusted: dict | None = None  # exercise -> the trusted check's verdict (trusted_check.Verdict.as_dict)
 
     @property
     def finished(self) -> bool:
@@ -70,7 +71,7 @@ class GradingRun:
     view: CourseView | None = None  # what every sandbox sees of the machine (None: CourseView.of the course)
     exit_grace: float = EXIT_GRACE_SECONDS
     extra_args: tuple[str, ...] = field(default=())
-    trusted: object = None  # the trusted check (see the module's docstring), or None
+    trusted: object = None  # a trusted_check.TrustedCheck: each tree's values judged outside its process
 
     def course_view(self) -> CourseView:
         return self.view or CourseView.of(self.course_root)

@@ -8,8 +8,9 @@ Run from the course checkout (its course.toml and graded tests grade every tree)
 each tree's processes may and may not see is classroom/sandbox.py's to say (no sandbox, no
 grading, unless --no-sandbox); its run, classroom/runner.py's; how many run at once,
 classroom/trees.py's; the gradebook's format is classroom/gradebook.py's, its digest
-classroom/signing.py's; the similarity report beside it, classroom/similarity.py's;
-docs/grading.md has a CI matrix example.
+classroom/signing.py's; the values judged outside each tree's process (the trusted check,
+whose worker runs in the tree's sandbox), classroom/trusted_check.py's; the similarity report
+beside it, classroom/similarity.py's; docs/grading.md has a CI matrix example.
 """
 
 from __future__ import annotations
@@ -46,7 +47,12 @@ def add_parser(subcommands):
                    help="the compile cache, filled from the course's solutions, that each tree's run starts from a "
                    "copy of (relative to the course root; 'none': each run compiles everything itself)")
     g.add_argument("--key", metavar="FILE", help="the instructor's key, a file outside every tree: the JSON "
-                   "gradebook carries a digest made with it, and --merge takes only gradebooks that verify with it")
+                   "gradebook carries a digest made with it, --merge takes only gradebooks that verify with it, and "
+                   "the trusted check draws its cases from it, so every shard draws the same (without it: fresh "
+                   "cases each grading)")
+    g.add_argument("--no-trusted-check", action="store_true", help="grade by each tree's pytest run alone, without "
+                   "judging its values in a process of their own (docs/grading.md: lies in the tree's own process "
+                   "then count)")
     g.add_argument("--no-sandbox", action="store_true", help="grade without a sandbox per tree (each tree's code "
                    "then runs as you, and can read and write what you can): only for trees you trust")
     g.add_argument("--merge", nargs="+", metavar="GRADEBOOK", help="merge the shards' JSON gradebooks into --out "
@@ -92,10 +98,11 @@ def run(args) -> int:
     except SandboxUnavailable as error:
         raise ValueError(f"no sandbox for the trees: {error}") from None
     jax_cache = args.jax_cache if args.jax_cache == "none" else str(course.root / args.jax_cache)
-    grading = GradingRun(course_root=course.root, chapters=tuple(chapters), timeout=timeout, jax_cache=jax_cache,
-                         isolation=isolation, view=CourseView.of(course.root, hidden=unseen))
     if not args.quiet:
         print(f"sandbox: {isolation.describe()}", file=sys.stderr)
+    trusted = None if args.no_trusted_check else _trusted_check(course, chapters, secret, jax_cache)
+    grading = GradingRun(course_root=course.root, chapters=tuple(chapters), timeout=timeout, jax_cache=jax_cache,
+                         isolation=isolation, view=CourseView.of(course.root, hidden=unseen), trusted=trusted)
     _fill_the_cache(grading, quiet=args.quiet)
     try:
         progress = ProgressLine(len(names), stream=sys.stderr, quiet=args.quiet)
@@ -103,7 +110,8 @@ def run(args) -> int:
     except KeyboardInterrupt:
         print("tpucourse grade: interrupted; every tree's run was stopped, no gradebook written", file=sys.stderr)
         return 130
-    facts = gradebook.course_facts(course, chapters, isolation=isolation.kind, hypothesis_profile=HYPOTHESIS_PROFILE)
+    facts = gradebook.course_facts(course, chapters, isolation=isolation.kind, hypothesis_profile=HYPOTHESIS_PROFILE,
+                                   trusted_check=trusted is not None)
     book = gradebook.build(facts, gradebook.graded_exercises(course, chapters), runs)
     gradebook.write(_signed(book, secret, args.out), args.out)
     if junit_dir is not None:
@@ -132,6 +140,14 @@ def _fill_the_cache(grading: GradingRun, *, quiet: bool) -> None:
     if not quiet:
         print(f"compile cache: filled from the course's solutions, graded in the sandbox in {warm.seconds:.0f} s",
               file=sys.stderr)
+
+
+def _trusted_check(course, chapters: list[str], secret: bytes | None, jax_cache: str):
+    """The class's trusted cases, drawn from the instructor's key and answered here, in the grader's
+    process, once for every tree (trusted_check.py)."""
+    from ..classroom.trusted_check import TrustedCheck, seed_from
+
+    return TrustedCheck.prepare(course, chapters, seed_from(secret), jax_cache=jax_cache)
 
 
 def _signed(book: dict, secret: bytes | None, out: str) -> dict:

@@ -73,6 +73,12 @@ def add_options(parser: pytest.Parser) -> None:
         help="write this run's end-of-run record to FILE (each exercise's counts, seconds and first "
         "failure), as its last step; `tpucourse grade` reads it (docs/grading.md)",
     )
+    group.addoption(
+        "--isolated", action="store_true", default=False,
+        help="after the run, check again the values of every exercise that passed, as `tpucourse grade` "
+        "does: on inputs drawn afresh, computed by a process that imports the graded tree and judged "
+        "by one that never does; an exercise is done only where they agree (docs/grading.md)",
+    )
     if importlib.util.find_spec("xdist") is None:  # say what -n needs instead of "unrecognized arguments"
         group.addoption("-n", "--numprocesses", dest="tpucourse_numprocesses", default=None,
                         help="needs pytest-xdist: pip install pytest-xdist (or pip install -e '.[test]')")
