@@ -20,19 +20,19 @@ from .readers.block_skipping import (BAND_ADVICE, assert_attention_skips_fetches
 from .readers.blockspecs import lowering_error
 from .readers.hlo_text import convolution_window, dot_numbers, dots, largest_arrays, parse, read_dump, summary
 from .readers.traced_program import (assert_backward_is_pallas, assert_communicates_by_remote_dma,
-                                     assert_compute_overlaps_communication, assert_no_value_as_large_as,
-                                     count_pallas_calls, defines_custom_vjp, pallas_call_eqns,
-                                     primitives_outside_kernels)
+                                     assert_compute_overlaps_communication, assert_grid_steps,
+                                     assert_no_value_as_large_as, count_pallas_calls, defines_custom_vjp,
+                                     kernel_grids, pallas_call_eqns, primitives_outside_kernels)
 from .readers.vmem_footprint import Buffer, footprint_bytes, kernel_buffers
 
 __all__ = [
     "BAND_ADVICE", "Buffer", "assert_attention_skips_fetches", "assert_backward_is_pallas",
     "assert_causal_attention_skips_fetches", "assert_communicates_by_remote_dma",
     "assert_compute_is_conditional", "assert_compute_overlaps_communication", "assert_dots_match",
-    "assert_no_value_as_large_as", "assert_rows_are_rows", "assert_rows_match",
+    "assert_grid_steps", "assert_no_value_as_large_as", "assert_rows_are_rows", "assert_rows_match",
     "assert_rule_matches_lowering", "assert_schedule_matches", "assert_summary_matches",
     "convolution_window", "count_pallas_calls", "current_locations", "defines_custom_vjp", "dot_numbers",
-    "dots", "fetch_log", "footprint_bytes", "kernel_buffers", "largest_arrays", "lowering_error", "numbered",
+    "dots", "fetch_log", "footprint_bytes", "kernel_buffers", "kernel_grids", "largest_arrays", "lowering_error", "numbered",
     "pallas_call_eqns", "parse", "persistent_cache", "pipeline_schedule", "poison_unseen_keys", "primitives_outside_kernels",
     "read_dump", "seen_keys_reference", "sliding_window_empty", "summary",
 ]

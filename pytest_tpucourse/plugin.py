@@ -78,6 +78,11 @@ def pytest_configure(config: pytest.Config) -> None:
         from .classroom.isolated import IsolatedCheck
 
         config.pluginmanager.register(IsolatedCheck(session), ISOLATED_NAME)
+    if config.getoption("watch_run") and session is not None:
+        from .learner.watch_run import WatchRun
+
+        config.pluginmanager.register(WatchRun(config, session.course.root, config.getoption("watch_run")),
+                                      "tpucourse-watch-run")
 
 
 @pytest.hookimpl(trylast=True)  # the run's last word: close() may end the process (session.py)

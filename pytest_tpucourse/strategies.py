@@ -81,7 +81,9 @@ def few(*cases):
     new seeds, the draws of one generated example following one explicit example
     (profiles.py); the other profiles draw from every case.
     """
-    return _few(cases)
+    strategy = _few(cases)
+    setattr(strategy, profiles.OPTIONS_ATTRIBUTE, cases)  # which argument draws it: profiles.drawing_for
+    return strategy
 
 
 # Which explicit example a dev draw follows: one value shared by every `few` draw of one

@@ -374,6 +374,26 @@ def test_an_intermediate_as_large_as_the_one_the_kernel_exists_to_avoid_is_repor
                                           what="the outer product")
 
 
+def test_grid_steps_are_counted_over_any_grid_and_a_short_grid_is_reported():
+    from pytest_tpucourse.readers import traced_program
+
+    x = jnp.zeros((32, 512), jnp.float32)
+    extents = {"M/bm": 4, "N/bn": 4}
+    traced_program.assert_grid_steps(graded(blocked_copy), (x,), extents=extents)
+
+    def one_axis_copy(a):  # the same 16 blocks on one grid axis
+        spec = pl.BlockSpec((8, 128), lambda t: (t // 4, t % 4))
+        return pl.pallas_call(_copy_kernel, out_shape=jax.ShapeDtypeStruct(a.shape, a.dtype), grid=(16,),
+                              in_specs=[spec], out_specs=spec)(a)
+
+    traced_program.assert_grid_steps(graded(one_axis_copy), (x,), extents=extents)
+    with pytest.raises(WrongResult, match=r"kernel\(\) in test walks 2 grid steps \(a grid of \(1, 2\)\); "
+                                          r"the schedule walks \(M/bm\) · \(N/bn\) = 4 · 4 = 16, one step per "
+                                          r"block\. bn ignored"):
+        traced_program.assert_grid_steps(graded(lambda a: blocked_copy(a, block=(32, 256))), (x,),
+                                         extents=extents, why="bn ignored")
+
+
 def test_block_and_dimension_cases_for_graded_shapes():
     from pytest_tpucourse import strategies as tst
 

@@ -1,10 +1,13 @@
 """course.toml, exercises/, solutions/ and tests/mutants/ agree with each other."""
 
 import ast
+import importlib.util
+import itertools
 import re
 
 import pytest
 
+from pytest_tpucourse.core import profiles
 from pytest_tpucourse.core.course import SOLUTIONS, load_course, module_in_tree
 from pytest_tpucourse.gates import criteria
 from pytest_tpucourse.run.mutants import load_mutants
@@ -92,6 +95,65 @@ def test_every_mutant_applies_to_its_solution(path):
         assert mutant.apply(solution.read_text(encoding="utf-8")) != solution.read_text(encoding="utf-8")
         for test_file in mutant.caught_by:
             assert chapter.exercise_for_test_file(test_file), f"{mutant.name}: {test_file} grades nothing"
+
+
+def _ranks(value) -> tuple[int, ...]:
+    """The ranks of the array shapes (tuples of ints) a drawn value holds, at any depth."""
+    if isinstance(value, tuple) and value and all(type(v) is int for v in value):
+        return (len(value),)
+    if isinstance(value, (tuple, list)):
+        return tuple(rank for v in value for rank in _ranks(v))
+    return ()
+
+
+def _form(values: dict):
+    """What of one configuration the dev profile must draw: the ranks of its shapes, and its
+    axis counted from 0 (None for an axis its shape does not have)."""
+    ranks = tuple(rank for name, value in sorted(values.items(), key=lambda kv: str(kv[0]))
+                  if name != "axis" for rank in _ranks(value))
+    axis = values.get("axis")
+    if axis is not None and ranks:
+        if not -ranks[0] <= axis < ranks[0]:
+            return None
+        axis %= ranks[0]
+    return ranks, axis
+
+
+def _property_tests():
+    """(test file, test function) of every graded property test with explicit examples."""
+    for chapter in BUILT:
+        for path in sorted((REPO / "exercises" / chapter.id).glob("test_*.py")):
+            if "@example" not in path.read_text(encoding="utf-8"):
+                continue
+            spec = importlib.util.spec_from_file_location(f"graded_{chapter.id}_{path.stem}", path)
+            module = importlib.util.module_from_spec(spec)
+            spec.loader.exec_module(module)
+            for test in vars(module).values():
+                if getattr(test, "hypothesis_explicit_examples", None) and hasattr(test, "hypothesis"):
+                    yield f"{chapter.id}/{path.name}::{test.__name__}", test
+
+
+def test_dev_draws_every_rank_and_axis_a_graded_test_lists():
+    """The learner's dev profile draws only the configurations a test's explicit examples hold
+    (core/profiles.py): every rank of the shapes a `few` draw lists, with every axis it lists,
+    must be one of them, so a kernel wrong along one axis of one rank fails in every profile."""
+    missing = {}
+    for name, test in _property_tests():
+        given = test.hypothesis._given_kwargs
+        drawn = {arg: getattr(strategy, profiles.OPTIONS_ATTRIBUTE) for arg, strategy in given.items()
+                 if hasattr(strategy, profiles.OPTIONS_ATTRIBUTE)}
+        # The draws that decide a form: an axis, and shapes of more than one rank.
+        deciding = {arg: options for arg, options in drawn.items()
+                    if arg == "axis" or len({_ranks(option) for option in options}) > 1}
+        if not deciding:
+            continue
+        forms = {_form(dict(zip(deciding, combination)))
+                 for combination in itertools.product(*deciding.values())} - {None}
+        examples = {_form({arg: e.kwargs[arg] for arg in deciding if arg in e.kwargs})
+                    for e in test.hypothesis_explicit_examples}
+        if forms - examples:
+            missing[name] = sorted(forms - examples, key=str)
+    assert not missing, f"(ranks, axis) that dev never draws, per test: {missing}"
 
 
 def test_a_capstone_manifest_without_cases_is_a_short_failure():

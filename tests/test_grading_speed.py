@@ -291,6 +291,32 @@ def test_dev_draws_repeat_one_explicit_example_at_a_time(fake_course, profile):
         assert drawn - examples
 
 
+def test_dev_draws_each_argument_from_its_own_value_in_the_examples(fake_course):
+    """An option equal to another argument's value (axis 0 and seed 0) is not the example's
+    axis: dev draws repeat the axis the example gives, never a combination none holds."""
+    fake_course.test_file("""
+        from hypothesis import example, given
+        from pytest_tpucourse import strategies as tst
+
+        SEEN = []
+
+        @given(axis=tst.few(-1, 0, 1), seed=tst.seeds())
+        @example(axis=1, seed=0)
+        def test_draws(axis, seed):
+            SEEN.append(axis)
+
+        def test_what_was_drawn():
+            print("DRAWN", sorted(set(SEEN)))
+    """)
+    drawn = set()
+    for _ in range(3):  # dev draws at random: several runs, 9 drawn examples
+        result = fake_course.run("-s", "-p", "no:randomly", "--hypothesis-profile", "dev")
+        result.assert_outcomes(passed=2)
+        line = next(line for line in result.outlines if "DRAWN" in line)
+        drawn |= set(ast.literal_eval(line.split("DRAWN", 1)[1].strip()))
+    assert drawn == {1}
+
+
 def test_a_file_a_mutant_must_fail_stops_at_its_first_failure(pytester):
     body = textwrap.dedent("""
         def test_1(): assert False

@@ -308,7 +308,8 @@ TESTED_THROUGH = {
     "commands.timeline": "test_semaphore_timeline.py",
     "checking.block_rules": "test_blockspecs.py", "compiler.block_verdict": "test_blockspecs.py",
     "instruments.blockspec_sandbox": "test_blockspecs.py", "learner.requests": "test_learner_cli.py",
-    "learner.watch_targets": "test_watch.py", "classroom.trees": "test_classroom.py",
+    "learner.watch_targets": "test_watch.py", "learner.watch_run": "test_watch.py",
+    "learner.run_history": "test_watch.py", "learner.telling": "test_watch.py", "classroom.trees": "test_classroom.py",
     "commands.new_chapter": "test_scaffold.py", "authoring.templates": "test_scaffold.py",
     "core.jax_internals": "test_grading_speed.py", "core.kept_files": "test_grading_speed.py",
     "core.outcomes": "test_bad_learner_code.py", "core.paths": "test_bad_learner_code.py",
@@ -428,9 +429,15 @@ def hook_implementations(package_dir=PACKAGE_DIR) -> dict[str, list[str]]:
 
 
 # A hook several concerns answer: each implementation in a module of its own. The end-of-run
-# record (registered only with --tpucourse-results) counts each report into its file too.
+# record (registered only with --tpucourse-results) counts each report into its file too; a
+# watch run (registered only with --watch-run) puts one test first, answers it at once and
+# keeps the run's outcomes and times.
 SEVERAL_CONCERNS = {
-    "pytest_runtest_logreport": {"run/reports.py:ReportCounter", "classroom/record.py:EndOfRunRecord"},
+    "pytest_runtest_logreport": {"run/reports.py:ReportCounter", "classroom/record.py:EndOfRunRecord",
+                                 "learner/watch_run.py:WatchRun"},
+    "pytest_collection_modifyitems": {"run/collection.py", "learner/watch_run.py:WatchRun"},
+    "pytest_xdist_node_collection_finished": {"run/collection.py", "learner/watch_run.py:WatchRun"},
+    "pytest_sessionfinish": {"run/lifecycle.py", "learner/watch_run.py:WatchRun"},
 }
 
 

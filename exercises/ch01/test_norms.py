@@ -5,7 +5,7 @@ from hypothesis import example, given
 from pytest_tpucourse import checks, references
 from pytest_tpucourse import strategies as tst
 
-SHAPES = ((16, 256), (2, 8, 96))
+SHAPES = ((16, 256), (2, 8, 96), (96,))  # x is (..., N): each rank is an explicit example
 
 
 def _inputs(shape, dtype, seed):
@@ -20,6 +20,7 @@ def _inputs(shape, dtype, seed):
 @given(shape=tst.few(*SHAPES), dtype=tst.dtypes(), seed=tst.seeds())
 @example(shape=SHAPES[1], dtype="float32", seed=0)
 @example(shape=SHAPES[0], dtype="bfloat16", seed=0)
+@example(shape=SHAPES[2], dtype="float32", seed=1)
 def test_layer_norm_matches_reference(impl, shape, dtype, seed):
     x, gamma, beta = _inputs(shape, dtype, seed)
     checks.assert_matches_reference(
@@ -29,6 +30,7 @@ def test_layer_norm_matches_reference(impl, shape, dtype, seed):
 @given(shape=tst.few(*SHAPES), dtype=tst.dtypes(), seed=tst.seeds())
 @example(shape=SHAPES[1], dtype="float32", seed=0)
 @example(shape=SHAPES[0], dtype="bfloat16", seed=0)
+@example(shape=SHAPES[2], dtype="float32", seed=1)
 def test_rms_norm_matches_reference(impl, shape, dtype, seed):
     x, gamma, _ = _inputs(shape, dtype, seed)
     checks.assert_matches_reference(

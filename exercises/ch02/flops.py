@@ -12,8 +12,10 @@ eqn.outvars[0].aval.shape. Ignore every other primitive. Return an int.
 Count what runs: a `scan` body runs eqn.params["length"] times; a `cond` runs one
 of eqn.params["branches"], so count its most expensive branch; a `while` whose
 cond_jaxpr or body_jaxpr holds a dot_general has no count known from the program:
-raise a ValueError that says "while". Every other sub-jaxpr (jit, custom_jvp,
-custom_vjp) runs once.
+raise a ValueError that says "while". A `pallas_call` runs its kernel body
+(eqn.params["jaxpr"]) once per point of its grid, eqn.params["grid_mapping"].grid
+(a tuple of ints): count the body prod(grid) times. Every other sub-jaxpr (jit,
+custom_jvp, custom_vjp) runs once.
 """
 
 from jax.extend import core as jex_core

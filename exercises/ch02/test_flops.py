@@ -5,6 +5,7 @@ import jax.numpy as jnp
 import pytest
 from hypothesis import example, given
 from jax import lax
+from jax.experimental import pallas as pl
 
 from pytest_tpucourse import checks, references
 from pytest_tpucourse import strategies as tst
@@ -12,6 +13,23 @@ from pytest_tpucourse import strategies as tst
 
 def _arrays(*shapes):
     return [tst.random_array(s, "float32", i) for i, s in enumerate(shapes)]
+
+
+def pallas_matmul(x, y, *, bm=32, bk=16, bn=64):
+    """Chapter 11's tiled matmul: grid (M/bm, N/bn, K/bk), one (bm, bk) @ (bk, bn) dot per step."""
+    def kernel(x_ref, y_ref, o_ref):
+        @pl.when(pl.program_id(2) == 0)
+        def _init():
+            o_ref[...] = jnp.zeros_like(o_ref)
+
+        o_ref[...] += jnp.dot(x_ref[...], y_ref[...])
+
+    (m, k), n = x.shape, y.shape[1]
+    return pl.pallas_call(
+        kernel, out_shape=jax.ShapeDtypeStruct((m, n), x.dtype), grid=(m // bm, n // bn, k // bk),
+        in_specs=[pl.BlockSpec((bm, bk), lambda i, j, kk: (i, kk)),
+                  pl.BlockSpec((bk, bn), lambda i, j, kk: (kk, j))],
+        out_specs=pl.BlockSpec((bm, bn), lambda i, j, kk: (i, j)))(x, y)
 
 
 # (name, function, input shapes, FLOPs worked out by hand)
@@ -35,6 +53,9 @@ CASES = [
     ("cond, 1 and 2 matmul branches",
      lambda p, a, b: lax.cond(p.sum() > 0, lambda a, b: a @ b, lambda a, b: (a @ b) @ b, a, b),
      [(4,), (8, 8), (8, 8)], 2 * (2 * 8 * 8 * 8)),
+    # A kernel body runs once per grid point: 2 * 2 * 4 = 16 steps of one (32,16)@(16,64) dot.
+    ("pallas_call matmul (64,64)@(64,128), grid (2, 2, 4)", pallas_matmul, [(64, 64), (64, 128)],
+     (2 * 2 * 4) * (2 * 32 * 16 * 64)),
 ]
 
 

@@ -39,6 +39,7 @@ CORNERS = (
     ((4096,), (3072,), "float32"),  # a multiple of 1024 is
     ((4096,), (256,), "int8"),  # an 8-bit type needs >= 512
     ((1000,), (1000,), "int8"),  # the whole array
+    ((), (), "float32"),  # rank 0, a scalar's block: refused, there is no dimension to tile
 )
 
 

@@ -52,6 +52,12 @@ CASES = {
                       pl.BlockSpec((None, 64, 128), lambda b, i, j: (b, jnp.minimum(i, j), 0))],
                      [pl.BlockSpec((None, 64, 128), lambda b, i, j: (b, i, 0))],
                      _arrays((2, 192, 128), (2, 192, 128)), _arrays((2, 192, 128))),
+    # a squeezed dimension whose blocks are copied unequally often: block min(i, j) of a 3 x 3
+    # grid is copied 2, 2 and 1 times (a count that treats None as the whole dimension is
+    # right only when every block along it is copied equally often)
+    "squeezed_unequal_visits": ((3, 3), [pl.BlockSpec((None, 8, 128), lambda i, j: (jnp.minimum(i, j), 0, 0))],
+                                [pl.BlockSpec((None, 8, 128), lambda i, j: (i, 0, 0))],
+                                _arrays((3, 8, 128)), _arrays((3, 8, 128))),
 }
 
 

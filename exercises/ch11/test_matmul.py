@@ -3,7 +3,7 @@
 import pytest
 from hypothesis import example, given
 
-from pytest_tpucourse import checks, references, tpu
+from pytest_tpucourse import checks, ir, references, tpu
 from pytest_tpucourse import strategies as tst
 
 # (M, K, N, blocks). In every case bm, bk and bn differ (after clamping), so a
@@ -39,6 +39,22 @@ def test_matmul_f32(impl, case, seed):
 @example(case=CASES[2], seed=0)
 def test_matmul_bf16_accumulates_in_f32(impl, case, seed):
     _check(impl, case, "bfloat16", seed)
+
+
+def test_matmul_walks_k_in_bk_steps(impl):
+    """One grid step per (bm, bk) block of x and (bk, bn) block of y: K is walked in K/bk steps.
+    A kernel that takes all of K in one step gives right values wherever VMEM holds whole
+    rows of x and columns of y; its grid shows it. Read off the traced program: no compile."""
+    m, k, n, blocks = CASES[0]
+    x = tst.random_array((m, k), "float32", 0)
+    y = tst.random_array((k, n), "float32", 1)
+    ir.assert_grid_steps(
+        impl.matmul.matmul, (x, y), kwargs=blocks,
+        extents={"M/bm": m // blocks["bm"], "N/bn": n // blocks["bn"], "K/bk": k // blocks["bk"]},
+        why="bk sets how much of K one step holds in VMEM: all of K at once is (bm, K) and (K, bn) "
+            "blocks, which at the default 128 and K = 8192 in f32 take 8 MiB, 16 MiB double-buffered: "
+            "more than a v5e's scoped VMEM with the output's blocks added.",
+        note=f"M={m}, K={k}, N={n}, " + ", ".join(f"{b}={v}" for b, v in blocks.items()))
 
 
 def test_matmul_has_no_race_on_two_cores(impl):

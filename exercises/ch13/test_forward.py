@@ -95,6 +95,23 @@ def test_forward_has_no_race_on_two_cores(impl):
         check_forward(impl, cfg, 4)
 
 
+def test_forward_walks_kv_in_block_kv_steps(impl):
+    """One grid step per (q block, kv block) of every batch and head: the keys are walked in
+    Skv/block_kv steps. A forward that takes every key at once gives right values wherever VMEM
+    holds all of k and v; its grid shows it. Non-causal (a causal kernel may leave the blocks
+    above the diagonal out of its grid); read off the traced program, nothing compiles."""
+    cfg, blocks = dataclasses.replace(SQUARE, causal=False), Q_TWICE_KV
+    q, k, v = cfg.arrays(0)
+    ir.assert_grid_steps(
+        impl.forward.flash_forward, (q, k, v), kwargs=dict(causal=False, **blocks),
+        extents={"B": cfg.batch, "H": cfg.heads, "Sq/block_q": cfg.q_len // blocks["block_q"],
+                 "Skv/block_kv": cfg.kv_len // blocks["block_kv"]},
+        why="block_kv sets how many keys one step holds in VMEM: all of them at once is a (Skv, D) "
+            "block of k and one of v per step, at Skv = 32768, D = 128 in bf16 8 MiB each, 32 MiB "
+            "double-buffered: more than a v5e's scoped VMEM, at a length flash attention exists for.",
+        note=str(cfg))
+
+
 def test_forward_never_materialises_the_scores(impl):
     """Nothing outside the kernel as large as one head's (Sq, Skv) score matrix: every array
     the forward legitimately holds (q, k, v, out, lse) is smaller at this shape."""

@@ -34,9 +34,11 @@ def test_all_gather_equals_lax_all_gather(impl, mesh, case, seed):
     check_all_gather(impl, mesh, case, seed)
 
 
-def test_all_gather_of_two_devices(impl, mesh):
-    """One step: each device forwards only its own shard."""
-    check_all_gather(impl, mesh, (2, (16, 128), "float32"), 1)
+@pytest.mark.parametrize("shape", [(256,), (4, 4, 128)], ids=["rank-1", "rank-3"])
+def test_all_gather_of_two_devices(impl, mesh, shape):
+    """One step: each device forwards only its own shard. x may have any rank: a vector and a
+    rank-3 array here, matrices in the cases above."""
+    check_all_gather(impl, mesh, (2, shape, "float32"), 1)
 
 
 def test_all_gather_moves_data_by_remote_dma(impl, mesh):

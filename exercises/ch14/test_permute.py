@@ -37,9 +37,11 @@ def test_ring_permute_equals_ppermute(impl, mesh, case, seed):
     check_permute(impl, mesh, case, seed)
 
 
-def test_two_devices_send_each_other_their_shard(impl, mesh):
-    """The smallest ring: left and right neighbour are the same device."""
-    check_permute(impl, mesh, (2, 1, (16, 128), "float32"), 1)
+@pytest.mark.parametrize("shape", [(256,), (4, 4, 128)], ids=["rank-1", "rank-3"])
+def test_two_devices_send_each_other_their_shard(impl, mesh, shape):
+    """The smallest ring: left and right neighbour are the same device. x may have any rank: a
+    vector and a rank-3 array here, matrices in the cases above."""
+    check_permute(impl, mesh, (2, 1, shape, "float32"), 1)
 
 
 def test_ring_permute_moves_data_by_remote_dma(impl, mesh):

@@ -53,6 +53,7 @@ RULES = {
     "a blocked device retries every round": [[Signal("x"), Signal("x"), Signal("a", 1)], [Wait("a")]],
     "a copy lands on both ends": [[DmaStart(1, "send", "recv"), DmaWait("send")], [DmaWait("recv")]],
     "a copy to oneself": [[DmaStart(0, "s", "r"), DmaWait("r"), DmaWait("s")]],
+    "a copy to oneself on one semaphore lands on it twice": [[DmaStart(0, "a", "a"), DmaWait("a"), DmaWait("a")]],
     "the lowest blocked device is the deadlock": [[Signal("a", 2)], [Wait("b")], [Wait("a"), Wait("a")]],
     "leftovers after a finished run": [[Signal("a", 1, inc=3), Wait("b")], [Wait("a"), Signal("b", 0)]],
     "an empty program": [[], [Signal("a", 0)]],

@@ -8,15 +8,18 @@ offers a configuration the chip cannot hold would pick it. What is checked:
     course's own footprint model (pytest_tpucourse.readers.vmem_footprint) of every kernel the
     learner's forward and backward run at those blocks;
   - the sweep writes one record per (problem, configuration), and the winner of each
-    problem is its fastest record;
+    problem is its fastest record, under a second timer too, whose fastest configuration
+    sits inside the order the candidates are tried in (neither first nor last);
   - the winners round-trip through the cache file (Tokamax's layout: one JSON file per
     device kind and op), and window_attention(blocks=None) reads them at call time.
 """
 
 import json
+import math
 
 import jax
 import numpy as np
+import pytest
 
 from pytest_tpucourse import ir, checks, tpu
 from pytest_tpucourse import strategies as tst
@@ -29,12 +32,22 @@ SMALL = dict(q_shape=(1, 2, 1024, 64), k_shape=(1, 2, 1024, 64), dtype="bfloat16
 # q shorter than kv, with lengths that different blocks divide (384 = 3 x 128): a pass that
 # takes one length for both, or files the problem under the wrong shape, shows here.
 UNEQUAL = dict(q_shape=(1, 2, 384, 128), k_shape=(1, 2, 1024, 128), dtype="bfloat16", window=192)
-PROBLEMS = (BIG, SMALL, UNEQUAL)
+# The other way round: 256 and 512 divide the q length but not the kv length (640 = 5 x 128), so
+# a pass that checks block_kv against the q length, or against nothing, shows here.
+KV_ODD = dict(q_shape=(1, 1, 512, 64), k_shape=(1, 1, 640, 64), dtype="bfloat16", window=128)
+PROBLEMS = (BIG, SMALL, UNEQUAL, KV_ODD)
 
 
 def fake_time_ms(problem, config):
     """Larger blocks are 'faster': a pass that ignores VMEM would pick what cannot run."""
     return 1e6 / (config["block_q"] * config["block_kv"]) + 0.001 * config["block_q"]
+
+
+def middle_fastest_ms(problem, config):
+    """(256, 256) is fastest, the slower the farther from it: the fastest candidate sits inside
+    any order by size the candidates are tried in, so a winner taken by position shows."""
+    return (abs(math.log2(config["block_q"]) - 8) + abs(math.log2(config["block_kv"]) - 8)
+            + 0.001 * config["block_q"] + 0.0001 * config["block_kv"])
 
 
 def _candidates(impl, problem):
@@ -71,8 +84,9 @@ def test_candidates_fit_the_chip(impl):
                     f"every pipelined block twice, the scratch once, and the score tiles.")
 
 
-def test_sweep_records_every_configuration_and_picks_the_fastest(impl):
-    records = impl.autotune.sweep(list(PROBLEMS), chip=CHIP, time_ms=fake_time_ms)
+@pytest.mark.parametrize("time_ms", [fake_time_ms, middle_fastest_ms], ids=["largest-fastest", "middle-fastest"])
+def test_sweep_records_every_configuration_and_picks_the_fastest(impl, time_ms):
+    records = impl.autotune.sweep(list(PROBLEMS), chip=CHIP, time_ms=time_ms)
     for problem in PROBLEMS:
         expected = _candidates(impl, problem)
         mine = [r["config"] for r in records if r["problem"] == problem]
@@ -80,12 +94,12 @@ def test_sweep_records_every_configuration_and_picks_the_fastest(impl):
             raise WrongResult(f"sweep() wrote {len(mine)} records for {problem}; expected one per "
                               f"candidate configuration ({len(expected)})")
         for r in records:
-            if r["chip"] != CHIP or not np.isclose(r["median_ms"], fake_time_ms(r["problem"], r["config"])):
+            if r["chip"] != CHIP or not np.isclose(r["median_ms"], time_ms(r["problem"], r["config"])):
                 raise WrongResult(f"sweep() record {r}: expected chip {CHIP!r} and the timer's "
                                   f"median_ms")
     best = impl.autotune.winners(records)
     for problem in PROBLEMS:
-        fastest = min(_candidates(impl, problem), key=lambda c: fake_time_ms(problem, c))
+        fastest = min(_candidates(impl, problem), key=lambda c: time_ms(problem, c))
         key = impl.autotune.problem_key(problem["q_shape"], problem["k_shape"], problem["dtype"],
                                         problem["window"])
         if best.get(key) != fastest:

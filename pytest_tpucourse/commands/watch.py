@@ -1,19 +1,23 @@
 """`tpucourse watch [chNN | chNN.exercise]`: on each save under exercises/, re-run the tests it concerns.
 
 The watcher says at once what changed and what it runs (learner/watch_targets.py), then runs
-pytest with `-x` in a child forked from one warm process (learner/warm_runs.py), so a correct
-kernel's save is answered in seconds and a hung kernel cannot take the watcher down. Between
-runs it blocks on the operating system's file events (watchfiles), it never polls. After a run
-it says how each exercise it ran stands and what is next.
+pytest in a child forked from one warm process (learner/warm_runs.py), so a save is answered in
+seconds and a hung kernel cannot take the watcher down. In that run (learner/watch_run.py) the
+test the save most likely broke runs first and its answer shows at once; the rest of the file
+follows, every test to its end, so no first failure hides a better report. Between runs it
+blocks on the operating system's file events (watchfiles), it never polls. After a run it says
+how each exercise it ran stands, a failing one by its most telling failure (learner/telling.py),
+and what is next.
 """
 
 from __future__ import annotations
 
 import shlex
 import signal
+import uuid
 
 from ..core.course import EXERCISES, Course
-from ..learner import state
+from ..learner import run_history, state
 from ..learner.requests import RequestError, course_here, read_state
 from ..learner.warm_runs import WarmRuns
 from ..learner.watch_targets import Target, changed_paths, summary_after_run, target_of_argument, target_of_changes
@@ -89,13 +93,14 @@ def _python_changes(change, path: str) -> bool:
 
 
 def run_once(course: Course, runs: WarmRuns, target: Target, extra: list[str]) -> int:
-    code = runs.run([*target.pytest_paths(), "-x", *extra])
+    token = uuid.uuid4().hex
+    code = runs.run([*target.pytest_paths(), f"--watch-run={token}", *extra])  # learner/watch_run.py
     lines = []
     if code < 0:
         lines.append(f"watch: the run was killed by {_signal_name(-code)} before it ended; "
                      f"the watch goes on, and the state file keeps what earlier runs showed")
     try:
-        lines += summary_after_run(course, target)
+        lines += summary_after_run(course, target, run_history.last_run_failures(course.root, token))
     except state.CorruptState as error:
         lines.append(f"watch: {error}")
     print("\n".join(lines), flush=True)

@@ -10,8 +10,9 @@ In `dev`, a learner's profile, a property test with explicit examples draws its
 generated examples over the cases those examples already compiled: new seeds (new
 values) on the same shapes, dtypes and settings, so they cost no compile. Each
 `strategies.few` or `strategies.dtypes` draw keeps the options an explicit example
-of the running test uses (all of them if none does). `ci` and `thorough` draw every
-option: new shapes as well.
+of the running test gives its own argument (all of them if none does). `ci` and
+`thorough` draw every option: new shapes as well. So what dev grades is what the
+explicit examples hold: every rank and axis an exercise accepts belongs in one.
 
 Importing this module loads no hypothesis.
 """
@@ -26,7 +27,11 @@ CI_PROFILE = "ci"
 PROFILES = ("dev", "ci", "thorough")
 
 _active: str | None = None  # the profile the session loaded
-_explicit_examples: list = []  # the argument values of each explicit example of the running test
+_explicit_examples: list[dict] = []  # each explicit example of the running test: its values by argument
+_arguments: dict[int, str] = {}  # id of a `few` draw's options -> the argument of the running test it draws
+
+# The attribute `strategies.few` marks its strategy with: the options it draws from.
+OPTIONS_ATTRIBUTE = "tpucourse_options"
 
 
 def register() -> None:
@@ -74,15 +79,20 @@ def default_profile() -> str:
 
 @contextlib.contextmanager
 def drawing_for(test_function):
-    """While a test runs: the values of its explicit examples, which dev draws keep to."""
-    global _explicit_examples
+    """While a test runs: the values of its explicit examples, which dev draws keep to, and
+    which argument each of its `few` draws is for (hypothesis keeps @given's strategies by
+    name on the test, privately: without them a draw is matched against every value)."""
+    global _explicit_examples, _arguments
     examples = getattr(test_function, "hypothesis_explicit_examples", None) or ()
-    previous = _explicit_examples
-    _explicit_examples = [[*e.args, *e.kwargs.values()] for e in examples]
+    given = getattr(getattr(test_function, "hypothesis", None), "_given_kwargs", None) or {}
+    previous = _explicit_examples, _arguments
+    _explicit_examples = [{**{i: value for i, value in enumerate(e.args)}, **e.kwargs} for e in examples]
+    _arguments = {id(options): name for name, strategy in given.items()
+                  if (options := getattr(strategy, OPTIONS_ATTRIBUTE, None)) is not None}
     try:
         yield
     finally:
-        _explicit_examples = previous
+        _explicit_examples, _arguments = previous
 
 
 def follows_examples() -> bool:
@@ -94,18 +104,21 @@ def options_to_draw(options, example: int | None = None) -> list:
     """The options a `few`-style draw picks from.
 
     In dev, a test with explicit examples draws what they compiled, with new seeds: the
-    options explicit example number `example` (modulo their count) uses, so that the
-    draws of one generated example together repeat one explicit example's shapes; else
-    those any explicit example uses; all of them when none does. Other profiles draw
-    from all of them.
+    option explicit example number `example` (modulo their count) gives this draw's
+    argument, so that the draws of one generated example together repeat one explicit
+    example's shapes; else those any explicit example gives it; all of them when none
+    does. Other profiles draw from all of them. (A draw whose argument is unknown, a
+    `few` nested in another strategy, is matched against every value of the example.)
     """
+    argument = _arguments.get(id(options))
     options = list(options)
     if not follows_examples():
         return options
     chosen = _explicit_examples if example is None else [_explicit_examples[example % len(_explicit_examples)]]
     for examples in (chosen, _explicit_examples):
-        used = [option for option in options
-                if any(_same(option, value) for values in examples for value in values)]
+        values = [value for example_values in examples for name, value in example_values.items()
+                  if argument is None or name == argument]
+        used = [option for option in options if any(_same(option, value) for value in values)]
         if used:
             return used
     return options

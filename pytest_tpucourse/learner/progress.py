@@ -8,7 +8,8 @@ test collected for it ran and passed in this run: a run that deselected some
 (the plugin's own skips, a shipped test's); a pass only where the session saw the test
 return (a plugin that rewrites reports cannot make one); and a run whose graded tests
 differ from the course's, or with a plugin that hooks the reports, counts nothing
-(`not_counted`, docs/earned.md).
+(`not_counted`, docs/earned.md). An exercise's failures are listed most telling first (a race
+before a NaN report, telling.py), and the most telling is the message the state file keeps.
 
 For the learner's own tree the summary counts as `tpucourse progress` does: the state
 file merged with this run (the run writes it first), and "next" follows next_up.py, so
@@ -23,6 +24,7 @@ from pathlib import PurePosixPath
 
 from ..core.course import EXERCISES, Course, Exercise
 from ..gates import criteria
+from . import telling
 from .status import Status
 
 
@@ -52,7 +54,12 @@ class ExerciseResults:
 
     @property
     def first_message(self) -> str:
-        return next(iter(self.messages), "")
+        """The most telling failure's headline (telling.py), which the state file keeps."""
+        return next(iter(self.messages_by_telling()), ("", 0))[0]
+
+    def messages_by_telling(self) -> list[tuple[str, int]]:
+        """(headline, how many tests) of each failure, the most telling first (telling.py)."""
+        return telling.by_telling(self.messages.items(), headline=lambda item: item[0])
 
     @property
     def ran(self) -> bool:
@@ -105,11 +112,7 @@ class RunProgress:
             entry.not_counted = why
 
     def exercise_of(self, nodeid: str) -> Exercise | None:
-        parts = PurePosixPath(nodeid.split("::", 1)[0]).parts
-        if len(parts) != 3 or parts[0] != EXERCISES:
-            return None
-        chapter = self.course.chapter(parts[1])
-        return chapter.exercise_for_test_file(parts[2]) if chapter else None
+        return exercise_of(self.course, nodeid)
 
     def sort_in_course_order(self, items: list) -> None:
         """Graded tests (pytest items) run in the order a learner meets the exercises (course.toml)."""
@@ -249,6 +252,15 @@ class RunProgress:
 MESSAGES_SHOWN = 3
 
 
+def exercise_of(course: Course, nodeid: str) -> Exercise | None:
+    """The exercise a graded test belongs to (`exercises/chNN/test_<exercise>.py::...`), or None."""
+    parts = PurePosixPath(nodeid.split("::", 1)[0]).parts
+    if len(parts) != 3 or parts[0] != EXERCISES:
+        return None
+    chapter = course.chapter(parts[1])
+    return chapter.exercise_for_test_file(parts[2]) if chapter else None
+
+
 def compiler_missing(report) -> str:
     """The skip reason of a compiler check that could not run here (no libtpu), else ""."""
     from ..compiler import libtpu
@@ -272,14 +284,14 @@ def _exercise_line(entry: ExerciseResults) -> str:
     line = f"  {entry.status.mark:4}  {entry.exercise.name:<18} {len(entry.passed)}/{total} tests passed"
     if entry.status == Status.PARTIAL:
         line += f" ({ran} ran)"
-        for message in list(entry.messages)[:MESSAGES_SHOWN]:
+        for message, _ in entry.messages_by_telling()[:MESSAGES_SHOWN]:
             line += "\n        " + message
     if entry.status == Status.NOT_COUNTED:
         line += f", not counted: {entry.not_counted}"
     if entry.status == Status.DONE and entry.compiler_unchecked:
         line += f"; {compiler_unchecked_note(len(entry.compiler_unchecked), next(iter(entry.compiler_unchecked.values())))}"
     if entry.status in (Status.TODO, Status.FAILED):
-        shown = list(entry.messages.items())[:MESSAGES_SHOWN]
+        shown = entry.messages_by_telling()[:MESSAGES_SHOWN]
         for message, count in shown:
             line += "\n        " + message.removeprefix("TODO: ") + (f"  [{count} tests]" if count > 1 else "")
         if len(entry.messages) > MESSAGES_SHOWN:

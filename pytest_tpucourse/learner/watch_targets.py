@@ -4,7 +4,8 @@ next exercise), the target of a batch of saved files, and how the exercises a ru
 A saved exercise module (or its graded test file) re-runs that exercise's test file; any
 other file under exercises/chNN/ re-runs the chapter. After a run the watcher says how each
 exercise it ran stands and what is next, by the rule of next_up.py, from the state file that
-run wrote.
+run wrote; for a failing exercise, its most telling failure (telling.py) with its report, from
+the failures the run kept in the watch's history (run_history.py).
 """
 
 from __future__ import annotations
@@ -12,7 +13,9 @@ from __future__ import annotations
 from pathlib import Path, PurePosixPath
 
 from ..core.course import EXERCISES, Course, Exercise
-from . import next_up, state
+from ..grading.messages import without_reproduction
+from . import next_up, state, telling
+from .progress import exercise_of
 from .requests import RequestError
 from .status import Status
 
@@ -69,8 +72,13 @@ def target_of_argument(course: Course, data: dict, argument: str | None) -> Targ
     return Target([exercise])
 
 
-def summary_after_run(course: Course, target: Target) -> list[str]:
-    """How the exercises the run was about stand (a chapter: its first unfinished one), and what is next."""
+DETAIL_LINES = 8  # of the most telling failure's report, below its headline
+
+
+def summary_after_run(course: Course, target: Target, failures: list[dict] | None = None) -> list[str]:
+    """How the exercises the run was about stand (a chapter: its first unfinished one), and what is
+    next. failures: the run's failures in the order they ran ({nodeid, headline, report}, from
+    run_history.last_run_failures); a failing exercise is then said by its most telling one."""
     data = state.read(course.root)
     lines = []
     about = list(target.exercises)
@@ -83,8 +91,15 @@ def summary_after_run(course: Course, target: Target) -> list[str]:
     for exercise in about:
         status = state.exercise_status(course.root, data, exercise)
         entry = data["exercises"].get(exercise.key, {})
-        says = status in (Status.FAILED, Status.TODO) and entry.get("message")
-        lines.append(f"watch: {exercise.key} is {status.words}" + (f": {entry['message']}" if says else ""))
+        own = [f for f in failures or () if exercise_of(course, f["nodeid"]) == exercise]
+        telling_one = telling.most_telling(own, headline=lambda f: f.get("headline", ""))
+        message = (telling_one.get("headline", "") if status == Status.FAILED and telling_one
+                   else entry.get("message"))
+        says = status in (Status.FAILED, Status.TODO) and message
+        lines.append(f"watch: {exercise.key} is {status.words}" + (f": {message.removeprefix('TODO: ')}"
+                                                                     if says else ""))
+        if status == Status.FAILED and telling_one:
+            lines.extend(_most_telling_lines(telling_one, len(own)))
         if status != Status.DONE:
             lines.append(f"  edit {exercise.module_path}; stuck? tpucourse hint {exercise.key}")
     if all(state.exercise_status(course.root, data, e) == Status.DONE for e in about):
@@ -102,3 +117,17 @@ def changed_paths(course: Course, changes) -> list[str]:
         if path.suffix == ".py" and path.is_file():
             paths.append(path.resolve().relative_to(course.root.resolve()).as_posix())
     return sorted(set(paths))
+
+
+def _most_telling_lines(failure: dict, failing: int) -> list[str]:
+    """Which test the failure shown is, its kind, and its report below the headline."""
+    test = failure["nodeid"].split("::", 1)[-1]
+    kind = telling.kind_of(failure.get("headline", "")).words
+    lines = [f"  its failing test: {test} ({kind})" if failing == 1 else
+             f"  the most telling of its {failing} failing tests: {test} ({kind})"]
+    report = without_reproduction(str(failure.get("report", ""))).splitlines()[1:]
+    report = [line.rstrip() for line in report if line.strip() and not line.strip().startswith("(the same report as")]
+    lines.extend(f"  {line}" for line in report[:DETAIL_LINES])
+    if len(report) > DETAIL_LINES:
+        lines.append(f"    ... ({len(report) - DETAIL_LINES} more lines in its report above)")
+    return lines

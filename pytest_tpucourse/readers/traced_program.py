@@ -30,6 +30,38 @@ def count_pallas_calls(closed_jaxpr) -> int:
     return len(pallas_call_eqns(closed_jaxpr))
 
 
+def kernel_grids(closed_jaxpr) -> list[tuple[int, ...]]:
+    """The grid of each pallas_call a traced program runs, in program order."""
+    return [jax_internals.kernel_grid(eqn).grid for eqn in pallas_call_eqns(closed_jaxpr)]
+
+
+def assert_grid_steps(fn, args, *, extents: dict[str, int], kwargs=None, why: str = "",
+                      note: str = "") -> None:
+    """Fail unless fn's kernels walk exactly as many grid steps as the schedule's `extents` multiply to.
+
+    `extents` names each axis of the schedule the exercise teaches by how it is derived from
+    the shapes and blocks ({"M/bm": 2, "N/bn": 2, "K/bk": 4}): one step per block of work.
+    A kernel that ignores a block size (all of K in one step) gives right values on every
+    shape its VMEM holds; its grid shows it. Steps are counted over every pallas_call fn
+    runs and are blind to the grid's order and to axes merged or split, which are the
+    kernel author's to choose.
+    """
+    from .reproduction import of_program_check
+
+    kwargs = kwargs or {}
+    suffix = of_program_check(fn, args, kwargs, note)
+    grids = kernel_grids(fn.jaxpr(*args, **kwargs))
+    steps = sum(_size(grid) for grid in grids)
+    expected = _size(extents.values())
+    if steps != expected:
+        ran = " and ".join(f"({', '.join(map(str, grid))})" for grid in grids) or "no grid"
+        raise WrongResult(
+            f"{fn.display} walks {steps} grid step{'s' * (steps != 1)} (a grid of {ran}); the "
+            f"schedule walks {' · '.join(f'({name})' for name in extents)} = "
+            f"{' · '.join(map(str, extents.values()))} = {expected}, one step per block."
+            + (f" {why}" if why else "") + suffix)
+
+
 def primitives_outside_kernels(closed_jaxpr) -> list[str]:
     """Primitive names a traced program runs outside any pallas_call body."""
     return [eqn.primitive.name for eqn in _all_eqns(closed_jaxpr.jaxpr)]

@@ -79,6 +79,11 @@ def add_options(parser: pytest.Parser) -> None:
         "does: on inputs drawn afresh, computed by a process that imports the graded tree and judged "
         "by one that never does; an exercise is done only where they agree (docs/grading.md)",
     )
+    group.addoption(
+        "--watch-run", metavar="TOKEN", default=None,
+        help="(what `tpucourse watch` adds) run first the test an edit most likely broke and say its answer "
+        "at once; keep the run's outcomes and times in .tpucourse/watch-history.json under TOKEN",
+    )
     if importlib.util.find_spec("xdist") is None:  # say what -n needs instead of "unrecognized arguments"
         group.addoption("-n", "--numprocesses", dest="tpucourse_numprocesses", default=None,
                         help="needs pytest-xdist: pip install pytest-xdist (or pip install -e '.[test]')")

@@ -15,7 +15,10 @@ The count is what runs, not what is written: a `scan` body runs `length` times;
 a `cond` runs one branch, so it costs its most expensive branch (an upper bound
 when the branches differ); a `while_loop`'s trip count is a run-time value, so a
 while loop whose body or condition holds a dot has no count and raises a
-ValueError. Other sub-programs (jit, custom_jvp, custom_vjp) run once.
+ValueError; a `pallas_call` runs its kernel body once per grid point, so the body
+counts prod(grid) times (chapter 11's tiled matmul runs 2·bm·bk·bn FLOPs per step,
+(M/bm)(N/bn)(K/bk) steps: 2MKN in all). Other sub-programs (jit, custom_jvp,
+custom_vjp) run once.
 """
 
 import math
@@ -46,6 +49,8 @@ def _flops(jaxpr) -> int:
             total += max(_flops(branch) for branch in subs)
         elif name == "scan":  # its one sub-jaxpr is the body
             total += eqn.params["length"] * _flops(subs[0])
+        elif name == "pallas_call":  # its one sub-jaxpr is the kernel body, run at every grid point
+            total += math.prod(eqn.params["grid_mapping"].grid) * _flops(subs[0])
         elif name == "while":  # cond_jaxpr and body_jaxpr
             if any(_flops(sub) for sub in subs):
                 raise ValueError("a while_loop runs its dots a number of times known only when it "

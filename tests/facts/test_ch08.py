@@ -37,7 +37,7 @@ TABLE = {
 @pytest.mark.parametrize("chip", list(TABLE))
 def test_the_registry_is_jaxs_table_times_the_cores(chip):
     vmem, mxus, width, flops, bandwidth, cores = TABLE[chip]
-    core = pltpu.get_tpu_info_for_chip(pltpu.ChipVersion(chips.JAX_CHIP_VERSIONS[chip]), 1)
+    core = pltpu.get_tpu_info_for_chip(pltpu.ChipVersion(chips.get_chip(chip).jax_version), 1)
     assert (core.vmem_capacity_bytes, core.num_mxus, core.mxu_column_size) == (vmem, mxus, width)
     assert (core.bf16_ops_per_second * cores, core.mem_bw_bytes_per_second * cores) == pytest.approx((flops, bandwidth))
     registered = chips.get_chip(chip)

@@ -24,7 +24,7 @@ def test_v5es_figures_are_jaxs():
 @pytest.mark.parametrize("chip, megacore", [("v2", False), ("v3", False), ("v4", True), ("v5e", False),
                                             ("v5p", True), ("v6e", False), ("v7x", False)])
 def test_jax_lets_two_cores_be_one_device_on_v4_and_v5p_only(chip, megacore):
-    version = pltpu.ChipVersion(chips.JAX_CHIP_VERSIONS[chip])
+    version = pltpu.ChipVersion(chips.get_chip(chip).jax_version)
     one = pltpu.get_tpu_info_for_chip(version, 1)
     if megacore:
         two = pltpu.get_tpu_info_for_chip(version, 2)
@@ -47,11 +47,11 @@ print("TOPOLOGIES " + json.dumps(out))
 
 
 def test_the_described_slices_of_four_chips_and_their_devices():
-    """libtpu's compile-only topologies (chips.COMPILE_TOPOLOGIES, four chips each), read in a process of
+    """libtpu's compile-only topologies (each chip's compile_topology in chips.py, four chips each), read in a process of
     their own: libtpu locks a file when it makes a topology unless told another process may hold it."""
     compiler()
     env = {**os.environ, "ALLOW_MULTIPLE_LIBTPU_LOAD": "1", "JAX_PLATFORMS": "cpu"}
-    done = subprocess.run([sys.executable, "-c", DESCRIBE % (list(chips.COMPILE_TOPOLOGIES.items()),)],
+    done = subprocess.run([sys.executable, "-c", DESCRIBE % ([(name, chips.get_chip(name).compile_topology) for name in chips.TPU_CHIPS],)],
                           capture_output=True, text=True, env=env, timeout=300)
     line = next(line for line in done.stdout.splitlines() if line.startswith("TOPOLOGIES "))
     assert json.loads(line.split(" ", 1)[1]) == {

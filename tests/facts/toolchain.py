@@ -15,6 +15,7 @@ import jax
 import pytest
 
 from pytest_tpucourse.compiler import libtpu
+from pytest_tpucourse import tpu
 
 REPO = Path(__file__).resolve().parents[2]
 
@@ -38,9 +39,10 @@ def for_this_libtpu(facts: dict):
 
 
 def compiler():
-    """The course's compile for a described TPU (libtpu.compile_for); skips with one line without libtpu."""
+    """The course's compile for a described TPU (`tpu.compile_for`: a chip by name, the course's default
+    chip when none is named); skips with one line without libtpu."""
     libtpu.skip_unless_available()
-    return libtpu.compile_for
+    return tpu.compile_for
 
 
 def refusal(fn, *args, **kwargs) -> libtpu.TpuCompileError | None:
