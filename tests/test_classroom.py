@@ -525,6 +525,74 @@ def test_a_sandbox_sees_python_and_of_the_course_what_a_graded_run_reads(monkeyp
     assert view.covered() == [REPO / "exercises" / "ch01"]  # the other hidden path is not shown anyway
 
 
+class _TrustedProbe:
+    """A trusted check whose worker reports what it sees from where grade_tree runs it, and whose
+    verdicts are computed here, in the grader's process, from what the worker handed back."""
+
+    def __init__(self, classmate: Path):
+        self.classmate, self.runners = classmate, []
+
+    def check_tree(self, runner_, *, timeout):
+        self.runners.append(runner_)
+        probe = ("import json, os, sys; seen = {'classmate': os.path.exists(sys.argv[1]), 'pids': len([p for p in "
+                 "os.listdir('/proc') if p.isdigit()]), 'cases': open('cases.bin').read(), 'tree': sys.argv[2], "
+                 "'own copy': open(os.path.join(sys.argv[2], 'ch01', 'softmax.py')).read()}; "
+                 "open('answer.bin', 'w').write(json.dumps(seen))")
+        ran = runner_.run([sys.executable, "-c", probe, str(self.classmate), runner_.tree], timeout=timeout,
+                          inputs={"cases.bin": b"drawn in the grader"}, hand_back=["answer.bin"])
+        seen = json.loads(ran.files["answer.bin"])
+        from pytest_tpucourse.classroom.trusted_check import AGREES, DISAGREES, Verdict
+
+        agrees = seen["cases"] == "drawn in the grader" and not seen["classmate"] and seen["pids"] <= 2
+        return {"ch01.softmax": Verdict(AGREES if agrees else DISAGREES, json.dumps(seen), 1)}
+
+
+class _RecordOnly(runner.GradingRun):
+    """A grading whose "pytest run" only writes its end-of-run record (its token read off its pipe)
+    after changing its own copy of the tree: grade_tree's path without pytest's cost."""
+
+    def command(self, tree, work):
+        edit = f"open({str(Path(tree) / 'ch01' / 'softmax.py')!r}, 'a').write('# the run was here')\n"
+        return [sys.executable, "-c", edit + RECORD]
+
+
+class _Crashing(runner.GradingRun):
+    def command(self, tree, work):
+        return [sys.executable, "-c", "import os; os._exit(0)"]
+
+
+@pytest.mark.runs
+def test_the_trusted_check_runs_its_worker_in_the_trees_sandbox_after_its_run(tmp_path):
+    """grade_tree gives the trusted check the tree's sandbox: its worker sees its own copy of the
+    tree as the pytest run left it, no classmate and no other process, and is handed what the
+    grader drew; its verdicts are kept on the run. A run that did not finish is not checked."""
+    classmate = tmp_path / "class" / "classmate" / "ch01" / "softmax.py"
+    classmate.parent.mkdir(parents=True)
+    classmate.write_text("classmate's work\n")
+    tree = tmp_path / "class" / "tree"
+    (tree / "ch01").mkdir(parents=True)
+    (tree / "ch01" / "softmax.py").write_text("def softmax(x, *, axis=-1):\n    return x\n")
+    probe = _TrustedProbe(classmate)
+    view = sandbox.CourseView.of(REPO, hidden=[tree, classmate.parent.parent])
+    grading = _RecordOnly(course_root=REPO, chapters=("ch01",), timeout=60, jax_cache="none",
+                          isolation=_bubblewrap(), view=view, trusted=probe)
+    run = runner.grade_tree(grading, "tree", tree, tmp_path / "grading" / "tree-0001")
+    assert run.finished, (run.message, run.log)
+    assert [type(r) for r in probe.runners] == [sandbox.TreeSandbox]
+    verdict = run.trusted["ch01.softmax"]
+    assert verdict["verdict"] == "agrees", verdict["reason"]
+    seen = json.loads(verdict["reason"])
+    assert seen["tree"] == str(tree.resolve()) and seen["own copy"].endswith("# the run was here")
+    assert (tree / "ch01" / "softmax.py").read_text() == "def softmax(x, *, axis=-1):\n    return x\n"
+    book = gradebook.build(COURSE, list(CH01), {"tree": run})
+    assert book["trees"]["tree"]["ch01.softmax"]["trusted"]["verdict"] == "agrees"
+    assert book["trees"]["tree"]["ch01.norms"]["trusted"]["verdict"] == "not checkable"
+    crashing = _Crashing(course_root=REPO, chapters=("ch01",), timeout=60, jax_cache="none",
+                         isolation=_bubblewrap(), view=view, trusted=probe)
+    crashed = runner.grade_tree(crashing, "tree", tree, tmp_path / "grading" / "tree-0002")
+    assert crashed.outcome == "crashed" and crashed.trusted is None and len(probe.runners) == 1
+
+
 @pytest.mark.runs
 def test_a_runs_inputs_and_answers_are_its_own_not_what_an_earlier_run_left(tmp_path):
     victim = tmp_path / "grader's file"

@@ -203,11 +203,11 @@ def test_the_cases_seed_is_the_keys_or_fresh():
     assert trusted_check.seed_from(None) != trusted_check.seed_from(None)
 
 
-# ------------------------------------------------------------------ the stand-in runner
+# ------------------------------------------------------------------ the runner without isolation
 
 
 @pytest.mark.runs
-def test_the_stand_in_runs_in_a_private_folder_and_hands_back_what_was_asked(tmp_path):
+def test_the_unisolated_runner_runs_in_a_private_folder_and_hands_back_what_was_asked(tmp_path):
     script = ("import pathlib, sys\n"
               "pathlib.Path('out.bin').write_bytes(pathlib.Path('in.bin').read_bytes()[::-1])\n"
               "pathlib.Path('other.bin').write_bytes(b'x')\nprint('hello'); sys.exit(3)\n")
@@ -219,7 +219,7 @@ def test_the_stand_in_runs_in_a_private_folder_and_hands_back_what_was_asked(tmp
 
 
 @pytest.mark.runs
-def test_the_stand_in_kills_a_run_past_its_limit_and_bounds_its_output(tmp_path):
+def test_the_unisolated_runner_kills_a_run_past_its_limit_and_bounds_its_output(tmp_path):
     script = "import sys, time\nsys.stdout.write('x' * 300000)\nsys.stdout.flush()\ntime.sleep(60)\n"
     ran = Unisolated(tmp_path).run([sys.executable, "-c", script], inputs={}, hand_back=[], timeout=3)
     assert ran.timed_out and ran.exit_status is None
