@@ -310,6 +310,18 @@ def test_the_worker_answers_for_the_tree_and_the_grader_judges(chapter_one_check
 
 
 @pytest.mark.runs
+def test_a_thread_the_tree_leaves_running_does_not_keep_the_worker(chapter_one_check, tmp_path):
+    """The worker ends once its answers are written: a thread that never ends (started at import)
+    cannot hold its tree's grading until the limit, which would make correct answers a disagreement."""
+    tree = _tree(tmp_path, "thread", "solutions")
+    softmax = tree / "ch01" / "softmax.py"
+    softmax.write_text("import threading, time\nthreading.Thread(target=lambda: [time.sleep(0.5) for _ in "
+                       "iter(int, 1)]).start()\n" + softmax.read_text())
+    verdicts = chapter_one_check.check_tree(Unisolated(tree), timeout=240)
+    assert {k: v.verdict for k, v in verdicts.items()} == dict.fromkeys(CH01, AGREES), verdicts
+
+
+@pytest.mark.runs
 def test_a_tree_that_forges_the_workers_answers_is_judged_on_them(chapter_one_check, tmp_path):
     """A tree that writes the answer files itself and leaves the worker at import: whatever it writes
     is judged against values it never saw (pickle is not read at all)."""

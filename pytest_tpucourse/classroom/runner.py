@@ -17,7 +17,8 @@ gave this run alone. How a run ends:
 Where the grading has the trusted check (`GradingRun.trusted`, trusted_check.TrustedCheck), its
 worker runs after the pytest run, in the same sandbox (the runner `check_tree` is given: a
 fresh process, the tree's private copy as its pytest run left it); its verdicts are computed
-in the grader's process and kept as `TreeRun.trusted`. A run that did not finish gets none.
+in the grader's process and kept as `TreeRun.trusted`. A run that did not finish, or that the
+plugin ended for a thread that never ends, gets none (it is not done whatever its values).
 """
 
 from __future__ import annotations
@@ -104,10 +105,16 @@ def grade_tree(run: GradingRun, tree_name: str, tree: Path, folder: Path,
                           secrets_by_fd={TOKEN_FD_ENV: token.encode("ascii")}, hand_back=(RECORD,),
                           ended_when=RECORD, exit_grace=run.exit_grace)
         tree_run = how_it_ended(tree_name, ran, token)
-        if run.trusted is not None and tree_run.finished and not (stop is not None and stop.is_set()):
+        if run.trusted is not None and _checkable(tree_run) and not (stop is not None and stop.is_set()):
             verdicts = run.trusted.check_tree(sandbox, timeout=run.timeout)
             tree_run = dataclasses.replace(tree_run, trusted={k: v.as_dict() for k, v in verdicts.items()})
         return tree_run
+
+
+def _checkable(tree_run: TreeRun) -> bool:
+    """A run the trusted check can add to: finished, and not ended by the plugin for a thread that never
+    ends (not done whatever its values: gradebook.tree_entries)."""
+    return tree_run.finished and isinstance(tree_run.record, dict) and not tree_run.record.get("threads_left")
 
 
 def warm_cache(run: GradingRun, folder: Path) -> TreeRun | None:

@@ -157,5 +157,27 @@ def _write(path: Path, data: bytes) -> None:
     os.replace(partial, path)
 
 
+def run_and_end() -> None:
+    """main(), then the process's end at once: a thread or an exit handler the tree left cannot keep
+    the worker (and its tree's grading) waiting past its answers, which are written whole by then."""
+    import traceback
+
+    try:
+        status = main()
+    except SystemExit as done:
+        status = done.code if isinstance(done.code, int) else (0 if done.code is None else 2)
+        if not isinstance(done.code, (int, type(None))):
+            print(done.code, file=sys.stderr)
+    except BaseException:  # said on stderr, whose last line the grader keeps
+        traceback.print_exc()
+        status = 1
+    for stream in (sys.stdout, sys.stderr):
+        try:
+            stream.flush()
+        except Exception:  # a stream the tree closed
+            pass
+    os._exit(status)
+
+
 if __name__ == "__main__":
-    sys.exit(main())
+    run_and_end()
