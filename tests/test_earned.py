@@ -515,6 +515,21 @@ def test_a_run_that_ends_without_its_summary_is_said_so(fake_course, monkeypatch
     assert run_markers.ended_without_summary(root) == [] and run_markers.reached_summary(root, unfinished.run)
 
 
+def test_a_run_stopped_before_its_collection_ended_is_said_until_the_same_command_ends(tmp_path):
+    """A marker naming no test file (the run was killed while collecting, or collected no graded
+    file) is cleared by the same command run to its summary, and only by it."""
+    dead = subprocess.Popen([sys.executable, "-c", "pass"])
+    dead.wait()
+    killed = run_markers.start(tmp_path, "killed", ["tests", "-q"], "exercises")
+    killed.write_text(killed.read_text().replace(f'"pid": {os.getpid()}', f'"pid": {dead.pid}'))
+    other = run_markers.start(tmp_path, "other", ["exercises/ch11"], "exercises")
+    run_markers.summary_written(tmp_path, other)
+    assert [run.run for run in run_markers.ended_without_summary(tmp_path)] == ["killed"]
+    again = run_markers.start(tmp_path, "again", ["tests", "-q"], "exercises")
+    run_markers.summary_written(tmp_path, again)
+    assert run_markers.ended_without_summary(tmp_path) == []
+
+
 def test_a_fork_at_import_leaves_no_pytest_behind(fake_course):
     _course(fake_course, "import os, pathlib\n\nif os.fork() == 0:\n"
                          "    pathlib.Path(__file__).with_name('child.pid').write_text(str(os.getpid()))\n\n"

@@ -123,6 +123,16 @@ def test_mesh_command_prints_the_steps_and_a_labelled_prediction(capsys):
     assert "predicted: 22369.6 us (roofline prediction" in out
 
 
+def test_mesh_command_counts_the_steps_of_a_huge_axis_without_building_them(capsys, monkeypatch):
+    """A 100000x100000 slice has about 10^10 sends per axis: the command counts its steps and
+    lists no send (it grew past 4 GB listing them before)."""
+    monkeypatch.setattr(ici, "ring_schedule", lambda *a, **k: pytest.fail("a schedule was built"))
+    out = _mesh(capsys, "v5e", "100000x100000", nbytes="1GiB")
+    assert "all-gather along axis 0: 100000 chips, line (no wraparound link), links used both ways; 99999 steps" in out
+    assert "the sends of each step are listed for axes of at most 64 chips" in out
+    assert "predicted: " in out
+
+
 def test_mesh_command_refuses_what_it_cannot_cite(capsys):
     assert main.main(["mesh", "--chip", "v2", "--topology", "4", "--op", "all-gather", "--bytes", "1MB",
                      "--wraparound", "yes"]) == 2

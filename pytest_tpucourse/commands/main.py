@@ -26,6 +26,7 @@ be done) ends as one line on stderr and exit status 2.
 from __future__ import annotations
 
 import argparse
+import os
 import sys
 
 from ..learner.requests import RequestError
@@ -54,6 +55,9 @@ def main(argv=None) -> int:
     except (ValueError, RequestError) as error:
         print(f"tpucourse {args.command}: {error}", file=sys.stderr)
         return 2
+    except BrokenPipeError:  # the reader went away (`tpucourse mesh ... | head`): stop quietly
+        os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())  # no second error at exit's flush
+        return 0
 
 
 if __name__ == "__main__":

@@ -240,6 +240,9 @@ def plan(op: str, nbytes: float, topology: tuple[int, ...], *, link_bandwidth: f
     return {"all-gather": gather, "reduce-scatter": scatter, "all-reduce": scatter + gather}[op]
 
 
+MAX_CHIPS_LISTED = 64  # an axis whose sends `tpucourse mesh` lists step by step
+
+
 def plan_lines(op: str, nbytes: float, chip: Chip, topology: tuple[int, ...], phases: list[Phase],
                *, max_steps_shown: int = 8, wraparound_from: str | None = None) -> list[str]:
     """What `tpucourse mesh` prints: the phases, their steps, the predicted time."""
@@ -252,15 +255,18 @@ def plan_lines(op: str, nbytes: float, chip: Chip, topology: tuple[int, ...], ph
     for phase in phases:
         shape = ("ring" if phase.wraparound else "line (no wraparound link)") + (
             ", links used both ways" if phase.bidirectional else ", links used one way")
-        schedule = phase.schedule
+        count = steps(phase.size, bidirectional=phase.bidirectional, wraparound=phase.wraparound)
         lines.append(f"{phase.op} along axis {phase.axis}: {phase.size} chips, {shape}; "
-                     f"{len(schedule)} steps of one {_size(phase.chunk_bytes)} chunk per link "
+                     f"{count} steps of one {_size(phase.chunk_bytes)} chunk per link "
                      f"and direction: {phase.seconds * 1e6:.1f} us")
-        for number, step in enumerate(schedule[:max_steps_shown], start=1):
+        if phase.size > MAX_CHIPS_LISTED:  # the schedule has about size^2 sends: count it, never build it
+            lines.append(f"  (the sends of each step are listed for axes of at most {MAX_CHIPS_LISTED} chips)")
+            continue
+        for number, step in enumerate(phase.schedule[:max_steps_shown], start=1):
             sends = ", ".join(f"{src}->{dst} c{chunk}" for src, dst, chunk in step)
             lines.append(f"  step {number}: {sends}")
-        if len(schedule) > max_steps_shown:
-            lines.append(f"  ... {len(schedule) - max_steps_shown} more steps")
+        if count > max_steps_shown:
+            lines.append(f"  ... {count - max_steps_shown} more steps")
     total = sum(p.seconds for p in phases)
     lines.append(f"predicted: {total * 1e6:.1f} us (roofline prediction: link bandwidth only, "
                  f"every link busy every step; not a measurement)")

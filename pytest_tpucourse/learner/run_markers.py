@@ -14,7 +14,8 @@ The format, for other tools (`tpucourse grade`): one JSON file per run,
 [course-relative paths collected, filled in after collection]}. `reached_summary(course_root,
 run_id)` answers for one run; `ended_without_summary(course_root)` lists the markers whose
 process is gone, oldest first. A run that reaches its summary removes its marker and those
-of earlier unfinished runs of the same test files (which it has now run to the end).
+of earlier unfinished runs of the same test files (which it has now run to the end), or, for
+one stopped before it named any test file, of the same command.
 """
 
 from __future__ import annotations
@@ -79,10 +80,13 @@ def summary_written(course_root: Path, path: Path) -> None:
     the same test files."""
     data = _read(path) or {}
     files = set(data.get("test_files") or ())
+    args = tuple(map(str, data.get("args") or ()))
     with contextlib.suppress(OSError):
         path.unlink()
     for earlier in ended_without_summary(course_root):
-        if files and set(earlier.test_files) <= files:
+        # One that ended before its collection did names no test file: the same command, run to its
+        # summary now, is what the learner ran again.
+        if (files and set(earlier.test_files) <= files) or (not earlier.test_files and earlier.args == args):
             with contextlib.suppress(OSError):
                 earlier.path.unlink()
 

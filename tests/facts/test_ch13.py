@@ -41,6 +41,7 @@ def test_a_pallas_call_has_a_jvp_rule_and_no_transpose():
     with interpreted(True), pytest.raises(Exception) as transposed:
         jax.linear_transpose(doubled, x)(x)
     assert for_this_jax({"0.10.2": "must override",
+                         "0.11.2": "Transpose rule (for reverse-mode differentiation) for 'pallas_call' not implemented",
                          "0.12.0.1": "Transpose rule (for reverse-mode differentiation) for 'pallas_call' not implemented",
                          }) in str(transposed.value)
 

@@ -53,14 +53,14 @@ def test_mesh_coordinates_are_the_default_device_ids_and_jax_0_12_deprecates_nam
     from jax._src.pallas.primitives import DeviceIdType  # pl.DeviceIdType warns in jax 0.12
 
     default = inspect.signature(pltpu.make_async_remote_copy).parameters["device_id_type"].default
-    assert default == for_this_jax({"0.10.2": DeviceIdType.MESH, "0.12.0.1": None})  # None: MESH
+    assert default == for_this_jax({"0.10.2": DeviceIdType.MESH, "0.11.2": DeviceIdType.MESH, "0.12.0.1": None})  # None: MESH
     ring = mesh(4)
     with warnings.catch_warnings(record=True) as caught:
         warnings.simplefilter("always")
         jax.make_jaxpr(lambda x: ring_permute(x, ring, pltpu.CompilerParams(), handshake=False,
                                               device_id_type=DeviceIdType.MESH))(jnp.zeros((32, 128)))
     deprecated = [w for w in caught if "device_id_type is deprecated" in str(w.message)]
-    assert bool(deprecated) == for_this_jax({"0.10.2": False, "0.12.0.1": True})
+    assert bool(deprecated) == for_this_jax({"0.10.2": False, "0.11.2": False, "0.12.0.1": True})
 
 
 def test_lax_rem_of_a_negative_number_is_negative():
@@ -140,7 +140,7 @@ def test_which_interpreter_runs_a_remote_dma(mesh):
     expected = np.roll(np.asarray(x), 8, axis=0)  # shard i on device i + 1
     with interpreted(tpu_interpret()):
         np.testing.assert_array_equal(np.asarray(ring_permute(x, ring, pltpu.CompilerParams(), handshake=False)), expected)
-    runs = for_this_jax({"0.10.2": False, "0.12.0.1": True})
+    runs = for_this_jax({"0.10.2": False, "0.11.2": False, "0.12.0.1": True})
     with interpreted(True):
         if runs:
             np.testing.assert_array_equal(np.asarray(ring_permute(x, ring, pltpu.CompilerParams(), handshake=False)), expected)
