@@ -36,6 +36,7 @@ pytest_plugins = (
 )
 
 RESULTS_RECORD = pytest.StashKey[object]()  # the end-of-run record (classroom/record.py), when asked for
+ISOLATED_NAME = "tpucourse-isolated"  # the --isolated check's plugin (classroom/isolated.py)
 
 
 def pytest_addhooks(pluginmanager) -> None:
@@ -71,6 +72,12 @@ def pytest_configure(config: pytest.Config) -> None:
 
         config.stash[RESULTS_RECORD] = record = EndOfRunRecord.from_config(config, session)
         config.pluginmanager.register(record, "tpucourse-results")
+    if config.getoption("isolated"):
+        if session is None:
+            raise pytest.UsageError("--isolated checks a course's exercises: run it in a course checkout (course.toml)")
+        from .classroom.isolated import IsolatedCheck
+
+        config.pluginmanager.register(IsolatedCheck(session), ISOLATED_NAME)
     if config.getoption("watch_run") and session is not None:
         from .learner.watch_run import WatchRun
 

@@ -1,24 +1,32 @@
-"""`tpucourse grade`: one process per tree, the end-of-run record, the gradebook, shards, progress."""
+"""`tpucourse grade`: a tree's sandbox, its run's record, the gradebook and its digest, shards, JUnit,
+the similarity report, progress. A whole class graded for real: tests/test_hostile_class.py."""
 
-import contextlib
 import io
 import json
+import os
 import sys
 import textwrap
 import time
+import xml.etree.ElementTree as ElementTree
 from pathlib import Path
 
 import pytest
 
-from pytest_tpucourse.commands import main
-from pytest_tpucourse.classroom import gradebook, runner, shards
+from pytest_tpucourse.classroom import gradebook, junit, runner, sandbox, shards, signing, similarity
+from pytest_tpucourse.classroom.bounded_log import BoundedLog
+from pytest_tpucourse.classroom.escaping import for_csv, for_terminal
 from pytest_tpucourse.classroom.progress_line import ProgressLine
 from pytest_tpucourse.classroom.record import FORMAT, TOKEN_FD_ENV
 from pytest_tpucourse.classroom.runner import TreeRun
+from pytest_tpucourse.commands import main
+from pytest_tpucourse.core.course import load_course
+
+from .hostile_class import survivors
 
 REPO = Path(__file__).resolve().parents[1]
 CH01 = ("ch01.softmax", "ch01.norms", "ch01.attention")
-COURSE = {"commit": "abc", "chapters": ["ch01"]}
+COURSE = {"commit": "abc", "chapters": ["ch01"], "isolation": "bubblewrap", "hypothesis_profile": "ci"}
+KEY = b"the instructor's key"
 
 
 # ------------------------------------------------------------------ shards
@@ -60,12 +68,12 @@ def _class_runs():
         "trees/skips": _finished("trees/skips", {k: _exercise("not run", 0, 4, skipped=4, skip_reason="not today")
                                                  for k in CH01}),
         "trees/some-skipped": _finished("trees/some-skipped", {k: _exercise("done", 3, 4, skipped=1) for k in CH01}),
-        "trees/crash": TreeRun("trees/crash", "crashed", 2.0, 0, message="ended without its record",
-                               last_lines=("boom",)),
+        "trees/crash": TreeRun("trees/crash", "crashed", 2.0, 0, message="ended without its record", log=("boom",)),
         "trees/hang": TreeRun("trees/hang", "timeout", 9.0, None, message="ran past its limit"),
         "trees/half": _finished("trees/half", {"ch01.softmax": _exercise("done", 4, 4)}),
         "trees/void": _finished("trees/void", {k: {**_exercise("not counted", 4, 4), "not_counted": "a plugin"}
                                                for k in CH01}),
+        "trees/linked": TreeRun("trees/linked", "refused", 0.0, None, message="not graded: ch01 is a link"),
     }
 
 
@@ -73,7 +81,7 @@ def _status(book, tree):
     return {key: entry["status"] for key, entry in book["trees"][tree].items()}
 
 
-def test_only_every_test_passed_is_done_and_a_crash_or_timeout_never_is():
+def test_only_every_test_passed_is_done_and_a_crash_timeout_or_refusal_never_is():
     book = gradebook.build(COURSE, list(CH01), _class_runs())
     assert _status(book, "trees/done") == dict.fromkeys(CH01, "done")
     assert _status(book, "trees/todo") == dict.fromkeys(CH01, "todo")
@@ -85,10 +93,22 @@ def test_only_every_test_passed_is_done_and_a_crash_or_timeout_never_is():
     assert _status(book, "trees/half") == {"ch01.softmax": "done", "ch01.norms": "failed", "ch01.attention": "failed"}
     assert _status(book, "trees/void") == dict.fromkeys(CH01, "failed")  # passed, but not as the course grades
     assert book["trees"]["trees/void"]["ch01.norms"]["message"] == "not counted: a plugin"
-    assert book["runs"]["trees/crash"] == {"outcome": "crashed", "exit_status": 0, "seconds": 2.0,
-                                           "last_lines": ["boom"]}
+    assert _status(book, "trees/linked") == dict.fromkeys(CH01, "failed")
+    assert book["trees"]["trees/linked"]["ch01.softmax"]["message"] == "not graded: ch01 is a link"
+    assert book["runs"]["trees/crash"] == {"outcome": "crashed", "exit_status": 0, "seconds": 2.0, "log": ["boom"]}
     assert list(book["trees"]) == sorted(book["trees"])
     assert list(book["trees"]["trees/done"]) == list(CH01)  # course order
+
+
+def test_a_message_from_a_tree_is_bounded_and_a_record_it_changed_is_a_crash():
+    runs = {"trees/long": _finished("trees/long", {k: _exercise("failed", 0, 4, message="y" * (2 << 20))
+                                                   for k in CH01}, 1),
+            "trees/odd": _finished("trees/odd", {k: {**_exercise("done", 4, 4), "passed": "all"} for k in CH01})}
+    book = gradebook.build(COURSE, list(CH01), runs)
+    message = book["trees"]["trees/long"]["ch01.softmax"]["message"]
+    assert len(message) < gradebook.MESSAGE_CHARS + 100 and message.endswith("characters cut]")
+    assert _status(book, "trees/odd") == dict.fromkeys(CH01, "crashed")
+    assert "not as the plugin writes it" in book["trees"]["trees/odd"]["ch01.norms"]["message"]
 
 
 @pytest.mark.parametrize("n", [1, 2, 3, 7])
@@ -97,11 +117,11 @@ def test_the_shards_merge_to_exactly_the_unsharded_gradebook(n):
     whole = gradebook.dumps(gradebook.build(COURSE, list(CH01), runs))
     books = [gradebook.build(COURSE, list(CH01), {t: runs[t] for t in shards.shard(runs, k, n)})
              for k in range(n, 0, -1)]
-    books = [json.loads(gradebook.dumps(book)) for book in books]  # as read back from their files
-    assert gradebook.dumps(gradebook.merge(books)) == whole
+    books = [json.loads(gradebook.dumps(gradebook.sign(book, KEY))) for book in books]  # as read from their files
+    assert gradebook.dumps(gradebook.merge(books, KEY)) == whole
 
 
-def test_merge_refuses_other_courses_and_trees_graded_twice():
+def test_merge_refuses_other_courses_grading_and_trees_graded_twice():
     runs = _class_runs()
     one = gradebook.build(COURSE, list(CH01), {"trees/done": runs["trees/done"]})
     other = gradebook.build({**COURSE, "commit": "def"}, list(CH01), {"trees/todo": runs["trees/todo"]})
@@ -109,6 +129,47 @@ def test_merge_refuses_other_courses_and_trees_graded_twice():
         gradebook.merge([one, other])
     with pytest.raises(gradebook.GradebookError, match="trees/done"):
         gradebook.merge([one, one])
+    unsandboxed = gradebook.build({**COURSE, "isolation": "none"}, list(CH01), {"trees/todo": runs["trees/todo"]})
+    with pytest.raises(gradebook.GradebookError, match="different courses, chapters or grading"):
+        gradebook.merge([one, unsandboxed])
+
+
+def test_merge_takes_only_gradebooks_that_verify_with_the_key():
+    runs = _class_runs()
+    halves = [gradebook.sign(gradebook.build(COURSE, list(CH01), {t: runs[t] for t in shards.shard(runs, k, 2)}), KEY)
+              for k in (1, 2)]
+    halves = [json.loads(gradebook.dumps(book)) for book in halves]  # as read back from their files
+    assert gradebook.merge(halves, KEY) == gradebook.build(COURSE, list(CH01), runs)
+    forged = json.loads(json.dumps(halves[1]))
+    tree = next(t for t in forged["trees"] if forged["trees"][t]["ch01.softmax"]["status"] != "done")
+    forged["trees"][tree]["ch01.softmax"]["status"] = "done"  # a grade changed after grading
+    with pytest.raises(gradebook.GradebookError, match="shard-2.json: refused: its digest does not verify"):
+        gradebook.merge([halves[0], forged], KEY, names=["shard-1.json", "shard-2.json"])
+    with pytest.raises(gradebook.GradebookError, match="does not verify"):
+        gradebook.merge(halves, b"another key")
+    unsigned = {k: v for k, v in halves[1].items() if k != "digest"}
+    with pytest.raises(gradebook.GradebookError, match="no digest"):
+        gradebook.merge([halves[0], unsigned], KEY)
+
+
+def test_the_merge_command_needs_the_key_and_refuses_a_forged_shard(tmp_path, capsys):
+    runs = _class_runs()
+    key = tmp_path / "key"
+    key.write_bytes(KEY)
+    paths = [tmp_path / "shard-1.json", tmp_path / "shard-2.json"]
+    for k, path in enumerate(paths, 1):
+        book = gradebook.build(COURSE, list(CH01), {t: runs[t] for t in shards.shard(runs, k, 2)})
+        gradebook.write(gradebook.sign(book, KEY), path)
+    merged = tmp_path / "all.json"
+    assert main.main(["grade", "--merge", *map(str, paths), "--key", str(key), "-q", "--out", str(merged)]) == 0
+    assert signing.problem(gradebook.read(merged), KEY) == ""  # the merged gradebook is signed in turn
+    assert main.main(["grade", "--merge", *map(str, paths), "-q", "--out", str(tmp_path / "x.json")]) == 2
+    assert "give --key FILE" in capsys.readouterr().err
+    paths[1].write_text(paths[1].read_text().replace('"status": "todo"', '"status": "done"'))
+    assert main.main(["grade", "--merge", *map(str, paths), "--key", str(key), "-q",
+                      "--out", str(tmp_path / "y.json")]) == 2
+    assert "shard-2.json: refused: its digest does not verify" in capsys.readouterr().err
+    assert not (tmp_path / "y.json").exists()
 
 
 def test_the_gradebook_as_csv_and_the_summary_table(tmp_path):
@@ -125,6 +186,105 @@ def test_the_gradebook_as_csv_and_the_summary_table(tmp_path):
     assert any(line.split() == ["trees/done", "3/3", "1/1", "3.0s"] for line in lines)
     assert any(line.split() == ["trees/hang", "0/3", "0/1", "9.0s", "timeout"] for line in lines)
     assert any(line.split() == ["trees/todo", "0/3", "0/1", "3.0s", "3", "todo"] for line in lines)
+    assert any(line.split() == ["trees/linked", "0/3", "0/1", "0.0s", "refused"] for line in lines)
+
+
+def test_a_trees_name_and_messages_are_escaped_on_the_terminal_and_in_csv(tmp_path):
+    name = "trees/\x1b[2J\x1b]0;owned\x07\u202eevil"
+    message = "=HYPERLINK(\"http://example.invalid\")\x1b[2J"
+    runs = {name: _finished(name, {k: _exercise("failed", 0, 4, message=message) for k in CH01}, 1)}
+    book = gradebook.build(COURSE, list(CH01), runs)
+    table = "\n".join(gradebook.summary_lines(book, {k: "ch01" for k in CH01}))
+    assert not any(c in table for c in "\x1b\x07\u202e")
+    assert "trees/\\x1b[2J\\x1b]0;owned\\x07\\u202eevil" in table
+    gradebook.write(book, tmp_path / "book.csv")
+    text = (tmp_path / "book.csv").read_text()
+    assert not any(c in text for c in "\x1b\x07\u202e")
+    assert ",\"'=HYPERLINK(" in text  # a message that would be a formula starts with '
+    assert list(json.loads(gradebook.dumps(book))["trees"]) == [name]  # the JSON keeps the name as it is
+
+
+def test_escaping_for_the_terminal_and_for_csv():
+    assert for_terminal("plain text, é and 漢字") == "plain text, é and 漢字"
+    assert for_terminal("a\x1b[31mb\tc\nd\u202ee\x9b") == "a\\x1b[31mb\\x09c\\x0ad\\u202ee\\x9b"
+    assert (for_csv("=1+1"), for_csv("@SUM(A1)"), for_csv("-2"), for_csv("a=b")) == ("'=1+1", "'@SUM(A1)", "'-2", "a=b")
+
+
+# ------------------------------------------------------------------ what a tree printed, bounded
+
+
+def test_a_log_keeps_its_first_and_last_lines_and_cuts_long_ones():
+    log = BoundedLog(head=2, tail=3, line_chars=10)
+    for chunk in (b"one\ntwo\nthr", b"ee\n" + b"x\n" * 1000 + b"y" * 100_000, b"\nlast"):
+        log.feed(chunk)
+    log.close()
+    kept = log.kept()
+    assert kept.first == ("one", "two") and kept.last == ("x", "yyyyyyyyyy [... cut]", "last")
+    assert kept.left_out == 1 + 999
+    assert kept.lines() == ["one", "two", "[... 1000 lines left out ...]", "x", "yyyyyyyyyy [... cut]", "last"]
+
+
+# ------------------------------------------------------------------ JUnit, written by the grader
+
+
+def test_junit_files_say_what_the_gradebook_says(tmp_path):
+    book = gradebook.build(COURSE, list(CH01), _class_runs())
+    junit.write_all(book, tmp_path / "junit")
+    done = (tmp_path / "junit" / "trees_done.xml").read_text()
+    assert 'tests="3" failures="0" errors="0"' in done and "<failure" not in done
+    todo = (tmp_path / "junit" / "trees_todo.xml").read_text()
+    assert 'failures="3"' in todo and 'type="todo" message="todo: TODO: write it"' in todo
+    crash = (tmp_path / "junit" / "trees_crash.xml").read_text()
+    assert 'errors="3"' in crash and "boom" in crash
+    for path in (tmp_path / "junit").iterdir():
+        ElementTree.parse(path)  # every one well formed
+
+
+# ------------------------------------------------------------------ the similarity report
+
+
+def _tree_with(root: Path, name: str, softmax: str) -> str:
+    folder = root / name / "ch01"
+    folder.mkdir(parents=True)
+    for module in ("softmax", "norms", "attention"):
+        source = softmax if module == "softmax" else (REPO / "exercises" / "ch01" / f"{module}.py").read_text()
+        (folder / f"{module}.py").write_text(source)
+    return str(root / name)
+
+
+OWN_SOFTMAX = '''
+import jax
+import jax.numpy as jnp
+
+
+def softmax(x, *, axis=-1):
+    values = x.astype(jnp.float32)
+    peak = jnp.max(values, axis=axis, keepdims=True)
+    peak = jnp.where(jnp.isfinite(peak), peak, 0.0)
+    powers = jnp.exp(values - jax.lax.stop_gradient(peak))
+    norm = powers.sum(axis=axis, keepdims=True)
+    norm = jnp.where(norm > 0, norm, 1.0)
+    return (powers / norm).astype(x.dtype)
+'''
+
+
+def test_the_similarity_report_finds_copies_renamed_and_reformatted_and_judges_nothing(tmp_path):
+    solution = (REPO / "solutions" / "ch01" / "softmax.py").read_text()
+    renamed = (solution.replace("xf", "logits").replace("total", "denominator").replace("    ", "  ")
+               .replace("# ", "## "))
+    trees = [_tree_with(tmp_path, "ann", solution), _tree_with(tmp_path, "ben", renamed),
+             _tree_with(tmp_path, "cat", OWN_SOFTMAX), _tree_with(tmp_path, "dan", "def softmax(x, *, axis=-1):\n"
+                                                                                    "    return x\n")]
+    (tmp_path / "eve").mkdir()
+    (tmp_path / "eve" / "ch01").symlink_to(tmp_path / "ann" / "ch01")
+    trees.append(str(tmp_path / "eve"))
+    data = similarity.report(load_course(REPO), ["ch01"], trees)
+    assert "never a verdict" in data["note"]
+    pairs = {tuple(Path(f).parts[-3] for f in p["files"]): p["how"] for p in data["pairs"]}
+    assert pairs == {("ann", "ben"): "identical code"}  # not cat's own, not dan's two lines, not eve's link
+    alike = {Path(p["file"]).parts[-3]: p["how"] for p in data["like_solutions"]}
+    assert alike == {"ann": "identical", "ben": "identical code"}
+    assert data["files_compared"] == 3  # ann's, ben's and cat's softmax; stubs, short files and links are not
 
 
 # ------------------------------------------------------------------ the progress line
@@ -142,12 +302,13 @@ def test_progress_line_counts_trees_and_estimates_the_rest():
     clock, out = FakeClock(), io.StringIO()
     progress = ProgressLine(4, stream=out, clock=clock)
     progress.started("trees/a")
-    progress.started("trees/b")
-    assert progress.text() == "grade: 0/4 trees done, grading trees/a, trees/b; 0s elapsed"
+    progress.started("trees/\x1b[2Jb")
+    assert progress.text() == "grade: 0/4 trees done, grading trees/a, trees/\\x1b[2Jb; 0s elapsed"
     clock.now = 30.0
     progress.finished("trees/a", "finished")
-    assert progress.text() == "grade: 1/4 trees done, grading trees/b; 30s elapsed, about 1m30s left"
-    assert out.getvalue() == "grade: 1/4 trees done, grading trees/b; 30s elapsed, about 1m30s left (trees/a: finished)\n"
+    assert progress.text() == "grade: 1/4 trees done, grading trees/\\x1b[2Jb; 30s elapsed, about 1m30s left"
+    assert out.getvalue() == ("grade: 1/4 trees done, grading trees/\\x1b[2Jb; 30s elapsed, about 1m30s left "
+                              "(trees/a: finished)\n")
     quiet = io.StringIO()
     silent = ProgressLine(1, stream=quiet, quiet=True, clock=clock)
     silent.started("x")
@@ -156,17 +317,46 @@ def test_progress_line_counts_trees_and_estimates_the_rest():
     assert quiet.getvalue() == ""
 
 
-# ------------------------------------------------------------------ one child process (plain Python)
+# ------------------------------------------------------------------ a tree's sandbox
 
 
-def _child(tmp_path, source, *, limit=60.0, exit_grace=30.0, token="secret"):
-    folder = tmp_path / "child"
-    folder.mkdir()
-    script = folder / "child.py"
+def _bubblewrap() -> sandbox.Isolation:
+    try:
+        return sandbox.find_isolation()
+    except sandbox.SandboxUnavailable as error:
+        pytest.skip(f"no sandbox here: {error}")
+
+
+ISOLATIONS = [pytest.param("none", id="no-sandbox"), pytest.param("bubblewrap", id="bubblewrap")]
+
+
+def _isolation(kind: str) -> sandbox.Isolation:
+    return sandbox.Isolation.none() if kind == "none" else _bubblewrap()
+
+
+def _sandbox(tmp_path: Path, isolation: sandbox.Isolation, *, hidden=()) -> sandbox.TreeSandbox:
+    tree = tmp_path / "class" / "tree"
+    (tree / "ch01").mkdir(parents=True)
+    (tree / "ch01" / "softmax.py").write_text("def softmax(x, *, axis=-1):\n    return x\n")
+    view = sandbox.CourseView.of(REPO, hidden=[tree, *hidden])
+    return sandbox.TreeSandbox(tree, tmp_path / "grading" / "tree-0001", view, isolation)
+
+
+def _script(box: sandbox.TreeSandbox, source: str) -> str:
+    script = box.work / "child.py"
     script.write_text(textwrap.dedent(source))
-    env = runner.child_environment(folder)
-    return runner.run_child("tree", [sys.executable, str(script)], folder=folder, env=env, token=token,
-                            limit=limit, exit_grace=exit_grace)
+    if box.uid is not None:
+        os.chown(script, box.uid, box.uid)
+    return str(script)
+
+
+def _child(tmp_path, source, kind, *, limit=60.0, exit_grace=30.0, token="secret"):
+    """`source` run as a tree's process is, with the token on its pipe: how the grader judges its end."""
+    with _sandbox(tmp_path, _isolation(kind)) as box:
+        ran = box.run([sys.executable, _script(box, source)], timeout=limit,
+                      secrets_by_fd={TOKEN_FD_ENV: token.encode()}, hand_back=(runner.RECORD,),
+                      ended_when=runner.RECORD, exit_grace=exit_grace)
+        return runner.how_it_ended("tree", ran, token), ran
 
 
 RECORD = textwrap.dedent("""
@@ -179,150 +369,270 @@ RECORD = textwrap.dedent("""
 
 
 @pytest.mark.runs
-def test_a_process_that_ends_without_its_record_crashed(tmp_path):
-    run = _child(tmp_path, "import os\nprint('importing the tree')\nos._exit(0)\n")
+@pytest.mark.parametrize("kind", ISOLATIONS)
+def test_a_process_that_ends_without_its_record_crashed(tmp_path, kind):
+    run, _ = _child(tmp_path, "import os\nprint('importing the tree')\nos._exit(0)\n", kind)
     assert (run.outcome, run.returncode) == ("crashed", 0)
-    assert "without the run's end-of-run record" in run.message and run.last_lines == ("importing the tree",)
+    assert "without the run's end-of-run record" in run.message and run.log == ("importing the tree",)
 
 
 @pytest.mark.runs
-def test_a_record_without_the_childs_token_does_not_count(tmp_path):
-    run = _child(tmp_path, RECORD.replace("token = os.read(", 'token = "guessed" or os.read('))
+@pytest.mark.parametrize("kind", ISOLATIONS)
+def test_a_record_without_the_childs_token_does_not_count(tmp_path, kind):
+    run, _ = _child(tmp_path, RECORD.replace("token = os.read(", 'token = "guessed" or os.read('), kind)
     assert run.outcome == "crashed" and "did not write" in run.message
 
 
 @pytest.mark.runs
-def test_the_token_is_in_no_environment(tmp_path):
-    """Another tree's process could read a child's /proc/PID/environ: the token is not there."""
-    run = _child(tmp_path, "import os, json\n"
-                           "open('env.json', 'w').write(json.dumps(dict(os.environ)))\n" + RECORD)
-    environment = json.loads((tmp_path / "child" / "env.json").read_text())
-    assert run.outcome == "finished" and "secret" not in json.dumps(environment)
-    assert environment[TOKEN_FD_ENV].isdigit()
-
-
-@pytest.mark.runs
-def test_a_record_with_its_token_and_exit_status_counts(tmp_path):
-    run = _child(tmp_path, RECORD)
+@pytest.mark.parametrize("kind", ISOLATIONS)
+def test_a_record_with_its_token_counts_and_the_token_is_in_no_environment(tmp_path, kind):
+    """Another process could read a child's /proc/PID/environ: the token is not there."""
+    each_line = "import os, json\nfor item in sorted(os.environ.items()):\n    print(json.dumps(item))\n"
+    run, ran = _child(tmp_path, each_line + RECORD, kind)
     assert run.outcome == "finished" and run.record["exitstatus"] == 0
+    environment = dict(json.loads(line) for line in ran.stdout_log.lines())
+    assert "secret" not in json.dumps(environment) and environment[TOKEN_FD_ENV].isdigit()
 
 
 @pytest.mark.runs
-def test_past_its_limit_the_whole_process_group_is_killed(tmp_path):
-    pid_file = tmp_path / "grandchild.pid"
+@pytest.mark.parametrize("kind", ISOLATIONS)
+def test_past_its_limit_every_process_is_killed(tmp_path, kind):
     start = time.monotonic()
-    run = _child(tmp_path, f"""
+    run, _ = _child(tmp_path, """
         import subprocess, sys, time, threading
-        child = subprocess.Popen([sys.executable, "-c", "import time; time.sleep(600)"])
-        open({str(pid_file)!r}, "w").write(str(child.pid))
+        subprocess.Popen([sys.executable, "-c", "import time; time.sleep(600)"])
         threading.Thread(target=time.sleep, args=(600,)).start()
         time.sleep(600)
-    """, limit=3.0)
+    """, kind, limit=3.0)
     assert run.outcome == "timeout" and "limit of 3 s" in run.message
-    assert time.monotonic() - start < 30
-    grandchild = int(pid_file.read_text())
-    deadline = time.monotonic() + 10
-    while _alive(grandchild) and time.monotonic() < deadline:
-        time.sleep(0.1)
-    assert not _alive(grandchild)
-
-
-def _alive(pid: int) -> bool:
-    try:
-        status = Path(f"/proc/{pid}/status").read_text()
-    except FileNotFoundError:
-        return False
-    return "State:\tZ" not in status  # a zombie waits for its parent (init) to reap it
+    assert time.monotonic() - start < 60
 
 
 @pytest.mark.runs
-def test_a_run_that_ended_but_whose_process_does_not_is_a_timeout(tmp_path):
-    run = _child(tmp_path, RECORD + "import threading, time\nthreading.Thread(target=time.sleep, args=(600,)).start()\n",
-                 exit_grace=1.0)
+@pytest.mark.parametrize("kind", ISOLATIONS)
+def test_a_run_that_ended_but_whose_process_does_not_is_a_timeout(tmp_path, kind):
+    never_ends = "import threading, time\nthreading.Thread(target=time.sleep, args=(600,)).start()\n"
+    run, _ = _child(tmp_path, RECORD + never_ends, kind, exit_grace=1.0)
     assert run.outcome == "timeout" and "did not exit within 1 s" in run.message
 
 
-# ------------------------------------------------------------------ the real thing: five trees of chapter 1
-
-
-def _class_of_five(root: Path) -> list[str]:
-    """solutions, stubs, os._exit(0) at import, a thread that never ends, and one that skips every case."""
-    def tree(name, edit=None):
-        folder = root / name / "ch01"
-        folder.mkdir(parents=True)
-        for module in ("softmax", "norms", "attention"):
-            source = (REPO / ("exercises" if name == "stubs" else "solutions") / "ch01" / f"{module}.py").read_text()
-            (folder / f"{module}.py").write_text(edit(module, source) if edit else source)
-        return str(root / name)
-
-    functions = {"softmax": ("softmax",), "norms": ("layer_norm", "rms_norm"), "attention": ("attention",)}
-    skipping = lambda module, source: "import pytest\n" + "".join(  # noqa: E731
-        f"\n\ndef {f}(*args, **kwargs):\n    pytest.skip('not today')\n" for f in functions[module])
-    return [
-        tree("solutions"), tree("stubs"),
-        tree("exits", lambda m, s: "import os; os._exit(0)\n" + s if m == "softmax" else s),
-        tree("thread", lambda m, s: ("import threading, time\nthreading.Thread(target=lambda: "
-                                     "[time.sleep(0.5) for _ in iter(int, 1)]).start()\n" + s) if m == "softmax" else s),
-        tree("skips", skipping),
-    ]
-
-
-def _grade(*argv) -> tuple[int, str]:
-    """`tpucourse grade ...` run in the course checkout; its exit status and what it printed."""
-    out = io.StringIO()
-    with pytest.MonkeyPatch.context() as patch, contextlib.redirect_stdout(out):
-        patch.chdir(REPO)
-        status = main.main(["grade", *map(str, argv)])
-    return status, out.getvalue()
-
-
-GRADE_CH01 = ("--chapters", "ch01", "--jobs", "2", "--timeout", "400")
-
-
-@pytest.fixture(scope="module")
-def class_of_five(tmp_path_factory):
-    """The five trees graded in one go: (their folder, the trees, the gradebook's path, what it printed)."""
-    root = tmp_path_factory.mktemp("classroom")
-    trees = _class_of_five(root / "class")
-    status, printed = _grade(*trees, *GRADE_CH01, "--junitxml", root / "junit", "--out", root / "gradebook.json")
-    assert status == 0, printed
-    return root, trees, root / "gradebook.json", printed
+PROBE = """
+    import json, os, socket, subprocess, sys
+    paths, tree, mark = json.loads(sys.argv[1]), sys.argv[2], sys.argv[3]
+    seen = {name: os.path.exists(path) for name, path in paths.items()}
+    try:
+        socket.create_connection(("1.1.1.1", 53), timeout=3)
+        seen["network"] = True
+    except OSError:
+        seen["network"] = False
+    seen["processes"] = sorted(int(p) for p in os.listdir("/proc") if p.isdigit())
+    seen["uid"] = os.getuid()
+    try:
+        open(paths["stub"], "a").write("# changed")
+        seen["course written"] = True
+    except OSError:
+        seen["course written"] = False
+    open(os.path.join(tree, "ch01", "softmax.py"), "a").write("# changed by the tree")
+    subprocess.Popen([sys.executable, "-c", "import time; time.sleep(600)", mark], start_new_session=True)
+    print(json.dumps(seen))
+"""
 
 
 @pytest.mark.runs
-def test_five_trees_of_chapter_one(class_of_five):
-    root, trees, out, printed = class_of_five
-    book = gradebook.read(out)
-    name = {str(root / "class" / n): n for n in ("solutions", "stubs", "exits", "thread", "skips")}
-    statuses = {name[tree]: set(_status(book, tree).values()) for tree in book["trees"]}
-    assert statuses == {"solutions": {"done"}, "stubs": {"todo"}, "exits": {"crashed"}, "thread": {"timeout"},
-                        "skips": {"failed"}}
-    assert book["course"]["chapters"] == ["ch01"]
-    solutions = book["trees"][str(root / "class" / "solutions")]
-    assert [(e["passed"], e["total"]) for e in solutions.values()] == [(15, 15), (4, 4), (4, 4)]
-    assert book["runs"][str(root / "class" / "exits")]["exit_status"] == 0
-    junit = sorted(p.name for p in (root / "junit").iterdir())
-    assert len(junit) == 5 and all(n.endswith(".xml") for n in junit)
-    thread_junit = next((root / "junit").glob("*thread.xml")).read_text()
-    assert 'error message="timeout: a thread never ends' in thread_junit  # as the gradebook says, not passed
-    skips = book["trees"][str(root / "class" / "skips")]["ch01.softmax"]["message"]
-    assert "called pytest.skip()" in skips, skips  # a skip from graded code is its failure
-    assert "3/3" in printed and f"wrote {out}" in printed
-
-
-def _without_times(book: dict) -> dict:
-    return {**book, "trees": {t: {k: {**e, "seconds": None} for k, e in exercises.items()}
-                              for t, exercises in book["trees"].items()},
-            "runs": {t: {**r, "seconds": None, "last_lines": None} for t, r in book["runs"].items()}}
+def test_a_sandbox_sees_its_tree_and_the_course_and_nothing_else(tmp_path):
+    """No classmate, no solutions/ nor tests/ nor .git, no grader's output, no network, no other
+    process; its writes go to its own copy; a process it starts in a session of its own is gone
+    when the run returns."""
+    isolation = _bubblewrap()
+    classmate = tmp_path / "class" / "classmate" / "ch01"
+    classmate.mkdir(parents=True)
+    (classmate / "softmax.py").write_text("classmate's work\n")
+    out = tmp_path / "out" / "gradebook.json"
+    out.parent.mkdir()
+    out.write_text("{}")
+    paths = {"classmate": str(classmate / "softmax.py"), "out": str(out), "tests": str(REPO / "tests"),
+             "solutions": str(REPO / "solutions" / "ch01" / "softmax.py"), "git": str(REPO / ".git"),
+             "stub": str(REPO / "exercises" / "ch01" / "softmax.py"), "python": sys.executable}
+    mark = f"survivor-{os.getpid()}-{time.monotonic_ns()}"
+    with _sandbox(tmp_path, isolation, hidden=[classmate.parent, out.parent]) as box:
+        ran = box.run([sys.executable, _script(box, PROBE), json.dumps(paths), box.tree, mark], timeout=120)
+        assert ran.exit_status == 0, ran.stderr
+        assert not survivors(mark)  # gone before run() returned
+        assert (box.folder / "tree" / "ch01" / "softmax.py").read_text().endswith("# changed by the tree")
+    seen = json.loads(ran.stdout_log.first[0])
+    assert seen["stub"] and seen["python"]
+    assert not any(seen[k] for k in ("classmate", "out", "solutions", "tests", "git", "network", "course written"))
+    assert len(seen["processes"]) <= 2  # bubblewrap's first process and the probe
+    assert (seen["uid"] != 0) == (os.geteuid() == 0)  # as root, a throwaway user; else the grader's, mapped
+    original = (tmp_path / "class" / "tree" / "ch01" / "softmax.py").read_text()
+    assert original == "def softmax(x, *, axis=-1):\n    return x\n"
+    assert (classmate / "softmax.py").read_text() == "classmate's work\n"
 
 
 @pytest.mark.runs
-def test_the_two_shards_merge_to_the_unsharded_gradebook(class_of_five, tmp_path):
-    root, trees, whole, _ = class_of_five
-    halves = [tmp_path / "shard-1.json", tmp_path / "shard-2.json"]
-    for k, half in enumerate(halves, 1):
-        assert _grade(*trees, *GRADE_CH01, "--shard", f"{k}/2", "-q", "--out", half)[0] == 0
-    assert _grade("--merge", *halves, "--out", tmp_path / "all.json", "-q")[0] == 0
-    merged, unsharded = gradebook.read(tmp_path / "all.json"), gradebook.read(whole)
-    assert list(merged["trees"]) == list(unsharded["trees"])
-    assert _without_times(merged) == _without_times(unsharded)  # the same runs again, times aside
+def test_a_tree_reads_the_shared_compile_cache_and_writes_only_its_own_copy(tmp_path):
+    shared = tmp_path / "course-cache"
+    (shared / "kernel-programs").mkdir(parents=True)
+    (shared / "kernel-programs" / "entry").write_text("compiled by the solutions")
+    tree = tmp_path / "class" / "tree"
+    (tree / "ch01").mkdir(parents=True)
+    view = sandbox.CourseView.of(REPO, hidden=[tree])
+    with sandbox.TreeSandbox(tree, tmp_path / "grading", view, _bubblewrap(), shared_cache=shared) as box:
+        ran = box.run([sys.executable, _script(box, f"""
+            import os
+            entry = os.path.join({str(shared)!r}, "kernel-programs", "entry")
+            print(open(entry).read())
+            try:
+                open(entry, "a").write("poisoned")  # the entry itself (a link to the shared one, not its own)
+            except OSError:
+                pass
+            open(entry + ".mine", "w").write("poisoned")
+            os.replace(entry + ".mine", entry)  # its own folder's name for it
+            open(os.path.join({str(shared)!r}, "new-entry"), "w").write("the tree's")
+        """)], timeout=60)
+        assert ran.exit_status == 0, ran.stderr
+        assert ran.stdout_log.first == ("compiled by the solutions",)
+    assert (shared / "kernel-programs" / "entry").read_text() == "compiled by the solutions"
+    assert sorted(p.name for p in shared.rglob("*")) == ["entry", "kernel-programs"]
+
+
+@pytest.mark.runs
+def test_what_a_sandbox_hands_back_is_a_regular_file_within_bounds(tmp_path):
+    with _sandbox(tmp_path, _bubblewrap()) as box:
+        ran = box.run([sys.executable, _script(box, f"""
+            import os
+            os.symlink("/etc/passwd", "results.json")
+            open("big", "wb").truncate({sandbox.HAND_BACK_BYTES + 1})
+            os.mkfifo("fifo")
+            open("fine", "w").write("ok")
+            print("x" * 100_000)
+        """)], timeout=60, hand_back=("results.json", "big", "fifo", "fine", "absent"))
+    assert ran.files == {"fine": b"ok"}
+    assert set(ran.missing) == {"results.json", "big", "fifo", "absent"}
+    assert len(ran.stdout_log.first[0]) < 1000
+
+
+def test_a_sandbox_sees_python_and_of_the_course_what_a_graded_run_reads(monkeypatch, tmp_path):
+    monkeypatch.syspath_prepend(str(REPO / "tests"))  # as in the course's own test runs
+    view = sandbox.CourseView.of(REPO, hidden=[REPO / "exercises" / "ch01", tmp_path])
+
+    def seen(path: Path) -> bool:
+        return any(path == s or s in path.parents for s in view.shown)
+
+    assert all(seen(REPO / name) for name in ("course.toml", "exercises", "pytest_tpucourse"))
+    assert seen(Path(sys.prefix).resolve()) and seen(Path(sys.base_prefix).resolve())
+    assert not any(seen(REPO / name) for name in ("solutions", "tests", ".git", "docs", ".tpucourse"))
+    assert view.covered() == [REPO / "exercises" / "ch01"]  # the other hidden path is not shown anyway
+
+
+class _TrustedProbe:
+    """A trusted check whose worker reports what it sees from where grade_tree runs it, and whose
+    verdicts are computed here, in the grader's process, from what the worker handed back."""
+
+    def __init__(self, classmate: Path):
+        self.classmate, self.runners = classmate, []
+
+    def check_tree(self, runner_, *, timeout):
+        self.runners.append(runner_)
+        probe = ("import json, os, sys; seen = {'classmate': os.path.exists(sys.argv[1]), 'pids': len([p for p in "
+                 "os.listdir('/proc') if p.isdigit()]), 'cases': open('cases.bin').read(), 'tree': sys.argv[2], "
+                 "'own copy': open(os.path.join(sys.argv[2], 'ch01', 'softmax.py')).read()}; "
+                 "open('answer.bin', 'w').write(json.dumps(seen))")
+        ran = runner_.run([sys.executable, "-c", probe, str(self.classmate), runner_.tree], timeout=timeout,
+                          inputs={"cases.bin": b"drawn in the grader"}, hand_back=["answer.bin"])
+        seen = json.loads(ran.files["answer.bin"])
+        from pytest_tpucourse.classroom.trusted_check import AGREES, DISAGREES, Verdict
+
+        agrees = seen["cases"] == "drawn in the grader" and not seen["classmate"] and seen["pids"] <= 2
+        return {"ch01.softmax": Verdict(AGREES if agrees else DISAGREES, json.dumps(seen), 1)}
+
+
+class _RecordOnly(runner.GradingRun):
+    """A grading whose "pytest run" only writes its end-of-run record (its token read off its pipe)
+    after changing its own copy of the tree: grade_tree's path without pytest's cost."""
+
+    def command(self, tree, work):
+        edit = f"open({str(Path(tree) / 'ch01' / 'softmax.py')!r}, 'a').write('# the run was here')\n"
+        return [sys.executable, "-c", edit + RECORD]
+
+
+class _Crashing(runner.GradingRun):
+    def command(self, tree, work):
+        return [sys.executable, "-c", "import os; os._exit(0)"]
+
+
+@pytest.mark.runs
+def test_the_trusted_check_runs_its_worker_in_the_trees_sandbox_after_its_run(tmp_path):
+    """grade_tree gives the trusted check the tree's sandbox: its worker sees its own copy of the
+    tree as the pytest run left it, no classmate and no other process, and is handed what the
+    grader drew; its verdicts are kept on the run. A run that did not finish is not checked."""
+    classmate = tmp_path / "class" / "classmate" / "ch01" / "softmax.py"
+    classmate.parent.mkdir(parents=True)
+    classmate.write_text("classmate's work\n")
+    tree = tmp_path / "class" / "tree"
+    (tree / "ch01").mkdir(parents=True)
+    (tree / "ch01" / "softmax.py").write_text("def softmax(x, *, axis=-1):\n    return x\n")
+    probe = _TrustedProbe(classmate)
+    view = sandbox.CourseView.of(REPO, hidden=[tree, classmate.parent.parent])
+    grading = _RecordOnly(course_root=REPO, chapters=("ch01",), timeout=60, jax_cache="none",
+                          isolation=_bubblewrap(), view=view, trusted=probe)
+    run = runner.grade_tree(grading, "tree", tree, tmp_path / "grading" / "tree-0001")
+    assert run.finished, (run.message, run.log)
+    assert [type(r) for r in probe.runners] == [sandbox.TreeSandbox]
+    verdict = run.trusted["ch01.softmax"]
+    assert verdict["verdict"] == "agrees", verdict["reason"]
+    seen = json.loads(verdict["reason"])
+    assert seen["tree"] == str(tree.resolve()) and seen["own copy"].endswith("# the run was here")
+    assert (tree / "ch01" / "softmax.py").read_text() == "def softmax(x, *, axis=-1):\n    return x\n"
+    book = gradebook.build(COURSE, list(CH01), {"tree": run})
+    assert book["trees"]["tree"]["ch01.softmax"]["trusted"]["verdict"] == "agrees"
+    assert book["trees"]["tree"]["ch01.norms"]["trusted"]["verdict"] == "not checkable"
+    crashing = _Crashing(course_root=REPO, chapters=("ch01",), timeout=60, jax_cache="none",
+                         isolation=_bubblewrap(), view=view, trusted=probe)
+    crashed = runner.grade_tree(crashing, "tree", tree, tmp_path / "grading" / "tree-0002")
+    assert crashed.outcome == "crashed" and crashed.trusted is None and len(probe.runners) == 1
+
+
+@pytest.mark.runs
+def test_a_runs_inputs_and_answers_are_its_own_not_what_an_earlier_run_left(tmp_path):
+    victim = tmp_path / "grader's file"
+    victim.write_text("the grader's")
+    with _sandbox(tmp_path, _bubblewrap()) as box:
+        first = box.run([sys.executable, _script(box, f"""
+            import os
+            os.symlink({str(victim)!r}, "cases.bin")  # where the grader will write the next run's inputs
+            open("answers.bin", "w").write("stale")
+        """)], timeout=60)
+        assert first.exit_status == 0, first.stderr
+        second = box.run([sys.executable, "-c", "print(open('cases.bin').read())"], timeout=60,
+                          inputs={"cases.bin": b"the cases"}, hand_back=("answers.bin",))
+    assert victim.read_text() == "the grader's"
+    assert second.stdout_log.first == ("the cases",) and second.files == {}
+
+
+def test_a_tree_with_a_link_out_of_it_is_refused_and_one_inside_it_is_kept(tmp_path):
+    outside = tmp_path / "classmate"
+    outside.mkdir()
+    (outside / "softmax.py").write_text("x = 1\n")
+    tree = tmp_path / "tree"
+    (tree / "ch01" / "__pycache__").mkdir(parents=True)
+    (tree / "ch01" / "helpers.py").write_text("y = 2\n")
+    (tree / "ch01" / "norms.py").symlink_to("helpers.py")
+    (tree / "ch01" / "__pycache__" / "norms.cpython-311.pyc").write_bytes(b"not what the source says")
+    assert sandbox.copy_tree(tree, tmp_path / "copy") == ""
+    assert os.readlink(tmp_path / "copy" / "ch01" / "norms.py") == "helpers.py"
+    assert not (tmp_path / "copy" / "ch01" / "__pycache__").exists()  # bytecode is not the source
+    (tree / "ch01" / "softmax.py").symlink_to(outside / "softmax.py")
+    assert sandbox.copy_tree(tree, tmp_path / "copy2").startswith("ch01/softmax.py is a link to")
+
+
+def test_without_bubblewrap_grading_is_refused_unless_asked_for(monkeypatch, tmp_path, capsys):
+    monkeypatch.setattr(sandbox.shutil, "which", lambda name: None)
+    with pytest.raises(sandbox.SandboxUnavailable, match="--no-sandbox"):
+        sandbox.find_isolation()
+    assert not sandbox.find_isolation(unsandboxed=True).isolated
+    (tmp_path / "t").mkdir()
+    monkeypatch.chdir(REPO)
+    assert main.main(["grade", str(tmp_path / "t"), "--chapters", "ch01", "-q", "--out", str(tmp_path / "b.json")]) == 2
+    assert "bubblewrap (bwrap) is not installed" in capsys.readouterr().err
+    assert not (tmp_path / "b.json").exists()

@@ -349,6 +349,16 @@ TESTED_THROUGH = {
     "classroom.record": "test_classroom.py",
     "classroom.runner": "test_classroom.py",
     "classroom.shards": "test_classroom.py",
+    "classroom.sandbox": "test_classroom.py",
+    "classroom.bounded_log": "test_classroom.py",
+    "classroom.escaping": "test_classroom.py",
+    "classroom.signing": "test_classroom.py",
+    "classroom.similarity": "test_classroom.py",
+    "classroom.isolated": "test_trusted_check.py",
+    "classroom.tree_runner": "test_trusted_check.py",
+    "classroom.trusted_worker": "test_trusted_check.py",
+    "core.plain_data": "test_trusted_check.py",
+    "core.trusted_cases": "test_trusted_check.py",
 }
 
 
@@ -424,13 +434,16 @@ def hook_implementations(package_dir=PACKAGE_DIR) -> dict[str, list[str]]:
 # A hook several concerns answer: each implementation in a module of its own. The end-of-run
 # record (registered only with --tpucourse-results) counts each report into its file too; a
 # watch run (registered only with --watch-run) puts one test first, answers it at once and
-# keeps the run's outcomes and times.
+# keeps the run's outcomes and times; the isolated check (registered only with --isolated) checks
+# again, outside the run's process, what the run found done, and says so in the summary.
 SEVERAL_CONCERNS = {
     "pytest_runtest_logreport": {"run/reports.py:ReportCounter", "classroom/record.py:EndOfRunRecord",
                                  "learner/watch_run.py:WatchRun"},
     "pytest_collection_modifyitems": {"run/collection.py", "learner/watch_run.py:WatchRun"},
     "pytest_xdist_node_collection_finished": {"run/collection.py", "learner/watch_run.py:WatchRun"},
-    "pytest_sessionfinish": {"run/lifecycle.py", "learner/watch_run.py:WatchRun"},
+    "pytest_sessionfinish": {"run/lifecycle.py", "learner/watch_run.py:WatchRun",
+                             "classroom/isolated.py:IsolatedCheck"},
+    "pytest_terminal_summary": {"run/summary.py", "classroom/isolated.py:IsolatedCheck"},
 }
 
 

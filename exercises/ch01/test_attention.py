@@ -68,3 +68,31 @@ def test_attention_grads_with_mask(impl):
         impl.attention.attention, (q, k, v), kwargs=dict(mask=mask, causal=True),
         reference=references.ATTENTION.bind(mask=mask, causal=True),
         argnames=("dq", "dk", "dv"), seed=3)
+
+
+def _trusted_cases(rng):
+    """Checked outside the tree's process (docs/grading.md): a drawn configuration and scale, one
+    with a mask, and the grads of grouped heads, on values the tree has never seen."""
+    import dataclasses
+
+    base = (MQA, GQA, CAUSAL_WIDE)[int(rng.integers(3))]
+    cfg = dataclasses.replace(base, causal=bool(rng.integers(2)), dtype=str(rng.choice(tst.DTYPES)))
+    scale = (None, 0.3)[int(rng.integers(2))]
+    cases = [checks.trusted.values("attention", cfg.arrays(checks.trusted.seed(rng)),
+                                   kwargs=dict(causal=cfg.causal, scale=scale),
+                                   reference=references.ATTENTION.bind(causal=cfg.causal, scale=scale),
+                                   label=f"attention({cfg}, scale={scale})")]
+    seed = checks.trusted.seed(rng)
+    mask = _mask(CAUSAL_WIDE, seed)
+    cases.append(checks.trusted.values("attention", (*CAUSAL_WIDE.arrays(seed), mask), kwargs=dict(causal=True),
+                                       reference=references.ATTENTION.bind(causal=True),
+                                       label=f"attention({CAUSAL_WIDE}, with a mask)"))
+    cases.append(checks.trusted.grads("attention", CAUSAL_WIDE.arrays(checks.trusted.seed(rng)),
+                                      kwargs=dict(causal=True), argnames=("dq", "dk", "dv"),
+                                      reference=references.ATTENTION.bind(causal=True),
+                                      cotangent_seed=checks.trusted.seed(rng),
+                                      label=f"grads of attention({CAUSAL_WIDE})"))
+    return cases
+
+
+TRUSTED = checks.trusted.Cases(_trusted_cases)

@@ -51,3 +51,20 @@ def test_rms_norm_grads(impl):
     checks.assert_grads_match(
         impl.norms.rms_norm, (x, gamma), reference=references.RMSNORM,
         argnames=("dx", "dgamma"), seed=seed)
+
+
+def _trusted_cases(rng):
+    """Checked outside the tree's process (docs/grading.md): both norms on a drawn shape and dtype,
+    and their grads, on values the tree has never seen."""
+    cases = []
+    for function, reference, count in (("layer_norm", references.LAYERNORM, 3), ("rms_norm", references.RMSNORM, 2)):
+        shape, dtype = SHAPES[int(rng.integers(len(SHAPES)))], str(rng.choice(tst.DTYPES))
+        cases.append(checks.trusted.values(function, _inputs(shape, dtype, checks.trusted.seed(rng))[:count],
+                                           reference=reference))
+        cases.append(checks.trusted.grads(
+            function, _inputs(SHAPES[1], "float32", checks.trusted.seed(rng))[:count], reference=reference,
+            argnames=("dx", "dgamma", "dbeta")[:count], cotangent_seed=checks.trusted.seed(rng)))
+    return cases
+
+
+TRUSTED = checks.trusted.Cases(_trusted_cases)

@@ -59,3 +59,24 @@ def test_softmax_grads(impl, axis, kind):
     checks.assert_grads_match(
         impl.softmax.softmax, (x,), kwargs=dict(axis=axis), argnames=("dx",), seed=3,
         reference=references.SAFE_SOFTMAX.bind(axis=axis))
+
+
+def _trusted_cases(rng):
+    """Checked outside the tree's process (docs/grading.md): both shapes over a drawn axis, dtype
+    and value kind, fully masked rows, and the grads over a middle axis, on values the tree has
+    never seen."""
+    cases = []
+    for shape, kind in ((SHAPES[0], str(rng.choice(["normal", "large", "masked"]))), (SHAPES[1], "fully_masked_rows")):
+        axis, dtype = int(rng.choice([-1, 0, 1])), str(rng.choice(tst.DTYPES))
+        x = tst.random_array(shape, dtype, checks.trusted.seed(rng), kind=kind)
+        cases.append(checks.trusted.values("softmax", (x,), kwargs=dict(axis=axis),
+                                           reference=references.SAFE_SOFTMAX.bind(axis=axis),
+                                           label=f"softmax(x {dtype}{list(shape)}, axis={axis}) on {kind} values"))
+    x = tst.random_array(SHAPES[1], "float32", checks.trusted.seed(rng), kind="masked")
+    cases.append(checks.trusted.grads("softmax", (x,), kwargs=dict(axis=1), argnames=("dx",),
+                                      reference=references.SAFE_SOFTMAX.bind(axis=1),
+                                      cotangent_seed=checks.trusted.seed(rng)))
+    return cases
+
+
+TRUSTED = checks.trusted.Cases(_trusted_cases)

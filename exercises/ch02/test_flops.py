@@ -87,3 +87,36 @@ def test_dot_flops_refuses_a_while_loop_with_dots(impl):
     jaxpr = jax.make_jaxpr(doubling_until_large)(*_arrays((8, 8), (8, 8)))
     checks.assert_rejects(impl.flops.dot_flops, (jaxpr,), error=ValueError, mentions=("while",),
                           note="the jaxpr: jax.make_jaxpr(lambda x, w: lax.while_loop(..., lambda c: c @ w, x))(x, w)")
+
+
+def _batched_matmul_jaxpr(b, m, k, n):
+    return jax.make_jaxpr(lambda x, y: jnp.einsum("bmk,bkn->bmn", x, y))(*_arrays((b, m, k), (b, k, n)))
+
+
+def _scan_jaxpr(length, size):
+    return jax.make_jaxpr(lambda c, w: lax.scan(lambda c, _: (c @ w, None), c, None, length=length)[0])(
+        *_arrays((size, size), (size, size)))
+
+
+def _mlp_jaxpr(batch, width, hidden, out):
+    return jax.make_jaxpr(lambda x, w1, w2: jax.nn.relu(x @ w1) @ w2)(
+        *_arrays((batch, width), (width, hidden), (hidden, out)))
+
+
+def _trusted_cases(rng):
+    """Checked outside the tree's process (docs/grading.md): matmuls, a scan and an MLP of sizes
+    drawn by the grader."""
+    b, m, k, n = (int(rng.integers(1, 40)) for _ in range(4))
+    length, size = int(rng.integers(2, 20)), int(rng.integers(2, 17))
+    batch, width, hidden, out = (int(rng.integers(1, 65)) for _ in range(4))
+    return [
+        checks.trusted.exact("dot_flops", (checks.trusted.built(_batched_matmul_jaxpr, b, m, k, n),),
+                             expected=2 * b * m * k * n, what="the FLOPs"),
+        checks.trusted.exact("dot_flops", (checks.trusted.built(_scan_jaxpr, length, size),),
+                             expected=length * 2 * size ** 3, what="the FLOPs"),
+        checks.trusted.exact("dot_flops", (checks.trusted.built(_mlp_jaxpr, batch, width, hidden, out),),
+                             expected=2 * batch * width * hidden + 2 * batch * hidden * out, what="the FLOPs"),
+    ]
+
+
+TRUSTED = checks.trusted.Cases(_trusted_cases)

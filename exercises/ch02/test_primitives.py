@@ -72,3 +72,42 @@ def test_count_primitives(impl, name):
         checks.fail(graded, f"{graded.display} should return a dict, got {type(got).__name__}", note=note)
     checks.assert_equal(dict(got), dict(sorted(want.items())), fn=graded,
                         what=f"the primitive counts of the {name!r} program", note=note)
+
+
+# Programs for the trusted check (docs/grading.md): a chain of shape-keeping pieces drawn by the
+# grader, so the program counted is one the tree has never seen.
+CHAINABLE = ("flat", "nested_jit", "relu_mlp", "cond", "custom_vjp")
+
+
+def _chain(names):
+    """The program that applies the named PROGRAMS one after the other (each keeps x's shape)."""
+    pieces = [PROGRAMS[name] for name in names]
+
+    def program(x):
+        for piece in pieces:
+            x = piece(x)
+        return x
+    return program
+
+
+def _expected_counts(program, x):
+    return dict(sorted(Counter(ir.primitives_outside_kernels(jax.make_jaxpr(program)(x))).items()))
+
+
+def _trusted_cases(rng):
+    cases = []
+    for length in (2, 3):
+        names = tuple(str(n) for n in rng.choice(CHAINABLE, size=length))
+        x = tst.random_array((16, 8), "float32", checks.trusted.seed(rng))
+        cases.append(checks.trusted.exact(
+            "count_primitives", (checks.trusted.built(_chain, names, label=f"the chain {' > '.join(names)}"), x),
+            expected=_expected_counts, what="the primitive counts"))
+    name = str(rng.choice(["scan", "attention"]))
+    cases.append(checks.trusted.exact(
+        "count_primitives", (checks.trusted.built(_chain, (name,), label=f"PROGRAMS[{name!r}]"),
+                             tst.random_array((16, 8), "float32", checks.trusted.seed(rng))),
+        expected=_expected_counts, what="the primitive counts"))
+    return cases
+
+
+TRUSTED = checks.trusted.Cases(_trusted_cases)

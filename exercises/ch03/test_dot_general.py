@@ -6,6 +6,7 @@ dimensions per side, laid out in random orders on each operand.
 
 import jax
 import jax.numpy as jnp
+import numpy as np
 from hypothesis import example, given
 from hypothesis import strategies as st
 from jax import lax
@@ -138,3 +139,67 @@ def test_decode_any_dot_general(impl, problem, seed):
     decoded = ((tuple(p["lhs_contracting"]), tuple(p["rhs_contracting"])),
                (tuple(p["lhs_batch"]), tuple(p["rhs_batch"])))
     _check_einsum(impl, (lhs_shape, rhs_shape, decoded), seed)
+
+
+def _draw_problem(rng):
+    """A random dot_general as dot_problems draws one, from the grader's generator."""
+    nb, nc, nl, nr = (int(rng.integers(0, 3)) for _ in range(4))
+    batch = [int(rng.choice(BATCH_SIZES)) for _ in range(nb)]
+    contract = [int(rng.choice(CONTRACT_SIZES)) for _ in range(nc)]
+    lhs_dims = [("b", i) for i in range(nb)] + [("c", i) for i in range(nc)] + [("l", i) for i in range(nl)]
+    rhs_dims = [("b", i) for i in range(nb)] + [("c", i) for i in range(nc)] + [("r", i) for i in range(nr)]
+    lhs_dims = [lhs_dims[i] for i in rng.permutation(len(lhs_dims))]
+    rhs_dims = [rhs_dims[i] for i in rng.permutation(len(rhs_dims))]
+    free = {d: int(rng.choice(FREE_SIZES)) for d in lhs_dims + rhs_dims if d[0] in "lr"}
+    size = {**{("b", i): s for i, s in enumerate(batch)}, **{("c", i): s for i, s in enumerate(contract)}, **free}
+    dn = ((tuple(lhs_dims.index(("c", i)) for i in range(nc)), tuple(rhs_dims.index(("c", i)) for i in range(nc))),
+          (tuple(lhs_dims.index(("b", i)) for i in range(nb)), tuple(rhs_dims.index(("b", i)) for i in range(nb))))
+    return tuple(size[d] for d in lhs_dims), tuple(size[d] for d in rhs_dims), dn
+
+
+def _as_read(got, expected):
+    """None when the parsed dot_generals are the expected ones (sequences read as tuples)."""
+    if not (isinstance(got, (list, tuple)) and len(got) == len(expected)):
+        return f"returned {got!r:.200}; expected a list of {len(expected)} dict(s)"
+    for k, (one, want) in enumerate(zip(got, expected)):
+        if not isinstance(one, dict):
+            return f"dot_general #{k} is a {type(one).__name__}, not a dict"
+        read = {key: tuple(one[key]) if isinstance(one.get(key), (list, tuple)) else one.get(key, "missing")
+                for key in want}
+        if read != {key: tuple(value) for key, value in want.items()}:
+            return f"dot_general #{k} reads {read}; expected {want}"
+    return None
+
+
+def _einsum_agrees(got, problem):
+    """None when jnp.einsum(got) computes the problem's dot_general (run here, in the grader)."""
+    lhs_shape, rhs_shape, dn = problem
+    if not (isinstance(got, str) and "->" in got):
+        return f"returned {got!r:.100}; expected an explicit einsum spec like 'abc,acd->abd'"
+    lhs, rhs = (jnp.asarray(np.random.default_rng(7).standard_normal(s), jnp.float32) for s in (lhs_shape, rhs_shape))
+    try:
+        out = np.asarray(jnp.einsum(got, lhs, rhs, precision=lax.Precision.HIGHEST), np.float64)
+    except Exception as error:
+        return f"jnp.einsum({got!r}) raised {type(error).__name__}: {error}"
+    want = np.asarray(lax.dot_general(lhs, rhs, dn, precision=lax.Precision.HIGHEST), np.float64)
+    return checks.trusted.judge_array(out.astype(np.float32), want, None, dtype="float32",
+                                      what=f"jnp.einsum({got!r})")
+
+
+def _trusted_cases(rng):
+    """Checked outside the tree's process (docs/grading.md): dot_generals drawn by the grader."""
+    cases = []
+    for _ in range(3):
+        lhs_shape, rhs_shape, dn = _draw_problem(rng)
+        lhs, rhs = _operands(lhs_shape, rhs_shape, checks.trusted.seed(rng))
+        out_shape = tuple(jax.eval_shape(lambda x, y: lax.dot_general(x, y, dn), lhs, rhs).shape)
+        want = dict(_dims(dn), lhs_shape=lhs_shape, rhs_shape=rhs_shape, out_shape=out_shape)
+        cases.append(checks.trusted.exact("parse_dot_generals", (_text(lhs, rhs, dn),), expected=[want],
+                                          compare=_as_read, label=f"parse_dot_generals(the StableHLO of "
+                                          f"lax.dot_general on {lhs_shape}, {rhs_shape}, {dn})"))
+        cases.append(checks.trusted.exact("dot_general_to_einsum", (len(lhs_shape), len(rhs_shape), dn),
+                                          expected=(lhs_shape, rhs_shape, dn), compare=_einsum_agrees))
+    return cases
+
+
+TRUSTED = checks.trusted.Cases(_trusted_cases)

@@ -81,3 +81,18 @@ def test_naive_attention_materialises_the_scores(impl):
     if not square:
         checks.fail(fn, f"{fn.display}: no kernel writes an (.., {s}, {s}) score buffer; write attention the "
                         f"obvious way (scores, softmax, P·V):\n  {listing}")
+
+
+def _trusted_cases(rng):
+    """Checked outside the tree's process (docs/grading.md): both functions' values on inputs the
+    grader draws (that one is a single fusion and the other is not, only the tree's process sees)."""
+    dtype, seed = str(rng.choice(tst.DTYPES)), checks.trusted.seed(rng)
+    x = tst.random_array((256, 512), dtype, seed, scale=2.0)
+    b = tst.random_array((512,), dtype, seed + 1)
+    cfg = tst.AttentionConfig(1, 2, 2, 128, 128, 64, False, "float32")
+    return [checks.trusted.values("gelu_bias", (x, b), reference=GELU_BIAS),
+            checks.trusted.values("naive_attention", cfg.arrays(checks.trusted.seed(rng)),
+                                  reference=references.ATTENTION)]
+
+
+TRUSTED = checks.trusted.Cases(_trusted_cases)

@@ -55,3 +55,16 @@ def test_column_sums_compiles_for_v5e(impl, dtype):
     """The real compiler (libtpu, ahead of time for a v5e) at the lowering test's call."""
     x = tst.random_array((256, 512), dtype, 0)
     tpu.assert_compiles_for(impl.double_buffering.column_sums, x, chip="v5e", block_rows=16)
+
+
+def _trusted_cases(rng):
+    """Checked outside the tree's process (docs/grading.md): a case and a row count the grader
+    draws (the DMA settings, the prefetch and the compile are the tree's own process's to see)."""
+    m, n, block_rows, dtype = CASES[int(rng.integers(len(CASES)))]
+    blocks = int(rng.integers(1, 7))
+    x = tst.random_array((block_rows * blocks, n), dtype, checks.trusted.seed(rng), offset=1.0)
+    return [checks.trusted.values("column_sums", (x,), kwargs=dict(block_rows=block_rows),
+                                  reference=references.SUM_LEADING_AXIS)]
+
+
+TRUSTED = checks.trusted.Cases(_trusted_cases)

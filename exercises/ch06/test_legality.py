@@ -11,7 +11,7 @@ too, so that a rule that took the tile for the rule hears what the tile does dec
 from hypothesis import example, given
 from hypothesis import strategies as st
 
-from pytest_tpucourse import ir, tpu
+from pytest_tpucourse import checks, ir, tpu
 
 DTYPES = ("float32", "bfloat16", "float16", "int32", "int8")
 ARRAY_DIMS = (1, 7, 8, 16, 24, 100, 128, 130, 256, 384, 1000, 1024, 4096)
@@ -83,3 +83,45 @@ def test_check_block_on_the_tiles_the_compiler_enforces(impl):
 @example(batch=[((8, 128), (8, 128), "float32")] * 25)
 def test_check_block_agrees_with_the_tpu_lowering(impl, batch):
     ir.assert_rule_matches_lowering(impl.legality.check_block, batch)
+
+
+def _verdicts(graded, batch):
+    """check_block's answer for each triple of the batch."""
+    return [graded(tuple(shape), tuple(block), dtype) for shape, block, dtype in batch]
+
+
+def _legal_where_the_lowering_is(got, expected):
+    """None when each answer is None exactly where the lowering took the block, a reason elsewhere."""
+    batch, lowers = expected
+    if not (isinstance(got, (list, tuple)) and len(got) == len(batch)):
+        return f"answered {got!r:.100} for {len(batch)} blocks"
+    for (shape, block, dtype), said, legal in zip(batch, got, lowers):
+        call = f"check_block({tuple(shape)}, {tuple(block)}, {dtype!r})"
+        if said is not None and not (isinstance(said, str) and said.strip()):
+            return f"{call} returned {said!r}; expected None (legal) or a non-empty reason"
+        if legal and said is not None:
+            return f"{call} says the block is illegal ({said!r:.120}), but the TPU lowering accepts it"
+        if not legal and said is None:
+            return f"{call} returned None (legal), but the TPU lowering rejects it"
+    return None
+
+
+def _draw_triple(rng):
+    rank = int(rng.choice((1, 2, 2, 3)))
+    shape = tuple(int(rng.choice(ARRAY_DIMS)) for _ in range(rank))
+    block = tuple((dim, dim, *BLOCK_DIMS)[int(rng.integers(len(BLOCK_DIMS) + 2))] for dim in shape)
+    if rank == 1 and block[0] is None:
+        block = (shape[0],)
+    return shape, block, str(rng.choice(DTYPES))
+
+
+def _trusted_cases(rng):
+    """Checked outside the tree's process (docs/grading.md): blocks the grader draws, judged by the
+    TPU lowering run in the grader's process."""
+    batch = [_draw_triple(rng) for _ in range(25)] + [CORNERS[int(i)] for i in rng.choice(len(CORNERS), 5)]
+    lowers = [ir.lowering_error(tuple(shape), tuple(block), dtype) is None for shape, block, dtype in batch]
+    return [checks.trusted.exact("check_block", (batch,), through=_verdicts, expected=(batch, lowers),
+                                 compare=_legal_where_the_lowering_is, label=f"check_block on {len(batch)} blocks")]
+
+
+TRUSTED = checks.trusted.Cases(_trusted_cases)

@@ -11,7 +11,7 @@ import jax.numpy as jnp
 import pytest
 from jax.experimental import pallas as pl
 
-from pytest_tpucourse import ir
+from pytest_tpucourse import checks, ir
 
 
 def _arrays(*shapes, dtype="float32"):
@@ -76,3 +76,38 @@ def test_matmul_hbm_bytes_equal_the_closed_form(impl):
         impl.schedule.pipeline_schedule, *matmul_case(*sizes, dtype="bfloat16"),
         hbm_bytes=matmul_hbm_bytes(*sizes, itemsize=2), record=False,
         note=f"the arguments are matmul_case{sizes}, dtype='bfloat16' of exercises/ch06/test_schedule.py")
+
+
+def _built(kind, sizes):
+    """The arguments of a drawn case: a matmul (sizes m, k, n, bm, bk, bn, k_outer, dtype) or a
+    ragged elementwise add (rows, lanes, block rows, block lanes)."""
+    if kind == "matmul":
+        *dims, k_outer, dtype = sizes
+        return matmul_case(*dims, k_outer=k_outer, dtype=dtype)
+    rows, lanes, br, bl = sizes
+    spec = pl.BlockSpec((br, bl), lambda i, j: (i, j))
+    return ((pl.cdiv(rows, br), pl.cdiv(lanes, bl)), [spec] * 2, [spec],
+            _arrays((rows, lanes), (rows, lanes), dtype="bfloat16"), _arrays((rows, lanes), dtype="bfloat16"))
+
+
+def _schedule(graded, kind, sizes):
+    """The schedule's four fields, as plain data."""
+    got = graded(*_built(kind, sizes))
+    return {field: getattr(got, field, "missing") for field in ("copies", "write_backs", "hbm_bytes", "revisited")}
+
+
+def _trusted_cases(rng):
+    """Checked outside the tree's process (docs/grading.md): matmuls and a ragged add the grader
+    draws, against the course's solution run in the grader's process."""
+    bm, bk, bn = (int(b) for b in rng.permutation([32, 64, 128]))
+    m, k, n = bm * int(rng.integers(1, 4)), bk * int(rng.integers(1, 4)), bn * int(rng.integers(1, 4))
+    rows, lanes = int(rng.integers(100, 1100)), int(rng.integers(1, 4)) * 128
+    draws = [("matmul", (m, k, n, bm, bk, bn, False, str(rng.choice(["float32", "bfloat16"])))),
+             ("matmul", (m, k, n, bm, bk, bn, True, "float32")),
+             ("add", (rows, lanes, 128, 128 * int(rng.integers(1, lanes // 128 + 1))))]
+    return [checks.trusted.exact("pipeline_schedule", (kind, sizes), through=_schedule,
+                                 expected=checks.trusted.SOLUTION, label=f"pipeline_schedule of {kind}{sizes}")
+            for kind, sizes in draws]
+
+
+TRUSTED = checks.trusted.Cases(_trusted_cases)

@@ -15,7 +15,7 @@ import jax.numpy as jnp
 from hypothesis import example, given
 from hypothesis import strategies as st
 
-from pytest_tpucourse import public_kernels, tpu
+from pytest_tpucourse import checks, public_kernels, tpu
 
 ROWS = (16, 32, 48, 64, 128, 256, 512)  # bf16 row groups of 16: 1 to 32, 1 and 3 odd
 DEPTHS = (128, 256, 512)  # bk and bn: below, at and above the 256-wide MXU
@@ -46,3 +46,15 @@ def test_vmatmuls_per_grid_step(impl, request, chip, bm, bk, bn):
         f"{impl.mxu.vmatmuls_per_step.display}: vmatmuls_per_step({bm}, {bk}, {bn}, {chip!r}) returned "
         f"{predicted!r}; the {chip} compiler's bundles for ch11's matmul at these blocks issue "
         f"{kernel.step_mxu_ops} vmatmul per grid step ({kernel.step_bundles} bundles per step)")
+
+
+def _trusted_cases(rng):
+    """Checked outside the tree's process (docs/grading.md): blocks the grader draws, against the
+    course's solution (which the compiler's bundles vouch for in the graded tests)."""
+    return [checks.trusted.exact("vmatmuls_per_step", (int(rng.choice(ROWS)), int(rng.choice(DEPTHS)),
+                                                      int(rng.choice(DEPTHS)), str(rng.choice(CHIPS))),
+                                 expected=checks.trusted.SOLUTION, what="the vmatmuls per grid step")
+            for _ in range(6)]
+
+
+TRUSTED = checks.trusted.Cases(_trusted_cases)

@@ -158,3 +158,31 @@ def copy_blocks(draw):
 @example(entry=("copy", (12, 256), "float32", (12, 128), "v5e"))  # a whole dimension, not the whole array
 def test_block_rule_on_drawn_blocks(impl, entry):
     check(impl, entry, compile=False)
+
+
+def _seen_by_the_lowering(got, verdict):
+    """None when the prediction is the lowering's verdict (a later stage's counts as "ok" there)."""
+    if got not in VERDICTS:
+        return f"returned {got!r}, not one of {VERDICTS}"
+    seen = got if got in LOWERING_VERDICTS else "ok"
+    return None if seen == verdict else f"predicted {got!r}; the lowering says {verdict!r}"
+
+
+def _trusted_cases(rng):
+    """Checked outside the tree's process (docs/grading.md): copy blocks the grader draws and one
+    catalogue entry, judged by the TPU lowering in the grader's process (the compiler's later
+    stages are the graded tests')."""
+    libtpu = tpu.libtpu_release() or tpu.NEWEST_MEASURED
+    entries = []
+    for _ in range(4):
+        rows, lanes = int(rng.choice((1, 4, 8, 12, 16, 24, 40))), int(rng.choice((64, 100, 128, 200, 256, 384)))
+        grid = (int(rng.integers(1, 4)), int(rng.integers(1, 3)))
+        entries.append(("copy", (rows * grid[0], lanes * grid[1]), str(rng.choice(("float32", "bfloat16"))),
+                        (rows, lanes), "v5e"))
+    entries.append(CATALOGUE[int(rng.integers(len(CATALOGUE)))])
+    return [checks.trusted.exact("predict_verdict", entry, kwargs=dict(libtpu=libtpu),
+                                 expected=toolchain_verdict(*entry, compile=False)[0], compare=_seen_by_the_lowering)
+            for entry in entries]
+
+
+TRUSTED = checks.trusted.Cases(_trusted_cases)

@@ -87,3 +87,54 @@ def test_attention_steps_add_up_to_the_forward(impl, q_len, kv_len, block_q, blo
                + 4 * q_len)
     _close(fn, nbytes * steps, traffic, "HBM bytes summed over one head's grid (q, out and the f32 "
            "logsumexp once; k and v once per q block)", note)
+
+
+def _bound_and_factor(got, expected):
+    unit, factor = expected
+    if not (isinstance(got, (list, tuple)) and len(got) == 2):
+        return f"returned {got!r:.80}; expected (unit, factor)"
+    if got[0] != unit:
+        return f"says {got[0]!r}; the roofline says {unit!r}"
+    return checks.trusted.close(rtol=1e-9)(got[1], factor)
+
+
+def _summed_over(got, expected):
+    """None when a step's (flops, bytes) times the grid's steps give the kernel's."""
+    steps, flops, traffic = expected
+    if not (isinstance(got, (list, tuple)) and len(got) == 2):
+        return f"returned {got!r:.80}; expected (flops, bytes)"
+    return checks.trusted.close(rtol=1e-9)([got[0] * steps, got[1] * steps], [flops, traffic])
+
+
+def _trusted_cases(rng):
+    """Checked outside the tree's process (docs/grading.md): intensities, chips, matmuls and
+    attention forwards the grader draws."""
+    cases = []
+    for _ in range(2):
+        chip = ALL_CHIPS[int(rng.integers(len(ALL_CHIPS)))]
+        intensity, nbytes = float(10 ** rng.uniform(-2, 4)), int(rng.integers(1, 10**12))
+        want = roofline.predict(chip, roofline.Cost(flops=intensity * nbytes, bytes=nbytes))
+        slower, faster = sorted((want.compute_seconds, want.memory_seconds), reverse=True)
+        cases.append(checks.trusted.exact("bottleneck", (intensity * nbytes, nbytes),
+                                          kwargs=dict(peak_flops=chip.peak_flops, hbm_bandwidth=chip.hbm_bandwidth),
+                                          expected=(want.bound, slower / faster), compare=_bound_and_factor))
+    bm, bk, bn = (int(b) for b in rng.choice((128, 256, 512), size=3))
+    m, k, n = bm * int(rng.integers(1, 5)), bk * int(rng.integers(1, 5)), bn * int(rng.integers(1, 5))
+    itemsize = int(rng.choice((2, 4)))
+    cases.append(checks.trusted.exact(
+        "matmul_step", (bm, bk, bn), kwargs=dict(k=k, itemsize=itemsize), compare=_summed_over,
+        expected=((m // bm) * (n // bn) * (k // bk), 2 * m * k * n,
+                  itemsize * (m * k * (n // bn) + k * n * (m // bm) + m * n)),
+        label=f"matmul_step({bm}, {bk}, {bn}, k={k}, itemsize={itemsize}) of a {m}x{k}x{n} matmul"))
+    block_q, block_kv, head_dim = int(rng.choice((128, 256))), int(rng.choice((128, 512))), int(rng.choice((64, 128)))
+    q_len, kv_len = block_q * int(rng.integers(1, 9)), block_kv * int(rng.integers(1, 5))
+    cases.append(checks.trusted.exact(
+        "attention_step", (block_q, block_kv, head_dim), kwargs=dict(kv_len=kv_len, itemsize=itemsize),
+        compare=_summed_over,
+        expected=((q_len // block_q) * (kv_len // block_kv), 4 * q_len * kv_len * head_dim,
+                  itemsize * (2 * q_len * head_dim + 2 * kv_len * head_dim * (q_len // block_q)) + 4 * q_len),
+        label=f"attention_step({block_q}, {block_kv}, {head_dim}, kv_len={kv_len}) with q_len {q_len}"))
+    return cases
+
+
+TRUSTED = checks.trusted.Cases(_trusted_cases)

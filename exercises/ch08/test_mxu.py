@@ -57,3 +57,18 @@ def test_mxu_efficiency_is_what_the_compilers_vmatmuls_do(impl, chip, k, m):
     tpu.skip_unless_available()
     tpu.assert_efficiency_matches_vmatmuls(impl.mxu.mxu_efficiency, m, k, 256, chip=chip,
                                                    mxu_width=width)
+
+
+def _trusted_cases(rng):
+    """Checked outside the tree's process (docs/grading.md): shapes and widths the grader draws."""
+    cases = []
+    for sublanes in (8, 8, 16):
+        m, k, n = (int(rng.integers(1, 601)) for _ in range(3))
+        width = int(rng.choice(WIDTHS))
+        cases.append(checks.trusted.exact("mxu_efficiency", (m, k, n), kwargs=dict(mxu_width=width, sublanes=sublanes),
+                                          expected=useful_over_padded(m, k, n, width, sublanes),
+                                          compare=checks.trusted.close(rtol=1e-9)))
+    return cases
+
+
+TRUSTED = checks.trusted.Cases(_trusted_cases)

@@ -106,3 +106,21 @@ def test_reduce_scatter_refuses_rows_it_cannot_split(impl, mesh):
     x = tst.random_array((4 * 6, COLS), "float32", 0)
     checks.assert_rejects(impl.ring.reduce_scatter, (x,), kwargs=dict(mesh=m), error=ValueError,
                           note="6 rows per device do not split into 4 chunks")
+
+
+def _trusted_cases(rng):
+    """Checked outside the tree's process (docs/grading.md): each collective on a ring size and
+    rows the grader draws, every device's buffer judged (that only collective-permutes run is the
+    tree's own process's to see)."""
+    cases = []
+    for function in ("all_gather", "reduce_scatter", "all_reduce"):
+        size = int(rng.choice((1, 2, 3, 4, 8)))
+        rows = size * int(rng.integers(1, 4)) if function == "reduce_scatter" else int(rng.integers(1, 7))
+        x = tst.random_array((size * rows, COLS), "float32", checks.trusted.seed(rng))
+        mesh = checks.trusted.mesh(size)
+        cases.append(checks.trusted.values(function, (x,), kwargs=dict(mesh=mesh),
+                                           reference=REFERENCES[function].bind(mesh=mesh)))
+    return cases
+
+
+TRUSTED = checks.trusted.Cases(_trusted_cases)

@@ -19,3 +19,14 @@ def test_chip_figures(impl, version, cores, name):
     checks.assert_close(np.float64(bandwidth), chip.hbm_bandwidth, fn=impl.chip.chip_figures, dtype="float64",
                         what="HBM bytes/s of the whole chip")
 
+
+def _trusted_cases(rng):
+    """Checked outside the tree's process (docs/grading.md): chips the grader picks (a table of
+    seven: what is drawn is which)."""
+    return [checks.trusted.exact("chip_figures", (version, cores),
+                                 expected=(chips.get_chip(name).peak_flops, chips.get_chip(name).hbm_bandwidth),
+                                 compare=checks.trusted.close(rtol=1e-12))
+            for version, cores, name in (CHIPS[int(i)] for i in rng.choice(len(CHIPS), size=3, replace=False))]
+
+
+TRUSTED = checks.trusted.Cases(_trusted_cases)

@@ -16,3 +16,18 @@ def test_matmul_cost(impl, m, k, n, itemsize):
                         what="FLOPs")
     checks.assert_close(np.float64(nbytes), float((m * k + k * n + m * n) * itemsize), fn=impl.costs.matmul_cost,
                         dtype="float64", what="HBM bytes (x read, y read, output written)")
+
+
+def _trusted_cases(rng):
+    """Checked outside the tree's process (docs/grading.md): matmuls the grader draws."""
+    cases = []
+    for _ in range(4):
+        m, k, n = (int(rng.integers(1, 8193)) for _ in range(3))
+        itemsize = int(rng.choice([1, 2, 4]))
+        cases.append(checks.trusted.exact("matmul_cost", (m, k, n, itemsize),
+                                          expected=(2.0 * m * k * n, float((m * k + k * n + m * n) * itemsize)),
+                                          compare=checks.trusted.close(rtol=1e-12)))
+    return cases
+
+
+TRUSTED = checks.trusted.Cases(_trusted_cases)

@@ -38,3 +38,19 @@ def test_any_chip_any_intensity(impl, chip, intensity, nbytes):
     out = impl.roofline.floor_seconds(flops, nbytes, c.peak_flops, c.hbm_bandwidth)
     checks.assert_close(np.float64(out), reference(flops, nbytes, c.peak_flops, c.hbm_bandwidth),
                         fn=impl.roofline.floor_seconds, dtype="float64", what=f"the {chip} floor")
+
+
+def _trusted_cases(rng):
+    """Checked outside the tree's process (docs/grading.md): chips and intensities the grader draws."""
+    cases = []
+    for _ in range(4):
+        c = chips.get_chip(str(rng.choice(chips.TPU_CHIPS + chips.GPU_CHIPS)))
+        nbytes = int(rng.integers(1, 10**12))
+        flops = float(10 ** rng.uniform(-2, 4)) * nbytes
+        cases.append(checks.trusted.exact("floor_seconds", (flops, nbytes, c.peak_flops, c.hbm_bandwidth),
+                                          expected=reference(flops, nbytes, c.peak_flops, c.hbm_bandwidth),
+                                          compare=checks.trusted.close(rtol=1e-9)))
+    return cases
+
+
+TRUSTED = checks.trusted.Cases(_trusted_cases)

@@ -67,3 +67,24 @@ def test_layernorm_has_no_race_on_two_cores(impl):
     """Two simulated TensorCores split the 3 row blocks; the same call's values are checked too."""
     with tpu.checking_races(impl.layernorm.layernorm):
         _check(impl, *CASES[0], "float32", 0)
+
+
+def _trusted_cases(rng):
+    """Checked outside the tree's process (docs/grading.md): a ragged and a shrunk block on drawn
+    dtypes, and rows whose variance is near eps, on values the tree has never seen."""
+    cases = []
+    for (shape, block_rows), dtype, kind in ((CASES[1], str(rng.choice(tst.DTYPES)), "normal"),
+                                             (CASES[3], str(rng.choice(tst.DTYPES)), "normal"),
+                                             (CASES[0], "float32", "low_variance")):
+        seed = checks.trusted.seed(rng)
+        x, gamma, beta = _inputs(shape, dtype, seed)
+        if kind != "normal":
+            x = tst.random_array(shape, dtype, seed, kind=kind)
+        cases.append(checks.trusted.values(
+            "layernorm", (x, gamma, beta), kwargs=dict(eps=EPS, block_rows=block_rows),
+            reference=references.LAYERNORM.bind(eps=EPS),
+            label=f"layernorm(x {dtype}{list(shape)}, ...) on {kind} rows"))
+    return cases
+
+
+TRUSTED = checks.trusted.Cases(_trusted_cases)

@@ -194,3 +194,72 @@ def test_a_module_without_dots(impl):
     hlo = jax.jit(lambda a: jnp.tanh(a) * 2).lower(np.ones((8, 8), np.float32)).compile().as_text()
     got = impl.hlo_dots.decode_hlo_dots(hlo)
     assert got == [], f"{impl.hlo_dots.decode_hlo_dots.display}: tanh(x) * 2 has no dot, got {got!r}"
+
+
+def _decodes(got, expected):
+    """None when the decoded dots are the course's reading of the module, the truth where known,
+    and every einsum computes what its instruction does (run here, in the grader)."""
+    hlo, source, truth = expected
+    fn = checks.graded(lambda *args: None, "decode_hlo_dots()")
+    module = ir.parse(hlo)
+    instructions = ir.dots(module)
+    want = [ir.dot_numbers(module, i) for i in instructions]
+    ir.assert_dots_match(fn, got, want, dump=source)
+    for seed, (mine, instruction, numbers) in enumerate(zip(got, instructions, want)):
+        if truth is not None:
+            assert tuple(map(tuple, _numbers(mine))) == tuple(map(tuple, truth)), (
+                f"{mine['name']} decodes to {_numbers(mine)}; the program's dot_general has {truth}")
+        spec = mine.get("einsum")
+        assert isinstance(spec, str) and "->" in spec, f"{mine['name']}'s einsum should be a spec, got {spec!r}"
+        x = np.asarray(tst.random_array(numbers["lhs_shape"], "float32", seed), np.float64)
+        y = np.asarray(tst.random_array(numbers["rhs_shape"], "float32", seed + 100), np.float64)
+        reference = _reference(instruction, numbers)
+        with jax.enable_x64(True):
+            want_out = np.asarray(reference.oracle(jnp.asarray(x), jnp.asarray(y)), np.float64)
+            got_out = np.asarray(jnp.einsum(spec, jnp.asarray(x), jnp.asarray(y),
+                                            precision=lax.Precision.HIGHEST), np.float64)
+        why = checks.trusted.judge_array(got_out.astype(np.float32), want_out, None, dtype="float32",
+                                         what=f"jnp.einsum({spec!r}) for {mine['name']}")
+        assert why is None, why
+
+
+def _trusted_cases(rng):
+    """Checked outside the tree's process (docs/grading.md): the HLO of dot_generals the grader
+    draws, lowered and optimized here, and one v5e dump."""
+    cases = []
+    for optimized in (False, True):
+        lhs_shape, rhs_shape, dn = _draw_problem(rng)
+        x, y = _operands((lhs_shape, rhs_shape, dn), checks.trusted.seed(rng))
+        lowered = jax.jit(lambda a, b: lax.dot_general(a, b, dn)).lower(x, y)
+        hlo = lowered.compile().as_text() if optimized else lowered.as_text(dialect="hlo")
+        source = f"{'XLA:CPU optimized' if optimized else 'the'} HLO of lax.dot_general(x{lhs_shape}, y{rhs_shape}, {dn})"
+        (lc, rc), (lb, rb) = dn
+        cases.append(checks.trusted.exact("decode_hlo_dots", (hlo,), expected=(hlo, source, None if optimized else
+                                                                                  (lb, rb, lc, rc)),
+                                          compare=checks.trusted.passes(_decodes), label=f"decode_hlo_dots({source})"))
+    cases.append(checks.trusted.exact("decode_hlo_dots", (TWO_BATCH_DIMS,),
+                                      expected=(TWO_BATCH_DIMS, "a v5e convolution with two batch dimensions",
+                                                ((0, 1), (0, 1), (3,), (3,))),
+                                      compare=checks.trusted.passes(_decodes),
+                                      label="decode_hlo_dots(a v5e convolution with two batch dimensions)"))
+    return cases
+
+
+def _draw_problem(rng):
+    """(lhs_shape, rhs_shape, dimension_numbers) as tst.dot_general_problems draws them."""
+    kinds = {kind: int(rng.integers(0, 3)) for kind in ("batch", "contract", "lhs", "rhs")}
+    size = {(kind, i): int(rng.integers(1, 8)) for kind, n in kinds.items() for i in range(n)}
+    paired = [(k, i) for k in ("batch", "contract") for i in range(kinds[k])]
+    lhs = paired + [("lhs", i) for i in range(kinds["lhs"])]
+    rhs = paired + [("rhs", i) for i in range(kinds["rhs"])]
+    lhs, rhs = [lhs[i] for i in rng.permutation(len(lhs))], [rhs[i] for i in rng.permutation(len(rhs))]
+
+    def positions(side, kind):
+        return tuple(side.index((kind, i)) for i in range(kinds[kind]))
+
+    numbers = ((positions(lhs, "contract"), positions(rhs, "contract")),
+               (positions(lhs, "batch"), positions(rhs, "batch")))
+    return tuple(size[d] for d in lhs), tuple(size[d] for d in rhs), numbers
+
+
+TRUSTED = checks.trusted.Cases(_trusted_cases)

@@ -179,3 +179,20 @@ def test_backward_compiles_for_tpu(impl, dtype):
                               causal=True, dtype=dtype)
     q, k, v = cfg.arrays(0)
     tpu.assert_compiles_for(_gradient(impl, causal=True), q, k, v)
+
+
+def _trusted_cases(rng):
+    """Checked outside the tree's process (docs/grading.md): dq, dk and dv of a configuration and
+    block set the grader draws (that they are Pallas kernels, skip blocks and never hold the
+    scores is the tree's own process's to see)."""
+    base = (SQUARE, WIDE, TALL)[int(rng.integers(3))]
+    cfg = dataclasses.replace(base, causal=bool(rng.integers(2)), dtype=str(rng.choice(tst.DTYPES)))
+    scale, blocks = (None, 0.3)[int(rng.integers(2))], (BLOCKS, Q_TWICE_KV, KV_TWICE_Q)[int(rng.integers(3))]
+    return [checks.trusted.grads("flash_attention", cfg.arrays(checks.trusted.seed(rng)),
+                                 kwargs=dict(causal=cfg.causal, scale=scale, **blocks), argnames=("dq", "dk", "dv"),
+                                 reference=references.ATTENTION.bind(causal=cfg.causal, scale=scale),
+                                 cotangent_seed=checks.trusted.seed(rng),
+                                 label=f"grads of flash_attention({cfg}, scale={scale}, {blocks})")]
+
+
+TRUSTED = checks.trusted.Cases(_trusted_cases)

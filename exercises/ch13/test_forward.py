@@ -141,3 +141,23 @@ def test_forward_compiles_for_tpu(impl, dtype):
                               causal=True, dtype=dtype)
     q, k, v = cfg.arrays(0)
     tpu.assert_compiles_for(impl.forward.flash_forward, q, k, v, causal=True)
+
+
+def _trusted_cases(rng):
+    """Checked outside the tree's process (docs/grading.md): a configuration, scale and block set
+    the grader draws, and huge logits; that the scores never reach HBM is the tree's own
+    process's to see."""
+    base = (SQUARE, WIDE, TALL, DEEP)[int(rng.integers(4))]
+    cfg = dataclasses.replace(base, causal=bool(rng.integers(2)), dtype=str(rng.choice(tst.DTYPES)))
+    scale, blocks = (None, 0.3)[int(rng.integers(2))], (BLOCKS, Q_TWICE_KV, KV_TWICE_Q)[int(rng.integers(3))]
+    cases = []
+    for cfg, scale, blocks, kind in ((cfg, scale, blocks, "normal"), (SQUARE, None, BLOCKS, "huge_logits")):
+        cases.append(checks.trusted.values(
+            "flash_forward", cfg.arrays(checks.trusted.seed(rng), kind),
+            kwargs=dict(causal=cfg.causal, scale=scale, **blocks), names=("out", "lse"),
+            reference=references.ATTENTION_WITH_LSE.bind(causal=cfg.causal, scale=scale),
+            label=f"flash_forward({cfg}, scale={scale}, {blocks}) on {kind} values"))
+    return cases
+
+
+TRUSTED = checks.trusted.Cases(_trusted_cases)

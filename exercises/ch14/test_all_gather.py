@@ -57,3 +57,20 @@ def test_all_gather_has_no_race(impl, mesh):
 def test_all_gather_lowers_for_tpu(impl, mesh, dtype):
     x = tst.random_array((64, 256), dtype, 0)
     tpu.assert_lowers_for_tpu(impl.all_gather.all_gather, x, mesh=mesh(4))
+
+
+def _trusted_cases(rng):
+    """Checked outside the tree's process (docs/grading.md): a case the grader draws, every
+    device's buffer judged (that it moves data by remote DMA, has no race and is right in both DMA
+    modes is the tree's own process's to see)."""
+    cases = []
+    for case in (CASES[int(i)] for i in rng.choice(len(CASES), size=2, replace=False)):
+        devices, shape, dtype = case
+        x = tst.random_array(shape, dtype, checks.trusted.seed(rng), scale=100.0 if dtype == "int32" else 1.0)
+        kwargs = dict(mesh=checks.trusted.mesh(devices), axis_name="x")
+        cases.append(checks.trusted.values("all_gather", (x,), kwargs=kwargs,
+                                           reference=references.ALL_GATHER.bind(**kwargs)))
+    return cases
+
+
+TRUSTED = checks.trusted.Cases(_trusted_cases)

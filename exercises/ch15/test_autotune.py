@@ -135,3 +135,62 @@ def test_cache_is_read_at_call_time(impl, tmp_path, monkeypatch):
         raise WrongResult(f"window_attention(q, k, v, window=128) (q {problem['q_shape']}, k and v "
                           f"{problem['k_shape']}) with blocks=None ran q blocks of "
                           f"{sorted(q_blocks)} rows; the cache for {device_kind!r} says 256")
+
+
+def _timer():
+    return fake_time_ms
+
+
+def _sweep_and_winners(graded, problems, time_ms):
+    """What the pass offers, records and picks for the problems, as plain data (the tree's
+    candidates, sweep and winners under the stand-in timer)."""
+    import importlib
+
+    autotune = importlib.import_module(".autotune", graded.module.load().__package__)
+    offered = [autotune.candidates(p["q_shape"], p["k_shape"], p["dtype"], window=p["window"], chip=CHIP)
+               for p in problems]
+    records = graded(list(problems), chip=CHIP, time_ms=time_ms)
+    keys = [autotune.problem_key(p["q_shape"], p["k_shape"], p["dtype"], p["window"]) for p in problems]
+    return {"offered": offered, "records": records, "winners": autotune.winners(records), "keys": keys}
+
+
+def _sweep_right(got, problems):
+    """One record per offered configuration, each with the timer's time; each problem's winner the
+    fastest; every offer dividing the lengths and some unequal (fitting VMEM is the tree's own
+    process's to judge: it needs the tree's kernels)."""
+    for problem, offered, key in zip(problems, got["offered"], got["keys"]):
+        problem = {k: tuple(v) if isinstance(v, list) else v for k, v in problem.items()}
+        assert offered and any(c["block_q"] != c["block_kv"] for c in offered), (
+            f"candidates({problem}) offers {offered}: several configurations, unequal blocks among them")
+        for config in offered:
+            assert not (problem["q_shape"][2] % config["block_q"] or problem["k_shape"][2] % config["block_kv"]), (
+                f"candidates({problem}) offers {config}, which does not divide the lengths")
+        mine = [r["config"] for r in got["records"] if _same_problem(r["problem"], problem)]
+        assert sorted(map(str, mine)) == sorted(map(str, offered)), (
+            f"sweep() wrote {len(mine)} records for {problem}; expected one per candidate ({len(offered)})")
+        for r in got["records"]:
+            assert r["chip"] == CHIP and np.isclose(r["median_ms"], fake_time_ms(r["problem"], r["config"])), (
+                f"sweep() record {r}: expected chip {CHIP!r} and the timer's median_ms")
+        fastest = min(offered, key=lambda c: fake_time_ms(problem, c))
+        assert got["winners"].get(key) == fastest, f"winners() picks {got['winners'].get(key)} for {problem}; the fastest is {fastest}"
+
+
+def _same_problem(a, b):
+    return {k: tuple(v) if isinstance(v, list) else v for k, v in a.items()} == b
+
+
+def _trusted_cases(rng):
+    """Checked outside the tree's process (docs/grading.md): the pass on problems the grader
+    draws, under the stand-in timer."""
+    problems = []
+    for _ in range(2):
+        head_dim, dtype = int(rng.choice((64, 128))), str(rng.choice(("bfloat16", "float32")))
+        q_len, kv_len = int(rng.choice((256, 384, 512, 1024))), int(rng.choice((512, 1024)))
+        problems.append(dict(q_shape=(1, int(rng.integers(1, 3)), q_len, head_dim), k_shape=(1, 1, kv_len, head_dim),
+                             dtype=dtype, window=int(rng.choice((64, 192, 256)))))
+    return [checks.trusted.exact("sweep", (problems, checks.trusted.built(_timer, label="the stand-in timer")),
+                                 through=_sweep_and_winners, expected=problems,
+                                 compare=checks.trusted.passes(_sweep_right), label=f"sweep of {len(problems)} problems")]
+
+
+TRUSTED = checks.trusted.Cases(_trusted_cases)

@@ -77,3 +77,34 @@ def test_q_blocks(impl, block_q, block_kv, window, n_q, n_kv):
         fn, (blocks,), kwargs=sizes, require_kernel=False,
         reference=Reference("q_blocks from the mask", table, table).bind(num_kv_blocks=n_kv, **sizes),
         names=("first", "last"), note=f"blocks = jnp.arange({n_kv})")
+
+
+def _q_blocks_nonempty(graded, blocks, *, block_q, block_kv, window, num_q_blocks, num_kv_blocks):
+    """q_blocks with an empty band's any first > last reported as the table does."""
+    first, last = graded(blocks, block_q=block_q, block_kv=block_kv, window=window, num_q_blocks=num_q_blocks)
+    needed = jnp.asarray(_pairs(block_q, block_kv, window, num_q_blocks, num_kv_blocks).any(axis=0))
+    empty = ~needed & (first > last)
+    return jnp.where(empty, num_q_blocks, first), jnp.where(empty, num_q_blocks - 1, last)
+
+
+def _trusted_cases(rng):
+    """Checked outside the tree's process (docs/grading.md): geometries the grader draws, against
+    tables read off the mask in the grader's process."""
+    block_q, block_kv = int(rng.choice((8, 16, 64, 128, 256))), int(rng.choice((24, 32, 64, 128)))
+    window = int(rng.integers(1, 4 * max(block_q, block_kv)))
+    n_kv = int(rng.integers(2, 9))
+    n_q = int(rng.integers(1, max(1, n_kv * block_kv // block_q) + 1))  # Sq <= Skv, as the forward requires
+    sizes = dict(block_q=block_q, block_kv=block_kv, window=window)
+    kv_table, q_table = _range_table(0), _range_table(1)
+    return [
+        checks.trusted.values("kv_blocks", (jnp.arange(n_q, dtype=jnp.int32),), kwargs=dict(num_kv_blocks=n_kv, **sizes),
+                              reference=Reference("kv_blocks from the mask", kv_table, kv_table).bind(
+                                  num_q_blocks=n_q, num_kv_blocks=n_kv, **sizes), names=("first", "last")),
+        checks.trusted.values("q_blocks", (jnp.arange(n_kv, dtype=jnp.int32),), through=_q_blocks_nonempty,
+                              kwargs=dict(num_q_blocks=n_q, num_kv_blocks=n_kv, **sizes),
+                              reference=Reference("q_blocks from the mask", q_table, q_table).bind(
+                                  num_q_blocks=n_q, num_kv_blocks=n_kv, **sizes), names=("first", "last")),
+    ]
+
+
+TRUSTED = checks.trusted.Cases(_trusted_cases)

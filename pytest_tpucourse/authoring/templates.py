@@ -154,6 +154,17 @@ def test_{name}_matches_reference(impl, case, seed):
 def test_{name}_lowers_for_tpu(impl):
     x = tst.random_array((512, 1024), "bfloat16", 0)
     tpu.assert_lowers_for_tpu(impl.{name}.{name}, x)
+
+
+def _trusted_cases(rng):
+    """What `tpucourse grade` checks outside the graded tree's process: the cases' shapes, on values
+    drawn from the grader's secret seed (docs/grading.md, "The trusted check")."""
+    return [checks.trusted.values("{name}", (tst.random_array((m, n), "float32", checks.trusted.seed(rng)),),
+                                  kwargs=dict(block_shape=block_shape), reference=DOUBLE)
+            for m, n, block_shape in CASES]
+
+
+TRUSTED = checks.trusted.Cases(_trusted_cases)
 '''
 
 

@@ -1,17 +1,31 @@
 """The gradebook: every tree's exercises, as JSON (or CSV), merged from shards, summarised.
 
-    {"format": 1,
-     "course": {"commit": "<git HEAD of the course>", "chapters": ["ch01", ...]},
+    {"format": 2,
+     "course": {"commit": "<git HEAD of the course>", "chapters": ["ch01", ...],
+                "isolation": "bubblewrap" | "none", "hypothesis_profile": "ci"},
      "trees": {TREE: {"ch01.softmax": {"status": "done" | "failed" | "todo" | "crashed" | "timeout",
-                                      "passed": n, "total": n, "seconds": s, "message": "..."}}},
-     "runs": {TREE: {"outcome": "finished" | "crashed" | "timeout", "exit_status": n | null,
-                     "seconds": s, "last_lines": [...]}}}
+                                      "passed": n, "total": n, "seconds": s, "message": "...",
+                                      "trusted": {"verdict": "agrees" | "disagrees" | "not checkable",
+                                                  "cases": n, "reason": "..."}}}},
+     "runs": {TREE: {"outcome": "finished" | "crashed" | "timeout" | "refused",
+                     "exit_status": n | null, "seconds": s, "log": [...]}},
+     "digest": {"hmac-sha256": "..."}}
 
 An exercise is "done" only when every one of its graded tests ran and passed: a skipped
-test is not a passed one, and a tree whose process crashed or timed out has no exercise
-done, whatever it printed. Trees are in sorted order and exercises in course order, so a
-gradebook is the same text whichever way it was put together: merging the shards'
+test is not a passed one, and a tree whose process crashed, timed out or was refused has no
+exercise done, whatever it printed. Where the grading ran the trusted check (trusted_check.py,
+`course.trusted_check`), it is done only when that check agrees too: an exercise whose tests
+passed but whose values, judged outside the tree's process, disagree is "failed", its message
+saying so and why; `trusted` keeps each exercise's verdict. Trees are in sorted order and
+exercises in course order, so a gradebook is the same text whichever way it was put together:
+merging the shards'
 gradebooks gives exactly the unsharded one.
+
+Only the grader writes it, after every tree's processes have ended; what a tree said is
+bounded there (a message: MESSAGE_CHARS; a crashed run's log: its first and last lines,
+bounded_log.py) and escaped where shown (the table, CSV: escaping.py). `digest`, when the
+grading had the instructor's key, is its HMAC (signing.py): `merge` refuses a gradebook
+that does not verify.
 """
 
 from __future__ import annotations
@@ -24,10 +38,13 @@ from pathlib import Path
 
 from ..core.course import Course
 from ..learner.status import Status
+from . import signing
+from .escaping import for_csv, for_terminal
 from .runner import TreeRun
 
-FORMAT = 1
+FORMAT = 2
 STATUSES = ("done", "failed", "todo", "crashed", "timeout")
+MESSAGE_CHARS = 500  # of a message from a tree's run: its headline, not what the tree chose to print
 NORMAL_EXIT = (0, 1)  # pytest: all passed, some failed
 CSV_COLUMNS = ("tree", "exercise", "status", "passed", "total", "seconds", "message")
 
@@ -36,14 +53,16 @@ class GradebookError(ValueError):
     """A gradebook that cannot be read or merged."""
 
 
-def course_facts(course: Course, chapters) -> dict:
-    """What every shard's gradebook must agree on: the course's commit and the chapters graded."""
+def course_facts(course: Course, chapters, **grading) -> dict:
+    """What every shard's gradebook must agree on: the course's commit, the chapters graded, and
+    how they were graded (`grading`: isolation, the sandbox.Isolation.kind; hypothesis_profile;
+    trusted_check, whether the values were also judged outside each tree's process)."""
     try:
         commit = subprocess.run(["git", "rev-parse", "HEAD"], cwd=course.root, capture_output=True,
                                 text=True, timeout=30).stdout.strip() or None
     except (OSError, subprocess.SubprocessError):
         commit = None
-    return {"commit": commit, "chapters": list(chapters)}
+    return {"commit": commit, "chapters": list(chapters), **grading}
 
 
 def graded_exercises(course: Course, chapters) -> list[str]:
@@ -55,14 +74,38 @@ def graded_exercises(course: Course, chapters) -> list[str]:
 def tree_entries(exercises: list[str], run: TreeRun) -> dict[str, dict]:
     """Each exercise's entry for one tree's run."""
     if not run.finished:
-        return {key: _entry(run.outcome, 0, 0, 0.0, run.message) for key in exercises}
+        status = "failed" if run.outcome == "refused" else run.outcome
+        return {key: _entry(status, 0, 0, 0.0, run.message) for key in exercises}
     record = run.record
-    if record.get("threads_left"):  # ended by the plugin: on its own the process would run past any limit
-        why = f"a thread never ends: {'; '.join(record['threads_left'])}"
-        return {key: _entry("timeout", 0, 0, 0.0, why) for key in exercises}
-    raw = record.get("exercises", {})
-    errors = record.get("collection_errors", [])
-    return {key: _from_record(raw.get(key), record.get("exitstatus"), errors) for key in exercises}
+    try:
+        if record.get("threads_left"):  # ended by the plugin: on its own the process would run past any limit
+            why = f"a thread never ends: {'; '.join(map(str, record['threads_left']))}"
+            return {key: _entry("timeout", 0, 0, 0.0, why) for key in exercises}
+        raw = record.get("exercises", {})
+        errors = record.get("collection_errors", [])
+        entries = {key: _from_record(raw.get(key), record.get("exitstatus"), errors) for key in exercises}
+    except (AttributeError, KeyError, TypeError, ValueError) as error:  # a record changed in the tree's process
+        why = f"its end-of-run record is not as the plugin writes it ({type(error).__name__}: {error})"
+        return {key: _entry("crashed", 0, 0, 0.0, why) for key in exercises}
+    if run.trusted is not None:
+        entries = {key: with_trusted(entry, run.trusted.get(key)) for key, entry in entries.items()}
+    return entries
+
+
+def with_trusted(entry: dict, verdict: dict | None) -> dict:
+    """An exercise's entry with the trusted check's verdict: done only where it agrees (or where
+    the exercise has nothing it can check); where the two disagree, the message says which and why."""
+    if verdict is None:
+        verdict = {"verdict": "not checkable", "cases": 0, "reason": "the trusted check did not reach it"}
+    verdict = {**verdict, "reason": bounded(verdict.get("reason", ""))}
+    entry = {**entry, "trusted": verdict}
+    if entry["status"] == "done" and verdict["verdict"] == "disagrees":
+        entry["status"] = "failed"
+        entry["message"] = bounded(f"its tests passed in its own process, but the trusted check disagrees: "
+                                   f"{verdict['reason']}")
+    elif entry["status"] == "failed" and verdict["verdict"] == "agrees":
+        entry["message"] = bounded(f"{entry['message']} (its values, judged outside its process, agree)")
+    return entry
 
 
 def _from_record(raw: dict | None, exitstatus: int, collection_errors: list[dict]) -> dict:
@@ -90,13 +133,18 @@ def _from_record(raw: dict | None, exitstatus: int, collection_errors: list[dict
 
 def _entry(status: str, passed: int, total: int, seconds: float, message: str) -> dict:
     return {"status": status, "passed": passed, "total": total, "seconds": round(seconds, 2),
-            "message": message}
+            "message": bounded(message)}
+
+
+def bounded(text: str, limit: int = MESSAGE_CHARS) -> str:
+    text = str(text)
+    return text if len(text) <= limit else f"{text[:limit]} [... {len(text) - limit} characters cut]"
 
 
 def run_entry(run: TreeRun) -> dict:
-    """How the tree's process ended; a crash or timeout keeps the log's last lines."""
+    """How the tree's process ended; a crash or timeout keeps its log's first and last lines."""
     return {"outcome": run.outcome, "exit_status": run.returncode, "seconds": run.seconds,
-            "last_lines": list(run.last_lines) if not run.finished else []}
+            "log": [bounded(line) for line in run.log] if not run.finished else []}
 
 
 def build(course: dict, exercises: list[str], runs: dict[str, TreeRun]) -> dict:
@@ -107,24 +155,28 @@ def build(course: dict, exercises: list[str], runs: dict[str, TreeRun]) -> dict:
 
 
 def normalised(book: dict) -> dict:
-    """Trees sorted; the same object whatever order they were graded or merged in."""
+    """Trees sorted; the same object whatever order they were graded or merged in (unsigned)."""
     trees, runs = book["trees"], book["runs"]
     return {"format": book["format"], "course": book["course"],
             "trees": {name: trees[name] for name in sorted(trees)},
             "runs": {name: runs[name] for name in sorted(runs)}}
 
 
-def merge(books: list[dict]) -> dict:
-    """One gradebook of the shards' gradebooks: same course and chapters, no tree twice."""
+def merge(books: list[dict], secret: bytes | None = None, names: list[str] | None = None) -> dict:
+    """One gradebook of the shards' gradebooks: same course and chapters, no tree twice; with the
+    instructor's key (`secret`), each must verify (names: the files, for the message)."""
     if not books:
         raise GradebookError("nothing to merge")
+    names = names or [f"gradebook {i + 1}" for i in range(len(books))]
     first = books[0]
     trees, runs = {}, {}
-    for book in books:
+    for name, book in zip(names, books):
+        if secret is not None and (why := signing.problem(book, secret)):
+            raise GradebookError(f"{name}: refused: {why}")
         if book.get("format") != FORMAT:
-            raise GradebookError(f"gradebook format {book.get('format')!r}: this version reads {FORMAT}")
+            raise GradebookError(f"{name}: gradebook format {book.get('format')!r}: this version reads {FORMAT}")
         if book["course"] != first["course"]:
-            raise GradebookError(f"gradebooks of different courses or chapters: {first['course']} and "
+            raise GradebookError(f"gradebooks of different courses, chapters or grading: {first['course']} and "
                                  f"{book['course']}")
         twice = sorted(set(trees) & set(book["trees"]))
         if twice:
@@ -142,7 +194,8 @@ def dumps(book: dict, path: Path | str = "gradebook.json") -> str:
         writer.writerow(CSV_COLUMNS)
         for tree, exercises in book["trees"].items():
             for key, entry in exercises.items():
-                writer.writerow([tree, key, *(entry[c] for c in CSV_COLUMNS[2:])])
+                writer.writerow([for_csv(tree), key, *(entry[c] for c in CSV_COLUMNS[2:-1]),
+                                 for_csv(entry["message"])])
         return out.getvalue()
     return json.dumps(book, indent=2) + "\n"
 
@@ -168,11 +221,17 @@ def read(path: Path | str) -> dict:
     return book
 
 
+def sign(book: dict, secret: bytes | None) -> dict:
+    """The gradebook with its digest under the instructor's key (unchanged without one)."""
+    return book if secret is None else signing.sign(book, secret)
+
+
 def summary_lines(book: dict, chapters_of: dict[str, str]) -> list[str]:
     """Per tree: exercises and chapters done, time, and how its process ended if not by itself.
     chapters_of: exercise key -> chapter id."""
     names = list(book["trees"])
-    width = max([len("tree"), *(len(n) for n in names)])
+    shown = {name: for_terminal(name) for name in names}
+    width = max([len("tree"), *(len(n) for n in shown.values())])
     lines = [f"{'tree':<{width}}  exercises  chapters  {'time':>8}  "]
     for name in names:
         entries = book["trees"][name]
@@ -185,6 +244,6 @@ def summary_lines(book: dict, chapters_of: dict[str, str]) -> list[str]:
         if not note:
             counts = {s: sum(1 for e in entries.values() if e["status"] == s) for s in STATUSES[1:]}
             note = ", ".join(f"{n} {s}" for s, n in counts.items() if n)
-        lines.append(f"{name:<{width}}  {f'{done}/{len(entries)}':>9}  {f'{complete}/{len(chapters)}':>8}  "
+        lines.append(f"{shown[name]:<{width}}  {f'{done}/{len(entries)}':>9}  {f'{complete}/{len(chapters)}':>8}  "
                      f"{run['seconds']:>7.1f}s  {note}".rstrip())
     return [line.rstrip() for line in lines]

@@ -2,7 +2,7 @@
 time so far and an estimate of the rest.
 
 On a terminal it is one line rewritten in place; elsewhere (a CI log) one line per
-finished tree. Quiet (-q) shows nothing.
+finished tree. Quiet (-q) shows nothing. Tree names are shown escaped (escaping.py).
 """
 
 from __future__ import annotations
@@ -10,6 +10,8 @@ from __future__ import annotations
 import sys
 import threading
 import time
+
+from .escaping import for_terminal
 
 
 def duration(seconds: float) -> str:
@@ -40,7 +42,8 @@ class ProgressLine:
         elapsed = self.clock() - self.start
         line = f"grade: {self.done}/{self.total} trees done"
         if self.running:
-            shown = ", ".join(self.running[:3]) + (f" +{len(self.running) - 3}" if len(self.running) > 3 else "")
+            more = f" +{len(self.running) - 3}" if len(self.running) > 3 else ""
+            shown = ", ".join(map(for_terminal, self.running[:3])) + more
             line += f", grading {shown}"
         line += f"; {duration(elapsed)} elapsed"
         if 0 < self.done < self.total:
@@ -58,7 +61,7 @@ class ProgressLine:
                 self.running.remove(tree)
             self.done += 1
             if not self.quiet and not self.interactive:
-                self.stream.write(f"{self.text()} ({tree}: {outcome})\n")
+                self.stream.write(f"{self.text()} ({for_terminal(tree)}: {outcome})\n")
                 self.stream.flush()
             self._show()
 

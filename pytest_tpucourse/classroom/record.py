@@ -1,7 +1,7 @@
 """The end-of-run record: what a graded pytest process says about each exercise, in a file.
 
-`tpucourse grade` starts one pytest process per tree with `--tpucourse-results FILE` (a
-file in that child's private folder) and a random token on a pipe that child alone
+`tpucourse grade` starts one pytest process per tree, in the tree's sandbox, with
+`--tpucourse-results FILE` (a file in its private folder) and a random token on a pipe it alone
 inherits (its descriptor number in TPUCOURSE_RESULTS_TOKEN_FD). As
 the run's last step (pytest_unconfigure, before the session closes) the plugin writes
 FILE whole or not at all: the token, pytest's exit status, and per exercise its counts,
@@ -10,10 +10,9 @@ seconds and first failure's headline. A process that ends without writing it cra
 The token is read from the pipe, which is then closed, when pytest starts, before any
 graded module is imported: it is in no environment (another tree's process cannot read it
 in /proc/PID/environ) and no file. Code of the tree that writes a results file of its own
-cannot name it unless it digs it out of the process's memory. The record is a convenience
-for grading many trees at once, not a proof: a tree's code runs in the process that writes
-it. A grade that counts is a trusted re-run of that one tree in a process of its own
-(docs/grading.md).
+cannot name it unless it digs it out of the process's memory. The record is what the tree's
+own process says, not a proof: a tree's code runs in the process that writes it, and can
+change it there (docs/grading.md, what the sandbox does not stop).
 """
 
 from __future__ import annotations

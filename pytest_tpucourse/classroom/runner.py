@@ -1,40 +1,45 @@
-"""One graded tree, one pytest process: started in a private folder, watched, killed if it must be.
+"""One graded tree: its pytest run in the tree's sandbox, and how it ended.
 
-Each tree's run is `python -m pytest exercises/chNN ... --impl-root TREE` in a process
-group of its own, in a folder only it is told about (its working directory, TMPDIR,
---basetemp, the end-of-run record, its JUnit file, its log). The parent reads back
-only that folder's record, and only when it carries the token the parent gave this
-child. How a run ends:
+Each tree's run is `python -m pytest exercises/chNN ... --impl-root TREE` in the tree's
+sandbox (sandbox.py: a private copy of the tree, the course read-only, no view of other
+trees or of the grader's files, every process it started ended before anything is read).
+Its working directory holds the end-of-run record the plugin writes; the grader reads that
+record back only after the sandbox is empty, and only when it carries the token the grader
+gave this run alone. How a run ends:
 
 - finished: the process ended by itself, with a record whose token and exit status match;
 - crashed: it ended without one (os._exit at import, a segfault, a usage error), or with
-  another exit status than the record says: the exit status and the log's last lines are kept;
+  another exit status than the record says: the exit status and its first and last lines are kept;
 - timeout: it ran past its wall limit, or its record was written but the process did not
-  end within EXIT_GRACE_SECONDS after it (a thread or child process that never ends). The
-  whole process group is killed, threads and all.
+  end within EXIT_GRACE_SECONDS after it (a thread or child process that never ends);
+- refused: the tree was not run (a link out of the tree, a tree too large to copy).
+
+Where the grading has the trusted check (`GradingRun.trusted`, trusted_check.TrustedCheck), its
+worker runs after the pytest run, in the same sandbox (the runner `check_tree` is given: a
+fresh process, the tree's private copy as its pytest run left it); its verdicts are computed
+in the grader's process and kept as `TreeRun.trusted`. A run that did not finish, or that the
+plugin ended for a thread that never ends, gets none (it is not done whatever its values).
 """
 
 from __future__ import annotations
 
+import dataclasses
 import json
 import os
 import secrets
-import signal
-import subprocess
+import shutil
 import sys
 import threading
-import time
 from dataclasses import dataclass, field
 from pathlib import Path
 
 from .record import FORMAT, RESULTS_OPTION, TOKEN_FD_ENV
+from .sandbox import CourseView, Isolation, SandboxedRun, TreeSandbox
 
 EXIT_GRACE_SECONDS = 30.0  # from the record's writing to the process's end: shutdown, on a loaded machine too
-POLL_SECONDS = 0.1
-LAST_LINES = 15
 RECORD = "results.json"
-LOG = "output.txt"
-JUNIT = "junit.xml"
+HYPOTHESIS_PROFILE = "ci"  # every option drawn, derandomized: what a learner's `dev` runs skip
+OUTCOMES = ("finished", "crashed", "timeout", "refused")
 
 
 @dataclass(frozen=True)
@@ -42,13 +47,13 @@ class TreeRun:
     """How one tree's process ended, and its record when it finished."""
 
     tree: str
-    outcome: str  # "finished", "crashed" or "timeout"
+    outcome: str  # one of OUTCOMES
     seconds: float
-    returncode: int | None  # None: killed by the parent
+    returncode: int | None  # None: killed by the grader, or never run
     record: dict | None = None
-    message: str = ""  # why it crashed or timed out
-    last_lines: tuple[str, ...] = ()
-    junit_text: str = ""  # the child's JUnit file, when it wrote one
+    message: str = ""  # why it crashed, timed out or was refused
+    log: tuple[str, ...] = ()  # the first and last lines it printed (a crash or timeout)
+    trusted: dict | None = None  # exercise -> the trusted check's verdict (trusted_check.Verdict.as_dict)
 
     @property
     def finished(self) -> bool:
@@ -57,134 +62,126 @@ class TreeRun:
 
 @dataclass(frozen=True)
 class GradingRun:
-    """What every tree's run shares: the course, the chapters, the limits, the caches."""
+    """What every tree's run shares: the course, the chapters, the limits, the caches, the sandbox."""
 
     course_root: Path
     chapters: tuple[str, ...]
     timeout: float
-    jax_cache: str  # passed to each child's --jax-cache: one folder shared by all trees, or "none"
-    junitxml: bool = False
+    jax_cache: str  # the shared compile cache's folder (each tree's run uses a private copy), or "none"
+    isolation: Isolation = Isolation.none()
+    view: CourseView | None = None  # what every sandbox sees of the machine (None: CourseView.of the course)
     exit_grace: float = EXIT_GRACE_SECONDS
     extra_args: tuple[str, ...] = field(default=())
+    trusted: object = None  # a trusted_check.TrustedCheck: each tree's values judged outside its process
 
-    def command(self, tree: Path, folder: Path) -> list[str]:
-        """The child's pytest command line; everything it writes goes under `folder`."""
+    def course_view(self) -> CourseView:
+        return self.view or CourseView.of(self.course_root)
+
+    @property
+    def shared_cache(self) -> Path | None:
+        return None if self.jax_cache == "none" else Path(self.jax_cache)
+
+    def command(self, tree: Path, work: Path) -> list[str]:
+        """The pytest command line of a tree's run; everything it writes goes under `work`."""
         targets = [str(self.course_root / "exercises" / chapter) for chapter in self.chapters]
-        command = [sys.executable, "-m", "pytest", *targets, "--rootdir", str(self.course_root),
-                   "--impl-root", str(tree), "-p", "no:cacheprovider", f"--basetemp={folder / 'basetemp'}",
-                   RESULTS_OPTION, str(folder / RECORD), "--jax-cache", self.jax_cache, "-q",
-                   *self.extra_args]
-        if self.junitxml:
-            command += ["--junitxml", str(folder / JUNIT)]
-        return command
+        return [sys.executable, "-m", "pytest", *targets, "--rootdir", str(self.course_root),
+                "--impl-root", str(tree), "-p", "no:cacheprovider", f"--basetemp={work / 'basetemp'}",
+                RESULTS_OPTION, str(work / RECORD), "--jax-cache", self.jax_cache,
+                "--hypothesis-profile", HYPOTHESIS_PROFILE, "-q", *self.extra_args]
 
-
-def child_environment(folder: Path) -> dict[str, str]:
-    """The parent's environment, without what would reconfigure the child's pytest, with the
-    child's private temporary folder (its token goes on a pipe, run_child)."""
-    env = {k: v for k, v in os.environ.items()
-           if k not in ("PYTEST_ADDOPTS", "PYTEST_PLUGINS", "PYTEST_CURRENT_TEST", TOKEN_FD_ENV)
-           and not k.startswith("PYTEST_XDIST")}
-    tmp = folder / "tmp"
-    tmp.mkdir(exist_ok=True)
-    env.update({"TMPDIR": str(tmp), "PY_COLORS": "0"})
-    return env
+    def sandbox(self, tree: Path, folder: Path, stop: threading.Event | None = None) -> TreeSandbox:
+        return TreeSandbox(tree, folder, self.course_view(), self.isolation, shared_cache=self.shared_cache,
+                           stop=stop)
 
 
 def grade_tree(run: GradingRun, tree_name: str, tree: Path, folder: Path,
                stop: threading.Event | None = None) -> TreeRun:
-    """Grade one tree in a child process whose files all live in `folder` (made private here)."""
-    folder.mkdir(mode=0o700, parents=True, exist_ok=True)
-    token = secrets.token_hex(16)
-    return run_child(tree_name, run.command(tree.resolve(), folder), folder=folder,
-                     env=child_environment(folder), token=token, limit=run.timeout,
-                     exit_grace=run.exit_grace, stop=stop)
+    """Grade one tree in its sandbox, whose files all live in `folder` (removed after)."""
+    with run.sandbox(tree, folder, stop) as sandbox:
+        if sandbox.refused:
+            return TreeRun(tree_name, "refused", 0.0, None, message=f"not graded: {sandbox.refused}")
+        token = secrets.token_hex(16)
+        ran = sandbox.run(run.command(sandbox.tree_path, sandbox.work), timeout=run.timeout,
+                          secrets_by_fd={TOKEN_FD_ENV: token.encode("ascii")}, hand_back=(RECORD,),
+                          ended_when=RECORD, exit_grace=run.exit_grace)
+        tree_run = how_it_ended(tree_name, ran, token)
+        if run.trusted is not None and _checkable(tree_run) and not (stop is not None and stop.is_set()):
+            verdicts = run.trusted.check_tree(sandbox, timeout=run.timeout)
+            tree_run = dataclasses.replace(tree_run, trusted={k: v.as_dict() for k, v in verdicts.items()})
+        return tree_run
 
 
-def run_child(tree_name: str, command: list[str], *, folder: Path, env: dict[str, str], token: str,
-              limit: float, exit_grace: float = EXIT_GRACE_SECONDS,
-              stop: threading.Event | None = None) -> TreeRun:
-    """Run `command` in its own process group in `folder` and tell how it ended (`stop` set:
-    killed at once, as crashed: the grading was interrupted). The child reads `token` from a
-    pipe only it inherits (its descriptor in TPUCOURSE_RESULTS_TOKEN_FD): no other process's
-    environment or file holds it."""
-    record_path, log_path = folder / RECORD, folder / LOG
-    start = time.monotonic()
-    token_read, token_write = os.pipe()
-    try:
-        os.write(token_write, token.encode("ascii"))
-        os.close(token_write)
-        with open(log_path, "wb") as log:
-            process = subprocess.Popen(command, cwd=folder, env={**env, TOKEN_FD_ENV: str(token_read)},
-                                       stdin=subprocess.DEVNULL, stdout=log, stderr=subprocess.STDOUT,
-                                       start_new_session=True, pass_fds=(token_read,))
-    finally:
-        os.close(token_read)
-    record_seen = None
-    why_killed = None
-    try:
-        while process.poll() is None:
-            now = time.monotonic()
-            if record_seen is None and record_path.exists():
-                record_seen = now
-            if stop is not None and stop.is_set():
-                _kill_group(process)
-                process.wait()
-                return TreeRun(tree_name, "crashed", round(now - start, 2), None, message="grading interrupted")
-            if now - start > limit:
-                why_killed = f"ran past its limit of {limit:g} s: killed"
-            elif record_seen is not None and now - record_seen > exit_grace:
-                why_killed = (f"its run ended, but the process did not exit within {exit_grace:g} s "
-                              f"(a thread or child process that never ends?): killed")
-            if why_killed:
-                _kill_group(process)
-                break
-            time.sleep(POLL_SECONDS)
-    finally:
-        _kill_group(process)  # whatever it left behind in its group, even after a clean exit
-        process.wait()
-    seconds = round(time.monotonic() - start, 2)
-    junit = _read_text(folder / JUNIT)
-    if why_killed:
-        return TreeRun(tree_name, "timeout", seconds, None, message=why_killed,
-                       last_lines=_last_lines(log_path), junit_text=junit)
-    record, problem = _read_record(record_path, token, process.returncode)
+def _checkable(tree_run: TreeRun) -> bool:
+    """A run the trusted check can add to: finished, and not ended by the plugin for a thread that never
+    ends (not done whatever its values: gradebook.tree_entries)."""
+    return tree_run.finished and isinstance(tree_run.record, dict) and not tree_run.record.get("threads_left")
+
+
+def warm_cache(run: GradingRun, folder: Path) -> TreeRun | None:
+    """Fill the shared compile cache from one sandboxed run of the course's own solutions, the only
+    code whose compiled programs every tree may read: each tree's run starts from a copy of it.
+    How that run ended (None: no cache to fill, or trees that write it themselves)."""
+    solutions = run.course_root / "solutions"
+    if run.shared_cache is None or not run.isolation.isolated or not solutions.is_dir():
+        return None
+    with run.sandbox(solutions, folder) as sandbox:
+        token = secrets.token_hex(16)
+        ran = sandbox.run(run.command(sandbox.tree_path, sandbox.work), timeout=run.timeout,
+                          secrets_by_fd={TOKEN_FD_ENV: token.encode("ascii")}, hand_back=(RECORD,),
+                          ended_when=RECORD, exit_grace=run.exit_grace)
+        if sandbox.cache_copy is not None:
+            _add_new_files(sandbox.cache_copy, run.shared_cache)
+        return how_it_ended("solutions", ran, token)
+
+
+def _add_new_files(source: Path, target: Path) -> None:
+    """Copy the regular files of `source` that `target` lacks (each written whole, by rename)."""
+    for here, _folders, files in os.walk(source):
+        there = target / Path(here).relative_to(source)
+        for name in files:
+            path = Path(here) / name
+            if path.is_symlink() or not path.is_file() or (there / name).exists():
+                continue
+            there.mkdir(parents=True, exist_ok=True)
+            partial = there / f".{name}.partial"
+            shutil.copyfile(path, partial, follow_symlinks=False)
+            partial.replace(there / name)
+
+
+def how_it_ended(tree_name: str, ran: SandboxedRun, token: str) -> TreeRun:
+    """The tree's run, judged from what its sandbox handed back."""
+    log = tuple(ran.stdout_log.lines() + ran.stderr_log.lines())
+    if ran.killed:
+        outcome = "crashed" if ran.killed == "grading interrupted" else "timeout"
+        return TreeRun(tree_name, outcome, ran.seconds, None, message=ran.killed, log=log)
+    record, problem = read_record(ran.files.get(RECORD), ran.missing.get(RECORD, ""), token, ran.exit_status)
     if record is None:
-        return TreeRun(tree_name, "crashed", seconds, process.returncode, message=problem,
-                       last_lines=_last_lines(log_path), junit_text=junit)
-    return TreeRun(tree_name, "finished", seconds, process.returncode, record=record, junit_text=junit)
+        return TreeRun(tree_name, "crashed", ran.seconds, ran.exit_status, message=problem, log=log)
+    return TreeRun(tree_name, "finished", ran.seconds, ran.exit_status, record=record)
 
 
-def _kill_group(process: subprocess.Popen) -> None:
+def ended(returncode: int) -> str:
+    if returncode < 0:
+        return f"killed by signal {-returncode}"
+    if returncode > 128:  # a sandbox's first process reports its command's signal so
+        return f"exit status {returncode}: killed by signal {returncode - 128}?"
+    return f"exit status {returncode}"
+
+
+def read_record(data: bytes | None, why_missing: str, token: str, returncode: int) -> tuple[dict | None, str]:
+    """The run's record, or None and why it does not count."""
+    how = ended(returncode)
+    if data is None:
+        if why_missing and why_missing != "not there":
+            return None, f"the process ended ({how}) with an unreadable end-of-run record: {why_missing}"
+        return None, f"the process ended ({how}) without the run's end-of-run record"
     try:
-        os.killpg(process.pid, signal.SIGKILL)
-    except (ProcessLookupError, PermissionError):
-        pass
-
-
-def _read_record(path: Path, token: str, returncode: int) -> tuple[dict | None, str]:
-    """The child's record, or None and why it does not count."""
-    ended = f"exit status {returncode}" if returncode >= 0 else f"killed by signal {-returncode}"
-    try:
-        record = json.loads(path.read_text(encoding="utf-8"))
-    except FileNotFoundError:
-        return None, f"the process ended ({ended}) without the run's end-of-run record"
-    except (OSError, ValueError) as error:
-        return None, f"the process ended ({ended}) with an unreadable end-of-run record: {error}"
+        record = json.loads(data.decode("utf-8"))
+    except ValueError as error:
+        return None, f"the process ended ({how}) with an unreadable end-of-run record: {error}"
     if not isinstance(record, dict) or record.get("format") != FORMAT or record.get("token") != token:
-        return None, f"the process ended ({ended}) with an end-of-run record the plugin did not write"
+        return None, f"the process ended ({how}) with an end-of-run record the plugin did not write"
     if record.get("exitstatus") != returncode:
-        return None, (f"the process ended ({ended}) after its run had ended with exit status "
+        return None, (f"the process ended ({how}) after its run had ended with exit status "
                       f"{record.get('exitstatus')}")
     return record, ""
-
-
-def _read_text(path: Path) -> str:
-    try:
-        return path.read_text(encoding="utf-8", errors="replace")
-    except OSError:
-        return ""
-
-
-def _last_lines(path: Path) -> tuple[str, ...]:
-    return tuple(line for line in _read_text(path).splitlines() if line.strip())[-LAST_LINES:]

@@ -1,5 +1,7 @@
-"""A class's trees graded `jobs` at a time, each tree's run in a private folder of one work folder
-that is removed after; Ctrl-C stops every running tree's process group (runner.py)."""
+"""A class's trees graded `jobs` at a time, each tree in its sandbox, whose files live in a private
+folder of one work folder that is removed after; Ctrl-C stops every running tree's sandbox
+(runner.py, sandbox.py). A tree's trusted check, where the grading has one, follows its pytest
+run in the same job and the same sandbox (runner.grade_tree)."""
 
 from __future__ import annotations
 

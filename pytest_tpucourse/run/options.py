@@ -74,6 +74,12 @@ def add_options(parser: pytest.Parser) -> None:
         "failure), as its last step; `tpucourse grade` reads it (docs/grading.md)",
     )
     group.addoption(
+        "--isolated", action="store_true", default=False,
+        help="after the run, check again the values of every exercise that passed, as `tpucourse grade` "
+        "does: on inputs drawn afresh, computed by a process that imports the graded tree and judged "
+        "by one that never does; an exercise is done only where they agree (docs/grading.md)",
+    )
+    group.addoption(
         "--watch-run", metavar="TOKEN", default=None,
         help="(what `tpucourse watch` adds) run first the test an edit most likely broke and say its answer "
         "at once; keep the run's outcomes and times in .tpucourse/watch-history.json under TOKEN",

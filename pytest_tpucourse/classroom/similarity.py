@@ -1,0 +1,190 @@
+"""Evidence for the instructor: graded files alike across the class, and alike to solutions/.
+
+As MOSS does (Schleimer, Wilkerson and Aiken, "Winnowing", 2003): each graded file (a tree's
+`chNN/<module>.py`) is read as Python tokens, names, strings and numbers made placeholders,
+comments, docstrings and layout dropped, so renaming and reformatting change nothing; its
+fingerprints are the hashes of every run of K tokens, winnowed (the smallest of each WINDOW
+in a row). What a file shares with the shipped stub (the course's starting point, which every
+tree began from) is not counted. Two files' similarity is the share of the smaller one's
+fingerprints that the other holds. Listed: pairs at or above THRESHOLD, most alike first,
+saying whether they are byte for byte identical, identical code (the same tokens once names
+and layout are set aside) or similar; and each file alike to the course's own solution. A file
+with fewer than MIN_PRINTS fingerprints of its own (a few lines) is too short to compare, and a
+file reached through a link out of its tree is not the tree's.
+
+This is evidence for a person to read beside the files, never a verdict: two learners may
+write the same short kernel, and a course's idiom leaves little room. Nothing here changes
+the gradebook. The grader reads the files without following links, at most FILE_BYTES each.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import io
+import json
+import keyword
+import os
+import stat
+import token
+import tokenize
+from dataclasses import dataclass
+from pathlib import Path
+
+from ..core.course import Course, module_in_tree
+from .escaping import for_terminal
+
+FORMAT = 1
+K = 12  # tokens per fingerprinted run
+WINDOW = 6  # runs per winnowing window: every shared run of K + WINDOW - 1 tokens is found
+THRESHOLD = 0.8
+MIN_PRINTS = 8  # a file with fewer fingerprints of its own is too short to be anybody's in particular
+FILE_BYTES = 1 << 20
+NOTE = ("Evidence for a person to read, never a verdict: files of different trees (or a tree and "
+        "solutions/) whose code is alike once names, strings, comments and layout are set aside. Two "
+        "learners may write the same short kernel; read the files before concluding anything. The "
+        "gradebook does not use this report.")
+
+
+@dataclass(frozen=True)
+class Fingerprinted:
+    """One file: its bytes' digest, its normalised tokens' digest, its winnowed fingerprints."""
+
+    shown: str  # how the report names it
+    sha256: str
+    code: str
+    prints: frozenset[int]
+
+
+def report(course: Course, chapters, trees: list[str]) -> dict:
+    """The class's report: `trees` as the gradebook names them, their graded files compared."""
+    modules = [(c.id, e.name) for c in course.chapters if c.id in chapters for e in c.exercises]
+    pairs, like_solutions, files = [], [], 0
+    for chapter, module in modules:
+        stub = _fingerprint(Path(module_in_tree(course.root / "exercises", chapter, module)), "")
+        base = stub.prints if stub else frozenset()
+        solution = _fingerprint(Path(module_in_tree(course.root / "solutions", chapter, module)),
+                                module_in_tree("solutions", chapter, module), base)
+        graded = []
+        for tree in sorted(trees):
+            shown = module_in_tree(tree, chapter, module)
+            if not _inside_tree(Path(shown), Path(tree)):
+                continue  # reached through a link out of the tree: not the tree's file
+            found = _fingerprint(Path(shown), shown, base)
+            if found is None or (stub is not None and found.code == stub.code) or len(found.prints) < MIN_PRINTS:
+                continue  # no such file, the stub as shipped, or too short to tell
+            graded.append(found)
+        files += len(graded)
+        for i, one in enumerate(graded):
+            for other in graded[i + 1:]:
+                alike = _alike(one, other)
+                if alike:
+                    pairs.append({"files": [one.shown, other.shown], **alike})
+            if solution is not None:
+                alike = _alike(one, solution)
+                if alike:
+                    like_solutions.append({"file": one.shown, "solution": solution.shown, **alike})
+    order = lambda entry: (-entry["similarity"], json.dumps(entry))  # noqa: E731
+    return {"format": FORMAT, "note": NOTE,
+            "method": f"winnowed {K}-token fingerprints (window {WINDOW}) of each graded file, the "
+                      f"shipped stub's left out; pairs at {THRESHOLD:.0%} or more of the smaller file",
+            "chapters": list(chapters), "files_compared": files,
+            "pairs": sorted(pairs, key=order), "like_solutions": sorted(like_solutions, key=order)}
+
+
+def write(data: dict, path: Path) -> None:
+    path.parent.mkdir(parents=True, exist_ok=True)
+    partial = path.with_name(path.name + ".partial")
+    partial.write_text(json.dumps(data, indent=2) + "\n", encoding="utf-8")
+    partial.replace(path)
+
+
+def path_beside(gradebook: Path | str) -> Path:
+    """The report's file beside the gradebook: book.json -> book.similarity.json."""
+    gradebook = Path(gradebook)
+    return gradebook.with_name(f"{gradebook.stem}.similarity.json")
+
+
+def summary_line(data: dict, path: Path) -> str:
+    return (f"similarity: {len(data['pairs'])} pairs of alike files, {len(data['like_solutions'])} files "
+            f"alike to solutions/, of {data['files_compared']} compared (evidence for a person, not a "
+            f"verdict): {for_terminal(str(path))}")
+
+
+def _inside_tree(path: Path, tree: Path) -> bool:
+    return Path(os.path.realpath(tree)) in Path(os.path.realpath(path)).parents
+
+
+def _alike(one: Fingerprinted, other: Fingerprinted) -> dict | None:
+    if one.sha256 == other.sha256:
+        return {"how": "identical", "similarity": 1.0}
+    if one.code == other.code:
+        return {"how": "identical code", "similarity": 1.0}
+    smaller = min(len(one.prints), len(other.prints))
+    if not smaller:
+        return None
+    share = len(one.prints & other.prints) / smaller
+    return {"how": "similar", "similarity": round(share, 3)} if share >= THRESHOLD else None
+
+
+def _fingerprint(path: Path, shown: str, base: frozenset[int] = frozenset()) -> Fingerprinted | None:
+    data = _read(path)
+    if data is None:
+        return None
+    tokens = normalised_tokens(data)
+    code = hashlib.sha256("\0".join(tokens).encode()).hexdigest()
+    return Fingerprinted(shown, hashlib.sha256(data).hexdigest(), code, winnow(tokens) - base)
+
+
+def _read(path: Path) -> bytes | None:
+    """A regular file's bytes (never through a link), or None."""
+    try:
+        fd = os.open(path, os.O_RDONLY | os.O_NOFOLLOW | os.O_NONBLOCK)
+    except OSError:
+        return None
+    try:
+        info = os.fstat(fd)
+        if not stat.S_ISREG(info.st_mode) or info.st_size > FILE_BYTES:
+            return None
+        with os.fdopen(os.dup(fd), "rb") as handle:
+            return handle.read(FILE_BYTES)
+    finally:
+        os.close(fd)
+
+
+def normalised_tokens(source: bytes) -> list[str]:
+    """The file's tokens as compared: keywords and operators as written, every other name `N`,
+    strings `S`, numbers `0`; comments, docstrings and layout left out."""
+    out: list[str] = []
+    previous = token.NEWLINE
+    try:
+        for tok in tokenize.tokenize(io.BytesIO(source).readline):
+            kind = tok.type
+            if kind in (token.COMMENT, token.NL, token.NEWLINE, token.INDENT, token.DEDENT, token.ENCODING,
+                        token.ENDMARKER):
+                if kind in (token.NEWLINE, token.INDENT, token.DEDENT):
+                    previous = kind
+                continue
+            if kind == token.STRING and previous in (token.NEWLINE, token.INDENT, token.DEDENT):
+                previous = kind
+                continue  # a docstring, or a string standing alone
+            previous = kind
+            if kind == token.NAME:
+                out.append(tok.string if keyword.iskeyword(tok.string) else "N")
+            elif kind == token.STRING or kind == getattr(token, "FSTRING_START", -1):
+                out.append("S")
+            elif kind == token.NUMBER:
+                out.append("0")
+            else:
+                out.append(tok.string)
+    except (tokenize.TokenError, SyntaxError, UnicodeDecodeError):
+        pass  # what could be read is compared
+    return out
+
+
+def winnow(tokens: list[str]) -> frozenset[int]:
+    """The winnowed fingerprints of every run of K tokens."""
+    hashes = [int.from_bytes(hashlib.blake2b("\0".join(tokens[i:i + K]).encode(), digest_size=8).digest(), "big")
+              for i in range(len(tokens) - K + 1)]
+    if len(hashes) <= WINDOW:
+        return frozenset(hashes)
+    return frozenset(min(hashes[i:i + WINDOW]) for i in range(len(hashes) - WINDOW + 1))
