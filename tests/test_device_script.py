@@ -3,6 +3,7 @@ its dry run names the commands it would run, and its rehearsal runs gate 00 thro
 
 import os
 import subprocess
+import sys
 
 import pytest
 
@@ -13,7 +14,10 @@ SCRIPT = REPO / "bench" / "device_gate00.sh"
 
 def _script(tmp_path, **env):
     return subprocess.run(["bash", str(SCRIPT)], cwd=tmp_path, capture_output=True, text=True,
-                          env={**os.environ, "HOME": str(tmp_path), "OUT": str(tmp_path / "out"), **env})
+                          env={**os.environ, "HOME": str(tmp_path), "OUT": str(tmp_path / "out"),
+                               # the script's python3 is this test's, activated or not
+                               "PATH": f"{os.path.dirname(sys.executable)}{os.pathsep}{os.environ.get('PATH', '')}",
+                               **env})
 
 
 def test_the_script_parses_and_its_dry_run_installs_without_an_index_and_runs_gate_00(tmp_path):
