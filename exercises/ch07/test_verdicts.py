@@ -179,7 +179,7 @@ def _trusted_cases(rng):
         grid = (int(rng.integers(1, 4)), int(rng.integers(1, 3)))
         entries.append(("copy", (rows * grid[0], lanes * grid[1]), str(rng.choice(("float32", "bfloat16"))),
                         (rows, lanes), "v5e"))
-    entries.append(CATALOGUE[int(rng.integers(len(CATALOGUE)))])
+    entries.append(CATALOGUE[int(rng.integers(len(CATALOGUE)))][0])  # (entry, verdict columns)
     return [checks.trusted.exact("predict_verdict", entry, kwargs=dict(libtpu=libtpu),
                                  expected=toolchain_verdict(*entry, compile=False)[0], compare=_seen_by_the_lowering)
             for entry in entries]
