@@ -102,24 +102,32 @@ def _reference(instruction, numbers):
 def _check(impl, hlo, source, truth=None):
     """decode_hlo_dots on `hlo` against the course's reading, then every einsum run."""
     fn = impl.hlo_dots.decode_hlo_dots
-    got = fn(hlo)
-    module = ir.parse(hlo)
-    instructions = ir.dots(module)
-    want = [ir.dot_numbers(module, i) for i in instructions]
-    ir.assert_dots_match(fn, got, want, dump=source)
-    for seed, (mine, instruction, numbers) in enumerate(zip(got, instructions, want)):
-        if truth is not None:
-            assert tuple(map(tuple, _numbers(mine))) == tuple(map(tuple, truth)), (
-                f"{fn.display} on {source}: {mine['name']} decodes to {_numbers(mine)}; the program's "
-                f"dot_general has {truth}")
-        spec = mine.get("einsum")
-        assert isinstance(spec, str) and "->" in spec, f"{fn.display}: {mine['name']}'s einsum should be a spec like 'abc,acd->abd', got {spec!r}"
+    for seed, (mine, instruction, numbers, spec) in enumerate(_read_as_the_course_does(fn, fn(hlo), hlo, source,
+                                                                                       truth)):
         x = tst.random_array(numbers["lhs_shape"], "float32", seed)
         y = tst.random_array(numbers["rhs_shape"], "float32", seed + 100)
         checks.assert_matches_reference(
             checks.graded(lambda a, b, s=spec: jnp.einsum(s, a, b), f"jnp.einsum({spec!r}) from {fn.display}"),
             (x, y), reference=_reference(instruction, numbers), require_kernel=False,
             note=f"the einsum it gives for {mine['name']} in {source}")
+
+
+def _read_as_the_course_does(fn, got, hlo, source, truth):
+    """(decoded dot, its instruction, the course's numbers for it, its einsum spec) of each dot, once
+    the decoded dots are the course's reading of the module and the truth where known."""
+    module = ir.parse(hlo)
+    instructions = ir.dots(module)
+    want = [ir.dot_numbers(module, i) for i in instructions]
+    ir.assert_dots_match(fn, got, want, dump=source)
+    for mine, instruction, numbers in zip(got, instructions, want):
+        if truth is not None:
+            assert tuple(map(tuple, _numbers(mine))) == tuple(map(tuple, truth)), (
+                f"{fn.display} on {source}: {mine['name']} decodes to {_numbers(mine)}; the program's "
+                f"dot_general has {truth}")
+        spec = mine.get("einsum")
+        assert isinstance(spec, str) and "->" in spec, (
+            f"{fn.display}: {mine['name']}'s einsum should be a spec like 'abc,acd->abd', got {spec!r}")
+        yield mine, instruction, numbers, spec
 
 
 def _numbers(decoded):
@@ -201,16 +209,7 @@ def _decodes(got, expected):
     and every einsum computes what its instruction does (run here, in the grader)."""
     hlo, source, truth = expected
     fn = checks.graded(lambda *args: None, "decode_hlo_dots()")
-    module = ir.parse(hlo)
-    instructions = ir.dots(module)
-    want = [ir.dot_numbers(module, i) for i in instructions]
-    ir.assert_dots_match(fn, got, want, dump=source)
-    for seed, (mine, instruction, numbers) in enumerate(zip(got, instructions, want)):
-        if truth is not None:
-            assert tuple(map(tuple, _numbers(mine))) == tuple(map(tuple, truth)), (
-                f"{mine['name']} decodes to {_numbers(mine)}; the program's dot_general has {truth}")
-        spec = mine.get("einsum")
-        assert isinstance(spec, str) and "->" in spec, f"{mine['name']}'s einsum should be a spec, got {spec!r}"
+    for seed, (mine, instruction, numbers, spec) in enumerate(_read_as_the_course_does(fn, got, hlo, source, truth)):
         x = np.asarray(tst.random_array(numbers["lhs_shape"], "float32", seed), np.float64)
         y = np.asarray(tst.random_array(numbers["rhs_shape"], "float32", seed + 100), np.float64)
         reference = _reference(instruction, numbers)
