@@ -28,6 +28,8 @@ from pathlib import Path
 
 import pytest
 
+from pytest_tpucourse.core.profiles import DEFAULT_PROFILE
+
 from .support import is_xdist_variable
 
 REPO = Path(__file__).resolve().parents[1]
@@ -50,8 +52,11 @@ class ChapterJob:
     def pytest_args(self, basetemp: Path) -> list[str]:
         folder = self.course / "exercises" / self.chapter
         targets = [str(folder / name) for name in self.files] if self.files is not None else [str(folder)]
+        # The learner's hypothesis profile, whether CI is set or not: a run draws (and prints) here
+        # what `pytest exercises/chNN` draws on a learner's machine, which the READMEs quote.
+        profile = () if "--hypothesis-profile" in self.args else ("--hypothesis-profile", DEFAULT_PROFILE)
         return [f"--basetemp={basetemp}", *targets, "--rootdir", str(self.course), "-p", "no:cacheprovider",
-                *self.args]
+                *profile, *self.args]
 
 
 def default_jobs() -> int:

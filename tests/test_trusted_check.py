@@ -440,14 +440,14 @@ CHAPTERS = [c.id for c in load_course(REPO).chapters if c.exercises]
 @pytest.mark.parametrize("chapter", CHAPTERS)
 def test_every_exercise_declares_cases_the_solutions_pass_and_the_stubs_fail(chapter, tmp_path):
     course = load_course(REPO)
-    # One call site for every draw: a compiled program's HLO text (ch04, ch12) names the Python
-    # frames that traced it, the caller's line among them, and the grader always draws from one.
     prepare = lambda seed: TrustedCheck.prepare(course, [chapter], seed, jax_cache="none")  # noqa: E731
-    check = prepare(20261204)
+    check = TrustedCheck.prepare(course, [chapter], 20261204, jax_cache="none")
     keys = [e.key for e in course.chapter(chapter).exercises]
     assert check.not_checkable == {} and sorted(check.exercises) == sorted(keys)
     digest = hashlib.sha256(check.inputs).hexdigest()  # compared as digests: a diff of MBs takes minutes
-    assert hashlib.sha256(prepare(20261204).inputs).hexdigest() == digest  # the same seed draws the same cases
+    # The same seed draws the same cases, from another caller too (a program's HLO text drawn
+    # with its frames would name the caller's line: checks.trusted.program_text leaves them out).
+    assert hashlib.sha256(prepare(20261204).inputs).hexdigest() == digest
     assert hashlib.sha256(prepare(7).inputs).hexdigest() != digest
     for tree, verdict in ((REPO / "solutions", AGREES), (REPO / "exercises", DISAGREES)):
         got = check.check_tree(Unisolated(tree), timeout=1800)

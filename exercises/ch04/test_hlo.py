@@ -127,10 +127,6 @@ def _same_fusions(got, expected):
                                                    f"same program has {expected}")
 
 
-def _compiled_text(ops, x):
-    return jax.jit(_program(ops)).lower(x).compile().as_text()
-
-
 def _trusted_cases(rng):
     """Checked outside the tree's process (docs/grading.md): modules XLA compiled here from programs
     the grader draws, one shipped snippet, and optimized_hlo on a drawn program."""
@@ -139,7 +135,7 @@ def _trusted_cases(rng):
         ops = tuple(str(o) for o in rng.choice(PROGRAM_STEPS, size=int(rng.integers(1, 5))))
         x = tst.random_array((int(rng.integers(2, 9)) * 8, int(rng.integers(1, 5)) * 32), "float32",
                              checks.trusted.seed(rng))
-        text = _compiled_text(ops, x)
+        text = checks.trusted.program_text(_program(ops), x, optimized=True)
         cases.append(checks.trusted.exact("count_fusions", (text,), expected=_fusions(text),
                                           what="the fusions it counts",
                                           label=f"count_fusions(XLA's module of {' > '.join(ops)})"))

@@ -229,8 +229,7 @@ def _trusted_cases(rng):
     for optimized in (False, True):
         lhs_shape, rhs_shape, dn = _draw_problem(rng)
         x, y = _operands((lhs_shape, rhs_shape, dn), checks.trusted.seed(rng))
-        lowered = jax.jit(lambda a, b: lax.dot_general(a, b, dn)).lower(x, y)
-        hlo = lowered.compile().as_text() if optimized else lowered.as_text(dialect="hlo")
+        hlo = checks.trusted.program_text(lambda a, b: lax.dot_general(a, b, dn), x, y, optimized=optimized)
         source = f"{'XLA:CPU optimized' if optimized else 'the'} HLO of lax.dot_general(x{lhs_shape}, y{rhs_shape}, {dn})"
         (lc, rc), (lb, rb) = dn
         cases.append(checks.trusted.exact("decode_hlo_dots", (hlo,), expected=(hlo, source, None if optimized else

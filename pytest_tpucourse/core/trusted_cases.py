@@ -25,6 +25,9 @@ Kinds of case:
   exact(fn, args, expected=...)        a result compared as plain data (counts, text, tables), or
                                        with compare(got, expected) -> None or why not
 
+An input that is a program's HLO text comes from `program_text`, which leaves out the frames
+that traced it (they would make the draw depend on its caller).
+
 Inputs are arrays, numbers, strings, tuples, lists and dicts, and two nodes the worker builds:
 `built(builder, *args)` (a module-level function of the test file, called on plain arguments:
 a program to trace, a jaxpr) and `mesh(n)` (a 1-D mesh of the run's first n devices, axis "x").
@@ -36,7 +39,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Any, Callable
 
-__all__ = ["built", "Case", "Cases", "close", "exact", "grads", "judge_array", "mesh", "passes", "seed",
+__all__ = ["built", "Case", "Cases", "close", "exact", "grads", "judge_array", "mesh", "passes", "program_text", "seed",
            "SOLUTION", "values"]
 
 NAME = "TRUSTED"  # the name a graded test file gives its Cases
@@ -163,6 +166,21 @@ def built(builder: Callable, *args, label: str = "", **kwargs) -> Built:
 
 def mesh(devices: int, axis: str = "x") -> Mesh:
     return Mesh(devices, axis)
+
+
+def program_text(function: Callable, *args, optimized: bool) -> str:
+    """The HLO text of jit(function) on args (XLA's optimized module when `optimized`), for a case's
+    input: traced with no Python frames in its locations, which name every caller's line, so the
+    same seed draws the same text wherever the draw is made."""
+    import jax
+
+    limit = jax.config.jax_traceback_in_locations_limit
+    jax.config.update("jax_traceback_in_locations_limit", 0)
+    try:
+        lowered = jax.jit(function).lower(*args)
+        return lowered.compile().as_text() if optimized else lowered.as_text(dialect="hlo")
+    finally:
+        jax.config.update("jax_traceback_in_locations_limit", limit)
 
 
 def close(rtol: float = 1e-6, atol: float = 0.0) -> Callable:
