@@ -36,8 +36,18 @@ __all__ = [
     "assert_close", "assert_equal", "assert_grads_match", "assert_matches_reference",
     "assert_one_kernel", "assert_rejects", "assert_uses_pallas", "CHECK_GRADS_EPS",
     "CHECK_GRADS_TOL", "CheckerError", "count_pallas_calls", "fail", "graded", "gradient",
-    "trusted", "WrongResult",
+    "toolchain_words", "trusted", "WrongResult",
 ]
+
+
+def toolchain_words(error: BaseException, max_lines: int = 4) -> str:
+    """What the toolchain said when it refused a program, for a graded test's message: its own
+    text without JAX's advice to file a bug (never the learner's business), at most `max_lines`
+    lines, each at most 300 characters."""
+    from .core.outcomes import without_jax_advice
+
+    lines = without_jax_advice(str(error)).splitlines() or [type(error).__name__]
+    return "\n".join([line[:300] for line in lines[:max_lines]] + (["..."] if len(lines) > max_lines else []))
 
 
 def graded(function, name: str) -> GradedFunction:

@@ -129,6 +129,8 @@ def noise(output: str) -> list[str]:
     for index, line in enumerate(lines):
         if not line.rstrip().endswith(":") or line.startswith(("=", "_", "platform ", "rootdir", "plugins")):
             continue
+        if re.match(r"\s*>?\s*\d+ \| ", line):  # a numbered listing of source code the report quotes
+            continue
         following = next((n for n in lines[index + 1:] if n.strip()), "")
         indent = len(line) - len(line.lstrip())
         if len(following) - len(following.lstrip()) <= indent:

@@ -16,7 +16,7 @@ from jax.experimental import pallas as pl
 from jax.experimental.pallas import tpu as pltpu
 
 from pytest_tpucourse import checks, references
-from pytest_tpucourse.core.outcomes import WrongResult, headline_of
+from pytest_tpucourse.core.outcomes import WrongResult, headline_of, without_jax_advice
 from pytest_tpucourse.diagnosis import causes
 from pytest_tpucourse.grading.messages import _useful_notes, same_failure
 from pytest_tpucourse.strategies import random_array
@@ -206,6 +206,59 @@ def test_the_first_suspect_is_the_cause_named_earliest():
 def test_no_summary_line_ends_on_a_bare_colon():
     assert headline_of("f() raised:\n  ValueError: bad") == "f() raised: ValueError: bad"
     assert headline_of("f() lets a copy land:") == "f() lets a copy land"
+
+
+def test_a_headline_goes_on_past_every_line_that_ends_on_a_colon():
+    report = ("predict_verdict(...) predicted 'ok'; the compiler says 'mosaic':\n"
+              "  the v5e compiler rejects kernel k (Mosaic):\n    Mosaic failed to compile TPU kernel: i8")
+    assert headline_of(report) == ("predict_verdict(...) predicted 'ok'; the compiler says 'mosaic': the v5e "
+                                   "compiler rejects kernel k (Mosaic): Mosaic failed to compile TPU kernel: i8")
+
+
+def test_jax_advice_to_file_a_bug_is_left_out_of_a_toolchain_refusal():
+    said = ("Pallas encountered an internal verification error. Please file a bug at "
+            "https://github.com/jax-ml/jax/issues/new/choose. Error details: 'tpu.matmul' op Expected 32-bit\n"
+            "  Unimplemented primitive in Pallas TPU lowering for tc: cumsum. Please file an issue at "
+            "https://github.com/jax-ml/jax/issues/new/choose.")
+    assert without_jax_advice(said) == ("Error details: 'tpu.matmul' op Expected 32-bit\n"
+                                        "  Unimplemented primitive in Pallas TPU lowering for tc: cumsum.")
+    assert checks.toolchain_words(ValueError(said), 1) == "Error details: 'tpu.matmul' op Expected 32-bit\n..."
+
+
+GRADED_TEST_WITH_ASSERTS = """
+    from hypothesis import example, given, strategies as st
+
+    @given(n=st.integers(1, 3))
+    @example(n=2)
+    def test_double_counts(impl, request, n):
+        got = impl.double.double(n)
+        assert got == 2 * n, f"{impl.double.double.display}: double({n}) returned {got!r}, expected {2 * n}"
+
+    def test_double_of_one(impl):
+        assert impl.double.double(1) == 2
+"""
+
+
+def test_a_graded_test_files_own_assert_reports_in_the_course_words(fake_course):
+    fake_course.write("exercises", "double", "def double(x):\n    return x * 3\n")
+    fake_course.test_file(GRADED_TEST_WITH_ASSERTS)
+    result = fake_course.run()
+    output = result.stdout.str()
+    assert result.ret == pytest.ExitCode.TESTS_FAILED
+    result.stdout.fnmatch_lines(["double() in exercises/ch11/double.py: double(2) returned 6, expected 4",
+                                 "  the failing case: n=2"])
+    assert "the failing case: request=" not in output  # a fixture is no drawn value
+    # No message: the assertion, where the test file makes it, in one line.
+    result.stdout.fnmatch_lines(["the check at exercises/ch11/test_double.py:11 failed: assert 3 == 2"])
+    for pytest_own in ("Failing explicit example", "AssertionError", "E       ", "test_double.py:8: "):
+        assert pytest_own not in output, pytest_own
+
+
+def test_an_assert_in_the_learners_code_is_not_taken_for_the_tests_own(fake_course):
+    fake_course.write("exercises", "double", "def double(x):\n    assert x < 0, 'only negatives'\n    return 2 * x\n")
+    fake_course.test_file(GRADED_TEST_WITH_ASSERTS)
+    output = fake_course.run().stdout.str()
+    assert "the check at" not in output and "only negatives" in output
 
 
 def test_a_drawn_example_is_one_line_in_the_course_words():

@@ -143,10 +143,7 @@ def test_mutant_is_caught_by_exactly_its_tests(chapter_run, mutant, record_prope
     unsaid = [quoted for quoted in mutant.says if not says_pattern(quoted).search(output)]
     assert not unsaid, f"{mutant.name}: the README quotes {unsaid}, which its run does not print"
     # Each failure said once, in the course's words (no raw dump, no JAX or hypothesis text of its own).
-    # Held in the kernel chapters; the others' graded tests still fail some mistakes with a bare
-    # `assert` (pytest's own report), which docs/checking.md lists as the next to move.
-    if mutant.chapter in KERNEL_CHAPTERS:
-        assert noise(output) == [], f"{mutant.name}: {noise(output)}"
+    assert noise(output) == [], f"{mutant.name}: {noise(output)}"
 
 
 @pytest.mark.parametrize("variant", EQUIVALENTS, ids=lambda m: f"{m.chapter}.{m.name}")

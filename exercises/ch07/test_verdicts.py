@@ -10,6 +10,8 @@ graded on the lowering's part (a kernel the lowering accepts counts as "ok" ther
 measured release's against its column.
 """
 
+import textwrap
+
 import jax
 import jax.numpy as jnp
 import pytest
@@ -81,14 +83,13 @@ def toolchain_verdict(body, shape, dtype, block, chip, *, compile: bool) -> tupl
     try:
         tpu.lower_for_tpu(fn, x, chip=chip)
     except Exception as error:
-        text = str(error).splitlines()[0] if str(error) else type(error).__name__
-        return ("block shape" if "block shape" in str(error) else "unsupported op"), text
+        return ("block shape" if "block shape" in str(error) else "unsupported op"), checks.toolchain_words(error, 1)
     if not compile:
         return "ok", "the lowering accepts it"
     try:
         tpu.compile_for(fn, x, chip=chip)
     except tpu.TpuCompileError as error:
-        return error.kind, str(error)
+        return error.kind, checks.toolchain_words(error)
     return "ok", "the compiler accepts it"
 
 
@@ -107,13 +108,13 @@ def check(impl, entry, *, compile: bool, measured: str | None = None):
         raise checks.CheckerError(
             f"the chapter's catalogue says {measured!r} for {entry} with libtpu {_release(libtpu)}; the "
             f"installed libtpu {tpu.libtpu_version()} says {verdict!r}: the catalogue is out of date, not your "
-            f"prediction:\n  {words[:400]}")
+            f"prediction:\n{textwrap.indent(words, '  ')}")
     seen = predicted if compile or predicted in LOWERING_VERDICTS else "ok"
     stage = ("the lowering and the compiler" if compile
              else "the lowering" + ("" if tpu.available() else " (no libtpu here)"))
     assert seen == verdict, (
         f"{display}: {call} predicted {predicted!r}; {stage} {'say' if compile else 'says'} {verdict!r}:\n"
-        f"  {words[:400]}"
+        + textwrap.indent(words, "  ")
         + (f"\n  {tpu.unmeasured_line()}" if compile and not tpu.measured() else ""))
 
 

@@ -40,6 +40,7 @@ from pathlib import Path
 
 from ..chips import DEFAULT_CHIP, Chip, get_chip
 from ..core import kept_files
+from ..core.outcomes import without_jax_advice
 
 READ_AGAINST = "jax/jaxlib 0.10.2 with libtpu 0.0.42.1; jax/jaxlib 0.12.0.1 with libtpu 0.0.50.1"
 INSTALL_LINE = "needs the real TPU compiler: pip install -e '.[tpu-compile]'"
@@ -376,7 +377,7 @@ def translate(detail: str, *, chip_name: str, kernels: list[str], stage: str = "
 
 def _first_lines(text: str) -> str:
     drop = re.compile(r"^(See https://openxla|Please report a bug|The MLIR operation involved:)")
-    lines = [line.strip() for line in text.splitlines() if line.strip() and not drop.match(line.strip())]
+    lines = [line.strip() for line in without_jax_advice(text).splitlines() if not drop.match(line.strip())]
     lines = [re.sub(r"^(INTERNAL|INVALID_ARGUMENT|RESOURCE_EXHAUSTED|UNIMPLEMENTED): ", "", line)
              for line in lines]
     shown = lines[:_MAX_DETAIL_LINES] + (["..."] if len(lines) > _MAX_DETAIL_LINES else [])

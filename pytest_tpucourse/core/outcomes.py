@@ -8,6 +8,8 @@ learner's line.
 
 from __future__ import annotations
 
+import re
+
 import pytest
 
 # What code under grading may raise, all of it its own failure: any Exception, and pytest's
@@ -61,15 +63,32 @@ def first_line(text: str) -> str:
     return next((line.strip() for line in text.splitlines() if line.strip()), "")
 
 
+# JAX's and Pallas' advice to file a bug or an issue, which its errors end with: never the
+# learner's business, and cut mid-sentence it reads as the course's own failure.
+JAX_ADVICE = re.compile(r"\s*(Please file (?:a bug|an issue) at \S+|See details at \S+|Pallas encountered an "
+                        r"internal verification error\.)")
+
+
+def without_jax_advice(text: str) -> str:
+    """A toolchain's message without JAX's advice to file a bug, and without the lines it leaves blank."""
+    lines = []
+    for line in text.splitlines():
+        kept = JAX_ADVICE.sub("", line).rstrip()
+        indent = line[:len(line) - len(line.lstrip())]
+        if kept.strip():
+            lines.append(indent + kept.strip())
+    return "\n".join(lines)
+
+
 def headline_of(text: str) -> str:
     """A report in one line: its first line, and where that ends in a colon (`... raised:`),
     what the colon introduces, so no summary line ends on a bare colon."""
     lines = [line.strip() for line in text.splitlines() if line.strip()]
     if not lines:
         return ""
-    head = lines[0]
-    if head.endswith(":") and len(lines) > 1:
-        return f"{head} {lines[1]}"
+    head, following = lines[0], lines[1:]
+    while head.endswith(":") and following:  # `... say 'mosaic':` / `the compiler rejects ...:` / its words
+        head = f"{head} {following.pop(0)}"
     return head.rstrip(":")
 
 

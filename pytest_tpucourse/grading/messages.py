@@ -9,7 +9,7 @@ import traceback
 from pathlib import Path
 
 from ..core import jax_internals
-from ..core.outcomes import GradingOutcome, Todo, headline_of
+from ..core.outcomes import GradingOutcome, Todo, headline_of, without_jax_advice
 from ..core.paths import shown
 from . import deadline
 
@@ -93,8 +93,7 @@ def exception_headline(display: str, error: BaseException, learner_path: Path | 
 
 def _root_message(error: BaseException) -> str:
     """The error's own words, without JAX's advice to file a bug (never the learner's business)."""
-    text = "\n".join(line for line in (_JAX_NOISE.sub("", line) for line in str(error).splitlines())
-                     if line.strip())
+    text = without_jax_advice(str(error))
     if type(error).__name__ == "JaxRuntimeError" or "Traceback (most recent call last)" in text:
         for line in reversed(text.splitlines()):
             head = line.split(":", 1)[0].strip()
@@ -116,6 +115,29 @@ def outcome_report(error: BaseException) -> tuple[str, bool, str] | None:
     notes = ([] if REPRODUCTION_MARK in text or not outcome.inputs_matter
              else _useful_notes(getattr(error, "__notes__", [])))
     return "\n".join([text, *notes]), isinstance(outcome, Todo), outcome.headline
+
+
+def assertion_report(error: BaseException, test_path: Path,
+                     course_root: Path | None) -> tuple[str, bool, str] | None:
+    """(the report's text, False, its headline) of a graded test file's own `assert` that failed,
+    in the course's words: the assertion's message, or where it has none the assertion with its
+    line; then the case hypothesis drew. No traceback into the test and no pytest introspection
+    under it (the message says what was expected). None for any other failure: an assertion
+    raised elsewhere (the learner's code, a helper) keeps pytest's report."""
+    if not isinstance(error, AssertionError) or isinstance(error, GradingOutcome):
+        return None
+    tb = error.__traceback__
+    while tb is not None and tb.tb_next is not None:
+        tb = tb.tb_next
+    if tb is None or Path(tb.tb_frame.f_code.co_filename).resolve() != Path(test_path).resolve():
+        return None
+    text = str(error).strip()
+    if not text or text.startswith("assert "):
+        checked = text.splitlines()[0] if text else "assert"
+        message = f"the check at {shown(Path(test_path), course_root)}:{tb.tb_lineno} failed: {checked}"
+    else:
+        message = text.split("\nassert ", 1)[0].rstrip()
+    return "\n".join([message, *_useful_notes(getattr(error, "__notes__", []))]), False, headline_of(message)
 
 
 REPRODUCTION_MARK = "\n  reproduce ("  # where reproduction.py's lines start in a message
@@ -155,6 +177,10 @@ _HYPOTHESIS_ADVICE = ("@reproduce_failure", "reproduce_failure(", "@seed(", "--h
 _DRAWN = re.compile(r"^(?:Failing explicit example|Falsifying(?: explicit)? example):\s*\w+\((?P<args>.*)\)\s*$", re.S)
 
 
+# A fixture's argument in hypothesis' example (`request=<FixtureRequest ...>,`): never a drawn value.
+_FIXTURE_ARGUMENT = re.compile(r"^\s*\w+=<[^\n]*>,?\s*$")
+
+
 def _useful_notes(notes: list[str]) -> list[str]:
     """Hypothesis' failing example as one line in the course's words (`  the failing case: ...`),
     without fixture noise or advice to edit the test."""
@@ -162,6 +188,7 @@ def _useful_notes(notes: list[str]) -> list[str]:
     for note in notes:
         lines = [line for line in str(note).splitlines()
                  if "impl=" not in line and "mesh=factory" not in line
+                 and not _FIXTURE_ARGUMENT.match(line)
                  and not any(advice in line for advice in _HYPOTHESIS_ADVICE)]
         text = "\n".join(lines).strip()
         drawn = _DRAWN.match(text)
@@ -178,8 +205,6 @@ def _useful_notes(notes: list[str]) -> list[str]:
 
 _BLOCK_REFUSED = re.compile(r"Block spec for (?P<origin>\S+) in pallas_call (?P<kernel>\S+) at (?P<at>\S+?)[ ,]")
 _UNLOWERED = re.compile(r"Unimplemented primitive in Pallas TPU lowering(?: for \w+)?: (?P<primitive>\w+)")
-_JAX_NOISE = re.compile(r"\s*(Please file (?:a bug|an issue) at \S+|See details at \S+|Pallas encountered an "
-                        r"internal verification error\.)")
 
 
 def lowering_explanation(error: BaseException, program, course_root: Path | None) -> list[str] | None:
@@ -232,8 +257,7 @@ def _dtype_name(dtype) -> str:
 
 def lowering_text(error: BaseException, max_lines: int = MAX_MESSAGE_LINES) -> list[str]:
     """The lowering's own words, without JAX's advice to file a bug."""
-    lines = [_JAX_NOISE.sub("", line) for line in str(error).splitlines()]
-    lines = [line for line in lines if line.strip()]
+    lines = without_jax_advice(str(error)).splitlines()
     lines = lines[:max_lines] + (["..."] if len(lines) > max_lines else [])
     return [f"{type(error).__name__}: {line}" if i == 0 else line for i, line in enumerate(lines)]
 

@@ -22,7 +22,7 @@ from ..core.outcomes import first_line
 from ..core.paths import shown
 from ..gates import markers
 from ..grading import backend, leftovers
-from ..grading.messages import outcome_report, same_failure
+from ..grading.messages import assertion_report, outcome_report, same_failure
 from .session import CALL_SEEN, GATE_RESULTS, SESSION, CourseSession
 
 _PACKAGE = Path(__file__).resolve().parents[1]  # the package
@@ -38,6 +38,8 @@ def pytest_runtest_makereport(item: pytest.Item, call: pytest.CallInfo):
     if report.skipped and call.excinfo is not None and session is not None:
         report.tpucourse_skip_by = skip_made_by(session, item, call.excinfo.value)
     found = outcome_report(call.excinfo.value) if call.excinfo else None
+    if found is None and call.excinfo is not None and session is not None and _graded_test(session, item):
+        found = assertion_report(call.excinfo.value, item.path, session.course.root)
     if found is not None:
         report.longrepr, report.tpucourse_todo, report.tpucourse_headline = found
     if call.when == "call" and report.passed and session is not None:
@@ -50,6 +52,11 @@ def pytest_runtest_makereport(item: pytest.Item, call: pytest.CallInfo):
         if call.when == "call":
             backend.reset_after_failure()  # a failing kernel's simulated TPU state must not leak
     return report
+
+
+def _graded_test(session: CourseSession, item: pytest.Item) -> bool:
+    """Whether the test is one of the course's graded test files (exercises/chNN/test_*.py)."""
+    return Path(item.path).resolve().is_relative_to((session.course.root / "exercises").resolve())
 
 
 def pytest_report_teststatus(report: pytest.TestReport, config: pytest.Config):
