@@ -21,7 +21,7 @@ from pytest_tpucourse.classroom.runner import TreeRun
 from pytest_tpucourse.classroom.tree_runner import Ran, Unisolated, bounded
 from pytest_tpucourse.classroom.trusted_check import AGREES, DISAGREES, NOT_CHECKABLE, Expectation, TrustedCheck
 from pytest_tpucourse.commands import main
-from pytest_tpucourse.core import plain_data
+from pytest_tpucourse.core import jax_internals, plain_data
 from pytest_tpucourse.core import trusted_cases as tc
 from pytest_tpucourse.core.course import load_course
 
@@ -329,7 +329,7 @@ def test_a_tree_that_forges_the_workers_answers_is_judged_on_them(chapter_one_ch
     tree = _tree(tmp_path, "forger", "solutions")
     forged = textwrap.dedent('''\
         import os, pickle, pathlib
-        from pytest_tpucourse.core import plain_data
+        from pytest_tpucourse.core import jax_internals, plain_data
         ok = plain_data.encode({"results": [{"ok": True, "result": 0.0}] * 4})
         for key in ("ch01.softmax", "ch01.norms"):
             pathlib.Path(f"trusted-{key}.bin").write_bytes(ok)
@@ -441,13 +441,16 @@ CHAPTERS = [c.id for c in load_course(REPO).chapters if c.exercises]
 def test_every_exercise_declares_cases_the_solutions_pass_and_the_stubs_fail(chapter, tmp_path):
     course = load_course(REPO)
     prepare = lambda seed: TrustedCheck.prepare(course, [chapter], seed, jax_cache="none")  # noqa: E731
-    check = TrustedCheck.prepare(course, [chapter], 20261204, jax_cache="none")
+    # The same seed draws the same cases, from another caller and through a compilation cache too:
+    # a program's HLO text drawn with its frames names the caller's line, and one loaded from the
+    # cache the frames of whoever compiled it first (checks.trusted.program_text leaves them out).
+    with jax_internals.persistent_cache(tmp_path / "jax-cache"):
+        check = TrustedCheck.prepare(course, [chapter], 20261204, jax_cache="none")
+        again = prepare(20261204).inputs
     keys = [e.key for e in course.chapter(chapter).exercises]
     assert check.not_checkable == {} and sorted(check.exercises) == sorted(keys)
     digest = hashlib.sha256(check.inputs).hexdigest()  # compared as digests: a diff of MBs takes minutes
-    # The same seed draws the same cases, from another caller too (a program's HLO text drawn
-    # with its frames would name the caller's line: checks.trusted.program_text leaves them out).
-    assert hashlib.sha256(prepare(20261204).inputs).hexdigest() == digest
+    assert hashlib.sha256(again).hexdigest() == digest
     assert hashlib.sha256(prepare(7).inputs).hexdigest() != digest
     for tree, verdict in ((REPO / "solutions", AGREES), (REPO / "exercises", DISAGREES)):
         got = check.check_tree(Unisolated(tree), timeout=1800)

@@ -281,17 +281,18 @@ def _trusted_cases(rng):
         def program(x):
             return lax.fori_loop(0, length, lambda i, c: jnp.sin(c) * 1.5 + c, x)
         shape, loop = (width, width), "fori_loop"
-    loop_hlo = jax.jit(program).lower(_on_cpu(tst.random_array(shape, "float32", checks.trusted.seed(rng)))
-                                      ).compile().as_text()
+    loop_hlo = checks.trusted.program_text(
+        program, _on_cpu(tst.random_array(shape, "float32", checks.trusted.seed(rng))), optimized=True)
     rows, cols, axis = int(rng.choice((4, 16, 64))), int(rng.choice((8, 96, 256))), int(rng.integers(2))
-    sort_hlo = jax.jit(lambda a: jnp.sort(a, axis=axis).astype(jnp.float32) * 2.0).lower(
-        _on_cpu(tst.random_array((rows, cols), "bfloat16", 1))).compile().as_text()
+    sort_hlo = checks.trusted.program_text(lambda a: jnp.sort(a, axis=axis).astype(jnp.float32) * 2.0,
+                                           _on_cpu(tst.random_array((rows, cols), "bfloat16", 1)), optimized=True)
     name, devices = str(rng.choice(sorted(COLLECTIVES))), int(rng.choice((2, 4, 8)))
     body, opcode = COLLECTIVES[name]
     cpu = jax.devices("cpu")[:devices]
     mesh = jax.make_mesh((devices,), ("x",), devices=cpu, axis_types=(jax.sharding.AxisType.Auto,))
     sharded = jax.shard_map(lambda a: jnp.tanh(body(a, devices)), mesh=mesh, in_specs=P("x"), out_specs=P("x"))
-    collective_hlo = jax.jit(sharded).lower(tst.random_array((8 * devices, 128), "float32", 2)).compile().as_text()
+    collective_hlo = checks.trusted.program_text(sharded, tst.random_array((8 * devices, 128), "float32", 2),
+                                                 optimized=True)
     draws = [(loop_hlo, f"XLA:CPU's HLO of a {loop} of length {length}", length, None),
              (sort_hlo, f"XLA:CPU's HLO of sort(bf16[{rows},{cols}], axis={axis}) as f32 * 2", None, None),
              (collective_hlo, f"XLA:CPU's HLO of a {name} over {devices} devices", None, opcode),

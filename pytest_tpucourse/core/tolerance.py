@@ -23,6 +23,8 @@ Evidence: docs/checking.md ("The tolerance rule"), printed by bench/tolerance_ev
 
 from __future__ import annotations
 
+import math
+
 import numpy as np
 
 FLOOR_FACTOR = 1.0
@@ -58,8 +60,16 @@ def relative_error(got, reference) -> float:
     reference = np.asarray(reference, dtype=np.float64)
     finite = np.isfinite(reference)
     diff = np.subtract(got, reference, out=np.zeros_like(got), where=finite)
-    norm = float(np.linalg.norm(np.where(finite, reference, 0.0)))
-    return float(np.linalg.norm(diff)) / (norm if norm > 0 else 1.0)
+    norm = _norm(np.where(finite, reference, 0.0))
+    return _norm(diff) / (norm if norm > 0 else 1.0)
+
+
+def _norm(values: np.ndarray) -> float:
+    """The 2-norm of every entry. numpy's `linalg.norm` is a BLAS dot, whose threads spin on a
+    loaded machine (7.7 ms of CPU for 512x512 entries where this takes 0.15 ms); the sum of
+    squares in one pass is as exact at the tolerances the course compares against."""
+    flat = np.ascontiguousarray(values, dtype=np.float64).ravel()
+    return math.sqrt(float(np.einsum("i,i->", flat, flat)))
 
 
 def judge(got, expected, dtype, kind: str = "forward", floor=None) -> tuple[float, float, float]:
