@@ -177,8 +177,8 @@ _HYPOTHESIS_ADVICE = ("@reproduce_failure", "reproduce_failure(", "@seed(", "--h
 _DRAWN = re.compile(r"^(?:Failing explicit example|Falsifying(?: explicit)? example):\s*\w+\((?P<args>.*)\)\s*$", re.S)
 
 
-# A fixture's argument in hypothesis' example (`request=<FixtureRequest ...>,`): never a drawn value.
-_FIXTURE_ARGUMENT = re.compile(r"^\s*\w+=<[^\n]*>,?\s*$")
+# pytest's `request` fixture in hypothesis' example (`request=<FixtureRequest ...>,`): never a drawn value.
+_FIXTURE_ARGUMENT = re.compile(r"^\s*\w+=<FixtureRequest\b[^\n]*>,?\s*$")
 
 
 def _useful_notes(notes: list[str]) -> list[str]:
