@@ -329,7 +329,7 @@ def test_a_tree_that_forges_the_workers_answers_is_judged_on_them(chapter_one_ch
     tree = _tree(tmp_path, "forger", "solutions")
     forged = textwrap.dedent('''\
         import os, pickle, pathlib
-        from pytest_tpucourse.core import jax_internals, plain_data
+        from pytest_tpucourse.core import plain_data
         ok = plain_data.encode({"results": [{"ok": True, "result": 0.0}] * 4})
         for key in ("ch01.softmax", "ch01.norms"):
             pathlib.Path(f"trusted-{key}.bin").write_bytes(ok)

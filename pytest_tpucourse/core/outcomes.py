@@ -73,10 +73,9 @@ def without_jax_advice(text: str) -> str:
     """A toolchain's message without JAX's advice to file a bug, and without the lines it leaves blank."""
     lines = []
     for line in text.splitlines():
-        kept = JAX_ADVICE.sub("", line).rstrip()
-        indent = line[:len(line) - len(line.lstrip())]
-        if kept.strip():
-            lines.append(indent + kept.strip())
+        kept = JAX_ADVICE.sub("", line).strip()
+        if kept:
+            lines.append(line[:len(line) - len(line.lstrip())] + kept)  # the line's own indent
     return "\n".join(lines)
 
 
