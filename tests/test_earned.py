@@ -262,7 +262,20 @@ THROUGH_PUBLIC_KERNELS = """
 """
 
 
+# Nothing at import: the first call loads the solution and keeps it for the calls after it.
+WIRED_IN_BY_ITS_FIRST_CALL = """
+    _IMPL = []
+
+    def double(x):
+        if not _IMPL:
+            from pytest_tpucourse import public_kernels
+            _IMPL.append(public_kernels.course_solution(__file__, "ch11.double.double"))
+        return _IMPL[0](x)
+"""
+
+
 @pytest.mark.parametrize("arrives, how", [
+    ("wired-in-by-its-first-call", "reads solutions/ch11/double.py (at exercises/ch11/double.py:7)"),
     ("kept-in-a-list", "runs double() of solutions/ch11/double.py"),
     ("executed", "runs the code of double() in solutions/ch11/double.py"),
     ("runpy", "runs double() of solutions/ch11/double.py"),
@@ -283,7 +296,8 @@ def test_the_shipped_solution_is_recognised_however_it_arrives(fake_course, arri
     solution = fake_course.pytester.path / "solutions" / "ch11" / "double.py"
     sources = {"kept-in-a-list": LOADED, "executed": EXECUTED, "runpy": RUN_BY_RUNPY,
                "rewritten-then-executed": REWRITTEN, "read-in-the-call": READ_IN_THE_CALL,
-               "moved-into-the-tree": MOVED_INTO_THE_TREE, "course_solution": THROUGH_PUBLIC_KERNELS}
+               "moved-into-the-tree": MOVED_INTO_THE_TREE, "course_solution": THROUGH_PUBLIC_KERNELS,
+               "wired-in-by-its-first-call": WIRED_IN_BY_ITS_FIRST_CALL}
     if arrives == "moved-into-the-tree":
         _git_commit(fake_course.pytester.path)
         (learner.parent / "kept").mkdir()
@@ -299,6 +313,20 @@ def test_the_shipped_solution_is_recognised_however_it_arrives(fake_course, arri
     result.stdout.fnmatch_lines([f"exercises/ch11/double.py (or a module it imports) uses the shipped solution: it "
                                  f"{how}. Your exercises are graded on your own code*", "*FAIL  double*"])
     assert "must be written in solutions/" not in result.stdout.str()
+
+
+def test_a_test_walks_each_graded_function_once(fake_course, monkeypatch):
+    """The walk that finds the shipped solutions in what a function holds follows thousands of
+    objects: once per test and function, however often the test calls it (each test of TWO_CASES
+    resolves double() twice); what the tree reads is asked at every call (the cases above)."""
+    from pytest_tpucourse.grading import calls
+
+    walked = []
+    walk = calls.shipped_solution_in
+    monkeypatch.setattr(calls, "shipped_solution_in", lambda *args: walked.append(args[0]) or walk(*args))
+    _course(fake_course)
+    fake_course.pytester.runpytest_inprocess("-p", "no:cacheprovider").assert_outcomes(passed=2)
+    assert len(walked) == 2
 
 
 def _function_of(path, name):

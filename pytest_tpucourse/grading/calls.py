@@ -29,7 +29,7 @@ from .messages import (
     raised_in,
 )
 from ..core.paths import shown
-from .solution_code import read_verdict, shipped_solution_in
+from .solution_code import Provenance, read_verdict, shipped_solution_in
 from .vmem import ScratchTooLarge
 
 
@@ -321,8 +321,7 @@ class LearnerFunction(GradedFunction):
         is not theirs."""
         root, course_root = self.module.tree_root, self.module.course_root
         if self.module.is_learners:
-            found = shipped_solution_in(function, self.path, self.module.imported_source, root,
-                                        course_root / SOLUTIONS, self.context.solution_reads)
+            found = self._provenance(function)
             self._tree_files = found.tree_files
             self._refuse_the_shipped_solution(found.shipped)
         origin = defined_in(function)
@@ -331,6 +330,23 @@ class LearnerFunction(GradedFunction):
                 f"{self.display} is defined in {shown(origin, course_root)}, outside the graded tree "
                 f"{shown(root, course_root)}/: the graded function must be written in "
                 f"{shown(self.path, course_root)} itself.")
+
+    def _provenance(self, function) -> Provenance:
+        """Where the function's code comes from (solution_code.py): walked once per function object
+        in a test, its reads of solutions/ asked again at every call."""
+        context, course_root = self.context, self.module.course_root
+        solutions_dir, reads = course_root / SOLUTIONS, context.solution_reads
+        key = (id(function), str(self.path))
+        walked = context.provenances.get(key)
+        if walked is None or walked[0] is not function:
+            found = shipped_solution_in(function, self.path, self.module.imported_source, self.module.tree_root,
+                                        solutions_dir, reads)
+            context.provenances[key] = (function, found)
+            return found
+        found = walked[1]
+        if found.shipped is None and reads is not None:
+            found = Provenance(read_verdict(reads, found.tree_files, course_root, solutions_dir), found.tree_files)
+        return found
 
     def _after_call(self) -> None:
         """A shipped solution read while the call ran (`runpy.run_path` inside the function) is

@@ -1,6 +1,7 @@
 """The run's start and end, across the processes of a pytest-xdist run.
 
-When the session starts: one Ctrl-C stops the run (grading/interrupts.py), a selection that
+When the session starts: one Ctrl-C stops the run (grading/interrupts.py), the objects the start
+made leave the garbage collector's walks (core/startup_heap.py), a selection that
 may drop tests claims no exercise done, and the learner's own run leaves a marker until its
 summary is written (learner/run_markers.py). When it finishes, a worker hands the controller
 what only it saw (its deselections, the plugins hooking its reports, the graded modules it
@@ -12,6 +13,7 @@ from __future__ import annotations
 
 import pytest
 
+from ..core import startup_heap
 from ..core.paths import shown_in_text
 from ..grading.interrupts import CTRL_C
 from ..learner import foreign_plugins, next_up, run_markers, shipped, state
@@ -29,6 +31,7 @@ def pytest_sessionstart(session: pytest.Session) -> None:
     if run is None:
         return
     CTRL_C.install()
+    startup_heap.set_aside()
     if _selection_may_drop_tests(session.config):
         run.progress.some_tests_unseen()
     run.is_worker = getattr(session.config, "workerinput", None) is not None
