@@ -191,6 +191,7 @@ RESULTS = textwrap.dedent('''
             record.path.write_text(_json.dumps(data))
         return write
 
+    _gc.unfreeze()  # the plugin sets the start's objects aside (core/startup_heap.py): a liar thaws them
     for _obj in _gc.get_objects():
         if type(_obj).__name__ == "EndOfRunRecord":
             _obj.write = _lie(_obj)
@@ -227,6 +228,7 @@ TOLERANCE = textwrap.dedent('''
     def _always_within(got, expected, dtype, kind="forward", floor=None):
         return 0.0, 1.0, 0.0
 
+    _gc.unfreeze()  # the plugin sets the start's objects aside (core/startup_heap.py): a liar thaws them
     for _obj in _gc.get_objects():
         if type(_obj).__name__ == "function" and _obj.__name__ == "judge" and "tolerance" in _obj.__module__:
             _obj.__code__ = _always_within.__code__

@@ -6,6 +6,8 @@ also run with libtpu hidden, as a learner without the extra has it.
 
 import os
 import re
+import subprocess
+import sys
 import textwrap
 
 import jax
@@ -71,6 +73,14 @@ NO_LIBTPU_WHEEL = """
 
     libtpu.ships_here = lambda: False
 """
+
+
+def test_the_compiling_child_starts_without_pytest():
+    """The child process that compiles for a TPU imports this module (`--serve`) each time a compile
+    is not kept, after every kernel edit: what it imports is what the edit waits for."""
+    code = "import sys, pytest_tpucourse.compiler.libtpu; print(sorted({'pytest', 'hypothesis'} & set(sys.modules)))"
+    done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120)
+    assert done.stdout.strip() == "[]", done.stdout + done.stderr
 
 
 @pytest.mark.parametrize("system, machine, ships", [

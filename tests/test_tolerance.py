@@ -83,3 +83,52 @@ def test_bf16_accumulation_is_rejected_even_at_k_512(tmp_path):
     with pytest.raises(WrongResult, match="output is wrong"):
         checks.assert_matches_reference(checks.graded(module.matmul, "bf16-accumulating matmul"),
                                         (x, y), reference=references.MATMUL)
+
+
+# ---------------------------------------------------------------- the rounded reference
+
+# Just above the tie between 1 and the next bfloat16, 1 + 2**-7: nearest is 1 + 2**-7; through
+# float32 first, the 2**-30 is dropped, the tie goes to even, and the value becomes 1.
+ABOVE_A_BFLOAT16_TIE = 1 + 2**-8 + 2**-30
+
+
+def test_the_installed_ml_dtypes_casts_float64_to_bfloat16_as_its_version_says():
+    """Read off the toolchain: ml_dtypes before 0.7 rounds float64 into bfloat16 twice, through
+    float32 (the reason tolerance.round_once exists); 0.7 rounds once."""
+    import importlib.metadata
+
+    import ml_dtypes
+    import numpy as np
+
+    cast = float(np.array([ABOVE_A_BFLOAT16_TIE]).astype(ml_dtypes.bfloat16).astype(np.float64)[0])
+    major_minor = tuple(int(part) for part in importlib.metadata.version("ml_dtypes").split(".")[:2])
+    assert cast == (1 + 2**-7 if major_minor >= (0, 7) else 1.0)
+
+
+def test_a_reference_is_rounded_once_into_its_dtype():
+    """Every value rounded to the nearest bfloat16 (ties to even), checked exactly with fractions
+    against both neighbours; signs, ties, overflow, underflow and non-finite values included."""
+    import fractions
+
+    import ml_dtypes
+    import numpy as np
+
+    from pytest_tpucourse.core.tolerance import round_once, rounded_reference
+
+    bf16 = ml_dtypes.bfloat16
+    edges = np.array([ABOVE_A_BFLOAT16_TIE, -ABOVE_A_BFLOAT16_TIE, 1 + 2**-8, 1 + 3 * 2**-8, 1e-50, -1e-50,
+                      3.5e38, -1e39, np.inf, np.nan, 0.0, -0.0])
+    rounded = rounded_reference(edges, "bfloat16")
+    assert rounded[:8].tolist() == [1 + 2**-7, -(1 + 2**-7), 1.0, 1 + 2**-6, 0.0, -0.0, np.inf, -np.inf]
+    assert rounded[8] == np.inf and np.isnan(rounded[9]) and np.signbit(rounded[11])
+
+    rng = np.random.default_rng(0)
+    values = rng.standard_normal(3000) * np.exp2(rng.integers(-120, 120, 3000))
+    bits = round_once(values, bf16).view(np.uint16)
+    for value, mine in zip(values.tolist(), bits.tolist()):
+        exact = fractions.Fraction(value)
+        distance = abs(exact - fractions.Fraction(float(np.array([mine], np.uint16).view(bf16)[0])))
+        for neighbour in (mine - 1, mine + 1):
+            other = abs(exact - fractions.Fraction(float(np.array([neighbour], np.uint16).view(bf16)[0])))
+            assert other > distance or (other == distance and mine % 2 == 0), (value, mine, neighbour)
+    assert rounded_reference(np.array([ABOVE_A_BFLOAT16_TIE]), "float32")[0] == np.float32(ABOVE_A_BFLOAT16_TIE)

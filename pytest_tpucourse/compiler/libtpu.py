@@ -40,7 +40,6 @@ from pathlib import Path
 
 from ..chips import DEFAULT_CHIP, Chip, get_chip
 from ..core import kept_files
-from ..core.outcomes import without_jax_advice
 
 READ_AGAINST = "jax/jaxlib 0.10.2 with libtpu 0.0.42.1; jax/jaxlib 0.12.0.1 with libtpu 0.0.50.1"
 INSTALL_LINE = "needs the real TPU compiler: pip install -e '.[tpu-compile]'"
@@ -376,6 +375,10 @@ def translate(detail: str, *, chip_name: str, kernels: list[str], stage: str = "
 
 
 def _first_lines(text: str) -> str:
+    # Imported here, not with the module: the compiling child process (`_serve`) imports this
+    # module too, and core.outcomes would load pytest into it (0.09 s of every child's start).
+    from ..core.outcomes import without_jax_advice
+
     drop = re.compile(r"^(See https://openxla|Please report a bug|The MLIR operation involved:)")
     lines = [line.strip() for line in without_jax_advice(text).splitlines() if not drop.match(line.strip())]
     lines = [re.sub(r"^(INTERNAL|INVALID_ARGUMENT|RESOURCE_EXHAUSTED|UNIMPLEMENTED): ", "", line)

@@ -6,7 +6,9 @@ as the process and are never garbage. Every full collection walks them all again
 each: the automatic ones while the tests run, and the two pytest's unraisableexception plugin
 asks for at its end. `gc.freeze()` moves them to the permanent generation once, so those
 collections walk only what was made after, the tests' and the learner's objects, which are
-collected as before (https://docs.python.org/3/library/gc.html#gc.freeze).
+collected as before (https://docs.python.org/3/library/gc.html#gc.freeze). As CPython documents,
+the frozen objects are no longer listed by `gc.get_objects()` nor found by `gc.get_referrers()`
+until `gc.unfreeze()`: code that searches the heap for the plugin's objects must thaw it first.
 """
 
 from __future__ import annotations

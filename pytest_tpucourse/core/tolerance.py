@@ -50,8 +50,32 @@ def bound(dtype, kind: str = "forward", floor_error: float = 0.0) -> float:
 
 
 def rounded_reference(reference, dtype) -> np.ndarray:
-    """The oracle as a perfect implementation in `dtype` would return it, in float64."""
-    return np.asarray(reference, dtype=np.float64).astype(np.dtype(dtype)).astype(np.float64)
+    """The oracle as a perfect implementation in `dtype` would return it, in float64: each value
+    rounded once, to the nearest value of `dtype` (ties to even)."""
+    return round_once(np.asarray(reference, dtype=np.float64), dtype).astype(np.float64)
+
+
+def round_once(values: np.ndarray, dtype) -> np.ndarray:
+    """float64 `values` rounded once into `dtype`.
+
+    NumPy rounds float64 into its own float32 and float16 once. ml_dtypes before 0.7 casts float64
+    into bfloat16 and its float8s through float32, rounding twice: 1 + 2**-8 + 2**-30 became 1.0,
+    where the nearest bfloat16 is 1 + 2**-7 (tests/test_tolerance.py reads it off the installed
+    ml_dtypes). So those go through float32 rounded to odd (toward zero, its last bit set where that
+    dropped anything), which keeps enough for one more rounding to any type of at most 22
+    significant bits to be the correct one, in float32's exponent range (bfloat16's).
+    """
+    dtype = np.dtype(dtype)
+    if dtype.type.__module__ != "ml_dtypes" or not dtype.name.startswith(("bfloat", "float")):
+        return values.astype(dtype)
+    with np.errstate(over="ignore"):  # beyond float32's range: inf, as the type's own cast gives
+        nearest = values.astype(np.float32)
+    widened = nearest.astype(np.float64)
+    inexact = np.isfinite(values) & (widened != values)
+    toward_zero = np.where(inexact & (np.abs(widened) > np.abs(values)), np.nextafter(nearest, np.float32(0)),
+                           nearest)
+    odd = np.where(inexact, toward_zero.view(np.uint32) | np.uint32(1), toward_zero.view(np.uint32))
+    return odd.view(np.float32).astype(dtype)
 
 
 def relative_error(got, reference) -> float:

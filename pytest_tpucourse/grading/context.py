@@ -46,11 +46,11 @@ class GradingContext:
     # The shipped solution files the learner's tree opened (solution_reads.SolutionReads), in a
     # run that grades exercises/; None otherwise.
     solution_reads: object = None
-    # What the walk of solution_code.py found for each graded function object in the current test
-    # ({(id(function), module path): (function, Provenance)}), emptied as each test starts: within one test the
-    # graded modules are not imported again, and what they read is asked of solution_reads at
-    # every call. The walk follows thousands of objects, and a test resolves its function at every
-    # call: once a test instead of about five times.
+    # What the walk of solution_code.py found for each graded function object in the current
+    # test ({(id(function), module path): (function, Provenance)}), emptied as each test starts:
+    # within one test the graded modules are not imported again, and what they read is asked of
+    # solution_reads at every call. The walk follows thousands of objects, and a test resolves
+    # its function at every call: once a test instead of about five times.
     provenances: dict = field(default_factory=dict)
 
     def kernel_chip(self) -> Chip:
