@@ -71,11 +71,12 @@ def round_once(values: np.ndarray, dtype) -> np.ndarray:
     with np.errstate(over="ignore"):  # beyond float32's range: inf, as the type's own cast gives
         nearest = values.astype(np.float32)
     widened = nearest.astype(np.float64)
-    inexact = np.isfinite(values) & (widened != values)
-    toward_zero = np.where(inexact & (np.abs(widened) > np.abs(values)), np.nextafter(nearest, np.float32(0)),
-                           nearest)
-    odd = np.where(inexact, toward_zero.view(np.uint32) | np.uint32(1), toward_zero.view(np.uint32))
-    return odd.view(np.float32).astype(dtype)
+    # float32's bits are sign and magnitude: one step toward zero is the bits minus one, for any
+    # value rounded away from zero (never 0; inf steps to the largest finite). A NaN compares
+    # unequal and gets its last bit set, and stays a NaN.
+    bits = nearest.view(np.uint32) - (np.abs(widened) > np.abs(values)).astype(np.uint32)
+    bits |= (widened != values).astype(np.uint32)
+    return bits.view(np.float32).astype(dtype)
 
 
 def relative_error(got, reference) -> float:
