@@ -16,6 +16,7 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 import pytest
+from jax.experimental import io_callback
 from jax.experimental import pallas as pl
 from jax.experimental.pallas import tpu as pltpu
 
@@ -78,6 +79,39 @@ def test_the_checkers_own_programs_compile_cheaply_on_a_cpu_and_graded_ones_with
     programs.get(oracle, {}, checker=True)(x)
     programs.get(oracle, {})(x)  # the same function graded: a program of its own, XLA's defaults
     assert seen == [kernel_program_options(), None]
+
+
+def test_the_interpreters_own_callbacks_skip_jaxs_device_put_and_every_other_callback_keeps_it(monkeypatch):
+    """JAX's io_callback puts each argument of a host callback on the CPU device before the
+    call (read here off JAX's own path: a kernel's interpreter callbacks, unwrapped, each call
+    device_put). A course session hands the TPU interpreter's own functions XLA's NumPy arrays
+    instead; a learner's io_callback in the same program still gets jax Arrays, and the values
+    are the same either way."""
+    from jax._src import api, callback
+
+    assert getattr(callback.io_callback_impl, "tpucourse_host_arrays", False), \
+        "a course session hands the interpreter's callbacks host arrays"
+    puts, seen, put = [], [], api.device_put
+    monkeypatch.setattr(api, "device_put", lambda *args, **kwargs: puts.append(1) or put(*args, **kwargs))
+
+    def learners_callback(value):
+        seen.append(isinstance(value, jax.Array))
+        return value
+
+    def program():  # a new function each time: a new lowering, with new callbacks
+        def copy_after_a_callback(a):
+            a = io_callback(learners_callback, jax.ShapeDtypeStruct(a.shape, a.dtype), a)
+            return blocked_copy(a)
+        return jax.jit(copy_after_a_callback)
+
+    x = jnp.arange(32 * 128, dtype=jnp.float32).reshape(32, 128)
+    with pltpu.force_tpu_interpret_mode(pltpu.InterpretParams(random_seed=0)):
+        np.testing.assert_array_equal(program()(x), x)
+        assert (len(puts), seen) == (1, [True])  # the learner's callback alone went through device_put
+        monkeypatch.setattr(callback, "io_callback_impl", callback.io_callback_impl.__wrapped__)
+        puts.clear()
+        np.testing.assert_array_equal(program()(x), x)
+    assert len(puts) > 10, "JAX's own io_callback puts every argument of every interpreter callback"
 
 
 @pytest.fixture

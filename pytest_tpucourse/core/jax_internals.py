@@ -106,6 +106,71 @@ def restore_interpret_mode_reading() -> None:
     module._pallas_call = getattr(module._pallas_call, "tpucourse_original", module._pallas_call)
 
 
+def interpreter_callbacks_take_host_arrays() -> None:
+    """Hand the TPU interpreter's own host callbacks their arguments as the NumPy arrays XLA
+    gives, without JAX's `device_put` of each one first.
+
+    Every Ref access, DMA and semaphore of a kernel under TPU interpret mode is an
+    `io_callback` into the interpreter (`jax._src.pallas.mosaic.interpret`), and JAX's
+    `io_callback_impl` (private, `jax._src.callback`) puts each argument on the CPU device
+    before calling the function: a `device_put` per call, for a token, a few int32 ids and
+    the indexers, which the interpreter then turns back into Python ints and NumPy arrays
+    (`int(...)`, `np.array(val)`: it copies every value it keeps). That `device_put` was
+    about half of the callbacks' time and a seventh of a chapter 13 run. The interpreter's
+    functions get the same values as NumPy arrays; every other io_callback (a learner's, the
+    interpreter's per-core thread map, a grid-point recorder) still goes through JAX's own
+    path. The failure path is JAX's: the error is logged to CALLBACK_LOGGER and raised.
+    Idempotent.
+    """
+    import functools
+    import logging
+
+    import numpy as np
+    from jax._src import callback as module
+    from jax._src import config as jax_config
+    from jax._src import tree_util
+    from jax._src import xla_bridge
+
+    original = module.io_callback_impl
+    if getattr(original, "tpucourse_host_arrays", False):
+        return
+    logger = logging.getLogger(CALLBACK_LOGGER)
+    verdicts: dict = {}  # id of an interpreter function -> takes host arrays
+
+    def takes_host_arrays(flat_callback) -> bool:
+        function = getattr(flat_callback, "callback_func", None)
+        while isinstance(function, functools.partial):
+            function = function.func
+        verdict = verdicts.get(id(function))
+        if verdict is None:
+            where = getattr(function, "__module__", "") or ""
+            verdict = verdicts[id(function)] = (where.startswith(_INTERPRETER_MODULE)
+                                                and getattr(function, "__name__", "") not in _JAX_ARRAY_CALLBACKS)
+        return verdict
+
+    @functools.wraps(original)
+    def io_callback_impl(*args, result_avals, callback, sharding, ordered):
+        if not takes_host_arrays(callback):
+            return original(*args, result_avals=result_avals, callback=callback, sharding=sharding,
+                            ordered=ordered)
+        cpu_device = xla_bridge.local_devices(backend="cpu")[0]
+        with jax_config.default_device(cpu_device):
+            try:
+                return tree_util.tree_map(np.asarray, callback(*args))
+            except BaseException:
+                logger.exception("jax.io_callback failed")
+                raise
+
+    io_callback_impl.tpucourse_host_arrays = True
+    module.io_callback_impl = io_callback_impl
+
+
+_INTERPRETER_MODULE = "jax._src.pallas.mosaic.interpret."
+# The interpreter's callbacks that run JAX on their arguments (the per-core thread map
+# compiles and runs the kernel body): these keep JAX's path.
+_JAX_ARRAY_CALLBACKS = frozenset({"_thread_map_callback"})
+
+
 def interpret_mode_in_effect():
     """The Pallas TPU interpret mode this thread sees (None, True or InterpretParams)."""
     from jax._src import config as jax_config

@@ -113,6 +113,7 @@ def select(requested: str) -> Backend:
         raise ValueError(f"interpret mode must be one of {INTERPRET_MODES}, got {requested!r}")
     platform = jax.default_backend()
     jax_internals.read_interpret_mode_when_called()  # a kernel built at import obeys the mode too
+    jax_internals.interpreter_callbacks_take_host_arrays()
     if requested == "fast":
         mode = "fast-interpret"
         pltpu.set_tpu_interpret_mode(True)
