@@ -476,3 +476,53 @@ def test_the_compile_command_sees_a_chip_a_conftest_registers(pytester, monkeypa
     assert "kernel.py:double(float32[8x128]) for my-v5e (topology v5e:2x2)" in out, out
     assert main.main(["compile", "kernel.py:double", "--chip", "their-v5e", "--shape", "8x128"]) == 2
     assert "unknown chip 'their-v5e'; known chips: v2, " in capsys.readouterr().err
+
+
+@needs_libtpu
+def test_a_compiler_started_ahead_is_the_one_the_next_compile_asks(monkeypatch):
+    """A run whose kernels changed starts the compiling child early (its topology made before any
+    request); the compile that follows asks that child, and a child never asked is stopped at once."""
+    monkeypatch.setattr(libtpu, "_compiler", None)
+    libtpu.keep_results_in(None)
+    libtpu.start_compiler_ahead()
+    ahead = libtpu._compiler
+    assert ahead is not None and ahead.alive and not ahead.asked
+    libtpu.start_compiler_ahead()  # already running: not started twice
+    assert libtpu._compiler is ahead
+    assert _compile_matmul(dumps=False).optimized_hlo and libtpu._compiler is ahead and ahead.asked
+    ahead.close()
+
+    libtpu.start_compiler_ahead()
+    unasked = libtpu._compiler
+    assert unasked is not ahead and unasked.alive
+    unasked.close()  # killed, not waited for: it may still be importing JAX
+    assert not unasked.alive and unasked.process.returncode < 0
+
+
+@needs_libtpu
+def test_a_run_whose_kernel_changed_starts_the_compiler_ahead_where_earlier_runs_compiled(fake_course):
+    """The compiling child starts at the run's first kernel compiled anew, and only in a tree whose
+    earlier runs compiled for a TPU (their results kept): a re-run that loads every kernel, or a
+    tree that never compiled for a TPU, starts none."""
+    fake_course.test_file("""
+        import jax, jax.numpy as jnp
+        from jax.experimental import pallas as pl
+        from pytest_tpucourse.compiler import libtpu
+
+        def double(x):
+            return pl.pallas_call(lambda x_ref, o_ref: o_ref.__setitem__(..., x_ref[...] * 2),
+                                  out_shape=jax.ShapeDtypeStruct(x.shape, x.dtype))(x)
+
+        def test_double():
+            assert float(jax.jit(double)(jnp.ones((8, 128)))[0, 0]) == 2.0
+            print("compiler started ahead:", libtpu._compiler is not None)
+    """)
+    said = lambda result: [line.split("compiler started ahead: ")[1] for line in result.outlines  # noqa: E731
+                           if "compiler started ahead: " in line]
+    assert said(fake_course.run("-s")) == ["False"]  # nothing compiled for a TPU yet
+    kept = fake_course.pytester.path / ".tpucourse" / "jax-cache" / "tpu-compiles"
+    (kept / "an-earlier-compile").mkdir(parents=True)
+    assert said(fake_course.run("-s")) == ["False"]  # the kernel is kept: loaded
+    for entry in (fake_course.pytester.path / ".tpucourse" / "jax-cache" / "kernel-programs").iterdir():
+        entry.unlink()
+    assert said(fake_course.run("-s")) == ["True"]

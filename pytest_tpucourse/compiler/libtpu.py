@@ -620,10 +620,12 @@ class _ChildCompiler:
     when libtpu starts, which is why this is a process of its own.
     """
 
-    def __init__(self):
+    def __init__(self, prepare: str | None = None):
+        """prepare: a topology the child makes as soon as JAX is imported, before any request."""
         self.root = Path(tempfile.mkdtemp(prefix="tpucourse-tpu-compile-"))
         self.mosaic_dir, self.llo_dir = self.root / "mosaic", self.root / "llo"
         self.count = 0
+        self.asked = False  # a child started ahead of need and never asked is stopped, not waited for
         self.lock = threading.Lock()
         env = dict(os.environ)
         env.pop("JAX_COMPILATION_CACHE_DIR", None)
@@ -645,7 +647,7 @@ class _ChildCompiler:
         self.stderr_path = self.root / "stderr.txt"
         with open(self.stderr_path, "w") as stderr:
             self.process = subprocess.Popen(
-                [sys.executable, "-m", "pytest_tpucourse.compiler.libtpu", "--serve"],
+                [sys.executable, "-m", "pytest_tpucourse.compiler.libtpu", "--serve", *([prepare] if prepare else [])],
                 stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=stderr, text=True, env=env)
         atexit.register(self.close)
 
@@ -657,6 +659,7 @@ class _ChildCompiler:
                 mesh: tuple | None = None) -> tuple[dict, Path]:
         """(the child's reply, the directory holding this compile's dumps); mesh: (axis names, sizes)."""
         with self.lock:
+            self.asked = True
             self.count += 1
             path = self.root / f"program-{self.count}.bin"
             path.write_bytes(program)
@@ -701,6 +704,9 @@ class _ChildCompiler:
         return destination
 
     def close(self) -> None:
+        if self.alive and not self.asked:  # started ahead of a compile that never came: still importing, maybe
+            self.process.kill()
+            self.process.wait()
         if self.alive:
             self.process.stdin.close()
             try:
@@ -715,9 +721,27 @@ _compiler: _ChildCompiler | None = None
 
 def _child_compiler() -> _ChildCompiler:
     global _compiler
-    if _compiler is None or not _compiler.alive:
-        _compiler = _ChildCompiler()
-    return _compiler
+    with _starting:
+        if _compiler is None or not _compiler.alive:
+            _compiler = _ChildCompiler()
+        return _compiler
+
+
+_starting = threading.Lock()
+
+
+def start_compiler_ahead() -> None:
+    """Start the compiling child now, in the background, if it is not running, so that a compile
+    asked for later finds Python, JAX and libtpu already started in it (about 0.6 s, which the
+    child spends while this process goes on). For a run whose kernels just changed: the compiles
+    kept from earlier runs will miss too. Costs a child's start (CPU, not wall time on a machine
+    with a core to spare) where no compile comes; the child is then stopped at exit."""
+    global _compiler
+    if not available():
+        return
+    with _starting:
+        if _compiler is None or not _compiler.alive:
+            _compiler = _ChildCompiler(prepare=_topology_name(get_chip(DEFAULT_CHIP)))
 
 
 def _read_kernels(dump_dir: Path, optimized_hlo: str) -> list[KernelOnTpu]:
@@ -820,8 +844,9 @@ def _rolled_values(unrolled: str) -> list[LaidOutValue]:
 
 # ------------------------------------------------------------------ the child process
 
-def _serve() -> int:
-    """The dumping compiler's side: one JSON request per line on stdin, one reply per line."""
+def _serve(prepare: str | None = None) -> int:
+    """The dumping compiler's side: one JSON request per line on stdin, one reply per line.
+    `prepare`: a topology made before the first request (libtpu started with it)."""
     with quiet_libtpu_startup():
         import jax
         from jax import export
@@ -829,6 +854,12 @@ def _serve() -> int:
 
         jax.config.update("jax_enable_compilation_cache", False)
     devices = {}
+    if prepare:
+        try:
+            with quiet_libtpu_startup():
+                devices[prepare] = topologies.get_topology_desc(topology_name=prepare, platform="tpu").devices
+        except Exception:  # made again, and its error replied, when a request names it
+            pass
     for line in sys.stdin:
         request = json.loads(line)
         try:
@@ -880,5 +911,5 @@ def _named(function, name: str):
 
 
 if __name__ == "__main__":
-    if sys.argv[1:] == ["--serve"]:
-        sys.exit(_serve())
+    if sys.argv[1:2] == ["--serve"] and len(sys.argv) <= 3:
+        sys.exit(_serve(*sys.argv[2:]))

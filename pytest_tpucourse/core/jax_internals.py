@@ -14,7 +14,7 @@ import re
 import sys
 import threading
 import time
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 
 from . import kept_files
@@ -980,9 +980,13 @@ class HostCallbackPrograms:
 
     directory: Path | None
     options: tuple = ()
+    # Called once, in whichever thread compiles, when the first program not kept in `directory`
+    # is compiled: the run's kernels changed since the last run (or this is the first).
+    on_first_compile: object = field(default=None, compare=False)
 
 
 _host_callback_programs: HostCallbackPrograms | None = None
+_first_compile_seen = threading.Event()
 
 
 def compile_host_callback_programs(policy: HostCallbackPrograms | None) -> HostCallbackPrograms | None:
@@ -990,7 +994,19 @@ def compile_host_callback_programs(policy: HostCallbackPrograms | None) -> HostC
     global _host_callback_programs
     _wrap_compile_or_get_cached()
     previous, _host_callback_programs = _host_callback_programs, policy
+    _first_compile_seen.clear()
     return previous
+
+
+def _compiling_anew() -> None:
+    policy = _host_callback_programs
+    if policy is None or policy.on_first_compile is None or _first_compile_seen.is_set():
+        return
+    _first_compile_seen.set()
+    try:
+        policy.on_first_compile()
+    except Exception:  # a speed-up only: whatever it met, the compile goes on
+        pass
 
 
 def _wrap_compile_or_get_cached() -> None:
@@ -1063,6 +1079,7 @@ def _load_or_compile(path: Path, backend, computation, compile_options, host_cal
         else:
             kept_files.touch(path)
             return executable
+    _compiling_anew()
     executable = compiler.backend_compile_and_load(backend, computation, executable_devices,
                                                    compile_options, host_callbacks)
     partial = path.with_name(f"{path.name}.{os.getpid()}.{threading.get_ident()}.partial")

@@ -87,7 +87,7 @@ def _compiles_with(options: dict) -> str | None:
     return None
 
 
-def compile_kernel_programs(directory: Path | None) -> None:
+def compile_kernel_programs(directory: Path | None, on_first_compile=None) -> None:
     """From now on, every program with host callbacks this process compiles on a CPU compiles
     with kernel_program_options() and is kept in `directory` across runs (None: not kept).
 
@@ -95,10 +95,12 @@ def compile_kernel_programs(directory: Path | None) -> None:
     compiles while it runs a kernel on several simulated cores (the race check), each
     inside the call. JAX never caches them; how they are cached safely is
     jax_internals.compile_host_callback_programs's to say. It lasts the session:
-    `stop_compiling_kernel_programs` restores JAX's own way at its end.
+    `stop_compiling_kernel_programs` restores JAX's own way at its end. `on_first_compile` is
+    called once, when the first program not kept is compiled (the run's kernels changed).
     """
     jax_internals.compile_host_callback_programs(
-        jax_internals.HostCallbackPrograms(directory, tuple(kernel_program_options().items())))
+        jax_internals.HostCallbackPrograms(directory, tuple(kernel_program_options().items()),
+                                           on_first_compile=on_first_compile))
 
 
 def stop_compiling_kernel_programs() -> None:

@@ -115,8 +115,13 @@ class CourseSession:
         jax_cache = backend.use_compilation_cache(
             None if options.jax_cache == "none" else root / options.jax_cache)
         kept = jax_cache if jax_cache is not None and jax_cache.is_dir() else None  # what JAX's cache cannot keep
-        compiled.compile_kernel_programs(None if kept is None else kept / compiled.KERNEL_PROGRAM_CACHE)
-        libtpu.keep_results_in(None if kept is None else kept / TPU_COMPILES)
+        # A kernel compiled anew in a tree whose earlier runs compiled for a TPU: that compile will
+        # miss its kept result too, so the compiling child starts now, beside the tests before it.
+        tpu_compiles = None if kept is None else kept / TPU_COMPILES
+        compiles_for_tpu = tpu_compiles is not None and tpu_compiles.is_dir() and any(tpu_compiles.iterdir())
+        compiled.compile_kernel_programs(None if kept is None else kept / compiled.KERNEL_PROGRAM_CACHE,
+                                         on_first_compile=libtpu.start_compiler_ahead if compiles_for_tpu else None)
+        libtpu.keep_results_in(tpu_compiles)
         rehearsal = Rehearsal() if options.rehearse else None
         records_path = rehearsal.path if rehearsal else _records_path(options, root, tree)
         try:
