@@ -115,8 +115,9 @@ def interpreter_callbacks_take_host_arrays() -> None:
     `io_callback_impl` (private, `jax._src.callback`) puts each argument on the CPU device
     before calling the function: a `device_put` per call, for a token, a few int32 ids and
     the indexers, which the interpreter then turns back into Python ints and NumPy arrays
-    (`int(...)`, `np.array(val)`: it copies every value it keeps). That `device_put` was
-    about half of the callbacks' time and a seventh of a chapter 13 run. The interpreter's
+    (`int(...)`, `np.array(val)`: it copies every value it keeps), slower from a jax Array
+    than from NumPy. The callbacks were a third of a chapter 13 run and are a tenth without
+    it (docs/speed.md). The interpreter's
     functions get the same values as NumPy arrays; every other io_callback (a learner's, the
     interpreter's per-core thread map, a grid-point recorder) still goes through JAX's own
     path. The failure path is JAX's: the error is logged to CALLBACK_LOGGER and raised.
