@@ -136,7 +136,9 @@ def interpreter_callbacks_take_host_arrays() -> None:
     if getattr(original, "tpucourse_host_arrays", False):
         return
     logger = logging.getLogger(CALLBACK_LOGGER)
-    verdicts: dict = {}  # id of an interpreter function -> takes host arrays
+    # id of a callback's function -> whether it takes host arrays. The interpreter's functions live
+    # as long as their module, so an id kept here as True is never another function's.
+    verdicts: dict = {}
 
     def takes_host_arrays(flat_callback) -> bool:
         function = getattr(flat_callback, "callback_func", None)
