@@ -152,10 +152,9 @@ def interpreter_callbacks_take_host_arrays() -> None:
         return verdict
 
     @functools.wraps(original)
-    def io_callback_impl(*args, result_avals, callback, sharding, ordered):
+    def io_callback_impl(*args, callback, **params):  # params: result_avals, sharding, ordered
         if not takes_host_arrays(callback):
-            return original(*args, result_avals=result_avals, callback=callback, sharding=sharding,
-                            ordered=ordered)
+            return original(*args, callback=callback, **params)
         cpu_device = xla_bridge.local_devices(backend="cpu")[0]
         with jax_config.default_device(cpu_device):
             try:
