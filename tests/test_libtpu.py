@@ -479,11 +479,10 @@ def test_the_compile_command_sees_a_chip_a_conftest_registers(pytester, monkeypa
 
 
 @needs_libtpu
-def test_a_compiler_started_ahead_is_the_one_the_next_compile_asks(monkeypatch):
+def test_a_compiler_started_ahead_is_the_one_the_next_compile_asks(kept_results, monkeypatch):
     """A run whose kernels changed starts the compiling child early (its topology made before any
     request); the compile that follows asks that child, and a child never asked is stopped at once."""
     monkeypatch.setattr(libtpu, "_compiler", None)
-    libtpu.keep_results_in(None)
     libtpu.start_compiler_ahead()
     ahead = libtpu._compiler
     assert ahead is not None and ahead.alive and not ahead.asked
