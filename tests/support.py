@@ -155,6 +155,22 @@ def pytest_child(*args: str) -> list[str]:
     return [sys.executable, "-c", DEFAULT_SIGINT + f"import sys, pytest; sys.exit(pytest.main({list(args)!r}))"]
 
 
+def kernel_test_file(then: str = "") -> str:
+    """A test file for the fake course whose one test runs a Pallas kernel (doubling an (8, 128)
+    block, under the run's interpret mode); `then`: more lines of that test, at its indentation."""
+    return textwrap.dedent("""
+        import jax, jax.numpy as jnp
+        from jax.experimental import pallas as pl
+
+        def double(x):
+            return pl.pallas_call(lambda x_ref, o_ref: o_ref.__setitem__(..., x_ref[...] * 2),
+                                  out_shape=jax.ShapeDtypeStruct(x.shape, x.dtype))(x)
+
+        def test_double():
+            assert float(jax.jit(double)(jnp.ones((8, 128)))[0, 0]) == 2.0
+    """) + textwrap.indent(textwrap.dedent(then).strip("\n"), "    ") + "\n"
+
+
 # A graded test of the fake course's double() exercise, two cases (test_state, learner CLI, watch).
 GRADED_TEST = """
     import numpy as np

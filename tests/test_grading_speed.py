@@ -35,6 +35,7 @@ from pytest_tpucourse.core.outcomes import WrongResult
 
 from .chapter_runs import launch_at_start
 from .chapter_worker import StopFileAtFirstFailure
+from .support import kernel_test_file
 
 
 def _copy_kernel(x_ref, o_ref):
@@ -238,17 +239,7 @@ def test_a_kernel_program_over_several_devices_compiles_but_is_not_kept(kept_ker
 
 
 def test_a_run_keeps_kernel_programs_in_its_jax_cache(fake_course):
-    fake_course.test_file("""
-        import jax, jax.numpy as jnp
-        from jax.experimental import pallas as pl
-
-        def double(x):
-            return pl.pallas_call(lambda x_ref, o_ref: o_ref.__setitem__(..., x_ref[...] * 2),
-                                  out_shape=jax.ShapeDtypeStruct(x.shape, x.dtype))(x)
-
-        def test_double():
-            assert float(jax.jit(double)(jnp.ones((8, 128)))[0, 0]) == 2.0
-    """)
+    fake_course.test_file(kernel_test_file())
     assert fake_course.run("-p", "no:randomly").ret == 0
     kept = fake_course.pytester.path / ".tpucourse" / "jax-cache" / compiled.KERNEL_PROGRAM_CACHE
     assert len(list(kept.iterdir())) == 1

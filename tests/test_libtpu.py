@@ -18,8 +18,10 @@ from jax.experimental import pallas as pl
 from pytest_tpucourse import chips
 from pytest_tpucourse.commands import main
 from pytest_tpucourse.compiler import libtpu
+from pytest_tpucourse.grading.compiled import KERNEL_PROGRAM_CACHE
+from pytest_tpucourse.run.session import TPU_COMPILES
 
-from .support import compiler_retiles_int8
+from .support import compiler_retiles_int8, kernel_test_file
 
 needs_libtpu = pytest.mark.skipif(not libtpu.available(), reason=libtpu.INSTALL_LINE)
 
@@ -503,25 +505,16 @@ def test_a_run_whose_kernel_changed_starts_the_compiler_ahead_where_earlier_runs
     """The compiling child starts at the run's first kernel compiled anew, and only in a tree whose
     earlier runs compiled for a TPU (their results kept): a re-run that loads every kernel, or a
     tree that never compiled for a TPU, starts none."""
-    fake_course.test_file("""
-        import jax, jax.numpy as jnp
-        from jax.experimental import pallas as pl
+    fake_course.test_file(kernel_test_file("""
         from pytest_tpucourse.compiler import libtpu
-
-        def double(x):
-            return pl.pallas_call(lambda x_ref, o_ref: o_ref.__setitem__(..., x_ref[...] * 2),
-                                  out_shape=jax.ShapeDtypeStruct(x.shape, x.dtype))(x)
-
-        def test_double():
-            assert float(jax.jit(double)(jnp.ones((8, 128)))[0, 0]) == 2.0
-            print("compiler started ahead:", libtpu._compiler is not None)
-    """)
+        print("compiler started ahead:", libtpu._compiler is not None)
+    """))
     said = lambda result: [line.split("compiler started ahead: ")[1] for line in result.outlines  # noqa: E731
                            if "compiler started ahead: " in line]
     assert said(fake_course.run("-s")) == ["False"]  # nothing compiled for a TPU yet
-    kept = fake_course.pytester.path / ".tpucourse" / "jax-cache" / "tpu-compiles"
-    (kept / "an-earlier-compile").mkdir(parents=True)
+    jax_cache = fake_course.pytester.path / ".tpucourse" / "jax-cache"
+    (jax_cache / TPU_COMPILES / "an-earlier-compile").mkdir(parents=True)
     assert said(fake_course.run("-s")) == ["False"]  # the kernel is kept: loaded
-    for entry in (fake_course.pytester.path / ".tpucourse" / "jax-cache" / "kernel-programs").iterdir():
+    for entry in (jax_cache / KERNEL_PROGRAM_CACHE).iterdir():
         entry.unlink()
     assert said(fake_course.run("-s")) == ["True"]

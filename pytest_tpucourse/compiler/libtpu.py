@@ -719,11 +719,12 @@ class _ChildCompiler:
 _compiler: _ChildCompiler | None = None
 
 
-def _child_compiler() -> _ChildCompiler:
+def _child_compiler(prepare: str | None = None) -> _ChildCompiler:
+    """The running compiling child, or a new one (`prepare`: the topology it makes as it starts)."""
     global _compiler
     with _starting:
         if _compiler is None or not _compiler.alive:
-            _compiler = _ChildCompiler()
+            _compiler = _ChildCompiler(prepare)
         return _compiler
 
 
@@ -736,12 +737,8 @@ def start_compiler_ahead() -> None:
     child spends while this process goes on). For a run whose kernels just changed: the compiles
     kept from earlier runs will miss too. Costs a child's start (CPU, not wall time on a machine
     with a core to spare) where no compile comes; the child is then stopped at exit."""
-    global _compiler
-    if not available():
-        return
-    with _starting:
-        if _compiler is None or not _compiler.alive:
-            _compiler = _ChildCompiler(prepare=_topology_name(get_chip(DEFAULT_CHIP)))
+    if available():
+        _child_compiler(prepare=_topology_name(get_chip(DEFAULT_CHIP)))
 
 
 def _read_kernels(dump_dir: Path, optimized_hlo: str) -> list[KernelOnTpu]:
