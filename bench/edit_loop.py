@@ -110,15 +110,83 @@ def _split(setup: str) -> tuple[str, str | None]:
     return python, root or None
 
 
-def timed_run(setup: str, tree: Path, args: list[str], check: bool = True) -> tuple[float, float]:
-    """(wall, CPU) seconds of `python -m pytest ARGS` in the tree."""
+WARM = {"runs": True}  # --warm: a learner's pytest (the warm process answers) or each run in its own process
+
+
+def run_env(setup: str) -> dict:
     python, root = _split(setup)
-    env = {k: v for k, v in os.environ.items() if k not in ("CI", "PYTHONPATH")}
+    env = {k: v for k, v in os.environ.items() if k not in ("CI", "PYTHONPATH", "TPUCOURSE_WARM")}
     if root:
         env["PYTHONPATH"] = root
-    cpu, start = _cpu_of_children(), time.perf_counter()
+    if not WARM["runs"]:
+        env["TPUCOURSE_WARM"] = "0"
+    return env
+
+
+def _warm_processes_cpu(tree: Path) -> float:
+    """CPU seconds of the tree's warm process and its children so far (0 without one): a run it
+    answers is its CPU, not the client's."""
+    ticks, clock = 0, os.sysconf("SC_CLK_TCK")
+    stats = {}
+    for entry in Path("/proc").iterdir():
+        if not entry.name.isdigit():
+            continue
+        try:
+            cmdline = (entry / "cmdline").read_bytes().split(b"\0")
+            fields = (entry / "stat").read_text().rpartition(")")[2].split()
+        except OSError:
+            continue
+        stats[int(entry.name)] = (cmdline, int(fields[1]), sum(int(f) for f in fields[11:15]))
+    roots = {pid for pid, (cmdline, _, _) in stats.items()
+             if b"pytest_tpucourse.learner.warm_process" in cmdline and str(tree).encode() in cmdline}
+    for pid, (_, parent, used) in stats.items():
+        chain, seen = pid, set()
+        while chain in stats and chain not in seen:
+            if chain in roots:
+                ticks += used
+                break
+            seen.add(chain)
+            chain = stats[chain][1]
+    return ticks / clock
+
+
+def stop_warm_process(tree: Path) -> None:
+    from pytest_tpucourse.learner import served_runs
+
+    served_runs.stop_warm_process(tree)
+
+
+def await_warm_process(tree: Path, seconds: float = 30.0) -> None:
+    """Until the warm process the last run left listens (a learner's next edit comes later still)."""
+    from pytest_tpucourse.learner import served_runs
+
+    deadline = time.monotonic() + seconds
+    while WARM["runs"] and time.monotonic() < deadline and not served_runs.listening(tree):
+        time.sleep(0.1)
+
+
+def await_idle(tree: Path, seconds: float = 15.0) -> None:
+    """Until the tree's warm process has done what it does after answering a run (its checks, a
+    garbage collection): off the learner's clock, but it must not slow the run measured next."""
+    deadline, last = time.monotonic() + seconds, -1.0
+    while time.monotonic() < deadline:
+        used = _warm_processes_cpu(tree)
+        if used == last:
+            return
+        last = used
+        time.sleep(0.25)
+
+
+def timed_run(setup: str, tree: Path, args: list[str], check: bool = True) -> tuple[float, float]:
+    """(wall, CPU) seconds of `python -m pytest ARGS` in the tree: the CPU of the process, its
+    children and the warm process that answered it."""
+    python, _ = _split(setup)
+    env = run_env(setup)
+    cpu, start = _cpu_of_children() + _warm_processes_cpu(tree), time.perf_counter()
     result = subprocess.run([python, "-m", "pytest", *args], cwd=tree, capture_output=True, text=True, env=env)
-    elapsed, cpu = time.perf_counter() - start, _cpu_of_children() - cpu
+    elapsed = time.perf_counter() - start
+    await_idle(tree)
+    cpu = _cpu_of_children() + _warm_processes_cpu(tree) - cpu
     if check and result.returncode != 0:
         sys.exit(f"{setup} -m pytest {' '.join(args)} failed in {tree}:\n{result.stdout[-4000:]}{result.stderr[-2000:]}")
     return elapsed, cpu
@@ -140,9 +208,12 @@ def version_of(setup: str) -> str:
 
 
 def warm(python: str, tree: Path, kind: str) -> None:
-    for number in (0, 1):  # the first run compiles into empty folders; the second sees them filled
+    # The first run compiles into empty folders and leaves the warm process; the second sees the
+    # folders filled (and is the warm process's first); the third finds everything warm.
+    for number in (0, 1, 2):
         write_edit(tree, 1000 + number, kind)
         edit_run(python, tree)
+        await_warm_process(tree)
     collection(python, tree)
 
 
@@ -168,9 +239,14 @@ def measure(pythons: list[str], rounds: int, kind: str, keep: Path | None) -> No
                       f"CPU; collection {bare[0]:.1f} s, {bare[1]:.1f} s", file=sys.stderr, flush=True)
             loads.append(os.getloadavg()[0])
     finally:
+        for tree in trees.values():
+            stop_warm_process(tree)
         if keep is None:
             shutil.rmtree(base, ignore_errors=True)
-    print(f"`python bench/edit_loop.py measure --rounds {rounds} --edit {kind}`: {os.cpu_count()} CPUs, "
+    runs = ("each edited run answered by the warm process the run before left (`pytest` as a learner runs it)"
+            if WARM["runs"] else "each run in a process of its own (TPUCOURSE_WARM=0)")
+    print(f"`python bench/edit_loop.py measure --rounds {rounds} --edit {kind}"
+          f"{'' if WARM['runs'] else ' --warm no'}`: {runs}; {os.cpu_count()} CPUs, "
           f"{platform.machine()}, {time.strftime('%Y-%m-%d')}, load average {min(loads):.1f}-{max(loads):.1f}\n")
     print("| Python, JAX | edited run: wall, CPU (median) | collection: wall, CPU (median) | "
           "ratio: wall (median, range) | ratio: CPU (median, range) |")
@@ -206,8 +282,7 @@ def profile(python: str, kind: str, edits: int, keep: Path | None) -> None:
             write_edit(tree, number, kind)
             out = base / f"profile{number}.json"
             done = subprocess.run([python, str(Path(__file__).resolve()), "_child", str(out), "--", TEST_FILE, "-q"],
-                                  cwd=tree, capture_output=True, text=True,
-                                  env={k: v for k, v in os.environ.items() if k not in ("CI", "PYTHONPATH")})
+                                  cwd=tree, capture_output=True, text=True, env=run_env(python))
             if done.returncode != 0 or not out.exists():
                 sys.exit(f"the profiled run failed:\n{done.stdout[-4000:]}{done.stderr[-3000:]}")
             results.append(json.loads(out.read_text()))
@@ -620,6 +695,9 @@ def main() -> int:
     m.add_argument("--rounds", type=int, default=5)
     m.add_argument("--edit", choices=EDITS, default="both")
     m.add_argument("--keep", type=Path, help="make the trees under this folder and keep them")
+    m.add_argument("--warm", choices=("yes", "no"), default="yes",
+                   help="yes: pytest as a learner runs it, answered by the warm process the run before left; "
+                   "no: every run in a process of its own (TPUCOURSE_WARM=0)")
     p = sub.add_parser("profile", help="where an edited run's time goes")
     p.add_argument("--python", default=sys.executable)
     p.add_argument("--edits", type=int, default=3)
@@ -627,10 +705,12 @@ def main() -> int:
     p.add_argument("--keep", type=Path)
     args = parser.parse_args()
     if args.command == "measure":
+        WARM["runs"] = args.warm == "yes"
         setups = [os.path.abspath(p) + (f"@{os.path.abspath(r)}" if r else "")
                   for p, r in map(_split, args.pythons)]
         measure(setups, args.rounds, args.edit, args.keep)
     else:
+        WARM["runs"] = False  # the profile is of the run's own work, in its own process
         profile(os.path.abspath(args.python), args.edit, args.edits, args.keep)
     return 0
 

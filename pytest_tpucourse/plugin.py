@@ -85,6 +85,16 @@ def pytest_configure(config: pytest.Config) -> None:
                                       "tpucourse-watch-run")
 
 
+@pytest.hookimpl(tryfirst=True)
+def pytest_cmdline_main(config: pytest.Config):
+    """A plain run of a course checkout is handed to the warm process an earlier run left, where
+    one of the same Python, package and environment is idle: its exit code is this run's
+    (learner/served_runs.py). None: the run happens here."""
+    from .learner import served_runs
+
+    return served_runs.serve_run(config)
+
+
 @pytest.hookimpl(trylast=True)  # the run's last word: close() may end the process (session.py)
 def pytest_unconfigure(config: pytest.Config) -> None:
     record = config.stash.get(RESULTS_RECORD, None)
@@ -92,4 +102,7 @@ def pytest_unconfigure(config: pytest.Config) -> None:
         record.write()  # before close(), which may end the process
     session = config.stash.get(SESSION, None)
     if session is not None:
+        from .learner import served_runs
+
+        served_runs.leave_warm_process(config)  # for the next run of this checkout
         session.close()

@@ -46,12 +46,14 @@ class Ran:
 
 
 def clean_environment() -> dict[str, str]:
-    """This process's environment, without what would reconfigure a child's pytest."""
+    """This process's environment, without what would reconfigure a child's pytest; every run a
+    process of its own, never answered by a warm process (learner/served_runs.py)."""
+    from ..learner.served_runs import ENV as WARM_ENV
     from .record import TOKEN_FD_ENV
 
-    return {k: v for k, v in os.environ.items()
-            if k not in ("PYTEST_ADDOPTS", "PYTEST_PLUGINS", "PYTEST_CURRENT_TEST", TOKEN_FD_ENV)
-            and not k.startswith("PYTEST_XDIST")}
+    return {**{k: v for k, v in os.environ.items()
+               if k not in ("PYTEST_ADDOPTS", "PYTEST_PLUGINS", "PYTEST_CURRENT_TEST", TOKEN_FD_ENV)
+               and not k.startswith("PYTEST_XDIST")}, WARM_ENV: "0"}
 
 
 class Unisolated:

@@ -23,13 +23,15 @@ FORK_GRACE_SECONDS = 20.0
 _WAIT_FOR_THREADS = 0.5  # seconds a finishing thread gets before the run is ended without it
 
 _session_pid: int | None = None
+_fork_hook_registered = False  # os.register_at_fork cannot be undone: once per process, whatever its runs
 
 
 def watch_forks() -> None:
     """From now on, a child forked from this process is ended (see the module's docstring)."""
-    global _session_pid
-    if _session_pid is None:
+    global _session_pid, _fork_hook_registered
+    if not _fork_hook_registered:
         os.register_at_fork(after_in_child=_forked)
+        _fork_hook_registered = True
     _session_pid = os.getpid()
 
 

@@ -173,8 +173,11 @@ class CourseSession:
             sys.stderr.write("".join(f"tpucourse: {thread} is still running: the run ends here, its results "
                                      f"already written\n" for thread in left))
         if (self.grading.deadline.left_running or left) and self.exitstatus is not None:
+            from ..learner import served_runs
+
             sys.stdout.flush()
             sys.stderr.flush()
+            served_runs.before_process_exit(int(self.exitstatus))
             os._exit(int(self.exitstatus))
 
     def threads_left(self) -> list[str]:

@@ -1,0 +1,256 @@
+"""`pytest` answered by the warm process an earlier run of the checkout left (learner/served_runs.py,
+learner/warm_process.py): the learner's edits are what it runs, its answers are a fresh run's
+(output, exit code, state file), the runs that must have a process of their own never reach it,
+Ctrl-C reaches the run, and it ends when it cannot vouch for itself: a patched library, an
+interrupted run, another key, idle time."""
+
+import os
+import signal
+import subprocess
+import sys
+import time
+import types
+from pathlib import Path
+from types import SimpleNamespace
+
+import pytest
+
+from pytest_tpucourse.learner import served_runs, state, warm_process
+
+from .support import DEFAULT_SIGINT, GRADED_TEST, is_xdist_variable
+
+WAIT_SECONDS = 90  # a warm process imports pytest, JAX and the plugin before it listens
+
+
+def learner_env(**extra) -> dict:
+    """The environment of a learner's terminal: no CI, no test run around it, no xdist worker."""
+    env = {k: v for k, v in os.environ.items()
+           if k not in ("CI", "PYTEST_CURRENT_TEST", "PYTEST_ADDOPTS", served_runs.ENV) and not is_xdist_variable(k)}
+    env[served_runs.IDLE_ENV] = "300"  # one this suite failed to end still ends by itself
+    env.update(extra)
+    return env
+
+
+def run_pytest(root: Path, *args: str, env: dict | None = None) -> subprocess.CompletedProcess:
+    """`pytest exercises ARGS` in the course, as a learner runs it."""
+    return subprocess.run([sys.executable, "-m", "pytest", "-p", "no:cacheprovider", "exercises", *args], cwd=root,
+                          env=env or learner_env(), capture_output=True, text=True, timeout=300)
+
+
+def log(root: Path) -> str:
+    path = served_runs.log_path(root)
+    return path.read_text(encoding="utf-8") if path.exists() else ""
+
+
+def wait_until(condition, what: str, seconds: float = WAIT_SECONDS) -> None:
+    deadline = time.monotonic() + seconds
+    while not condition():
+        assert time.monotonic() < deadline, what
+        time.sleep(0.1)
+
+
+def logged(root: Path, text: str) -> bool:
+    """Whether the warm process logged `text`, waiting for it: a run's line comes after its answer."""
+    try:
+        wait_until(lambda: text in log(root), "", seconds=30)
+    except AssertionError:
+        return False
+    return True
+
+
+def listening_pids(root: Path) -> list[int]:
+    return [int(line.split(" pid ")[1].split(":")[0]) for line in log(root).splitlines() if "listening for runs" in line]
+
+
+@pytest.fixture
+def course(fake_course):
+    """The fake course, its warm processes ended after the test."""
+    root = fake_course.pytester.path
+    yield fake_course
+    served_runs.stop_warm_process(root)
+    time.sleep(0.5)
+    for pid in listening_pids(root):
+        try:
+            os.kill(pid, signal.SIGKILL)
+        except ProcessLookupError:
+            pass
+    served_runs.log_path(root).unlink(missing_ok=True)
+
+
+def warm(root: Path) -> None:
+    wait_until(lambda: served_runs.listening(root), f"no warm process listened:\n{log(root)}")
+
+
+def test_the_next_run_is_answered_by_the_warm_process_the_last_left_with_the_learners_edits(course):
+    root = course.pytester.path
+    course.test_file(GRADED_TEST)
+    first = run_pytest(root)
+    assert first.returncode == 1 and "2 todo" in first.stdout, first.stdout  # the stub
+    warm(root)
+    course.write("exercises", "double", "def double(x):\n    return x + x\n")
+    second = run_pytest(root)
+    assert second.returncode == 0 and "2 passed" in second.stdout, second.stdout + second.stderr
+    assert "done  double" in second.stdout  # the course's summary, on the client's stdout
+    assert logged(root, "run 1: pytest -p no:cacheprovider exercises exited 0"), log(root)
+    assert state.read(root)["exercises"]["ch11.double"]["status"] == "done"
+    course.write("exercises", "double", "def double(x):\n    return x * 3\n")
+    third = run_pytest(root)
+    assert third.returncode == 1 and "2 failed" in third.stdout, third.stdout
+    assert logged(root, "run 2: pytest -p no:cacheprovider exercises exited 1"), log(root)
+    assert state.read(root)["exercises"]["ch11.double"]["status"] != "done"
+    assert len(listening_pids(root)) == 1  # one warm process answered both
+
+
+@pytest.mark.parametrize("args, env", [
+    (["--collect-only"], {}),
+    ([], {served_runs.ENV: "0"}),
+    ([], {"CI": "true"}),
+    ([], {"PYTEST_CURRENT_TEST": "tests/test_x.py::test_y (call)"}),
+], ids=["collect-only", "TPUCOURSE_WARM=0", "CI", "inside-a-test"])
+def test_runs_that_need_a_process_of_their_own_never_reach_the_warm_process(course, args, env):
+    root = course.pytester.path
+    course.test_file(GRADED_TEST)
+    course.write("exercises", "double", "def double(x):\n    return x + x\n")
+    run_pytest(root)
+    warm(root)
+    result = run_pytest(root, *args, env=learner_env(**env))
+    assert result.returncode == 0, result.stdout + result.stderr
+    assert " run 1:" not in log(root), log(root)
+
+
+def test_a_run_that_patches_a_library_ends_the_warm_process_and_the_next_run_has_its_own(course):
+    root = course.pytester.path
+    course.test_file(GRADED_TEST)
+    run_pytest(root)
+    warm(root)
+    course.write("exercises", "double", "import numpy\n\nnumpy.allclose = lambda *a, **k: True\n\n\n"
+                                        "def double(x):\n    return x + x\n")
+    served = run_pytest(root)
+    assert served.returncode == 0, served.stdout
+    assert logged(root, "this process ends: replaced by the run: numpy.allclose"), log(root)
+    wait_until(lambda: not served_runs.listening(root), "the warm process still listens")
+    course.write("exercises", "double", "def double(x):\n    return x + x\n")
+    fresh = run_pytest(root)
+    assert fresh.returncode == 0 and " run 2:" not in log(root), log(root)
+    wait_until(lambda: len(listening_pids(root)) == 2, f"no new warm process:\n{log(root)}")
+
+
+def test_a_client_of_another_key_ends_the_warm_process_and_leaves_its_own(course):
+    root = course.pytester.path
+    course.test_file(GRADED_TEST)
+    course.write("exercises", "double", "def double(x):\n    return x + x\n")
+    run_pytest(root)
+    warm(root)
+    other = learner_env(TPUCOURSE_OTHER_SETTING="1")  # what the processes' imports may read differs
+    result = run_pytest(root, env=other)
+    assert result.returncode == 0 and " run 1:" not in log(root), log(root)
+    assert logged(root, "a client of another key"), log(root)
+    wait_until(lambda: len(listening_pids(root)) == 2, f"no new warm process:\n{log(root)}")
+    again = run_pytest(root, env=other)
+    assert again.returncode == 0 and logged(root, " run 1:"), log(root)
+
+
+def test_ctrl_c_at_the_client_interrupts_the_served_run_and_a_busy_process_is_not_waited_for(course):
+    root = course.pytester.path
+    course.test_file(GRADED_TEST)
+    run_pytest(root)
+    warm(root)
+    started = root / "started"
+    course.write("exercises", "double", f"import time\n\n\ndef double(x):\n"
+                                        f"    open({str(started)!r}, 'w').close()\n    time.sleep(120)\n")
+    client = subprocess.Popen([sys.executable, "-c", DEFAULT_SIGINT + "import sys, pytest; "
+                               "sys.exit(pytest.main(['-p', 'no:cacheprovider', 'exercises']))"],
+                              cwd=root, env=learner_env(), stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
+                              text=True, start_new_session=True)
+    try:
+        wait_until(started.exists, "the served run never reached the learner's function")
+        busy = run_pytest(root, "-k", "nothing_is_named_so")  # the warm process is busy: this runs here
+        assert busy.returncode == 5, busy.stdout
+        os.kill(client.pid, signal.SIGINT)  # what Ctrl-C in the client's terminal does
+        out, _ = client.communicate(timeout=60)
+    finally:
+        if client.poll() is None:
+            client.kill()
+    assert client.returncode == 2, out
+    assert "KeyboardInterrupt" in out and "Traceback" not in out, out
+    wait_until(lambda: not served_runs.listening(root), "the interrupted warm process still listens")
+    state.read(root)  # still a whole state file
+
+
+def test_a_warm_process_ends_after_its_idle_time(course):
+    root = course.pytester.path
+    course.test_file(GRADED_TEST)
+    run_pytest(root, env=learner_env(**{served_runs.IDLE_ENV: "1"}))
+    wait_until(lambda: "no run for 1 s: this process ends" in log(root), f"still waiting:\n{log(root)}")
+    assert not served_runs.listening(root)
+
+
+# ------------------------------------------------------------------------- without processes
+
+def _config(root: Path, args=("exercises/ch11",), **options) -> SimpleNamespace:
+    defaults = dict(gates=False, rehearse=False, isolated=False, collectonly=False, help=False, version=False,
+                    showfixtures=False, show_fixtures_per_test=False, markers=False, tpucourse_results=None,
+                    watch_run=None, numprocesses=None, dist="no", cpu_devices=8, jax_cache=".tpucourse/jax-cache")
+    return SimpleNamespace(option=SimpleNamespace(**{**defaults, **options}), rootpath=root, args=list(args),
+                           invocation_params=SimpleNamespace(dir=root))
+
+
+@pytest.mark.parametrize("options", [dict(gates=True), dict(gates=True, rehearse=True), dict(isolated=True),
+                                     dict(collectonly=True), dict(version=True), dict(tpucourse_results="r.json"),
+                                     dict(watch_run="token"), dict(numprocesses=2), dict(dist="load")])
+def test_a_run_with_options_that_need_their_own_process_is_not_handed_over(tmp_path, monkeypatch, options):
+    (tmp_path / "course").mkdir()
+    (tmp_path / "course" / "course.toml").write_text("[course]\n")
+    (tmp_path / "elsewhere").mkdir()
+    for name in ("CI", "PYTEST_CURRENT_TEST", "PYTEST_XDIST_WORKER", served_runs.ENV):
+        monkeypatch.delenv(name, raising=False)
+    assert served_runs.why_not_served(_config(tmp_path / "course")) is None
+    assert served_runs.why_not_served(_config(tmp_path / "course", **options)).startswith("asked for ")
+    assert served_runs.why_not_served(_config(tmp_path / "elsewhere")) == "not a course checkout"
+    # the course's own test suite, or a file outside exercises/: a run of its own
+    assert served_runs.why_not_served(_config(tmp_path / "course", args=["tests"])) == \
+        "tests is not a graded test of exercises/"
+    assert served_runs.why_not_served(_config(tmp_path / "course", args=["exercises/ch11/test_x.py::test_y"])) is None
+
+
+def test_the_key_changes_with_the_environment_the_imports_read_and_not_with_the_rest(tmp_path):
+    base = {"HOME": "/home/learner"}
+    key = served_runs.process_key(tmp_path, base)
+    assert served_runs.process_key(tmp_path, {**base, "COLUMNS": "80", "WINDOWID": "7"}) == key
+    for name in ("JAX_PLATFORMS", "XLA_FLAGS", "PYTHONPATH", "TPUCOURSE_WATCH_RUNS", "LD_LIBRARY_PATH"):
+        assert served_runs.process_key(tmp_path, {**base, name: "x"}) != key, name
+    assert served_runs.process_key(tmp_path / "other", base) != key
+
+
+def test_between_runs_the_checkouts_modules_are_forgotten_and_the_rest_kept(tmp_path, monkeypatch):
+    root = tmp_path / "course"
+    names = {"learners": root / "exercises" / "ch11" / "matmul.py", "elsewhere": tmp_path / "lib" / "x.py"}
+    for name, path in names.items():
+        module = types.ModuleType(f"_served_runs_test_{name}")
+        module.__file__ = str(path)
+        monkeypatch.setitem(sys.modules, module.__name__, module)
+    folder = types.ModuleType("_served_runs_test_folder")  # a namespace package pytest made for a folder
+    folder.__path__ = [str(root / "exercises")]
+    monkeypatch.setitem(sys.modules, folder.__name__, folder)
+    monkeypatch.setitem(sys.modules, "_tpucourse_graded_exercises_0123456789", types.ModuleType("graded"))
+    warm_process.forget_course_modules(root.resolve())
+    assert "_served_runs_test_learners" not in sys.modules and "_served_runs_test_folder" not in sys.modules
+    assert "_tpucourse_graded_exercises_0123456789" not in sys.modules
+    assert "_served_runs_test_elsewhere" in sys.modules
+
+
+def test_a_function_replaced_by_code_outside_the_package_is_found(tmp_path, monkeypatch):
+    from pytest_tpucourse.grading import backend
+
+    module = types.ModuleType("_served_runs_test_library")
+    module.__file__ = str(tmp_path / "library.py")
+    module.compute = lambda x: x
+    module.count = 1
+    monkeypatch.setitem(sys.modules, module.__name__, module)
+    before = warm_process.ModuleFunctions.now()
+    module.count = 2  # data a run may change
+    assert before.replaced(tmp_path / "course") == []
+    module.compute = backend.select  # this package's own installs are its runs' own
+    assert before.replaced(tmp_path / "course") == []
+    module.compute = lambda x: x + 1
+    assert before.replaced(tmp_path / "course") == ["_served_runs_test_library.compute"]
