@@ -59,7 +59,8 @@ def logged(root: Path, text: str) -> bool:
 
 
 def listening_pids(root: Path) -> list[int]:
-    return [int(line.split(" pid ")[1].split(":")[0]) for line in log(root).splitlines() if "listening for runs" in line]
+    return [int(line.split(" pid ")[1].split(":")[0])
+            for line in log(root).splitlines() if "listening for runs" in line]
 
 
 @pytest.fixture

@@ -13,11 +13,12 @@ did not change is still imported, traced and compiled; the learner's modules and
 are imported anew each run.
 
 What a run here looks like, a served run looks like: the same output on the same terminal,
-the same state file and records, Ctrl-C, `breakpoint()`. Which runs are handed over (`why_not_served`):
-only pytest's plain runs of a course checkout's graded tests (exercises/), without `--gates`, `-n`, `--isolated`, `tpucourse
-grade`'s record or `watch`, and never under CI, inside another test (PYTEST_CURRENT_TEST), or
-with TPUCOURSE_WARM=0. A warm process that is busy, gone, of another key or for other backend
-options is not waited for: the run happens here, as it always did.
+the same state file and records, Ctrl-C, `breakpoint()`. Which runs are handed over
+(`why_not_served`): only pytest's plain runs of a course checkout's graded tests (exercises/),
+without `--gates`, `-n`, `--isolated`, `--collect-only`, `tpucourse grade`'s record or `watch`,
+and never under CI, inside another test (PYTEST_CURRENT_TEST), or with TPUCOURSE_WARM=0. A
+warm process that is busy, gone, of another key or for other backend options is not waited for:
+the run happens here, as it always did.
 """
 
 from __future__ import annotations
@@ -254,16 +255,14 @@ def _same_key(connection: socket.socket, messages: Messages, key: str) -> bool:
 
 def _await_exit(connection: socket.socket, messages: Messages) -> int:
     """The warm process runs the tests on this terminal; Ctrl-C here is Ctrl-C there."""
-    interrupted = threading.Event()
-
     def forward(signum, frame):
-        interrupted.set()
         try:
             connection.sendall(b"I")
         except OSError:
             pass
 
-    previous = signal.signal(signal.SIGINT, forward) if threading.current_thread() is threading.main_thread() else None
+    in_main_thread = threading.current_thread() is threading.main_thread()
+    previous = signal.signal(signal.SIGINT, forward) if in_main_thread else None
     try:
         answer = messages.next()
     except (OSError, ValueError):
@@ -292,10 +291,11 @@ def leave_warm_process(config) -> None:
         return
     if _answers(path, process_key(root, _environ_at_start)):
         return
-    command = [sys.executable, "-m", "pytest_tpucourse.learner.warm_process", str(root), json.dumps(backend_options(config))]
+    command = [sys.executable, "-m", "pytest_tpucourse.learner.warm_process", str(root),
+               json.dumps(backend_options(config))]
     try:
-        subprocess.Popen(command, cwd=root, env=_environ_at_start or os.environ, stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL,
-                         stderr=subprocess.DEVNULL, start_new_session=True, close_fds=True)
+        subprocess.Popen(command, cwd=root, env=_environ_at_start or os.environ, stdin=subprocess.DEVNULL,
+                         stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, start_new_session=True, close_fds=True)
     except OSError:
         pass
 
