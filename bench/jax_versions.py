@@ -37,6 +37,7 @@ def _cpu_of_children() -> float:
 def graded(python: str, chapter: str, cache: Path) -> tuple[float, float]:
     """(wall, CPU) seconds of the chapter's solutions graded with `cache` as --jax-cache."""
     env = {k: v for k, v in os.environ.items() if k not in ("CI", "PYTHONPATH")}
+    env["TPUCOURSE_WARM"] = "0"  # a cold run is a fresh process: no warm process answers it
     cpu, start = _cpu_of_children(), time.perf_counter()
     done = subprocess.run([python, "-m", "pytest", f"exercises/{chapter}", "--solutions", "-q",
                            "-p", "no:cacheprovider", "--jax-cache", str(cache)],

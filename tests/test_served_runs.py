@@ -159,8 +159,10 @@ def test_ctrl_c_at_the_client_interrupts_the_served_run_and_a_busy_process_is_no
     started = root / "started"
     course.write("exercises", "double", f"import time\n\n\ndef double(x):\n"
                                         f"    open({str(started)!r}, 'w').close()\n    time.sleep(120)\n")
-    client = subprocess.Popen([sys.executable, "-c", DEFAULT_SIGINT + "import sys, pytest; "
-                               "sys.exit(pytest.main(['-p', 'no:cacheprovider', 'exercises']))"],
+    # `python -m pytest -p no:cacheprovider exercises`, with Python's own SIGINT handling
+    client = subprocess.Popen([sys.executable, "-c", DEFAULT_SIGINT + "import sys, runpy; "
+                               "sys.argv = ['pytest', '-p', 'no:cacheprovider', 'exercises']; "
+                               "runpy.run_module('pytest', run_name='__main__', alter_sys=True)"],
                               cwd=root, env=learner_env(), stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
                               text=True, start_new_session=True)
     try:
@@ -193,7 +195,7 @@ def _config(root: Path, args=("exercises/ch11",), **options) -> SimpleNamespace:
                     showfixtures=False, show_fixtures_per_test=False, markers=False, tpucourse_results=None,
                     watch_run=None, numprocesses=None, dist="no", cpu_devices=8, jax_cache=".tpucourse/jax-cache")
     return SimpleNamespace(option=SimpleNamespace(**{**defaults, **options}), rootpath=root, args=list(args),
-                           invocation_params=SimpleNamespace(dir=root))
+                           invocation_params=SimpleNamespace(dir=root, plugins=()))
 
 
 @pytest.mark.parametrize("options", [dict(gates=True), dict(gates=True, rehearse=True), dict(isolated=True),
@@ -205,6 +207,7 @@ def test_a_run_with_options_that_need_their_own_process_is_not_handed_over(tmp_p
     (tmp_path / "elsewhere").mkdir()
     for name in ("CI", "PYTEST_CURRENT_TEST", "PYTEST_XDIST_WORKER", served_runs.ENV):
         monkeypatch.delenv(name, raising=False)
+    monkeypatch.setattr(sys, "argv", ["/home/learner/.venv/bin/pytest", "exercises/ch11"])
     assert served_runs.why_not_served(_config(tmp_path / "course")) is None
     assert served_runs.why_not_served(_config(tmp_path / "course", **options)).startswith("asked for ")
     assert served_runs.why_not_served(_config(tmp_path / "elsewhere")) == "not a course checkout"
@@ -212,6 +215,14 @@ def test_a_run_with_options_that_need_their_own_process_is_not_handed_over(tmp_p
     assert served_runs.why_not_served(_config(tmp_path / "course", args=["tests"])) == \
         "tests is not a graded test of exercises/"
     assert served_runs.why_not_served(_config(tmp_path / "course", args=["exercises/ch11/test_x.py::test_y"])) is None
+    # a program that calls pytest.main() (with plugins of its own, or at all) keeps its run
+    called = _config(tmp_path / "course")
+    called.invocation_params.plugins = (object(),)
+    assert served_runs.why_not_served(called).startswith("pytest.main() called from another program")
+    monkeypatch.setattr(sys, "argv", ["bench/grading_split.py", "exercises/ch11"])
+    assert served_runs.why_not_served(_config(tmp_path / "course")).startswith("pytest.main() called")
+    monkeypatch.setattr(sys, "argv", ["/usr/lib/python3/site-packages/pytest/__main__.py"])
+    assert served_runs.why_not_served(_config(tmp_path / "course")) is None
 
 
 def test_the_key_changes_with_the_environment_the_imports_read_and_not_with_the_rest(tmp_path):

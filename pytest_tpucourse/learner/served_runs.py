@@ -70,6 +70,8 @@ def why_not_served(config) -> str | None:
         return "a run inside another test run"
     if not hasattr(socket, "AF_UNIX") or not hasattr(socket, "send_fds"):
         return "no Unix sockets"
+    if getattr(config.invocation_params, "plugins", None) or not started_as_pytest():
+        return "pytest.main() called from another program (its plugins and state are that process's)"
     option = config.option
     asked = [name for name in ("gates", "rehearse", "isolated", "collectonly", "help", "version", "showfixtures",
                                "show_fixtures_per_test", "markers") if getattr(option, name, False)]
@@ -91,6 +93,14 @@ def why_not_served(config) -> str | None:
         if not path.is_relative_to(exercises):
             return f"{arg} is not a graded test of {EXERCISES}/"
     return None
+
+
+def started_as_pytest() -> bool:
+    """This process is pytest's own command (`pytest`, `python -m pytest`), not a program that calls
+    pytest.main() and may read what the run leaves in its memory."""
+    first = sys.argv[0] if sys.argv else ""
+    return Path(first).name in ("pytest", "py.test", "pytest.exe") or \
+        Path(first).parts[-2:] == ("pytest", "__main__.py")
 
 
 def backend_options(config) -> dict:
