@@ -266,3 +266,19 @@ def test_a_function_replaced_by_code_outside_the_package_is_found(tmp_path, monk
     assert before.replaced(tmp_path / "course") == []
     module.compute = lambda x: x + 1
     assert before.replaced(tmp_path / "course") == ["_served_runs_test_library.compute"]
+
+
+def test_a_warm_process_stops_waiting_once_its_checkout_is_gone(tmp_path, monkeypatch):
+    import socket
+
+    monkeypatch.setattr(warm_process, "CHECKOUT_LOOK_SECONDS", 0.1)
+    root = tmp_path / "course"
+    root.mkdir()
+    listener = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+    listener.bind(str(tmp_path / "warm.sock"))
+    listener.listen(1)
+    with listener:
+        with pytest.raises(socket.timeout):  # idle: no client within its time
+            warm_process._next_client(listener, root, 0.3)
+        root.rmdir()
+        assert warm_process._next_client(listener, root, 30) is None

@@ -40,6 +40,7 @@ MAX_RUNS = 200
 MAX_RSS_BYTES = 4 * 1024 ** 3
 LOG_LINES = 200
 REQUEST_SECONDS = 5.0  # a client that greets and then sends nothing is dropped after this
+CHECKOUT_LOOK_SECONDS = 30.0
 
 # JAX flags the course's runs set themselves (grading/backend.py): a first run sets them, later
 # runs set them to the same values. Any other flag a run leaves changed ends the process.
@@ -81,11 +82,12 @@ def main(argv: list[str]) -> int:
     idle = float(os.environ.get(served_runs.IDLE_ENV, served_runs.IDLE_SECONDS))
     try:
         while True:
-            listener.settimeout(idle)
             try:
-                connection, _ = listener.accept()
+                connection = _next_client(listener, root, idle)
             except socket.timeout:
                 log(root, f"no run for {idle:g} s: this process ends")
+                break
+            if connection is None:  # the checkout is gone (a temporary copy deleted)
                 break
             with connection:
                 try:
@@ -100,6 +102,24 @@ def main(argv: list[str]) -> int:
             path.unlink()
         listener.close()
     return 0
+
+
+def _next_client(listener: socket.socket, root: Path, idle: float) -> socket.socket | None:
+    """The next client within `idle` seconds (socket.timeout after them); None once the checkout's
+    folder is gone, looked at every CHECKOUT_LOOK_SECONDS."""
+    import time
+
+    deadline = time.monotonic() + idle
+    while True:
+        left = deadline - time.monotonic()
+        if left <= 0:
+            raise socket.timeout
+        listener.settimeout(min(left, CHECKOUT_LOOK_SECONDS))
+        try:
+            return listener.accept()[0]
+        except socket.timeout:
+            if not root.is_dir():
+                return None
 
 
 def log(course_root: Path, line: str) -> None:
