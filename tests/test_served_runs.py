@@ -100,6 +100,7 @@ def test_the_next_run_is_answered_by_the_warm_process_the_last_left_with_the_lea
     assert logged(root, "run 2: pytest -p no:cacheprovider exercises exited 1"), log(root)
     assert state.read(root)["exercises"]["ch11.double"]["status"] != "done"
     assert len(listening_pids(root)) == 1  # one warm process answered both
+    assert served_runs.stop_warm_process(root) and logged(root, "asked to stop: this process ends")
 
 
 @pytest.mark.parametrize("args, env", [

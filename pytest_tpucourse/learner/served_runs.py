@@ -40,6 +40,7 @@ IDLE_ENV = "TPUCOURSE_WARM_IDLE"  # seconds a warm process waits for its next ru
 IDLE_SECONDS = 900.0
 ANSWER_SECONDS = 0.3  # how long a client waits for a warm process's hello before running here
 PROTOCOL = 1
+STOP = "stop"  # the key a client sends to end the warm process (stop_warm_process)
 
 # The environment a process's imports may read (JAX's flags, XLA's, the Python's own):
 # a warm process serves only clients whose values of these are its own.
@@ -354,7 +355,7 @@ def stop_warm_process(course_root: Path) -> bool:
         connection.connect(str(path))
         if Messages(connection).next() is None:
             return False
-        send_message(connection, {"key": "stop"})
+        send_message(connection, {"key": STOP})
         return True
     except (OSError, ValueError):
         return False

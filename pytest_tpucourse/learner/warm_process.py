@@ -162,6 +162,9 @@ class WarmProcess:
             request = messages.next(with_fds=3)
             if request is None:
                 return False
+            if request.get("key") == served_runs.STOP:
+                log(self.root, "asked to stop: this process ends")
+                return True
             if request.get("key") != self.key:  # a newer package or environment: it leaves its own
                 log(self.root, "a client of another key (Python, package, libraries or environment): "
                                "this process ends")
