@@ -31,10 +31,10 @@ def learner_env(**extra) -> dict:
     return env
 
 
-def run_pytest(root: Path, *args: str, env: dict | None = None) -> subprocess.CompletedProcess:
-    """`pytest exercises ARGS` in the course, as a learner runs it."""
+def run_pytest(root: Path, *args: str, env: dict | None = None, input: str = "") -> subprocess.CompletedProcess:
+    """`pytest exercises ARGS` in the course, as a learner runs it (`input` on its standard input)."""
     return subprocess.run([sys.executable, "-m", "pytest", "-p", "no:cacheprovider", "exercises", *args], cwd=root,
-                          env=env or learner_env(), capture_output=True, text=True, timeout=300)
+                          env=env or learner_env(), capture_output=True, text=True, timeout=300, input=input)
 
 
 def log(root: Path) -> str:
@@ -99,8 +99,26 @@ def test_the_next_run_is_answered_by_the_warm_process_the_last_left_with_the_lea
     assert third.returncode == 1 and "2 failed" in third.stdout, third.stdout
     assert logged(root, "run 2: pytest -p no:cacheprovider exercises exited 1"), log(root)
     assert state.read(root)["exercises"]["ch11.double"]["status"] != "done"
-    assert len(listening_pids(root)) == 1  # one warm process answered both
+    # failing again, another way (pytest keeps the failure's exception type in sys.last_type)
+    course.write("exercises", "double", "def double(x):\n    raise ValueError('not this way')\n")
+    fourth = run_pytest(root)
+    assert fourth.returncode == 1 and logged(root, "run 3: pytest -p no:cacheprovider exercises exited 1"), log(root)
+    assert "this process ends" not in log(root), log(root)
+    assert len(listening_pids(root)) == 1  # one warm process answered them all
     assert served_runs.stop_warm_process(root) and logged(root, "asked to stop: this process ends")
+
+
+def test_a_served_runs_debugger_reads_the_clients_standard_input(course):
+    root = course.pytester.path
+    course.test_file(GRADED_TEST)
+    course.write("exercises", "double", "def double(x):\n    return x + x\n")
+    run_pytest(root)
+    warm(root)
+    course.test_file("def test_stops_here():\n    answer = 6 * 7\n    breakpoint()\n    assert answer == 42\n",
+                     name="test_debugged.py")
+    result = run_pytest(root, "-k", "stops_here", input="p answer + 1\nc\n")
+    assert result.returncode == 0 and "43" in result.stdout, result.stdout
+    assert logged(root, "run 1: pytest -p no:cacheprovider exercises -k stops_here exited 0"), log(root)
 
 
 @pytest.mark.parametrize("args, env", [

@@ -234,6 +234,7 @@ def serve_run(config) -> int | None:
         if not _same_key(connection, messages, key):
             connection.close()
             return None
+        _terminal_as_given(config)
         streams = [sys.stdin, sys.stdout, sys.stderr]
         for stream in streams[1:]:
             stream.flush()
@@ -252,6 +253,15 @@ def serve_run(config) -> int | None:
         return None
     connection.settimeout(None)
     return _await_exit(connection, messages)
+
+
+def _terminal_as_given(config) -> None:
+    """Standard input as the client was given it: pytest captures it from the start (the initial
+    conftests) and gives back only output until a test runs, so descriptor 0 is /dev/null here
+    until its capture is suspended with its input too (what pytest's own debugger does)."""
+    capture = config.pluginmanager.getplugin("capturemanager")
+    if capture is not None:
+        capture.suspend_global_capture(in_=True)
 
 
 def _same_key(connection: socket.socket, messages: Messages, key: str) -> bool:

@@ -314,6 +314,11 @@ class ProcessState:
         signal.signal(signal.SIGINT, self.sigint)
 
 
+# What a run sets in a module by design: pytest keeps a failed test's exception in sys.last_*
+# (for pdb's post-mortem), a class among them.
+RUN_STATE = frozenset({("sys", "last_type"), ("sys", "last_value"), ("sys", "last_traceback"), ("sys", "last_exc")})
+
+
 class ModuleFunctions:
     """The functions, classes and modules every loaded module binds, by name."""
 
@@ -325,7 +330,8 @@ class ModuleFunctions:
         bound = {}
         for name, module in list(sys.modules.items()):
             if isinstance(module, types.ModuleType) and name != "__main__":
-                bound[name] = (module, {k: v for k, v in vars(module).items() if _is_code(v)})
+                bound[name] = (module, {k: v for k, v in vars(module).items()
+                                        if _is_code(v) and (name, k) not in RUN_STATE})
         return cls(bound)
 
     def replaced(self, course_root: Path) -> list[str]:
