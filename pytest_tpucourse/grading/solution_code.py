@@ -44,13 +44,13 @@ _checkout_files: dict = {}  # solutions folder -> (signature, {size: [(path, sha
 _head_blobs: dict = {}  # course root -> {size: [(path, git blob id)]}
 _compiled_keys: dict = {}  # (file, sha256 of its source) -> the keys of every code object compiled from it
 _solution_code: dict = {}  # solutions folder -> (signature, {code key: (path, qualname)})
+_outside_files: set = set()  # file names known to be neither the graded tree's nor the solutions'
 
 
 def forget_commits() -> None:
     """Read git HEAD's solution files again in the next run (a warm process serves many runs,
     and HEAD may move between them)."""
     _head_blobs.clear()
-_outside_files: set = set()  # file names known to be neither the graded tree's nor the solutions'
 
 
 @dataclass(frozen=True)
