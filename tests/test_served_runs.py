@@ -82,13 +82,28 @@ def warm(root: Path) -> None:
     wait_until(lambda: served_runs.listening(root), f"no warm process listened:\n{log(root)}")
 
 
+RIGHT_DOUBLE = "def double(x):\n    return x + x\n"
+
+
+def left_warm(course, double: str | None = None) -> Path:
+    """The fake course's graded tests (and `double`, given) run once in a process of their own,
+    and the warm process that run left listening: the course root."""
+    root = course.pytester.path
+    course.test_file(GRADED_TEST)
+    if double is not None:
+        course.write("exercises", "double", double)
+    run_pytest(root)
+    warm(root)
+    return root
+
+
 def test_the_next_run_is_answered_by_the_warm_process_the_last_left_with_the_learners_edits(course):
     root = course.pytester.path
     course.test_file(GRADED_TEST)
     first = run_pytest(root)
     assert first.returncode == 1 and "2 todo" in first.stdout, first.stdout  # the stub
     warm(root)
-    course.write("exercises", "double", "def double(x):\n    return x + x\n")
+    course.write("exercises", "double", RIGHT_DOUBLE)
     second = run_pytest(root)
     assert second.returncode == 0 and "2 passed" in second.stdout, second.stdout + second.stderr
     assert "done  double" in second.stdout  # the course's summary, on the client's stdout
@@ -109,11 +124,7 @@ def test_the_next_run_is_answered_by_the_warm_process_the_last_left_with_the_lea
 
 
 def test_a_served_runs_debugger_reads_the_clients_standard_input(course):
-    root = course.pytester.path
-    course.test_file(GRADED_TEST)
-    course.write("exercises", "double", "def double(x):\n    return x + x\n")
-    run_pytest(root)
-    warm(root)
+    root = left_warm(course, RIGHT_DOUBLE)
     course.test_file("def test_stops_here():\n    answer = 6 * 7\n    breakpoint()\n    assert answer == 42\n",
                      name="test_debugged.py")
     result = run_pytest(root, "-k", "stops_here", input="p answer + 1\nc\n")
@@ -128,39 +139,28 @@ def test_a_served_runs_debugger_reads_the_clients_standard_input(course):
     ([], {"PYTEST_CURRENT_TEST": "tests/test_x.py::test_y (call)"}),
 ], ids=["collect-only", "TPUCOURSE_WARM=0", "CI", "inside-a-test"])
 def test_runs_that_need_a_process_of_their_own_never_reach_the_warm_process(course, args, env):
-    root = course.pytester.path
-    course.test_file(GRADED_TEST)
-    course.write("exercises", "double", "def double(x):\n    return x + x\n")
-    run_pytest(root)
-    warm(root)
+    root = left_warm(course, RIGHT_DOUBLE)
     result = run_pytest(root, *args, env=learner_env(**env))
     assert result.returncode == 0, result.stdout + result.stderr
     assert " run 1:" not in log(root), log(root)
 
 
 def test_a_run_that_patches_a_library_ends_the_warm_process_and_the_next_run_has_its_own(course):
-    root = course.pytester.path
-    course.test_file(GRADED_TEST)
-    run_pytest(root)
-    warm(root)
+    root = left_warm(course)
     course.write("exercises", "double", "import numpy\n\nnumpy.allclose = lambda *a, **k: True\n\n\n"
-                                        "def double(x):\n    return x + x\n")
+                                        + RIGHT_DOUBLE)
     served = run_pytest(root)
     assert served.returncode == 0, served.stdout
     assert logged(root, "this process ends: replaced by the run: numpy.allclose"), log(root)
     wait_until(lambda: not served_runs.listening(root), "the warm process still listens")
-    course.write("exercises", "double", "def double(x):\n    return x + x\n")
+    course.write("exercises", "double", RIGHT_DOUBLE)
     fresh = run_pytest(root)
     assert fresh.returncode == 0 and " run 2:" not in log(root), log(root)
     wait_until(lambda: len(listening_pids(root)) == 2, f"no new warm process:\n{log(root)}")
 
 
 def test_a_client_of_another_key_ends_the_warm_process_and_leaves_its_own(course):
-    root = course.pytester.path
-    course.test_file(GRADED_TEST)
-    course.write("exercises", "double", "def double(x):\n    return x + x\n")
-    run_pytest(root)
-    warm(root)
+    root = left_warm(course, RIGHT_DOUBLE)
     other = learner_env(TPUCOURSE_OTHER_SETTING="1")  # what the processes' imports may read differs
     result = run_pytest(root, env=other)
     assert result.returncode == 0 and " run 1:" not in log(root), log(root)
@@ -171,10 +171,7 @@ def test_a_client_of_another_key_ends_the_warm_process_and_leaves_its_own(course
 
 
 def test_ctrl_c_at_the_client_interrupts_the_served_run_and_a_busy_process_is_not_waited_for(course):
-    root = course.pytester.path
-    course.test_file(GRADED_TEST)
-    run_pytest(root)
-    warm(root)
+    root = left_warm(course)
     started = root / "started"
     course.write("exercises", "double", f"import time\n\n\ndef double(x):\n"
                                         f"    open({str(started)!r}, 'w').close()\n    time.sleep(120)\n")

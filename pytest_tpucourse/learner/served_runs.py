@@ -222,14 +222,11 @@ def serve_run(config) -> int | None:
     if why_not_served(config) is not None:
         return None
     root = course_root_of(config)
-    path = socket_path(root)
-    if not path.exists():
+    connection = _connect(socket_path(root), ANSWER_SECONDS)
+    if connection is None:
         return None
     key = process_key(root)
-    connection = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
     try:
-        connection.settimeout(ANSWER_SECONDS)
-        connection.connect(str(path))
         messages = Messages(connection)
         if not _same_key(connection, messages, key):
             connection.close()
@@ -321,53 +318,53 @@ def leave_warm_process(config) -> None:
         pass
 
 
-def _answers(path: Path, key: str) -> bool:
-    """A warm process of this key listens at `path`, idle or busy (it is asked to run nothing)."""
+def _connect(path: Path, seconds: float) -> socket.socket | None:
+    """A connection to the warm process listening at `path`, its timeout `seconds`; None: none listens."""
     if not path.exists():
-        return False
+        return None
     connection = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
     try:
-        connection.settimeout(ANSWER_SECONDS)
+        connection.settimeout(seconds)
         connection.connect(str(path))
-        return _same_key(connection, Messages(connection), key)
-    except socket.timeout:  # connected, no hello: busy with a run
-        return True
-    except (OSError, ValueError):
-        return False
-    finally:
+    except OSError:
         connection.close()
+        return None
+    return connection
+
+
+def _answers(path: Path, key: str) -> bool:
+    """A warm process of this key listens at `path`, idle or busy (it is asked to run nothing)."""
+    connection = _connect(path, ANSWER_SECONDS)
+    if connection is None:
+        return False
+    with connection:
+        try:
+            return _same_key(connection, Messages(connection), key)
+        except socket.timeout:  # connected, no hello: busy with a run
+            return True
+        except (OSError, ValueError):
+            return False
 
 
 def listening(course_root: Path) -> bool:
     """A warm process of this checkout is listening (whatever its key)."""
-    path = socket_path(course_root)
-    if not path.exists():
+    connection = _connect(socket_path(course_root), ANSWER_SECONDS)
+    if connection is None:
         return False
-    connection = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
-    try:
-        connection.settimeout(ANSWER_SECONDS)
-        connection.connect(str(path))
-        return True
-    except OSError:
-        return False
-    finally:
-        connection.close()
+    connection.close()
+    return True
 
 
 def stop_warm_process(course_root: Path) -> bool:
     """End the checkout's warm process, idle (a busy one ends after its run); whether one answered."""
-    path = socket_path(course_root)
-    if not path.exists():
+    connection = _connect(socket_path(course_root), 5.0)
+    if connection is None:
         return False
-    connection = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
-    try:
-        connection.settimeout(5.0)
-        connection.connect(str(path))
-        if Messages(connection).next() is None:
+    with connection:
+        try:
+            if Messages(connection).next() is None:
+                return False
+            send_message(connection, {"key": STOP})
+            return True
+        except (OSError, ValueError):
             return False
-        send_message(connection, {"key": STOP})
-        return True
-    except (OSError, ValueError):
-        return False
-    finally:
-        connection.close()

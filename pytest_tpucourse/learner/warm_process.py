@@ -211,7 +211,7 @@ class WarmProcess:
         from .warm_runs import NOT_REWRITTEN
 
         self.runs += 1
-        before = ProcessState.now()
+        before = ProcessState()
         linecache.checkcache()
         interrupts = _Interrupts(connection)
         code = 3
@@ -246,8 +246,10 @@ class WarmProcess:
         return reasons
 
     def reasons_to_end(self, code: int, modules: ModuleFunctions, flags: dict, threads: set) -> list[str]:
+        import pytest
+
         reasons = []
-        if code in (pytest_exit_interrupted(), pytest_exit_internal_error()):
+        if code in (pytest.ExitCode.INTERRUPTED, pytest.ExitCode.INTERNAL_ERROR):
             reasons.append(f"the run ended with exit code {code}")
         left = [t.name for t in threading.enumerate() if t not in threads and t.is_alive() and not t.daemon]
         if left:
@@ -264,18 +266,6 @@ class WarmProcess:
         if self.runs >= MAX_RUNS:
             reasons.append(f"{MAX_RUNS} runs")
         return reasons
-
-
-def pytest_exit_interrupted() -> int:
-    import pytest
-
-    return int(pytest.ExitCode.INTERRUPTED)
-
-
-def pytest_exit_internal_error() -> int:
-    import pytest
-
-    return int(pytest.ExitCode.INTERNAL_ERROR)
 
 
 def _same_user(connection: socket.socket) -> bool:
@@ -300,10 +290,6 @@ class ProcessState:
         self.argv = list(sys.argv)
         self.path = list(sys.path)
         self.sigint = signal.getsignal(signal.SIGINT)
-
-    @classmethod
-    def now(cls) -> ProcessState:
-        return cls()
 
     def restore(self) -> None:
         os.environ.clear()
