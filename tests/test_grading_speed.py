@@ -121,6 +121,87 @@ def test_the_interpreters_own_callbacks_skip_jaxs_device_put_and_every_other_cal
     assert len(puts) > 10, "JAX's own io_callback puts every argument of every interpreter callback"
 
 
+def _runs_of_the_same(contexts: list) -> list[int]:
+    runs = [1]
+    for before, context in zip(contexts, contexts[1:]):
+        if context is before:
+            runs[-1] += 1
+        else:
+            runs.append(1)
+    return runs
+
+
+def test_jax_makes_an_mlir_context_per_lowering_before_0_12_and_a_course_session_reuses_them_as_0_12_does():
+    """Every lowering asks `make_ir_context` for an MLIR context. JAX 0.10.2 builds a new one each
+    time (every dialect loaded: read here off JAX's own function); 0.12 hands each thread's context
+    out again, 10 times, and then makes another. A course session gives 0.10.2 the same reuse; 0.12's
+    own is left as it is. Each thread has its own."""
+    from jax._src.interpreters import mlir
+
+    native = hasattr(mlir, "_thread_local_context")
+    if jax.__version__ == "0.10.2" or jax.__version__.startswith("0.12"):
+        assert native == jax.__version__.startswith("0.12"), f"JAX {jax.__version__}: reuse read differently"
+    make = mlir.make_ir_context
+    assert getattr(make, "tpucourse_reused", False) != native, "a course session reuses contexts where JAX does not"
+    if not native:
+        assert make.__wrapped__() is not make.__wrapped__(), "JAX's own function makes one per call"
+    contexts = [make() for _ in range(5 * (jax_internals.CONTEXT_REUSES + 1))]
+    assert set(_runs_of_the_same(contexts)[1:-1]) == {jax_internals.CONTEXT_REUSES + 1}
+    in_another_thread = []
+    thread = threading.Thread(target=lambda: in_another_thread.append(make()))
+    thread.start()
+    thread.join()
+    assert all(in_another_thread[0] is not context for context in contexts)
+    assert not jax_internals.mlir_contexts_reused(), "called again, or JAX's own reuse: nothing to do"
+
+
+_LOWERS_AN_INTERPRETED_KERNEL = """
+import importlib.abc, sys, time
+import jax, jax.numpy as jnp
+from jax.experimental import pallas as pl
+from jax.experimental.pallas import tpu as pltpu
+from pytest_tpucourse.core import jax_internals
+
+jax_internals.leave_out_gpu_interpreter(LEFT_OUT)
+asked = []
+class Recorder(importlib.abc.MetaPathFinder):
+    def find_spec(self, name, path=None, target=None):
+        asked.append(name)
+sys.meta_path.insert(0, Recorder())
+
+def double(x):
+    return pl.pallas_call(lambda x_ref, o_ref: o_ref.__setitem__(..., x_ref[...] * 2),
+                          out_shape=jax.ShapeDtypeStruct(x.shape, x.dtype))(x)
+
+x = jnp.ones((8, 128), jnp.float32)
+start = time.perf_counter()
+with pltpu.force_tpu_interpret_mode(pltpu.InterpretParams()):
+    jax.jit(double).lower(x)
+    seconds = time.perf_counter() - start
+    assert float(jax.jit(double)(x)[0, 0]) == 2.0
+print(asked.count(jax_internals.GPU_INTERPRETER), jax_internals.GPU_INTERPRETER in sys.modules, seconds)
+"""
+
+
+@pytest.mark.parametrize("left_out", [False, True], ids=["as-jax-has-it", "in-a-course-session"])
+def test_jaxs_interpret_lowering_imports_the_gpu_interpreter_and_a_course_session_leaves_it_out(left_out):
+    """Read off JAX, in a fresh process: lowering a pallas_call under TPU interpret mode asks for
+    the Mosaic GPU interpreter's module (to check for GPU interpret parameters); on 0.10.2 the
+    import fails (Mosaic GPU needs absl), on 0.12 it loads Mosaic GPU. A course session refuses the
+    import at once, and the kernel lowers and runs all the same."""
+    program = _LOWERS_AN_INTERPRETED_KERNEL.replace("LEFT_OUT", str(left_out))
+    out = subprocess.run([sys.executable, "-c", program], capture_output=True, text=True, timeout=240)
+    assert out.returncode == 0, out.stderr[-3000:]
+    asked, imported, seconds = out.stdout.split()
+    assert int(asked) >= 1, "JAX's lowering asks for the GPU interpreter"
+    if left_out:
+        assert imported == "False", seconds
+    elif jax.__version__ == "0.10.2":  # Mosaic GPU needs absl, which 0.10.2's install lacks
+        assert imported == "False", seconds
+    elif jax.__version__.startswith("0.12"):
+        assert imported == "True", seconds
+
+
 @pytest.fixture
 def kept_kernel_programs(tmp_path):
     """Programs with host callbacks compiled as a run compiles them, kept in tmp_path."""

@@ -10,6 +10,8 @@ JAX is imported inside the functions: importing this module loads nothing heavy.
 from __future__ import annotations
 
 import contextlib
+import functools
+import importlib.abc
 import re
 import sys
 import threading
@@ -63,7 +65,6 @@ def read_interpret_mode_when_called() -> None:
     exactly like one built inside the function. Idempotent; `restore_interpret_mode_reading`
     undoes it for kernels built afterwards.
     """
-    import functools
 
     from jax._src import config as jax_config
     from jax._src.pallas import pallas_call as module
@@ -123,7 +124,6 @@ def interpreter_callbacks_take_host_arrays() -> None:
     path. The failure path is JAX's: the error is logged to CALLBACK_LOGGER and raised.
     Idempotent.
     """
-    import functools
     import logging
 
     import numpy as np
@@ -171,6 +171,75 @@ _INTERPRETER_MODULE = "jax._src.pallas.mosaic.interpret."
 # The interpreter's callbacks that run JAX on their arguments (the per-core thread map
 # compiles and runs the kernel body): these keep JAX's path.
 _JAX_ARRAY_CALLBACKS = frozenset({"_thread_map_callback"})
+
+
+# The Mosaic GPU interpreter, which JAX's lowering of an interpret-mode pallas_call imports every
+# time (jax._src.pallas.pallas_call, inside a try/except ImportError) to ask whether the interpret
+# parameters are GPU ones.
+GPU_INTERPRETER = "jax._src.pallas.mosaic_gpu.interpret.interpret_pallas_call"
+
+
+class _GpuInterpreterLeftOut(importlib.abc.MetaPathFinder):
+    """Refuses the import of GPU_INTERPRETER at once (ModuleNotFoundError, an ImportError)."""
+
+    def find_spec(self, name, path=None, target=None):
+        if name == GPU_INTERPRETER:
+            raise ModuleNotFoundError(f"{name} is left out of a course run: its kernels run under TPU "
+                                      f"interpret mode", name=name)
+        return None
+
+
+_gpu_interpreter_left_out = _GpuInterpreterLeftOut()
+
+
+def leave_out_gpu_interpreter(left_out: bool) -> None:
+    """While left_out, the import of the Mosaic GPU interpreter (GPU_INTERPRETER) fails at once.
+
+    JAX's lowering of a pallas_call under any interpret mode imports it to check for GPU
+    interpret parameters, which a course run never has (its kernels run under TPU interpret mode).
+    On JAX 0.10.2 without absl the import fails after importing part of Mosaic GPU, which is
+    dropped again: 130 ms at a process's first kernel and a little each lowering after. On 0.12
+    it succeeds, once: 0.2 s of a process's first kernel (docs/speed.md). A module imported
+    already stays as it is. Idempotent; False puts the import back as JAX has it."""
+    if left_out and _gpu_interpreter_left_out not in sys.meta_path:
+        sys.meta_path.insert(0, _gpu_interpreter_left_out)
+    elif not left_out and _gpu_interpreter_left_out in sys.meta_path:
+        sys.meta_path.remove(_gpu_interpreter_left_out)
+
+
+# How many times JAX 0.12's make_ir_context hands out one context in a thread after making it.
+CONTEXT_REUSES = 10
+
+
+def mlir_contexts_reused() -> bool:
+    """Give JAX releases whose `make_ir_context` (private, `jax._src.interpreters.mlir`) builds a
+    new MLIR context on every call the reuse JAX 0.12 has: each thread's context is handed out
+    again CONTEXT_REUSES times before a new one is made (0.12 bounds it so the types, attributes
+    and locations a context interns cannot grow without end).
+
+    Every lowering, export and Mosaic serialisation asks for a context, and building one loads
+    every dialect: 2.6 ms on JAX 0.10.2, against 0.2 ms for 0.12's reused one, about 45 times in
+    one run of a chapter 11 test file (docs/speed.md). JAX's code that asks for contexts is the same
+    in both releases, so reusing them is what 0.12 already runs. Returns whether this JAX needed
+    it; JAX's own reuse (its `_thread_local_context`) is left as it is. Idempotent."""
+    from jax._src.interpreters import mlir as module
+
+    original = module.make_ir_context
+    if hasattr(module, "_thread_local_context") or getattr(original, "tpucourse_reused", False):
+        return False
+    held = threading.local()  # .context, .handed: this thread's context and how often it was reused
+
+    @functools.wraps(original)
+    def make_ir_context():
+        if getattr(held, "context", None) is not None and held.handed < CONTEXT_REUSES:
+            held.handed += 1
+            return held.context
+        held.context, held.handed = original(), 0
+        return held.context
+
+    make_ir_context.tpucourse_reused = True
+    module.make_ir_context = make_ir_context
+    return True
 
 
 def interpret_mode_in_effect():
@@ -1012,7 +1081,6 @@ def _compiling_anew() -> None:
 
 
 def _wrap_compile_or_get_cached() -> None:
-    import functools
 
     from jax._src import compiler
 

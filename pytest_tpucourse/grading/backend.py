@@ -114,6 +114,8 @@ def select(requested: str) -> Backend:
     platform = jax.default_backend()
     jax_internals.read_interpret_mode_when_called()  # a kernel built at import obeys the mode too
     jax_internals.interpreter_callbacks_take_host_arrays()
+    jax_internals.mlir_contexts_reused()
+    jax_internals.leave_out_gpu_interpreter(True)
     if requested == "fast":
         mode = "fast-interpret"
         pltpu.set_tpu_interpret_mode(True)
@@ -160,6 +162,7 @@ def restore() -> None:
     """Undo select(): kernels run as JAX runs them without this plugin."""
     jax_internals.clear_global_interpret_mode()
     jax_internals.restore_interpret_mode_reading()
+    jax_internals.leave_out_gpu_interpreter(False)
 
 
 def reset_after_failure() -> None:
