@@ -352,14 +352,19 @@ from jax.experimental import pallas as pl
 def scaled(x):
     def kernel(x_ref, o_ref):
         o_ref[...] = x_ref[...] * 3
-    return pl.pallas_call(kernel, out_shape=jax.ShapeDtypeStruct(x.shape, x.dtype))(x)
+    if BLOCK is None:
+        return pl.pallas_call(kernel, out_shape=jax.ShapeDtypeStruct(x.shape, x.dtype))(x)
+    spec = pl.BlockSpec(BLOCK, lambda i: (i, 0))
+    return pl.pallas_call(kernel, out_shape=jax.ShapeDtypeStruct(x.shape, x.dtype), grid=(x.shape[0] // BLOCK[0],),
+                          in_specs=[spec], out_specs=spec)(x)
 """
 
 
-def _learner_file(tmp_path, lines_above: int):
-    """`scaled` from a learner's file with `lines_above` comment lines added above it."""
-    path = tmp_path / f"scaled_{lines_above}.py"
-    path.write_text("# a note\n" * lines_above + _LEARNER_KERNEL)
+def _learner_file(tmp_path, lines_above: int, block: tuple | None = None):
+    """`scaled` from a learner's file with `lines_above` comment lines added above it; whole-array
+    blocks, or `block`."""
+    path = tmp_path / f"scaled_{lines_above}{'' if block is None else '_blocked'}.py"
+    path.write_text("# a note\n" * lines_above + f"BLOCK = {block!r}\n" + _LEARNER_KERNEL)
     namespace = {}
     exec(compile(path.read_text(), str(path), "exec"), namespace)
     return namespace["scaled"]
@@ -518,3 +523,86 @@ def test_a_run_whose_kernel_changed_starts_the_compiler_ahead_where_earlier_runs
     for entry in (jax_cache / KERNEL_PROGRAM_CACHE).iterdir():
         entry.unlink()
     assert said(fake_course.run("-s")) == ["True"]
+
+
+def _asking_counted(monkeypatch) -> list:
+    """The programs the compiling child is asked to compile from now on (any thread)."""
+    asked, compile = [], libtpu._ChildCompiler.compile
+
+    def counted(self, program, *args, **kwargs):
+        asked.append(program)
+        return compile(self, program, *args, **kwargs)
+
+    monkeypatch.setattr(libtpu._ChildCompiler, "compile", counted)
+    return asked
+
+
+@needs_libtpu
+@pytest.mark.parametrize("kept", [True, False], ids=["results-kept", "nothing-kept"])
+def test_a_compile_started_ahead_is_the_one_the_compile_check_reads(kept, tmp_path, monkeypatch):
+    """The lowering check starts the program's compile in the background (compile_ahead); the
+    compile of the same program later in the run waits for that one and asks the compiler nothing,
+    with or without kept results. Another program, or the same one for another chip, is compiled as
+    before, and a second start of the same program starts nothing."""
+    previous = libtpu.keep_results_in(tmp_path if kept else None)
+    try:
+        asked = _asking_counted(monkeypatch)
+        x = jax.ShapeDtypeStruct((256, 256), jnp.bfloat16)
+        v5e = chips.get_chip("v5e")
+        assert libtpu.compile_ahead(matmul_one_block, x, x, chip=v5e)
+        assert not libtpu.compile_ahead(matmul_one_block, x, x, chip=v5e)  # started already
+        compiled = libtpu.compile_for(matmul_one_block, x, x, chip=v5e, dumps=kept)
+        assert len(asked) == 1 and compiled.optimized_hlo.startswith("HloModule") and not compiled.from_cache
+        if kept:  # the dumps, read back from what the background compile kept
+            assert compiled.kernel().bundles > 0
+        libtpu.compile_for(matmul_one_block, x, x, chip=chips.get_chip("v6e"))
+        assert len(asked) == 2
+        if kept:  # kept: a later start finds the result and compiles nothing
+            assert not libtpu.compile_ahead(matmul_one_block, x, x, chip=v5e)
+    finally:
+        libtpu.keep_results_in(previous)
+        libtpu.forget_compiles_ahead()
+
+
+@needs_libtpu
+def test_a_refusal_or_a_stopped_compile_started_ahead_is_compiled_again_by_the_check(kept_results, tmp_path,
+                                                                                     monkeypatch):
+    """A refusal started ahead is the check's verdict where the kernel's source locations are the
+    same (a refusal quotes them); moved by lines added above the kernel, it is compiled again. A
+    background compile that outlived its timeout is compiled again with the check's timeout; one
+    still running when the check's own timeout ends is the check's timeout."""
+    asked = _asking_counted(monkeypatch)
+    over, v5e = jax.ShapeDtypeStruct((4096, 1024), jnp.float32), chips.get_chip("v5e")
+    assert libtpu.compile_ahead(double, over, chip=v5e, block=(2048, 1024))
+    with pytest.raises(libtpu.TpuCompileError) as caught:
+        _compile_over_vmem()
+    assert caught.value.code == "E1001" and len(asked) == 1
+
+    learners = {lines: _learner_file(tmp_path, lines) for lines in (0, 3)}  # the same kernel, moved
+    small = jax.ShapeDtypeStruct((256, 256), jnp.float32)
+    assert libtpu.compile_ahead(learners[0], small, chip=v5e)
+    assert libtpu.compile_for(learners[3], small, chip=v5e).optimized_hlo and len(asked) == 2  # compiled: reused
+    refusing = {lines: _learner_file(tmp_path, lines, block=(2048, 1024)) for lines in (0, 3)}
+    assert libtpu.compile_ahead(refusing[0], over, chip=v5e)
+    with pytest.raises(libtpu.TpuCompileError, match="E1001"):
+        libtpu.compile_for(refusing[3], over, chip=v5e)
+    assert len(asked) == 4  # the refusal from other locations: compiled again
+
+    square = jax.ShapeDtypeStruct((1024, 1024), jnp.float32)  # a compile of about a second
+    assert libtpu.compile_ahead(matmul_one_block, square, square, chip=v5e, timeout=0.01)  # stopped: not kept
+    assert not libtpu.compile_for(matmul_one_block, square, square, chip=v5e).from_cache
+    assert len(asked) == 6  # compiled again, with the check's own timeout
+
+    square = square.update(dtype=jnp.bfloat16)
+    assert libtpu.compile_ahead(matmul_one_block, square, square, chip=v5e)
+    with pytest.raises(libtpu.TpuCompileError, match=r"did not finish within 0.01 s \(it goes on in the background\)"):
+        libtpu.compile_for(matmul_one_block, square, square, chip=v5e, timeout=0.01)
+    assert libtpu.compile_for(matmul_one_block, square, square, chip=v5e).optimized_hlo  # waited for again
+    assert len(asked) == 7
+
+
+def test_without_libtpu_nothing_is_compiled_ahead(monkeypatch):
+    monkeypatch.setattr(libtpu, "available", lambda: False)
+    monkeypatch.setattr(libtpu, "_background_compiles", lambda: pytest.fail("a compile was started"))
+    x = jax.ShapeDtypeStruct((256, 256), jnp.bfloat16)
+    assert not libtpu.compile_ahead(matmul_one_block, x, x, chip=chips.get_chip("v5e"))

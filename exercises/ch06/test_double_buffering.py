@@ -21,6 +21,12 @@ CASES = (
 )
 
 
+@pytest.mark.parametrize("dtype", ["float32", "bfloat16"])
+def test_column_sums_lowers_for_tpu(impl, dtype):
+    x = tst.random_array((256, 512), dtype, 0)
+    tpu.assert_lowers_for_tpu(impl.double_buffering.column_sums, x, block_rows=16, compile_ahead=True)
+
+
 @pytest.mark.parametrize("setting", tpu.DMA_SETTINGS)
 @pytest.mark.parametrize("case", CASES, ids=lambda c: f"{c[0]}x{c[1]}/{c[2]}-{c[3]}")
 def test_column_sums_under_every_dma_setting(impl, case, setting):
@@ -42,12 +48,6 @@ def test_column_sums_refuses_rows_the_blocks_do_not_divide(impl):
     x = tst.random_array((20, 128), "float32", 0)
     checks.assert_rejects(impl.double_buffering.column_sums, (x,), kwargs=dict(block_rows=8),
                           error=ValueError, mentions=("20", "8"))
-
-
-@pytest.mark.parametrize("dtype", ["float32", "bfloat16"])
-def test_column_sums_lowers_for_tpu(impl, dtype):
-    x = tst.random_array((256, 512), dtype, 0)
-    tpu.assert_lowers_for_tpu(impl.double_buffering.column_sums, x, block_rows=16)
 
 
 @pytest.mark.parametrize("dtype", ["float32", "bfloat16"])

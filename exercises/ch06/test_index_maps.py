@@ -48,6 +48,12 @@ def _check_transpose(impl, case, seed):
                                     reference=TRANSPOSE)
 
 
+@pytest.mark.parametrize("dtype", ["float32", "bfloat16"])
+def test_transpose_lowers_for_tpu(impl, dtype):
+    x = tst.random_array((512, 384), dtype, 0)
+    tpu.assert_lowers_for_tpu(impl.index_maps.transpose, x, compile_ahead=True)
+
+
 @given(case=tst.few(*TRANSPOSES), seed=tst.seeds())
 @example(case=TRANSPOSES[1], seed=0)  # TRANSPOSES[0] at seed 0: the race test
 @example(case=TRANSPOSES[2], seed=0)  # a grid whose axes have different block counts, in every profile
@@ -59,12 +65,6 @@ def test_transpose_has_no_race_on_two_cores(impl):
     """Two simulated TensorCores split a ragged 3 x 3 grid; the same call's values are checked too."""
     with tpu.checking_races(impl.index_maps.transpose):
         _check_transpose(impl, TRANSPOSES[0], 0)
-
-
-@pytest.mark.parametrize("dtype", ["float32", "bfloat16"])
-def test_transpose_lowers_for_tpu(impl, dtype):
-    x = tst.random_array((512, 384), dtype, 0)
-    tpu.assert_lowers_for_tpu(impl.index_maps.transpose, x)
 
 
 @pytest.mark.parametrize("dtype", ["float32", "bfloat16"])
@@ -80,6 +80,12 @@ def _check_gather(impl, case, seed):
     idx = _indices(rows, count, seed)
     checks.assert_matches_reference(
         impl.index_maps.gather_rows, (table, idx), reference=GATHER)
+
+
+@pytest.mark.parametrize("dtype", ["float32", "bfloat16"])
+def test_gather_rows_lowers_for_tpu(impl, dtype):
+    table = tst.random_array((1000, 256), dtype, 0)
+    tpu.assert_lowers_for_tpu(impl.index_maps.gather_rows, table, _indices(1000, 64, 0), compile_ahead=True)
 
 
 @given(case=tst.few(*GATHERS), seed=tst.seeds())
@@ -100,12 +106,6 @@ def test_gather_rows_has_no_race_on_two_cores(impl):
     """Two simulated TensorCores split the rows; the same call's values are checked too."""
     with tpu.checking_races(impl.index_maps.gather_rows):
         _check_gather(impl, GATHERS[0], 0)
-
-
-@pytest.mark.parametrize("dtype", ["float32", "bfloat16"])
-def test_gather_rows_lowers_for_tpu(impl, dtype):
-    table = tst.random_array((1000, 256), dtype, 0)
-    tpu.assert_lowers_for_tpu(impl.index_maps.gather_rows, table, _indices(1000, 64, 0))
 
 
 @pytest.mark.parametrize("dtype", ["float32", "bfloat16"])

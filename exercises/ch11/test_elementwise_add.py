@@ -18,6 +18,12 @@ def _check(impl, shape, dtype, block_shape, seed):
         reference=references.ADD)
 
 
+@pytest.mark.parametrize("dtype", ["float32", "bfloat16"])
+def test_add_lowers_for_tpu(impl, dtype):
+    x = tst.random_array((512, 1024), dtype, 0)
+    tpu.assert_lowers_for_tpu(impl.elementwise_add.add, x, x, compile_ahead=True)
+
+
 @given(data=st.data(), dtype=tst.dtypes(), seed=tst.seeds())
 def test_add_matches_reference(impl, data, dtype, seed):
     shape = data.draw(tst.tiled_shapes(dtype, kinds=("single", "multi", "ragged")), label="shape")
@@ -44,12 +50,6 @@ def test_add_large_blocks(impl, seed):
 def test_add_is_one_kernel(impl):
     x = tst.random_array((64, 256), "float32", 0)
     checks.assert_one_kernel(impl.elementwise_add.add, x, x, block_shape=(32, 128))
-
-
-@pytest.mark.parametrize("dtype", ["float32", "bfloat16"])
-def test_add_lowers_for_tpu(impl, dtype):
-    x = tst.random_array((512, 1024), dtype, 0)
-    tpu.assert_lowers_for_tpu(impl.elementwise_add.add, x, x)
 
 
 @pytest.mark.parametrize("dtype", ["float32", "bfloat16"])

@@ -33,6 +33,11 @@ def _check(impl, shape, block_rows, dtype, seed, kind="normal"):
         kwargs=dict(eps=EPS, block_rows=block_rows), reference=references.LAYERNORM.bind(eps=EPS))
 
 
+@pytest.mark.parametrize("dtype", ["float32", "bfloat16"])
+def test_layernorm_lowers_for_tpu(impl, dtype):
+    tpu.assert_lowers_for_tpu(impl.layernorm.layernorm, *_inputs((256, 512), dtype, 0), compile_ahead=True)
+
+
 @given(case=tst.few(*CASES), dtype=tst.dtypes(), seed=tst.seeds())
 @example(case=CASES[1], dtype="bfloat16", seed=0)  # CASES[0] f32 at seed 0: the race test
 @example(case=CASES[3], dtype="float32", seed=0)
@@ -50,11 +55,6 @@ def test_layernorm_rows_with_variance_near_eps(impl, dtype):
 def test_layernorm_is_one_kernel(impl):
     x, g, b = _inputs((32, 256), "float32", 0)
     checks.assert_one_kernel(impl.layernorm.layernorm, x, g, b, eps=EPS, block_rows=16)
-
-
-@pytest.mark.parametrize("dtype", ["float32", "bfloat16"])
-def test_layernorm_lowers_for_tpu(impl, dtype):
-    tpu.assert_lowers_for_tpu(impl.layernorm.layernorm, *_inputs((256, 512), dtype, 0))
 
 
 @pytest.mark.parametrize("dtype", ["float32", "bfloat16"])

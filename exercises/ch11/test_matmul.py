@@ -28,6 +28,12 @@ def _check(impl, case, dtype, seed):
         impl.matmul.matmul, (x, y), kwargs=blocks, reference=references.MATMUL)
 
 
+@pytest.mark.parametrize("dtype", ["float32", "bfloat16"])
+def test_matmul_lowers_for_tpu(impl, dtype):
+    x = tst.random_array((512, 512), dtype, 0)
+    tpu.assert_lowers_for_tpu(impl.matmul.matmul, x, x, compile_ahead=True)
+
+
 @given(case=tst.few(*CASES), seed=tst.seeds())
 @example(case=CASES[0], seed=0)
 @example(case=CASES[1], seed=0)
@@ -69,12 +75,6 @@ def test_matmul_has_no_race_on_two_cores(impl):
 def test_matmul_is_one_kernel(impl):
     x = tst.random_array((128, 256), "bfloat16", 0)
     checks.assert_one_kernel(impl.matmul.matmul, x, x.T, bm=128, bk=128, bn=128)
-
-
-@pytest.mark.parametrize("dtype", ["float32", "bfloat16"])
-def test_matmul_lowers_for_tpu(impl, dtype):
-    x = tst.random_array((512, 512), dtype, 0)
-    tpu.assert_lowers_for_tpu(impl.matmul.matmul, x, x)
 
 
 @pytest.mark.parametrize("dtype", ["float32", "bfloat16"])

@@ -21,6 +21,11 @@ def _check(impl, shape, block_rows, dtype, kind, seed):
         impl.softmax.softmax, (x,), kwargs=dict(block_rows=block_rows), reference=references.SOFTMAX)
 
 
+@pytest.mark.parametrize("dtype", ["float32", "bfloat16"])
+def test_softmax_lowers_for_tpu(impl, dtype):
+    tpu.assert_lowers_for_tpu(impl.softmax.softmax, tst.random_array((256, 512), dtype, 0), compile_ahead=True)
+
+
 @given(case=tst.few(*CASES), dtype=tst.dtypes(), kind=tst.few("normal", "large"), seed=tst.seeds())
 @example(case=CASES[1], dtype="bfloat16", kind="normal", seed=0)
 @example(case=CASES[3], dtype="float32", kind="normal", seed=0)
@@ -40,11 +45,6 @@ def test_softmax_value_corner_cases(impl, kind):
 def test_softmax_is_one_kernel(impl):
     x = tst.random_array((32, 256), "float32", 0)
     checks.assert_one_kernel(impl.softmax.softmax, x, block_rows=16)
-
-
-@pytest.mark.parametrize("dtype", ["float32", "bfloat16"])
-def test_softmax_lowers_for_tpu(impl, dtype):
-    tpu.assert_lowers_for_tpu(impl.softmax.softmax, tst.random_array((256, 512), dtype, 0))
 
 
 @pytest.mark.parametrize("dtype", ["float32", "bfloat16"])

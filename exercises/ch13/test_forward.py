@@ -35,6 +35,15 @@ def check_forward(impl, cfg, seed, *, scale=None, blocks=BLOCKS, kind="normal"):
         note=f"q, k, v = AttentionConfig({cfg}).arrays({seed}" + ("" if kind == "normal" else f", {kind!r}") + ")")
 
 
+@pytest.mark.parametrize("dtype", ["float32", "bfloat16"])
+def test_forward_lowers_for_tpu(impl, dtype):
+    """The default blocks (128) compile for a TPU: BlockSpecs legal under the (8,128) rule."""
+    cfg = tst.AttentionConfig(batch=1, heads=2, kv_heads=2, q_len=512, kv_len=512, head_dim=128,
+                              causal=True, dtype=dtype)
+    q, k, v = cfg.arrays(0)
+    tpu.assert_lowers_for_tpu(impl.forward.flash_forward, q, k, v, causal=True, compile_ahead=True)
+
+
 # The unequal block sets run as explicit examples, so every profile grades them; drawn
 # examples take any set (each drawn configuration compiles a program of its own anyway).
 @given(cfg=tst.attention_configs(SQUARE, WIDE, TALL, DEEP), scale=tst.few(None, 0.3),
@@ -122,15 +131,6 @@ def test_forward_never_materialises_the_scores(impl):
         elements=cfg.q_len * cfg.kv_len, what=f"one head's ({cfg.q_len}, {cfg.kv_len}) score matrix",
         why="Flash attention keeps the scores in VMEM, one (block_q, block_kv) tile at a time.",
         note=str(cfg))
-
-
-@pytest.mark.parametrize("dtype", ["float32", "bfloat16"])
-def test_forward_lowers_for_tpu(impl, dtype):
-    """The default blocks (128) compile for a TPU: BlockSpecs legal under the (8,128) rule."""
-    cfg = tst.AttentionConfig(batch=1, heads=2, kv_heads=2, q_len=512, kv_len=512, head_dim=128,
-                              causal=True, dtype=dtype)
-    q, k, v = cfg.arrays(0)
-    tpu.assert_lowers_for_tpu(impl.forward.flash_forward, q, k, v, causal=True)
 
 
 @pytest.mark.parametrize("dtype", ["float32", "bfloat16"])

@@ -46,6 +46,12 @@ def check_grads(impl, case, reference, seed=0):
         note=f"q, k, v = capstone case ({case}).arrays({seed})")
 
 
+@pytest.mark.parametrize("dtype", ["float32", "bfloat16"])
+def test_backward_lowers_for_tpu(impl, dtype):
+    q = tst.random_array((1, 2, 512, 128), dtype, 0)
+    tpu.assert_lowers_for_tpu(_gradient(impl, window=256, blocks=_default(impl)), q, q, q, compile_ahead=True)
+
+
 @pytest.mark.parametrize("case", GRAD_CASES, ids=[c.name for c in GRAD_CASES])
 def test_grads_match_oracle(impl, case):
     check_grads(impl, case, SLIDING_WINDOW)
@@ -103,12 +109,6 @@ def test_backward_has_no_race_on_two_cores(impl):
     case = capstone._window_case("race", 256, 256, 64, "float32", 64, 64, 100)  # bands of 2-3 blocks
     q, k, v = case.arrays(8)
     tpu.assert_no_races(_gradient(impl, blocks=_blocks(impl, case), **case.kwargs), q, k, v)
-
-
-@pytest.mark.parametrize("dtype", ["float32", "bfloat16"])
-def test_backward_lowers_for_tpu(impl, dtype):
-    q = tst.random_array((1, 2, 512, 128), dtype, 0)
-    tpu.assert_lowers_for_tpu(_gradient(impl, window=256, blocks=_default(impl)), q, q, q)
 
 
 @pytest.mark.parametrize("dtype", ["float32", "bfloat16"])

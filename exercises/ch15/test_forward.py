@@ -34,6 +34,13 @@ def check_forward(impl, case, reference, seed=0):
         note=f"q, k, v = capstone case ({case}).arrays({seed})")
 
 
+@pytest.mark.parametrize("dtype", ["float32", "bfloat16"])
+def test_forward_lowers_for_tpu(impl, dtype):
+    """The default blocks compile for a TPU (Mosaic lowering)."""
+    q = tst.random_array((1, 2, 512, 128), dtype, 0)
+    tpu.assert_lowers_for_tpu(impl.forward.window_forward, q, q, q, window=256, compile_ahead=True)
+
+
 @pytest.mark.parametrize("case", CASES, ids=[c.name for c in CASES])
 def test_forward_matches_oracle(impl, case):
     check_forward(impl, case, references.SLIDING_WINDOW_ATTENTION_WITH_LSE)
@@ -96,13 +103,6 @@ def test_forward_has_no_race_on_two_cores(impl):
     q, k, v = case.arrays(3)
     tpu.assert_no_races(impl.forward.window_forward, q, k, v, blocks=_blocks(impl, case),
                                **case.kwargs)
-
-
-@pytest.mark.parametrize("dtype", ["float32", "bfloat16"])
-def test_forward_lowers_for_tpu(impl, dtype):
-    """The default blocks compile for a TPU (Mosaic lowering)."""
-    q = tst.random_array((1, 2, 512, 128), dtype, 0)
-    tpu.assert_lowers_for_tpu(impl.forward.window_forward, q, q, q, window=256)
 
 
 @pytest.mark.parametrize("dtype", ["float32", "bfloat16"])

@@ -32,25 +32,35 @@ from ..core.outcomes import WrongResult
 MAX_LINES = 6
 
 
-def assert_lowers_for_tpu(fn, *args, **kwargs) -> None:
+def assert_lowers_for_tpu(fn, *args, compile_ahead: bool = False, **kwargs) -> None:
     """Fail if the TPU (Mosaic) lowering rejects fn(*args, **kwargs).
 
     Some lowering rules depend on the chip generation (integer `//` and `sign`, for one)
     and ask the local device, which on a CPU is no TPU: they lower for the run's chip
     (`--chip`, the course's default chip where none is named) instead.
+
+    compile_ahead=True, where the real compiler is installed: the program that lowered starts
+    compiling for that chip in the background (libtpu.compile_ahead). A test file that checks
+    lowering first and `assert_compiles_for` on the same arguments last finds the compile done,
+    the compiler having run on another core while the tests between them ran.
     """
     import jax
+
+    from ..compiler import libtpu
 
     program = fn.jaxpr(*args, **kwargs)  # a stub or a tracing error is reported as such, first
     function = fn.resolve()
     shapes = jax.tree.map(lambda a: jax.ShapeDtypeStruct(a.shape, a.dtype), args)
+    chip = fn.context.kernel_chip()
     # Interpret mode would replace the Mosaic lowering: switch it off for the trace.
-    with lowering_for(fn.context.kernel_chip()):
+    with lowering_for(chip):
         try:
             jax.jit(lambda *a: function(*a, **kwargs)).trace(*shapes).lower(
                 lowering_platforms=("tpu",))
         except Exception as error:
             raise WrongResult(_lowering_refused(fn, error, program, args, kwargs)) from None
+    if compile_ahead:
+        libtpu.compile_ahead(function, *args, chip=chip, timeout=_compile_timeout(fn), **kwargs)
 
 
 def assert_compiles_for(fn, *args, chip: Chip | str | None = None, compile_timeout: float | None = None,
@@ -65,11 +75,18 @@ def assert_compiles_for(fn, *args, chip: Chip | str | None = None, compile_timeo
     chip = fn.context.chip_named(chip)
     fn.jaxpr(*args, **kwargs)  # a stub or a tracing error is reported as such, first
     libtpu.skip_unless_available()
-    timeout = compile_timeout or fn.context.deadline.seconds or libtpu.DEFAULT_TIMEOUT_SECONDS
     try:
-        libtpu.compile_for(fn.resolve(), *args, chip=chip, timeout=timeout, **kwargs)
+        libtpu.compile_for(fn.resolve(), *args, chip=chip, timeout=compile_timeout or _compile_timeout(fn),
+                           **kwargs)
     except libtpu.TpuCompileError as error:
         raise WrongResult(f"{fn.display} would not compile for a {chip.name} TPU: {error}") from None
+
+
+def _compile_timeout(fn) -> float:
+    """Seconds a compile of fn's program may take: the test's kernel timeout, or libtpu's default."""
+    from ..compiler import libtpu
+
+    return fn.context.deadline.seconds or libtpu.DEFAULT_TIMEOUT_SECONDS
 
 
 RACE_BETWEEN_CORES = ("two cores touch one buffer without ordering. A reduction grid axis marked "

@@ -26,6 +26,7 @@ import atexit
 import contextlib
 import json
 import os
+import queue
 import re
 import select
 import shutil
@@ -417,49 +418,178 @@ def compile_for(fn, *args, chip: Chip | None = None, dumps: bool = False,
     and lowered here (interpret mode off) and compiled in a child process whose
     libtpu started with the dump flags: a compiler crash or a compile that outlives
     `timeout` seconds ends that process, not this one. Where `keep_results_in` kept an
-    earlier run's compile of the same program, that result is read instead (`from_cache`).
+    earlier run's compile of the same program, that result is read instead (`from_cache`); where
+    `compile_ahead` started this program's compile earlier in the run, its result is waited for.
     dumps=True keeps each kernel's layouts and bundles (`kernels`, `dump_dir`). Raises TpuCompileError
     (the verdict in the course's words) or TpuCompilerMissing; an error of fn's own
     while it is traced propagates unchanged.
     """
-    import jax
-    from jax import export
-
-    from ..readers import mosaic
-
     if not available():
         raise TpuCompilerMissing()
     chip = chip or get_chip(DEFAULT_CHIP)
-    topology = _topology_name(chip)
-    shapes = jax.tree.map(lambda a: jax.ShapeDtypeStruct(a.shape, a.dtype, sharding=_mesh_sharding(a)), args)
-    jitted = jax.jit(_named(lambda *a: fn(*a, **kwargs), getattr(fn, "__name__", "program")))
-    with mosaic.lowering_for(chip):
-        jitted.trace(*shapes)  # the function's own errors (a stub, a bad shape) propagate as they are
-        try:
-            exported = export.export(jitted, platforms=["tpu"])(*shapes)
-        except Exception as error:
-            raise translate(f"{type(error).__name__}: {error}", chip_name=chip.name, kernels=[],
-                            stage="lowering") from None
-    names = [kernel.name for kernel in mosaic.decode_text(exported.mlir_module())]
-    program, mesh = bytes(exported.serialize()), _mesh_axes(shapes)
-    key, located = _result_keys(exported, topology, mesh)
-    reply, dump_dir = _stored_result(key, located, dumps)
+    program = _ExportedProgram.of(fn, args, kwargs, chip)
+    reply, dump_dir = _compiled_ahead(program, dumps, timeout)
     if reply is None:
-        reply, dump_dir = _child_compiler().compile(program, topology, timeout, mesh=mesh)
-        _store_result(key, located, reply, dump_dir)
+        reply, dump_dir = _stored_result(program.key, program.located, dumps)
+    if reply is None:
+        reply, dump_dir = _child_compiler().compile(program.serialized, program.topology, timeout,
+                                                    mesh=program.mesh)
+        _store_result(program.key, program.located, reply, dump_dir)
     try:
         if reply.get("timeout"):
             raise TpuCompileError(reply["error"], kind="timeout", code=None, kernel=None, chip_name=chip.name,
                                   detail=reply["error"])
         if not reply.get("ok"):
-            raise translate(reply.get("error", "the compiling process failed"), chip_name=chip.name, kernels=names)
+            raise translate(reply.get("error", "the compiling process failed"), chip_name=chip.name,
+                            kernels=program.kernel_names)
         kernels = tuple(_read_kernels(dump_dir, reply["hlo"])) if dumps else ()
     finally:
         if not dumps and dump_dir is not None:
             shutil.rmtree(dump_dir, ignore_errors=True)
-    return CompiledForTpu(chip.name, topology, reply["hlo"], reply["seconds"], kernels=kernels,
+    return CompiledForTpu(chip.name, program.topology, reply["hlo"], reply["seconds"], kernels=kernels,
                           dump_dir=dump_dir if dumps else None, device_kind=reply.get("device_kind", ""),
                           devices=reply.get("devices", 1), from_cache=reply.get("from_cache", False))
+
+
+@dataclass(frozen=True)
+class _ExportedProgram:
+    """fn(*args, **kwargs) traced, lowered for a chip and serialized (jax.export): what the
+    compiling child is sent, and the keys its result is kept under (_result_keys)."""
+
+    serialized: bytes
+    topology: str
+    mesh: tuple | None
+    key: str
+    located: str
+    kernel_names: list[str]
+
+    @classmethod
+    def of(cls, fn, args, kwargs, chip: Chip) -> _ExportedProgram:
+        import jax
+        from jax import export
+
+        from ..readers import mosaic
+
+        topology = _topology_name(chip)
+        shapes = jax.tree.map(lambda a: jax.ShapeDtypeStruct(a.shape, a.dtype, sharding=_mesh_sharding(a)), args)
+        jitted = jax.jit(_named(lambda *a: fn(*a, **kwargs), getattr(fn, "__name__", "program")))
+        with mosaic.lowering_for(chip):
+            jitted.trace(*shapes)  # the function's own errors (a stub, a bad shape) propagate as they are
+            try:
+                exported = export.export(jitted, platforms=["tpu"])(*shapes)
+            except Exception as error:
+                raise translate(f"{type(error).__name__}: {error}", chip_name=chip.name, kernels=[],
+                                stage="lowering") from None
+        names = [kernel.name for kernel in mosaic.decode_text(exported.mlir_module())]
+        mesh = _mesh_axes(shapes)
+        key, located = _result_keys(exported, topology, mesh)
+        return cls(bytes(exported.serialize()), topology, mesh, key, located, names)
+
+
+# ------------------------------------------------------------------ compiles started ahead
+#
+# A compile takes the child a tenth of a second to seconds, and the process that asked waits.
+# A check that lowers a program for a TPU early in a run can start that program's compile in
+# the background (compile_ahead): the child compiles on another core while the run goes on,
+# and the compile check later in the run finds the result ready. The program is traced and
+# lowered on the caller's thread, as compile_for does it; the background thread only hands the
+# serialized program to the child and keeps the reply, so no graded code runs off the test's
+# thread. A result nobody asks for is still kept (keep_results_in), for the next run.
+
+_ahead: dict[str, tuple[str, "_Reply"]] = {}  # key -> (located, the compile's reply when it comes)
+_ahead_lock = threading.Lock()
+_ahead_queue: queue.SimpleQueue | None = None
+
+
+class _Reply:
+    """The reply of one compile handed to the background thread, once it is there."""
+
+    def __init__(self):
+        self.ready = threading.Event()
+        self.reply: dict | None = None
+
+    def wait(self, timeout: float | None) -> dict | None:
+        """The reply, or None if none came within `timeout` seconds."""
+        self.ready.wait(timeout)
+        return self.reply
+
+
+def compile_ahead(fn, *args, chip: Chip | None = None, timeout: float | None = DEFAULT_TIMEOUT_SECONDS,
+                  **kwargs) -> bool:
+    """Start compiling fn(*args, **kwargs) for `chip` now, in the background, for a compile_for of
+    the same program later in this process (which waits for it, instead of compiling again).
+    Nothing happens without libtpu, where the result is kept already, or where the program cannot
+    be exported (compile_for reports that, when it is asked). Returns whether a compile started."""
+    if not available():
+        return False
+    try:
+        program = _ExportedProgram.of(fn, args, kwargs, chip or get_chip(DEFAULT_CHIP))
+    except Exception:
+        return False
+    reply = _Reply()
+    with _ahead_lock:
+        if program.key in _ahead or _result_kept(program.key, program.located):
+            return False
+        _ahead[program.key] = (program.located, reply)
+    _background_compiles().put((program, timeout, reply))
+    return True
+
+
+def _compiled_ahead(program: _ExportedProgram, dumps: bool, timeout: float | None) -> tuple[dict | None, Path | None]:
+    """The reply of this program's compile started ahead, waited for up to `timeout` seconds (a
+    timeout's reply after that, the compile left running for the next check of the program), or
+    (None, None): none was started, it was stopped or lost (compiled again, with this call's
+    timeout), or it is a refusal from other source locations (a refusal quotes them)."""
+    with _ahead_lock:
+        located, pending = _ahead.get(program.key, (None, None))
+    if pending is None:
+        return None, None
+    reply = pending.wait(timeout)
+    if reply is None:  # left for a later check of the same program to wait for again
+        return _timed_out(timeout, "(it goes on in the background)"), None
+    with _ahead_lock:
+        if _ahead.get(program.key, (None, None))[1] is pending:
+            del _ahead[program.key]
+    if reply.get("timeout") or reply.get("lost") or (not reply.get("ok") and located != program.located):
+        return None, None
+    if not dumps:
+        return reply, None
+    kept, dump_dir = _stored_result(program.key, program.located, True)  # the dumps, as kept
+    return ({**kept, "from_cache": False}, dump_dir) if kept is not None else (None, None)
+
+
+def _background_compiles() -> queue.SimpleQueue:
+    """The queue a daemon thread takes compiles from, one at a time (started at the first)."""
+    global _ahead_queue
+    with _ahead_lock:
+        if _ahead_queue is None:
+            _ahead_queue = queue.SimpleQueue()
+            threading.Thread(target=_compile_in_background, args=(_ahead_queue,), name="tpucourse-compile-ahead",
+                             daemon=True).start()
+        return _ahead_queue
+
+
+def _compile_in_background(requests: queue.SimpleQueue) -> None:
+    while True:
+        program, timeout, pending = requests.get()
+        try:
+            reply, dump_dir = _child_compiler().compile(program.serialized, program.topology, timeout,
+                                                        mesh=program.mesh)
+            _store_result(program.key, program.located, reply, dump_dir)
+            shutil.rmtree(dump_dir, ignore_errors=True)
+            pending.reply = reply
+        except Exception as error:  # the child could not be started or asked: compile_for tries itself
+            pending.reply = {"ok": False, "lost": True, "error": str(error)}
+        finally:
+            pending.ready.set()
+
+
+def forget_compiles_ahead() -> None:
+    """The run is over: forget the finished compiles started ahead that nobody asked for (kept by
+    keep_results_in, for the next run). One still running stays, for a next run in this process."""
+    with _ahead_lock:
+        for key in [key for key, (_, pending) in _ahead.items() if pending.ready.is_set()]:
+            del _ahead[key]
 
 
 def _mesh_sharding(array):
@@ -590,6 +720,17 @@ def _stored_result(key: str, located: str, with_dumps: bool) -> tuple[dict | Non
     return {**reply, "from_cache": True}, copy
 
 
+def _result_kept(key: str, located: str) -> bool:
+    """An earlier compile of this program is kept, as _stored_result would read it."""
+    if _results_directory is None:
+        return False
+    try:
+        reply = json.loads((_results_directory / key / "reply.json").read_text())
+    except (OSError, ValueError):
+        return False
+    return bool(reply.get("ok")) or reply.get("located") == located
+
+
 def _store_result(key: str, located: str, reply: dict, dump_dir: Path) -> None:
     if _results_directory is None or reply.get("timeout") or reply.get("lost"):
         return
@@ -606,6 +747,12 @@ def _store_result(key: str, located: str, reply: dict, dump_dir: Path) -> None:
         os.rename(partial, target)  # whole or not at all; another run that kept it first wins
     except OSError:
         shutil.rmtree(partial, ignore_errors=True)
+
+
+def _timed_out(timeout: float, what_then: str) -> dict:
+    return {"ok": False, "timeout": True,
+            "error": f"the compiler did not finish within {timeout:g} s {what_then}: blocks of many MiB "
+                     f"take minutes to compile (a 2048 x 2048 f32 block took 50 s)"}
 
 
 _FILE_PREFIX = re.compile(r"^(\d+)-")
@@ -676,9 +823,7 @@ class _ChildCompiler:
         if not ready:
             self.process.kill()
             self.process.wait()  # reaped now: the next compile must see a dead child and start another
-            return {"ok": False, "timeout": True,
-                    "error": f"the compiler did not finish within {timeout:g} s and was stopped: blocks "
-                             f"of many MiB take minutes to compile (a 2048 x 2048 f32 block took 50 s)"}
+            return _timed_out(timeout, "and was stopped")
         line = self.process.stdout.readline()
         if not line:
             return {"ok": False, "lost": True, "error": "the compiling process died: " + self._stderr()}

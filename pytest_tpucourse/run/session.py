@@ -168,6 +168,7 @@ class CourseSession:
 
         compiled.stop_compiling_kernel_programs()  # each holds its kept folder to its size
         libtpu.keep_results_in(None)
+        libtpu.forget_compiles_ahead()
         left = self.threads_left() if alone else []
         if left and self.exitstatus is not None:
             sys.stderr.write("".join(f"tpucourse: {thread} is still running: the run ends here, its results "
