@@ -115,7 +115,10 @@ WARM = {"runs": True}  # --warm: a learner's pytest (the warm process answers) o
 
 def run_env(setup: str) -> dict:
     python, root = _split(setup)
-    env = {k: v for k, v in os.environ.items() if k not in ("CI", "PYTHONPATH", "TPUCOURSE_WARM")}
+    # As a learner's shell has it: no CI, and bytecode written (without it every run compiles the
+    # package, the test file and its assertion rewrite again).
+    env = {k: v for k, v in os.environ.items()
+           if k not in ("CI", "PYTHONPATH", "TPUCOURSE_WARM", "PYTHONDONTWRITEBYTECODE")}
     if root:
         env["PYTHONPATH"] = root
     if not WARM["runs"]:
