@@ -601,6 +601,25 @@ def test_a_refusal_or_a_stopped_compile_started_ahead_is_compiled_again_by_the_c
     assert len(asked) == 7
 
 
+@needs_libtpu
+def test_a_process_that_ends_during_a_compile_started_ahead_stops_it_instead_of_waiting(monkeypatch):
+    """A run stopped early (-x, a file stopped at its first failure) ends while the child compiles a
+    program nobody asks for any more: the child is stopped at once, where an idle one is let go."""
+    import time
+
+    monkeypatch.setattr(libtpu, "_compiler", None)
+    square = jax.ShapeDtypeStruct((1024, 1024), jnp.float32)  # a compile of about a second
+    assert libtpu.compile_ahead(matmul_one_block, square, square, chip=chips.get_chip("v5e"))
+    deadline = time.monotonic() + 30
+    while (libtpu._compiler is None or not libtpu._compiler.lock.locked()) and time.monotonic() < deadline:
+        time.sleep(0.01)
+    child = libtpu._compiler
+    start = time.perf_counter()
+    child.close()
+    assert time.perf_counter() - start < 0.5 and child.process.returncode < 0  # killed, not waited for
+    libtpu.forget_compiles_ahead()
+
+
 def test_without_libtpu_nothing_is_compiled_ahead(monkeypatch):
     monkeypatch.setattr(libtpu, "available", lambda: False)
     monkeypatch.setattr(libtpu, "_background_compiles", lambda: pytest.fail("a compile was started"))

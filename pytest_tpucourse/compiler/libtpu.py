@@ -428,7 +428,7 @@ def compile_for(fn, *args, chip: Chip | None = None, dumps: bool = False,
         raise TpuCompilerMissing()
     chip = chip or get_chip(DEFAULT_CHIP)
     program = _ExportedProgram.of(fn, args, kwargs, chip)
-    reply, dump_dir = _compiled_ahead(program, dumps, timeout)
+    reply, dump_dir = _reply_started_ahead(program, dumps, timeout)
     if reply is None:
         reply, dump_dir = _stored_result(program.key, program.located, dumps)
     if reply is None:
@@ -535,7 +535,8 @@ def compile_ahead(fn, *args, chip: Chip | None = None, timeout: float | None = D
     return True
 
 
-def _compiled_ahead(program: _ExportedProgram, dumps: bool, timeout: float | None) -> tuple[dict | None, Path | None]:
+def _reply_started_ahead(program: _ExportedProgram, dumps: bool,
+                         timeout: float | None) -> tuple[dict | None, Path | None]:
     """The reply of this program's compile started ahead, waited for up to `timeout` seconds (a
     timeout's reply after that, the compile left running for the next check of the program), or
     (None, None): none was started, it was stopped or lost (compiled again, with this call's
@@ -849,7 +850,10 @@ class _ChildCompiler:
         return destination
 
     def close(self) -> None:
-        if self.alive and not self.asked:  # started ahead of a compile that never came: still importing, maybe
+        # Stopped, not waited for: a child started ahead of a compile that never came (still importing,
+        # maybe), or one compiling a program started ahead (compile_ahead) that nobody asked for before
+        # the process ended (the lock is held only while a compile runs, and an exit waits for none).
+        if self.alive and (not self.asked or self.lock.locked()):
             self.process.kill()
             self.process.wait()
         if self.alive:
