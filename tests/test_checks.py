@@ -202,16 +202,41 @@ def blocked_copy(x, block=(8, 128)):
                           in_specs=[spec], out_specs=spec)(x)
 
 
-def test_tpu_lowering_accepts_legal_blocks_and_names_an_illegal_one():
+# compile_ahead=True exports the program (a TPU lowering and more) and starts its compile; the
+# verdicts are the plain lowering's either way.
+AHEAD = pytest.mark.parametrize("compile_ahead", [False, True], ids=["lowered", "exported-ahead"])
+
+
+@AHEAD
+def test_tpu_lowering_accepts_legal_blocks_and_names_an_illegal_one(compile_ahead):
     x = jnp.zeros((16, 256), jnp.float32)
-    tpu_rules.assert_lowers_for_tpu(graded(blocked_copy), x)
+    tpu_rules.assert_lowers_for_tpu(graded(blocked_copy), x, compile_ahead=compile_ahead)
     with pytest.raises(WrongResult, match=r"(?s)would not compile for a TPU.*The BlockSpec at .*test_checks.py:"
                                           r"\d+ cuts input 0 .*dimension -1 of the block is 64: neither a "
                                           r"multiple of 128 \(lanes\)"):
-        tpu_rules.assert_lowers_for_tpu(graded(blocked_copy), x, block=(8, 64))
+        tpu_rules.assert_lowers_for_tpu(graded(blocked_copy), x, block=(8, 64), compile_ahead=compile_ahead)
 
 
-def test_tpu_lowering_names_an_unsupported_primitive():
+def test_a_program_the_export_refuses_gets_the_plain_lowerings_verdict_with_compile_ahead():
+    """A host callback beside the kernel: jax.export refuses it, and so does the TPU lowering, for
+    its own reason; the lowering check says the lowering's, whether or not it exported first."""
+    from jax.experimental import io_callback
+
+    def copy_after_a_callback(x):
+        x = io_callback(lambda a: a, jax.ShapeDtypeStruct(x.shape, x.dtype), x)
+        return blocked_copy(x)
+
+    verdicts = []
+    for compile_ahead in (False, True):
+        with pytest.raises(WrongResult) as caught:
+            tpu_rules.assert_lowers_for_tpu(graded(copy_after_a_callback), jnp.zeros((16, 256), jnp.float32),
+                                            compile_ahead=compile_ahead)
+        verdicts.append(str(caught.value))
+    assert verdicts[0] == verdicts[1] and "the platform for the specified backend cpu" in verdicts[0]
+
+
+@AHEAD
+def test_tpu_lowering_names_an_unsupported_primitive(compile_ahead):
     def cumsum_kernel(x_ref, o_ref):
         o_ref[...] = jnp.cumsum(x_ref[...], axis=1)
 
@@ -219,7 +244,7 @@ def test_tpu_lowering_names_an_unsupported_primitive():
         return pl.pallas_call(cumsum_kernel, out_shape=jax.ShapeDtypeStruct(x.shape, x.dtype))(x)
 
     with pytest.raises(WrongResult, match=r"`cumsum` has no Mosaic \(TPU\) lowering: a kernel cannot use it"):
-        tpu_rules.assert_lowers_for_tpu(graded(cumsum), jnp.zeros((8, 128), jnp.float32))
+        tpu_rules.assert_lowers_for_tpu(graded(cumsum), jnp.zeros((8, 128), jnp.float32), compile_ahead=compile_ahead)
 
 
 def test_a_race_between_two_cores_is_reported():

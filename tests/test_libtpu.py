@@ -549,8 +549,8 @@ def test_a_compile_started_ahead_is_the_one_the_compile_check_reads(kept, tmp_pa
         asked = _asking_counted(monkeypatch)
         x = jax.ShapeDtypeStruct((256, 256), jnp.bfloat16)
         v5e = chips.get_chip("v5e")
-        assert libtpu.compile_ahead(matmul_one_block, x, x, chip=v5e)
-        assert not libtpu.compile_ahead(matmul_one_block, x, x, chip=v5e)  # started already
+        assert libtpu.compile_ahead(matmul_one_block, x, x, chip=v5e).started
+        assert not libtpu.compile_ahead(matmul_one_block, x, x, chip=v5e).started  # started already
         compiled = libtpu.compile_for(matmul_one_block, x, x, chip=v5e, dumps=kept)
         assert len(asked) == 1 and compiled.optimized_hlo.startswith("HloModule") and not compiled.from_cache
         if kept:  # the dumps, read back from what the background compile kept
@@ -558,7 +558,7 @@ def test_a_compile_started_ahead_is_the_one_the_compile_check_reads(kept, tmp_pa
         libtpu.compile_for(matmul_one_block, x, x, chip=chips.get_chip("v6e"))
         assert len(asked) == 2
         if kept:  # kept: a later start finds the result and compiles nothing
-            assert not libtpu.compile_ahead(matmul_one_block, x, x, chip=v5e)
+            assert not libtpu.compile_ahead(matmul_one_block, x, x, chip=v5e).started
     finally:
         libtpu.keep_results_in(previous)
         libtpu.forget_compiles_ahead()
@@ -573,28 +573,29 @@ def test_a_refusal_or_a_stopped_compile_started_ahead_is_compiled_again_by_the_c
     still running when the check's own timeout ends is the check's timeout."""
     asked = _asking_counted(monkeypatch)
     over, v5e = jax.ShapeDtypeStruct((4096, 1024), jnp.float32), chips.get_chip("v5e")
-    assert libtpu.compile_ahead(double, over, chip=v5e, block=(2048, 1024))
+    assert libtpu.compile_ahead(double, over, chip=v5e, block=(2048, 1024)).started
     with pytest.raises(libtpu.TpuCompileError) as caught:
         _compile_over_vmem()
     assert caught.value.code == "E1001" and len(asked) == 1
 
     learners = {lines: _learner_file(tmp_path, lines) for lines in (0, 3)}  # the same kernel, moved
     small = jax.ShapeDtypeStruct((256, 256), jnp.float32)
-    assert libtpu.compile_ahead(learners[0], small, chip=v5e)
+    assert libtpu.compile_ahead(learners[0], small, chip=v5e).started
     assert libtpu.compile_for(learners[3], small, chip=v5e).optimized_hlo and len(asked) == 2  # compiled: reused
     refusing = {lines: _learner_file(tmp_path, lines, block=(2048, 1024)) for lines in (0, 3)}
-    assert libtpu.compile_ahead(refusing[0], over, chip=v5e)
+    assert libtpu.compile_ahead(refusing[0], over, chip=v5e).started
     with pytest.raises(libtpu.TpuCompileError, match="E1001"):
         libtpu.compile_for(refusing[3], over, chip=v5e)
     assert len(asked) == 4  # the refusal from other locations: compiled again
 
     square = jax.ShapeDtypeStruct((1024, 1024), jnp.float32)  # a compile of about a second
-    assert libtpu.compile_ahead(matmul_one_block, square, square, chip=v5e, timeout=0.01)  # stopped: not kept
+    # stopped by its timeout: not kept
+    assert libtpu.compile_ahead(matmul_one_block, square, square, chip=v5e, timeout=0.01).started
     assert not libtpu.compile_for(matmul_one_block, square, square, chip=v5e).from_cache
     assert len(asked) == 6  # compiled again, with the check's own timeout
 
     square = square.update(dtype=jnp.bfloat16)
-    assert libtpu.compile_ahead(matmul_one_block, square, square, chip=v5e)
+    assert libtpu.compile_ahead(matmul_one_block, square, square, chip=v5e).started
     with pytest.raises(libtpu.TpuCompileError, match=r"did not finish within 0.01 s \(it goes on in the background\)"):
         libtpu.compile_for(matmul_one_block, square, square, chip=v5e, timeout=0.01)
     assert libtpu.compile_for(matmul_one_block, square, square, chip=v5e).optimized_hlo  # waited for again
@@ -609,7 +610,7 @@ def test_a_process_that_ends_during_a_compile_started_ahead_stops_it_instead_of_
 
     monkeypatch.setattr(libtpu, "_compiler", None)
     square = jax.ShapeDtypeStruct((1024, 1024), jnp.float32)  # a compile of about a second
-    assert libtpu.compile_ahead(matmul_one_block, square, square, chip=chips.get_chip("v5e"))
+    assert libtpu.compile_ahead(matmul_one_block, square, square, chip=chips.get_chip("v5e")).started
     deadline = time.monotonic() + 30
     while (libtpu._compiler is None or not libtpu._compiler.lock.locked()) and time.monotonic() < deadline:
         time.sleep(0.01)
@@ -624,4 +625,4 @@ def test_without_libtpu_nothing_is_compiled_ahead(monkeypatch):
     monkeypatch.setattr(libtpu, "available", lambda: False)
     monkeypatch.setattr(libtpu, "_background_compiles", lambda: pytest.fail("a compile was started"))
     x = jax.ShapeDtypeStruct((256, 256), jnp.bfloat16)
-    assert not libtpu.compile_ahead(matmul_one_block, x, x, chip=chips.get_chip("v5e"))
+    assert not libtpu.compile_ahead(matmul_one_block, x, x, chip=chips.get_chip("v5e")).started

@@ -39,10 +39,12 @@ def assert_lowers_for_tpu(fn, *args, compile_ahead: bool = False, **kwargs) -> N
     and ask the local device, which on a CPU is no TPU: they lower for the run's chip
     (`--chip`, the course's default chip where none is named) instead.
 
-    compile_ahead=True, where the real compiler is installed: the program that lowered starts
-    compiling for that chip in the background (libtpu.compile_ahead). A test file that checks
-    lowering first and `assert_compiles_for` on the same arguments last finds the compile done,
-    the compiler having run on another core while the tests between them ran.
+    compile_ahead=True, where the real compiler is installed: the program is exported for that chip
+    (`jax.export`, which lowers it for a TPU as this check does, and serializes it) and starts
+    compiling in the background (libtpu.compile_ahead). A test file that checks lowering first and
+    `assert_compiles_for` on the same arguments last finds the compile done, the compiler having run
+    on another core while the tests between them ran. Where the export fails, the plain lowering
+    below gives the verdict, as without it.
     """
     import jax
 
@@ -50,8 +52,11 @@ def assert_lowers_for_tpu(fn, *args, compile_ahead: bool = False, **kwargs) -> N
 
     program = fn.jaxpr(*args, **kwargs)  # a stub or a tracing error is reported as such, first
     function = fn.resolve()
-    shapes = jax.tree.map(lambda a: jax.ShapeDtypeStruct(a.shape, a.dtype), args)
     chip = fn.context.kernel_chip()
+    if compile_ahead and libtpu.compile_ahead(function, *args, chip=chip, timeout=_compile_timeout(fn),
+                                              **kwargs).exported:
+        return
+    shapes = jax.tree.map(lambda a: jax.ShapeDtypeStruct(a.shape, a.dtype), args)
     # Interpret mode would replace the Mosaic lowering: switch it off for the trace.
     with lowering_for(chip):
         try:
@@ -59,8 +64,6 @@ def assert_lowers_for_tpu(fn, *args, compile_ahead: bool = False, **kwargs) -> N
                 lowering_platforms=("tpu",))
         except Exception as error:
             raise WrongResult(_lowering_refused(fn, error, program, args, kwargs)) from None
-    if compile_ahead:
-        libtpu.compile_ahead(function, *args, chip=chip, timeout=_compile_timeout(fn), **kwargs)
 
 
 def assert_compiles_for(fn, *args, chip: Chip | str | None = None, compile_timeout: float | None = None,

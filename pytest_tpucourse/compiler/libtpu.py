@@ -514,25 +514,34 @@ class _Reply:
         return self.reply
 
 
+@dataclass(frozen=True)
+class AheadCompile:
+    """What compile_ahead did: exported the program for the chip (traced and lowered it for a TPU,
+    Mosaic's lowering included), and started its compile (not where one was kept or running)."""
+
+    exported: bool
+    started: bool
+
+
 def compile_ahead(fn, *args, chip: Chip | None = None, timeout: float | None = DEFAULT_TIMEOUT_SECONDS,
-                  **kwargs) -> bool:
+                  **kwargs) -> AheadCompile:
     """Start compiling fn(*args, **kwargs) for `chip` now, in the background, for a compile_for of
     the same program later in this process (which waits for it, instead of compiling again).
-    Nothing happens without libtpu, where the result is kept already, or where the program cannot
-    be exported (compile_for reports that, when it is asked). Returns whether a compile started."""
+    Nothing happens without libtpu, where the result is kept or started already, or where the
+    program cannot be exported (compile_for reports that, when it is asked)."""
     if not available():
-        return False
+        return AheadCompile(exported=False, started=False)
     try:
         program = _ExportedProgram.of(fn, args, kwargs, chip or get_chip(DEFAULT_CHIP))
     except Exception:
-        return False
+        return AheadCompile(exported=False, started=False)
     reply = _Reply()
     with _ahead_lock:
         if program.key in _ahead or _result_kept(program.key, program.located):
-            return False
+            return AheadCompile(exported=True, started=False)
         _ahead[program.key] = (program.located, reply)
     _background_compiles().put((program, timeout, reply))
-    return True
+    return AheadCompile(exported=True, started=True)
 
 
 def _reply_started_ahead(program: _ExportedProgram, dumps: bool,
