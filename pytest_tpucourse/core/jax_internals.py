@@ -65,7 +65,6 @@ def read_interpret_mode_when_called() -> None:
     exactly like one built inside the function. Idempotent; `restore_interpret_mode_reading`
     undoes it for kernels built afterwards.
     """
-
     from jax._src import config as jax_config
     from jax._src.pallas import pallas_call as module
 
@@ -1081,7 +1080,6 @@ def _compiling_anew() -> None:
 
 
 def _wrap_compile_or_get_cached() -> None:
-
     from jax._src import compiler
 
     original = compiler.compile_or_get_cached
