@@ -3,6 +3,7 @@ programs only, kernel programs kept across runs, values and races from one call,
 compiled cases, a mutant's file stopped at its first failure (docs/speed.md has the times)."""
 
 import ast
+import json
 import functools
 import os
 import subprocess
@@ -155,6 +156,39 @@ def test_jax_makes_an_mlir_context_per_lowering_before_0_12_and_a_course_session
     assert not jax_internals.mlir_contexts_reused(), "called again, or JAX's own reuse: nothing to do"
 
 
+def _permutation_at_trace_time(x):
+    """x plus a permutation of its length drawn while the program is traced: an eager program
+    compiled from inside the lowering of another (a constant a kernel computes, in Python)."""
+    with jax.ensure_compile_time_eval():
+        order = jax.random.permutation(jax.random.key(3), x.shape[0])
+    return x + order
+
+
+def test_a_lowering_inside_a_lowering_gets_a_context_of_its_own():
+    """Where contexts are reused (a course session on 0.10.2), a lowering started while another is
+    building its module on the same thread is handed another context: JAX 0.10.2 cannot compile
+    the inner program in the outer one's. The outer context is handed out again afterwards."""
+    from jax._src.interpreters import mlir
+    from jax._src.lib.mlir import ir
+
+    jax_internals.mlir_contexts_reused()
+    outer = mlir.make_ir_context()
+    with outer:
+        if hasattr(mlir, "_thread_local_context"):  # JAX's own reuse: the same context, nested too
+            assert mlir.make_ir_context() is outer
+        else:
+            inner = mlir.make_ir_context()
+            assert inner is not outer
+            with inner:
+                assert mlir.make_ir_context() not in (inner, outer)
+    assert ir.Context.current is None
+    x = jnp.zeros(16, jnp.int32)
+    expected = np.asarray(jax.random.permutation(jax.random.key(3), 16))
+    for _ in range(jax_internals.CONTEXT_REUSES + 2):  # past a context's last reuse
+        lowered = jax.jit(_permutation_at_trace_time).lower(x)
+        np.testing.assert_array_equal(np.asarray(lowered.compile()(x)), expected)
+
+
 _LOWERS_AN_INTERPRETED_KERNEL = """
 import importlib.abc, sys, time
 import jax, jax.numpy as jnp
@@ -201,6 +235,85 @@ def test_jaxs_interpret_lowering_imports_the_gpu_interpreter_and_a_course_sessio
     elif jax.__version__.startswith("0.12"):
         assert imported == "True", seconds
 
+
+_GRID_ORDER_IN_THE_PROGRAM = """
+import json
+import jax, jax.numpy as jnp
+from jax.experimental import pallas as pl
+from jax.experimental.pallas import tpu as pltpu
+from pytest_tpucourse.core import jax_internals
+
+AHEAD = jax_internals.grid_orders_computed_ahead() if COMPUTED_AHEAD else False
+
+def kernel(x_ref, o_ref):
+    o_ref[...] = x_ref[...] + 1.0
+
+def add_one(x):  # grid 4 x 3 x 2: two parallel axes the interpreter visits in a drawn order
+    return pl.pallas_call(kernel, out_shape=jax.ShapeDtypeStruct(x.shape, x.dtype), grid=(4, 3, 2),
+                          in_specs=[pl.BlockSpec((8, 128), lambda i, j, k: (i, j))],
+                          out_specs=pl.BlockSpec((8, 128), lambda i, j, k: (i, j)),
+                          compiler_params=pltpu.CompilerParams(
+                              dimension_semantics=("parallel", "parallel", "arbitrary")))(x)
+
+x = jnp.zeros((32, 384), jnp.float32)
+orders, whiles = [], []
+for seed in (0, 7):
+    points = []
+    def record(token, coords, core):
+        points.append([int(c) for c in coords])
+        return token
+    with pltpu.force_tpu_interpret_mode(pltpu.InterpretParams(random_seed=seed, grid_point_recorder=record)):
+        program = jax.jit(add_one).lower(x).compile()
+        assert float(program(x).sum()) == x.size
+    orders.append(points)
+    whiles.append(program.as_text().count(" while("))
+print(json.dumps(dict(ahead=AHEAD, orders=orders, whiles=whiles)))
+"""
+
+
+def test_the_interpreter_draws_its_grid_order_in_the_program_and_a_course_session_computes_it_ahead():
+    """Read off JAX, in fresh processes: TPU interpret mode visits the parallel axes of a grid in an
+    order drawn from the random seed, by a permutation traced into the kernel's program (threefry
+    rounds and a sort: while loops XLA compiles with every kernel). A course session computes the
+    same order once, eagerly, and the program holds it as constants: the same grid points in the
+    same order, seed by seed, and a program with fewer loops to compile."""
+    runs = {}
+    for ahead in (False, True):
+        program = _GRID_ORDER_IN_THE_PROGRAM.replace("COMPUTED_AHEAD", str(ahead))
+        out = subprocess.run([sys.executable, "-c", program], capture_output=True, text=True, timeout=240)
+        assert out.returncode == 0, out.stderr[-3000:]
+        runs[ahead] = json.loads(out.stdout.splitlines()[-1])
+    as_jax_has_it, ahead = runs[False], runs[True]
+    assert ahead["ahead"] is True, "the interpreter's grid order is where jax_internals reads it"
+    assert ahead["orders"] == as_jax_has_it["orders"], "the same grid points, in the same order"
+    assert ahead["orders"][0] != ahead["orders"][1], "the seed draws the order (else nothing is read here)"
+    assert sorted(map(tuple, ahead["orders"][0])) == [(i, j, k) for i in range(4) for j in range(3)
+                                                     for k in range(2)]
+    assert all(without > with_ for without, with_ in zip(as_jax_has_it["whiles"], ahead["whiles"])), runs
+
+
+def test_grid_orders_computed_ahead_is_idempotent_and_keeps_jaxs_errors():
+    """Called twice, the second call does nothing; a parallel extent JAX cannot read at trace time
+    still fails as JAX has it fail."""
+    from jax._src.pallas.mosaic.interpret import interpret_pallas_call as module
+
+    jax_internals.grid_orders_computed_ahead()
+    assert not jax_internals.grid_orders_computed_ahead()
+    order = getattr(module, jax_internals._GRID_ORDER)
+    assert order.tpucourse_ahead
+    params = pltpu.CompilerParams(dimension_semantics=("parallel", "arbitrary"))
+    first = order((4, 2), params, 3)
+    assert [np.asarray(a).tolist() for a in first] == [np.asarray(a).tolist()
+                                                       for a in order.__wrapped__((4, 2), params, 3)]
+    assert np.asarray(first[1]).shape == (0,)
+
+    def traced_extent(n):
+        return order((n, 2), params, 3)
+
+    with pytest.raises(Exception) as error:
+        jax.jit(traced_extent)(4)
+    with pytest.raises(type(error.value)):
+        jax.jit(lambda n: order.__wrapped__((n, 2), params, 3))(4)
 
 @pytest.fixture
 def kept_kernel_programs(tmp_path):

@@ -115,6 +115,7 @@ def select(requested: str) -> Backend:
     jax_internals.read_interpret_mode_when_called()  # a kernel built at import obeys the mode too
     jax_internals.interpreter_callbacks_take_host_arrays()
     jax_internals.mlir_contexts_reused()
+    jax_internals.grid_orders_computed_ahead()
     jax_internals.leave_out_gpu_interpreter(True)
     if requested == "fast":
         mode = "fast-interpret"
