@@ -315,6 +315,30 @@ def test_grid_orders_computed_ahead_is_idempotent_and_keeps_jaxs_errors():
     with pytest.raises(type(error.value)):
         jax.jit(lambda n: order.__wrapped__((n, 2), params, 3))(4)
 
+
+def test_a_grid_order_computed_ahead_follows_the_settings_jaxs_random_bits_follow():
+    """The order is JAX's for the random-bit settings in effect when the kernel is traced: an
+    order computed under one setting of `jax_threefry_partitionable` is not reused under the other."""
+    from jax._src.pallas.mosaic.interpret import interpret_pallas_call as module
+
+    jax_internals.grid_orders_computed_ahead()
+    order = getattr(module, jax_internals._GRID_ORDER)
+    params = pltpu.CompilerParams(dimension_semantics=("parallel",))
+    grid = (64,)
+    as_set = jax.config.jax_threefry_partitionable
+    orders = {}
+    try:
+        for partitionable in (as_set, not as_set, as_set):
+            jax.config.update("jax_threefry_partitionable", partitionable)
+            ahead = np.asarray(order(grid, params, 5)[0]).tolist()
+            assert ahead == np.asarray(order.__wrapped__(grid, params, 5)[0]).tolist()
+            orders.setdefault(partitionable, ahead)
+            assert orders[partitionable] == ahead
+    finally:
+        jax.config.update("jax_threefry_partitionable", as_set)
+    assert orders[True] != orders[False], "the setting changes the bits (else nothing is read here)"
+
+
 @pytest.fixture
 def kept_kernel_programs(tmp_path):
     """Programs with host callbacks compiled as a run compiles them, kept in tmp_path."""

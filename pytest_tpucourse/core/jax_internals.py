@@ -281,13 +281,16 @@ def grid_orders_computed_ahead() -> bool:
     parallel_axes = getattr(module, "_get_parallel_dim_semantics", None)
     if original is None or parallel_axes is None or getattr(original, "tpucourse_ahead", False):
         return False
-    orders: dict = {}  # (extent of each parallel axis or None, seed) -> its coordinates, as NumPy
+    # (extent of each parallel axis or None, seed, the settings JAX's random bits follow) -> the
+    # coordinates, as NumPy arrays
+    orders: dict = {}
 
     @functools.wraps(original)
     def grid_order(grid, mosaic_params, random_seed):
         try:
             parallel = parallel_axes(mosaic_params, len(grid))
-            key = (tuple(int(size) if axis else None for size, axis in zip(grid, parallel)), random_seed)
+            key = (tuple(int(size) if axis else None for size, axis in zip(grid, parallel)), random_seed,
+                   jax.config.jax_default_prng_impl, jax.config.jax_threefry_partitionable)
             hash(key)
         except Exception:  # a parallel extent that is not concrete: JAX's own function says so
             return original(grid, mosaic_params, random_seed)
