@@ -3,8 +3,8 @@ programs only, kernel programs kept across runs, values and races from one call,
 compiled cases, a mutant's file stopped at its first failure (docs/speed.md has the times)."""
 
 import ast
-import json
 import functools
+import json
 import os
 import subprocess
 import sys
@@ -182,6 +182,7 @@ def test_a_lowering_inside_a_lowering_gets_a_context_of_its_own():
             with inner:
                 assert mlir.make_ir_context() not in (inner, outer)
     assert ir.Context.current is None
+    assert mlir.make_ir_context() is outer
     x = jnp.zeros(16, jnp.int32)
     expected = np.asarray(jax.random.permutation(jax.random.key(3), 16))
     for _ in range(jax_internals.CONTEXT_REUSES + 2):  # past a context's last reuse
