@@ -190,6 +190,13 @@ def test_a_lowering_inside_a_lowering_gets_a_context_of_its_own():
         np.testing.assert_array_equal(np.asarray(lowered.compile()(x)), expected)
 
 
+def _stdout_of_a_fresh_process(program: str) -> str:
+    """What `python -c program` prints, in a process of its own (JAX's state as a new run has it)."""
+    out = subprocess.run([sys.executable, "-c", program], capture_output=True, text=True, timeout=240)
+    assert out.returncode == 0, out.stderr[-3000:]
+    return out.stdout
+
+
 _LOWERS_AN_INTERPRETED_KERNEL = """
 import importlib.abc, sys, time
 import jax, jax.numpy as jnp
@@ -225,9 +232,7 @@ def test_jaxs_interpret_lowering_imports_the_gpu_interpreter_and_a_course_sessio
     import fails (Mosaic GPU needs absl), on 0.12 it loads Mosaic GPU. A course session refuses the
     import at once, and the kernel lowers and runs all the same."""
     program = _LOWERS_AN_INTERPRETED_KERNEL.replace("LEFT_OUT", str(left_out))
-    out = subprocess.run([sys.executable, "-c", program], capture_output=True, text=True, timeout=240)
-    assert out.returncode == 0, out.stderr[-3000:]
-    asked, imported, seconds = out.stdout.split()
+    asked, imported, seconds = _stdout_of_a_fresh_process(program).split()
     assert int(asked) >= 1, "JAX's lowering asks for the GPU interpreter"
     if left_out:
         assert imported == "False", seconds
@@ -281,9 +286,7 @@ def test_the_interpreter_draws_its_grid_order_in_the_program_and_a_course_sessio
     runs = {}
     for ahead in (False, True):
         program = _GRID_ORDER_IN_THE_PROGRAM.replace("COMPUTED_AHEAD", str(ahead))
-        out = subprocess.run([sys.executable, "-c", program], capture_output=True, text=True, timeout=240)
-        assert out.returncode == 0, out.stderr[-3000:]
-        runs[ahead] = json.loads(out.stdout.splitlines()[-1])
+        runs[ahead] = json.loads(_stdout_of_a_fresh_process(program).splitlines()[-1])
     as_jax_has_it, ahead = runs[False], runs[True]
     assert ahead["ahead"] is True, "the interpreter's grid order is where jax_internals reads it"
     assert ahead["orders"] == as_jax_has_it["orders"], "the same grid points, in the same order"
