@@ -3,6 +3,7 @@ options the plugin gives them (grading/compiled.py, KERNEL_PROGRAM_OPTIONS).
 
     python bench/compile_options.py              # 4 rounds, the three kernels below
     python bench/compile_options.py --rounds 6
+    python bench/compile_options.py --per-fusion # what one fusion costs; fusions per kernel program
 
 For each kernel of the shipped solutions (ch11 matmul; ch13 forward; ch13 VJP, three
 kernels), each option set compiles a fresh program `--rounds` times: the median CPU seconds
@@ -10,6 +11,12 @@ of `.compile()` alone (traced and lowered before the clock starts), the median C
 a call of the compiled program, and whether its result equals the default compile's bit for
 bit (LLVM at -O0 may round differently; the checker's tolerance judges the values). Prints a
 Markdown table for docs/speed.md. Nothing here is a kernel's speed on a TPU.
+
+`--per-fusion`, with the options the plugin gives kernel programs: the CPU seconds XLA takes to
+compile a program of 10 and of 30 loop fusions, each read by a host callback as the interpreter's
+values are (the slope is what one fusion costs), then the fusions in each kernel's program as a
+course session compiles it (grid orders computed ahead) and how many of them hold only one op.
+Run it with each JAX to compare them: jaxlib 0.12 compiles every fusion with its MLIR emitters.
 """
 
 from __future__ import annotations
@@ -58,7 +65,12 @@ def kernels():
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--rounds", type=int, default=4)
+    parser.add_argument("--per-fusion", action="store_true",
+                        help="what one fusion costs to compile, and the fusions of each kernel program")
     args = parser.parse_args()
+    if args.per_fusion:
+        per_fusion(max(args.rounds, 7))
+        return
 
     import jax
     import numpy as np
@@ -93,6 +105,74 @@ def main() -> None:
                        for a, b in zip(reference, jax.tree.leaves(results[label])))
             print(f"| {name} | {label} | {statistics.median(compiles[label]):.2f} s | "
                   f"{statistics.median(calls[label]):.3f} s | {'yes' if same else 'no'} |", flush=True)
+
+
+def _fusions_read_by_host_callbacks(count: int):
+    """A program of `count` loop fusions, each read by a host callback (nothing fuses across one)."""
+    import jax
+    import jax.numpy as jnp
+    import numpy as np
+    from jax.experimental import io_callback
+
+    def seen(block):
+        return np.int32(block.shape[0])
+
+    def program(x, scale):
+        total = jnp.int32(0)
+        for i in range(count):
+            total = total + io_callback(seen, jax.ShapeDtypeStruct((), jnp.int32), (x * scale + i) > 0.5,
+                                        ordered=True)
+        return total
+
+    return program, (jnp.zeros((64, 128), jnp.float32), jnp.float32(2))
+
+
+def _median_compile_seconds(function, call_args, options, rounds: int) -> tuple[float, str]:
+    """Median CPU seconds of `.compile()` of a fresh lowering, and the compiled program's HLO."""
+    import jax
+
+    seconds = []
+    for _ in range(rounds):
+        lowered = jax.jit(lambda *a: function(*a)).lower(*call_args)
+        start = time.process_time()
+        compiled = lowered.compile(compiler_options=options)
+        seconds.append(time.process_time() - start)
+    return statistics.median(seconds), compiled.as_text()
+
+
+def per_fusion(rounds: int) -> None:
+    import re
+
+    import jax
+    from jax.experimental.pallas import tpu as pltpu
+
+    from pytest_tpucourse.core import jax_internals
+    from pytest_tpucourse.grading.compiled import kernel_program_options
+
+    options = kernel_program_options()
+    print(f"jax {jax.__version__}, options {options}, median of {rounds} compiles (CPU), "
+          f"{time.strftime('%Y-%m-%d', time.gmtime())}")
+    print()
+    print("| program | fusions | compile (CPU) |")
+    print("|---|---|---|")
+    measured = {}
+    for count in (10, 30):
+        program, call_args = _fusions_read_by_host_callbacks(count)
+        seconds, hlo = _median_compile_seconds(program, call_args, options, rounds)
+        measured[count] = seconds
+        print(f"| {count} loop fusions, each read by a host callback | {hlo.count(' fusion(')} | "
+              f"{seconds * 1000:.1f} ms |", flush=True)
+    print(f"| one fusion more (slope) | | {(measured[30] - measured[10]) / 20 * 1000:.2f} ms |")
+    print()
+    jax_internals.grid_orders_computed_ahead()
+    pltpu.set_tpu_interpret_mode(pltpu.InterpretParams(random_seed=0))
+    print("| kernel program (interpret mode) | fusions | of one op | while loops | compile (CPU) |")
+    print("|---|---|---|---|---|")
+    for name, function, call_args in kernels():
+        seconds, hlo = _median_compile_seconds(function, call_args, options, max(3, rounds // 2))
+        fusions = hlo.count(" fusion(")
+        lone = len(re.findall(r" fusion\([^\n]*calls=%wrapped_", hlo))
+        print(f"| {name} | {fusions} | {lone} | {hlo.count(' while(')} | {seconds:.3f} s |", flush=True)
 
 
 if __name__ == "__main__":

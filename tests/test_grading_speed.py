@@ -83,6 +83,32 @@ def test_the_checkers_own_programs_compile_cheaply_on_a_cpu_and_graded_ones_with
     assert seen == [kernel_program_options(), None]
 
 
+def test_xla_cpu_compiles_each_lone_op_as_a_fusion_of_its_own_from_jaxlib_0_12_and_refuses_the_older_route():
+    """Read off XLA, on each JAX: jaxlib 0.10.2 takes `xla_cpu_use_fusion_emitters=False` (its older
+    elemental emitters, for an op no fusion took in), and jaxlib 0.12 refuses the option and wraps
+    each such op in a fusion of its own for its MLIR emitters. A kernel program under interpret mode
+    is mostly such ops (the interpreter's index arithmetic between host callbacks), which is why its
+    first compile costs 0.12 about twice what it costs 0.10.2 (docs/speed.md, bench/compile_options.py
+    --per-fusion)."""
+    options = kernel_program_options()
+
+    def rows(block):
+        return np.int32(block.shape[0])
+
+    def program(x):  # a broadcast only a host callback reads: nothing fuses into it
+        return io_callback(rows, jax.ShapeDtypeStruct((), jnp.int32), jnp.broadcast_to(x, (8, 128)),
+                           ordered=True)
+
+    hlo = jax.jit(program).lower(jnp.float32(1)).compile(compiler_options=options).as_text()
+    older_route = "xla_cpu_use_fusion_emitters" in options
+    lone_op_fusions = hlo.count(" fusion(")
+    assert older_route == (lone_op_fusions == 0), (options, hlo)
+    if jax.__version__ == "0.10.2":
+        assert older_route, options
+    elif jax.__version__.startswith("0.12"):
+        assert not older_route and lone_op_fusions == 1, hlo
+
+
 def test_the_interpreters_own_callbacks_skip_jaxs_device_put_and_every_other_callback_keeps_it(monkeypatch):
     """JAX's io_callback puts each argument of a host callback on the CPU device before the
     call (read here off JAX's own path: a kernel's interpreter callbacks, unwrapped, each call
