@@ -12,10 +12,11 @@ a call of the compiled program, and whether its result equals the default compil
 bit (LLVM at -O0 may round differently; the checker's tolerance judges the values). Prints a
 Markdown table for docs/speed.md. Nothing here is a kernel's speed on a TPU.
 
-`--per-fusion`, with the options the plugin gives kernel programs: the CPU seconds XLA takes to
-compile a program of 10 and of 30 loop fusions, each read by a host callback as the interpreter's
-values are (the slope is what one fusion costs), then the fusions in each kernel's program as a
-course session compiles it (grid orders computed ahead) and how many of them hold only one op.
+`--per-fusion`: the CPU seconds XLA takes to compile a program of 10 and of 30 loop fusions, each
+read by a host callback as the interpreter's values are (the slope is what one fusion costs), with
+XLA's defaults and with the options the plugin gives kernel programs; then, with those options,
+the fusions in each kernel's program as a course session compiles it (grid orders computed ahead)
+and how many of them hold only one op.
 Run it with each JAX to compare them: jaxlib 0.12 compiles every fusion with its MLIR emitters.
 """
 
@@ -153,16 +154,18 @@ def per_fusion(rounds: int) -> None:
     print(f"jax {jax.__version__}, options {options}, median of {rounds} compiles (CPU), "
           f"{time.strftime('%Y-%m-%d', time.gmtime())}")
     print()
-    print("| program | fusions | compile (CPU) |")
-    print("|---|---|---|")
+    print("| program | fusions | compile (CPU), XLA's defaults | compile (CPU), the plugin's options |")
+    print("|---|---|---|---|")
     measured = {}
     for count in (10, 30):
         program, call_args = _fusions_read_by_host_callbacks(count)
-        seconds, hlo = _median_compile_seconds(program, call_args, options, rounds)
-        measured[count] = seconds
+        for label, option_set in (("defaults", None), ("plugin", options)):
+            measured[count, label], hlo = _median_compile_seconds(program, call_args, option_set, rounds)
         print(f"| {count} loop fusions, each read by a host callback | {hlo.count(' fusion(')} | "
-              f"{seconds * 1000:.1f} ms |", flush=True)
-    print(f"| one fusion more (slope) | | {(measured[30] - measured[10]) / 20 * 1000:.2f} ms |")
+              f"{measured[count, 'defaults'] * 1000:.1f} ms | {measured[count, 'plugin'] * 1000:.1f} ms |",
+              flush=True)
+    slopes = [(measured[30, label] - measured[10, label]) / 20 * 1000 for label in ("defaults", "plugin")]
+    print(f"| one fusion more (slope) | | {slopes[0]:.2f} ms | {slopes[1]:.2f} ms |")
     print()
     jax_internals.grid_orders_computed_ahead()
     pltpu.set_tpu_interpret_mode(pltpu.InterpretParams(random_seed=0))
