@@ -57,6 +57,11 @@ def pytest_addoption(parser: pytest.Parser) -> None:
     course_options.add_options(parser)
 
 
+@pytest.hookimpl(tryfirst=True)
+def pytest_load_initial_conftests(early_config, parser, args) -> None:
+    course_options.refuse_numprocesses_without_xdist(args)
+
+
 @pytest.hookimpl(tryfirst=True)  # the course's hypothesis profiles exist before hypothesis loads one
 def pytest_configure(config: pytest.Config) -> None:
     markers.register(config)

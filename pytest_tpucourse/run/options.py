@@ -4,6 +4,7 @@ reads and checks them once in every run, inside a course checkout or not."""
 from __future__ import annotations
 
 import importlib.util
+import re
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -15,6 +16,27 @@ from ..grading import backend
 from ..grading.deadline import DEFAULT_SECONDS
 
 OPTIONS = pytest.StashKey["RunOptions"]()
+
+
+XDIST_MISSING = ("-n runs the tests in parallel with pytest-xdist, which is not installed: "
+                 "pip install pytest-xdist (or, in the course checkout, pip install -e '.[test]')")
+
+
+def refuse_numprocesses_without_xdist(args: list[str]) -> None:
+    """`-n N` with pytest-xdist missing: one line saying what to install.
+
+    pytest reserves lowercase short options for itself (a plugin's `-n` raises ValueError when
+    pytest starts, which stopped every command on a machine without xdist), so the course reads the
+    arguments instead of registering the option. Runs before argument parsing, where pytest would
+    only say "unrecognized arguments".
+    """
+    if importlib.util.find_spec("xdist") is not None:
+        return
+    for arg in args:
+        if arg == "--":
+            break
+        if arg in ("-n", "--numprocesses") or arg.startswith("--numprocesses=") or re.fullmatch(r"-n\S+", arg):
+            raise pytest.UsageError(XDIST_MISSING)
 
 
 def add_options(parser: pytest.Parser) -> None:
@@ -84,9 +106,6 @@ def add_options(parser: pytest.Parser) -> None:
         help="(what `tpucourse watch` adds) run first the test an edit most likely broke and say its answer "
         "at once; keep the run's outcomes and times in .tpucourse/watch-history.json under TOKEN",
     )
-    if importlib.util.find_spec("xdist") is None:  # say what -n needs instead of "unrecognized arguments"
-        group.addoption("-n", "--numprocesses", dest="tpucourse_numprocesses", default=None,
-                        help="needs pytest-xdist: pip install pytest-xdist (or pip install -e '.[test]')")
 
 
 @dataclass(frozen=True)
@@ -117,9 +136,6 @@ class RunOptions:
                 chip = config.option.chip = chips.validate_chip(chip, registry.names)
             except ValueError as error:
                 raise pytest.UsageError(f"--chip: {error}") from None
-        if config.getoption("tpucourse_numprocesses", None) is not None:
-            raise pytest.UsageError("-n runs the tests in parallel with pytest-xdist, which is not installed: "
-                                    "pip install pytest-xdist (or, in the course checkout, pip install -e '.[test]')")
         solutions, impl_root = config.getoption("solutions"), config.getoption("impl_root")
         if solutions and impl_root:
             raise pytest.UsageError("--solutions and --impl-root choose the graded tree: give one")
