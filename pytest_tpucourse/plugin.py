@@ -72,6 +72,10 @@ def pytest_configure(config: pytest.Config) -> None:
 
         config.stash[SESSION] = session
         config.pluginmanager.register(ReportCounter(session), "tpucourse-reports")
+    if session is not None:
+        from .run import host_cpu
+
+        host_cpu.register_child(config)  # a host-CPU child of a run on a TPU: its reports go to its parent
     if config.getoption("tpucourse_results") is not None:
         from .classroom.record import EndOfRunRecord
 

@@ -66,6 +66,32 @@ hints = ["multiply by two", "really, just x * 2"]
 """
 
 
+# A stand-in for a TPU host (none exists here): the conftest makes JAX's default backend
+# report two TPU devices, while the CPU backend still starts with the forced count. A process
+# started with JAX_PLATFORMS=cpu (a run's host-CPU half, run/host_cpu.py) sees the CPU, as on a TPU host.
+FAKE_TPU_CONFTEST = """
+import os
+
+import jax
+
+if os.environ.get("JAX_PLATFORMS") != "cpu":
+    _cpu_devices = jax.devices
+
+    class FakeTpu:
+        platform = "tpu"
+        device_kind = "TPU v5 lite"
+
+        def __init__(self, index):
+            self.id = index
+
+    def devices(backend=None):
+        return _cpu_devices(backend) if backend is not None else [FakeTpu(0), FakeTpu(1)]
+
+    jax.devices = devices
+    jax.default_backend = lambda: "tpu"
+"""
+
+
 class FakeCourse:
     """A one-exercise course in a pytester directory: exercises/ch11/double.py."""
 

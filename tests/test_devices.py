@@ -2,6 +2,8 @@
 
 import pytest
 
+from .support import FAKE_TPU_CONFTEST
+
 RING_TEST = """
 import jax
 import jax.numpy as jnp
@@ -51,30 +53,6 @@ def test_cpu_devices_must_be_positive(fake_course, bad):
     assert result.ret == pytest.ExitCode.USAGE_ERROR
     result.stderr.fnmatch_lines(["*--cpu-devices: needs at least 1 CPU device*"])
 
-
-# A stand-in for a TPU host (none exists here): the conftest makes JAX's default backend
-# report two TPU devices, while the CPU backend still starts with the forced count.
-FAKE_TPU_CONFTEST = """
-import jax
-
-_cpu_devices = jax.devices
-
-
-class FakeTpu:
-    platform = "tpu"
-    device_kind = "TPU v5 lite"
-
-    def __init__(self, index):
-        self.id = index
-
-
-def devices(backend=None):
-    return _cpu_devices(backend) if backend is not None else [FakeTpu(0), FakeTpu(1)]
-
-
-jax.devices = devices
-jax.default_backend = lambda: "tpu"
-"""
 
 ON_THE_ACCELERATOR = """
 import jax

@@ -18,6 +18,53 @@ def test_markers_are_registered(pytester):
     result.stdout.fnmatch_lines(["@pytest.mark.gate(n):*", "@pytest.mark.roofline(chip=None*"])
 
 
+@pytest.mark.parametrize("marker, bad", [("host_interpret", "3"), ("host_interpret", "''"), ("devices", "0"),
+                                         ("devices", "'four'"), ("devices", "True")])
+def test_placement_markers_are_validated(fake_course, marker, bad):
+    fake_course.test_file(f"""
+        import pytest
+
+        @pytest.mark.{marker}({bad})
+        def test_placed():
+            pass
+    """)
+    result = fake_course.run()
+    assert result.ret == pytest.ExitCode.USAGE_ERROR
+    result.stderr.fnmatch_lines([f"*test_placed: @pytest.mark.{marker} takes one*"])
+
+
+# pytest reserves lowercase short options: a plugin registering -n stops every command (ValueError).
+WITHOUT_XDIST = """
+import sys
+sys.modules["xdist"] = None  # as on a machine where pytest-xdist is not installed
+import pytest
+sys.exit(pytest.main(sys.argv[1:]))
+"""
+
+
+@pytest.mark.runs
+def test_without_xdist_the_course_runs_and_n_says_in_one_line_what_to_install(fake_course):
+    import os
+    import subprocess
+    import sys
+
+    fake_course.test_file("def test_nothing():\n    pass\n")
+    env = {**os.environ, "PYTEST_DISABLE_PLUGIN_AUTOLOAD": "1", "TPUCOURSE_WARM": "0"}
+    plugins = ["-p", "pytest_tpucourse.plugin", "-p", "hypothesis.extra.pytestplugin", "-p", "pytest_benchmark.plugin",
+               "-p", "no:cacheprovider"]
+
+    def run(*args):
+        return subprocess.run([sys.executable, "-c", WITHOUT_XDIST, *plugins, *args], capture_output=True, text=True,
+                              cwd=fake_course.pytester.path, env=env)
+
+    assert run("--solutions").returncode == 0
+    for args in (["-n", "2"], ["-n2"], ["--numprocesses=auto"]):
+        refused = run(*args)
+        assert refused.returncode == pytest.ExitCode.USAGE_ERROR, refused.stderr
+        assert "pytest-xdist, which is not installed: pip install pytest-xdist" in refused.stderr
+        assert "Traceback" not in refused.stderr + refused.stdout
+
+
 def test_markers_work_under_strict_markers(fake_course):
     fake_course.test_file("""
         import pytest
@@ -29,9 +76,14 @@ def test_markers_work_under_strict_markers(fake_course):
         @pytest.mark.roofline(chip="v5e", flops=1, bytes=1)
         def test_roofline():
             pass
+
+        @pytest.mark.host_interpret("races between two TensorCores")
+        @pytest.mark.devices(2)
+        def test_placed():
+            pass
     """)
     result = fake_course.run("--strict-markers", "-rs")
-    result.assert_outcomes(passed=1, skipped=1)
+    result.assert_outcomes(passed=2, skipped=1)
     result.stdout.fnmatch_lines(["*gate test: runs with --gates*"])
 
 

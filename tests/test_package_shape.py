@@ -292,6 +292,7 @@ def test_every_module_is_in_the_map():
 # Where a module with logic is tested, when not in tests/test_<module>.py: modules tested through
 # the command, the fixture or the check that uses them.
 TESTED_THROUGH = {
+    "run.host_cpu": "test_placement.py",
     "diagnosis.causes": "test_diagnosis.py", "diagnosis.evidence": "test_diagnosis.py",
     "diagnosis.kernel_steps": "test_diagnosis.py", "diagnosis.replay": "test_diagnosis.py",
     "diagnosis.stepping": "test_diagnosis.py",
@@ -439,11 +440,16 @@ def hook_implementations(package_dir=PACKAGE_DIR) -> dict[str, list[str]]:
 # again, outside the run's process, what the run found done, and says so in the summary.
 SEVERAL_CONCERNS = {
     "pytest_runtest_logreport": {"run/reports.py:ReportCounter", "classroom/record.py:EndOfRunRecord",
-                                 "learner/watch_run.py:WatchRun"},
+                                 "learner/watch_run.py:WatchRun", "run/host_cpu.py:HostCpuChild"},
     "pytest_collection_modifyitems": {"run/collection.py", "learner/watch_run.py:WatchRun"},
     "pytest_xdist_node_collection_finished": {"run/collection.py", "learner/watch_run.py:WatchRun"},
     "pytest_sessionfinish": {"run/lifecycle.py", "learner/watch_run.py:WatchRun",
-                             "classroom/isolated.py:IsolatedCheck"},
+                             "classroom/isolated.py:IsolatedCheck", "run/host_cpu.py:HostCpuHalf"},
+    # On a TPU (registered only where tests are placed off the chip, run/host_cpu.py): a test placed on
+    # the host's CPU takes its child's reports, and a host-CPU child ships its own.
+    "pytest_runtest_makereport": {"run/reports.py", "run/host_cpu.py:HostCpuHalf"},
+    "pytest_report_teststatus": {"run/reports.py", "run/host_cpu.py:HostCpuHalf"},
+    "pytest_runtest_logfinish": {"run/graded_call.py", "run/host_cpu.py:HostCpuChild"},
     "pytest_terminal_summary": {"run/summary.py", "classroom/isolated.py:IsolatedCheck"},
 }
 

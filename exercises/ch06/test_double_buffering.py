@@ -27,6 +27,7 @@ def test_column_sums_lowers_for_tpu(impl, dtype):
     tpu.assert_lowers_for_tpu(impl.double_buffering.column_sums, x, block_rows=16, compile_ahead=True)
 
 
+@pytest.mark.host_interpret("DMA execution orders")
 @pytest.mark.parametrize("setting", tpu.DMA_SETTINGS)
 @pytest.mark.parametrize("case", CASES, ids=lambda c: f"{c[0]}x{c[1]}/{c[2]}-{c[3]}")
 def test_column_sums_under_every_dma_setting(impl, case, setting):

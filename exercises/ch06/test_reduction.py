@@ -48,6 +48,7 @@ def test_sum_leading_axis_matches_reference(impl, case, seed):
     _check(impl, case, seed)
 
 
+@pytest.mark.host_interpret("races between two TensorCores")
 def test_sum_leading_axis_has_no_race_on_two_cores(impl):
     """Two simulated TensorCores split the parallel axes: the reduced axis must not be one.
     The interpreter deals the parallel steps to the cores in two contiguous runs; with an odd

@@ -78,11 +78,13 @@ def _check(impl, mesh, function, size, rows, dtype="float32"):
     return m, x
 
 
+@pytest.mark.devices(8)
 @pytest.mark.parametrize("function, size, rows", CASES, ids=[f"{f}-{n}dev-{r}rows" for f, n, r in CASES])
 def test_values(impl, mesh, function, size, rows):
     _check(impl, mesh, function, size, rows)
 
 
+@pytest.mark.devices(8)
 def test_integers_sum_exactly(impl, mesh):
     _check(impl, mesh, "all_reduce", 4, 6, dtype="int32")
 
@@ -93,6 +95,7 @@ CHUNK_ROWS = {"all_gather": lambda rows, n: rows, "reduce_scatter": lambda rows,
               "all_reduce": lambda rows, n: -(-rows // n)}
 
 
+@pytest.mark.devices(8)
 @pytest.mark.parametrize("function, size, rows", HLO_CASES, ids=[f"{f}-{n}dev" for f, n, _ in HLO_CASES])
 def test_only_collective_permutes_of_one_chunk(impl, mesh, function, size, rows):
     m = mesh(size)
@@ -101,6 +104,7 @@ def test_only_collective_permutes_of_one_chunk(impl, mesh, function, size, rows)
         getattr(impl.ring, function), x, mesh=m, max_elements=CHUNK_ROWS[function](rows, size) * COLS)
 
 
+@pytest.mark.devices(4)
 def test_reduce_scatter_refuses_rows_it_cannot_split(impl, mesh):
     m = mesh(4)
     x = tst.random_array((4 * 6, COLS), "float32", 0)

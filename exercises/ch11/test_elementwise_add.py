@@ -30,6 +30,7 @@ def test_add_matches_reference(impl, data, dtype, seed):
     _check(impl, shape, dtype, BLOCK[dtype], seed)
 
 
+@pytest.mark.host_interpret("races between two TensorCores")
 @pytest.mark.parametrize("dtype", ["float32", "bfloat16"])
 @pytest.mark.parametrize("kind", ["ragged", "degenerate"])
 def test_add_corner_shapes(impl, kind, dtype):
@@ -59,6 +60,7 @@ def test_add_compiles_for_tpu(impl, dtype):
     tpu.assert_compiles_for(impl.elementwise_add.add, x, x)
 
 
+@pytest.mark.host_interpret("races between two TensorCores")
 def test_add_has_no_race_on_two_cores(impl):
     """Two simulated TensorCores split a ragged 2 x 3 grid of blocks; its values are checked too."""
     with tpu.checking_races(impl.elementwise_add.add):

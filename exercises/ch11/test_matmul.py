@@ -63,6 +63,7 @@ def test_matmul_walks_k_in_bk_steps(impl):
         note=f"M={m}, K={k}, N={n}, " + ", ".join(f"{b}={v}" for b, v in blocks.items()))
 
 
+@pytest.mark.host_interpret("races between two TensorCores")
 def test_matmul_has_no_race_on_two_cores(impl):
     """Two simulated TensorCores split the parallel axes: the k axis must not be one of them.
     A grid of 1 x 3 x 4: the parallel extents before k multiply to an odd number, so the

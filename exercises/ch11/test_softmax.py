@@ -33,6 +33,7 @@ def test_softmax_matches_reference(impl, case, dtype, kind, seed):
     _check(impl, *case, dtype, kind, seed)
 
 
+@pytest.mark.host_interpret("races between two TensorCores")
 @pytest.mark.parametrize("kind", ["large", "spike", "equal_rows", "tiny", "masked"])
 def test_softmax_value_corner_cases(impl, kind):
     """Logits of 1e4 (exp overflows without the max subtraction), one huge logit per row
@@ -53,6 +54,7 @@ def test_softmax_compiles_for_tpu(impl, dtype):
     tpu.assert_compiles_for(impl.softmax.softmax, tst.random_array((256, 512), dtype, 0))
 
 
+@pytest.mark.host_interpret("races between two TensorCores")
 def test_softmax_has_no_race_on_two_cores(impl):
     """Two simulated TensorCores split the 3 row blocks; the same call's values are checked too."""
     with tpu.checking_races(impl.softmax.softmax):

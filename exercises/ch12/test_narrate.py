@@ -137,6 +137,7 @@ COLLECTIVES = {
 }
 
 
+@pytest.mark.devices(8)
 @given(collective=st.sampled_from(sorted(COLLECTIVES)), devices=st.sampled_from((2, 4, 8)))
 @example(collective="psum", devices=8)
 @settings(suppress_health_check=[HealthCheck.function_scoped_fixture])  # mesh is a factory: nothing to reset

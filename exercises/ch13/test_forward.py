@@ -94,6 +94,7 @@ def test_forward_rejects_lengths_the_blocks_do_not_divide(impl, q_len, kv_len):
         error=ValueError, mentions=(str(length), "128"))
 
 
+@pytest.mark.host_interpret("races between two TensorCores")
 def test_forward_has_no_race_on_two_cores(impl):
     """Two simulated TensorCores split the parallel axes: the kv axis must not be one of them.
     One batch, one head and 3 q blocks: the parallel extents before the kv axis multiply to

@@ -6,7 +6,13 @@ from hypothesis import example, given
 from pytest_tpucourse import checks, references, ir, tpu
 from pytest_tpucourse import strategies as tst
 
-pytestmark = pytest.mark.kernel_timeout(30)
+pytestmark = [
+    pytest.mark.kernel_timeout(30),
+    # Meshes of up to 8 devices, and DMA execution orders and races between devices under TPU interpret
+    # mode: on a TPU host with fewer chips every test here runs on 8 CPU devices (grading/placement.py).
+    pytest.mark.devices(8),
+    pytest.mark.host_interpret("DMA execution orders and races between devices"),
+]
 
 
 # (devices, global shape, dtype): the output is replicated, and every device's copy is

@@ -62,6 +62,8 @@ def _correctness_cases(mesh):
 
 
 @pytest.mark.gate(4)
+@pytest.mark.devices(4)
+@pytest.mark.host_interpret("DMA execution orders and races between devices")
 def test_collectives_are_correct(gate_run, impl, mesh):
     [slot] = GATE.criterion("correct").slots
     if not gate_run.has_devices("correct", slot.op, slot.shapes, slot.dtype, DEVICES):

@@ -8,7 +8,13 @@ from pytest_tpucourse import strategies as tst
 
 # A kernel that deadlocks is stopped as soon as every device is blocked for good; this is
 # the deadline for any other hang.
-pytestmark = pytest.mark.kernel_timeout(30)
+pytestmark = [
+    pytest.mark.kernel_timeout(30),
+    # Meshes of up to 8 devices, and DMA execution orders and races between devices under TPU interpret
+    # mode: on a TPU host with fewer chips every test here runs on 8 CPU devices (grading/placement.py).
+    pytest.mark.devices(8),
+    pytest.mark.host_interpret("DMA execution orders and races between devices"),
+]
 
 
 # (devices, shift, global shape, dtype). Shifts forward, backward and past the ring's end;

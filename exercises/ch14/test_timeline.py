@@ -9,7 +9,13 @@ from pytest_tpucourse.instruments import semaphore_timeline
 from pytest_tpucourse import strategies as tst
 from pytest_tpucourse.instruments.semaphore_timeline import DmaStart, DmaWait, Signal, Wait
 
-pytestmark = pytest.mark.kernel_timeout(30)
+pytestmark = [
+    pytest.mark.kernel_timeout(30),
+    # Meshes of up to 8 devices, and DMA execution orders and races between devices under TPU interpret
+    # mode: on a TPU host with fewer chips every test here runs on 8 CPU devices (grading/placement.py).
+    pytest.mark.devices(8),
+    pytest.mark.host_interpret("DMA execution orders and races between devices"),
+]
 
 
 def _schedule_text(programs) -> str:

@@ -28,6 +28,7 @@ from ..chips import Chip
 from ..core import jax_internals
 from ..readers.mosaic import lowering_for
 from ..core.outcomes import WrongResult
+from ..grading import placement
 
 MAX_LINES = 6
 
@@ -130,6 +131,8 @@ def assert_no_races(fn, *args, cores: int = 2, why: str = RACE_BETWEEN_CORES, se
     import numpy as np
     from jax.experimental.pallas import tpu as pltpu
 
+    if not placement.interpret_part_here(_race_check(cores)):
+        return
     results = []
     for seed in seeds:
         with interpret_setting("races", fn, base=pltpu.InterpretParams(random_seed=seed), cores=cores, why=why):
@@ -159,6 +162,10 @@ def checking_races(fn, *, cores: int = 2, why: str = RACE_BETWEEN_CORES):
     run in the shuffled order of a plain run, split between the cores.
     """
     return interpret_setting("races", fn, cores=cores, why=why)
+
+
+def _race_check(cores: int) -> str:
+    return f"the race check ({cores} TensorCore{'s' if cores != 1 else ''} per device)"
 
 
 def _lowering_refused(fn, error, program, args, kwargs) -> str:
@@ -221,6 +228,11 @@ def interpret_setting(name: str, fn=None, *, base=None, cores: int | None = None
 
     from jax.experimental.pallas import tpu as pltpu
 
+    what = _race_check(cores or SETTINGS["races"]["num_cores_or_threads"]) if name == "races" \
+        else f"the check under dma_execution_mode={name!r}"
+    if not placement.interpret_part_here(what):  # natively: the block's values are the chip's
+        yield None
+        return
     setting = {**SETTINGS[name], **(jax_internals.race_detection_options() if name == "races" else {})}
     params = dataclasses.replace(base or pltpu.InterpretParams(random_seed=0), **setting)
     if cores is not None:
@@ -325,6 +337,8 @@ def assert_out_of_bounds_raises(fn, *args, what: str = "an index", **kwargs) -> 
 
     from ..grading import backend
 
+    if not placement.interpret_part_here("the out-of-bounds check"):
+        return
     function = fn.resolve()  # called once, as written: a failing compiled call would run twice
     with pltpu.force_tpu_interpret_mode(pltpu.InterpretParams(random_seed=0)):
         try:
@@ -389,6 +403,8 @@ def assert_no_races_in_backward(fn, args, *, kwargs=None, cores: int = 2, seeds=
 
     kwargs = kwargs or {}
     fn.jaxpr(*args, **kwargs)  # a stub (TODO) or a tracing error is reported as such, first
+    if not placement.interpret_part_here(_race_check(cores)):
+        return
     outputs = jax.eval_shape(functools.partial(fn.resolve(), **kwargs), *args)
     cotangents = jax.tree.map(lambda x: random_array(x.shape, x.dtype, seed), outputs)
 
@@ -455,7 +471,9 @@ def assert_correct_in_each_dma_mode(fn, check) -> None:
     from jax.experimental.pallas import tpu as pltpu
 
     setting = jax_internals.interpret_mode_in_effect()
-    if setting is None:
+    if setting is None:  # kernels compiled: the values are the chip's, checked once
+        # natively on a TPU the modes themselves run on the host's CPU (a test not placed so is refused)
+        placement.interpret_part_here("the checks under each DMA execution mode")
         check()
         return
     base = setting if isinstance(setting, pltpu.InterpretParams) else None

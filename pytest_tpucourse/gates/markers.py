@@ -1,5 +1,6 @@
-"""The markers a course test may carry: @pytest.mark.gate(n), @pytest.mark.roofline(...) and
-@pytest.mark.kernel_timeout(seconds)."""
+"""The markers a course test may carry: @pytest.mark.gate(n), @pytest.mark.roofline(...),
+@pytest.mark.kernel_timeout(seconds), @pytest.mark.edits(file), and the two that place a test on a
+TPU host (run/placement.py): @pytest.mark.host_interpret(what) and @pytest.mark.devices(n)."""
 
 from __future__ import annotations
 
@@ -24,6 +25,15 @@ def register(config: pytest.Config) -> None:
         "markers",
         "edits(file): this test grades a file next to the exercise's module (WRITEUP.md), not the "
         "module; 'next' names that file when only such tests fail")
+    config.addinivalue_line(
+        "markers",
+        "host_interpret(what): part of this test checks what only TPU interpret mode shows (races between "
+        "two TensorCores, DMA execution orders, out-of-bounds block indices); where kernels run natively on "
+        "a TPU, that part runs under interpret mode on the host's CPU, in a process of its own")
+    config.addinivalue_line(
+        "markers",
+        "devices(n): the test builds meshes of up to n devices; a TPU host with fewer chips runs it on n "
+        "CPU devices under TPU interpret mode, in a process of its own")
 
 
 def edits_file(item: pytest.Item) -> str | None:
@@ -36,6 +46,21 @@ def kernel_timeout(item: pytest.Item) -> float | None:
     """The seconds of a test's @pytest.mark.kernel_timeout, or None."""
     mark = item.get_closest_marker("kernel_timeout")
     return None if mark is None else float((list(mark.args) + list(mark.kwargs.values()))[0])
+
+
+def host_interpret(item: pytest.Item) -> str | None:
+    """What the part of a test that only TPU interpret mode shows checks (its host_interpret marker), or None."""
+    mark = item.get_closest_marker("host_interpret")
+    args = [] if mark is None else list(mark.args) + list(mark.kwargs.values())
+    return args[0] if len(args) == 1 and isinstance(args[0], str) and args[0].strip() else None
+
+
+def devices_needed(item: pytest.Item) -> int | None:
+    """The most devices a test's meshes span (its devices marker), or None: it builds no mesh."""
+    mark = item.get_closest_marker("devices")
+    args = [] if mark is None else list(mark.args) + list(mark.kwargs.values())
+    good = len(args) == 1 and isinstance(args[0], int) and not isinstance(args[0], bool) and args[0] >= 1
+    return args[0] if good else None  # a malformed marker: check() refuses it
 
 
 def gate_number(item: pytest.Item) -> int | None:
@@ -79,6 +104,18 @@ def check(items: list[pytest.Item], registry: chips.ChipRegistry, run_chip: chip
                 raise pytest.UsageError(
                     f"{item.nodeid}: @pytest.mark.kernel_timeout takes one positive number of seconds, "
                     f"got kernel_timeout({', '.join(map(repr, args))})")
+        for mark in item.iter_markers("host_interpret"):
+            args = list(mark.args) + list(mark.kwargs.values())
+            if len(args) != 1 or not isinstance(args[0], str) or not args[0].strip():
+                raise pytest.UsageError(
+                    f"{item.nodeid}: @pytest.mark.host_interpret takes one string, what the interpret-mode part "
+                    f"checks, got host_interpret({', '.join(map(repr, args))})")
+        for mark in item.iter_markers("devices"):
+            args = list(mark.args) + list(mark.kwargs.values())
+            if len(args) != 1 or not isinstance(args[0], int) or isinstance(args[0], bool) or args[0] < 1:
+                raise pytest.UsageError(
+                    f"{item.nodeid}: @pytest.mark.devices takes one positive number of devices, "
+                    f"got devices({', '.join(map(repr, args))})")
         for mark in item.iter_markers("roofline"):
             try:
                 if mark.kwargs.get("chip") is not None:

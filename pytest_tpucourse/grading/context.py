@@ -52,6 +52,11 @@ class GradingContext:
     # solution_reads at every call. The walk follows thousands of objects, and a test resolves
     # its function at every call: once a test instead of about five times.
     provenances: dict = field(default_factory=dict)
+    # Kernels run natively on a TPU in this process, where the checks only TPU interpret mode can
+    # make run elsewhere (placement.py); the node ids of the tests whose interpret-only part runs in
+    # the host-CPU process.
+    native_tpu: bool = False
+    interpret_elsewhere: frozenset = frozenset()
 
     def kernel_chip(self) -> Chip:
         """The TPU the kernel checks target: the run's, or the course's default."""

@@ -15,6 +15,7 @@ import pytest
 
 from ..gates import markers
 from ..learner import foreign_plugins, run_markers, shipped
+from . import host_cpu
 from .options import OPTIONS
 from .session import SESSION, CourseSession, run_chip
 
@@ -33,6 +34,7 @@ def pytest_collection_finish(session: pytest.Session) -> None:
     if run is None:
         return
     run.guard.watch_loaded()  # the toolkit the graded tests imported, before graded code runs
+    host_cpu.place(session, run)  # on a TPU: the tests placed on the host's CPU start there now
     graded = [item for item in session.items if run.progress.exercise_of(item.nodeid) is not None]
     run.foreign_fixtures = foreign_plugins.foreign_fixtures(
         graded, lambda path: shipped.is_shipped_conftest(run.course.root, path))

@@ -27,14 +27,24 @@ def mesh(request: pytest.FixtureRequest):
 
     Off an accelerator the devices are the simulated CPU devices (--cpu-devices); on a
     TPU, the real chips. A test asking for more devices than the run has is skipped,
-    saying how many it needs. Axes are Auto, so shard_map places its inputs itself.
+    saying how many it needs. A test marked @pytest.mark.devices(n) builds meshes of at most n
+    devices; on a TPU host with fewer chips it runs on the host's CPU devices instead
+    (grading/placement.py). Axes are Auto, so shard_map places its inputs itself.
     The factory holds no state, so it is session-scoped: hypothesis' @given tests may
     use it (a function-scoped fixture fails their health check).
     """
+    session = request.config.stash.get(SESSION, None)
+
     def factory(n: int, axis: str = "x"):
         import jax
         from jax.sharding import AxisType
 
+        from ..core.running_test import current_test
+
+        declared = None if session is None else session.devices_declared.get(current_test())
+        if declared is not None and n > declared:
+            pytest.fail(f"mesh({n}) in a test marked @pytest.mark.devices({declared}): the marker names the "
+                        f"largest mesh the test builds (run/placement.py places the test by it)", pytrace=False)
         available = jax.devices()
         if n > len(available):
             where = (f"{len(available)} {available[0].platform} device(s)" if available[0].platform != "cpu"

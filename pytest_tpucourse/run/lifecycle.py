@@ -1,4 +1,5 @@
-"""The run's start and end, across the processes of a pytest-xdist run.
+"""The run's start and end, across the processes of a pytest-xdist run (and of a run on a TPU
+with a host-CPU half, run/host_cpu.py, whose children hand back what a worker does).
 
 When the session starts: one Ctrl-C stops the run (grading/interrupts.py), the objects the start
 made leave the garbage collector's walks (core/startup_heap.py), a selection that
@@ -17,13 +18,10 @@ from ..core import startup_heap
 from ..core.paths import shown_in_text
 from ..grading.interrupts import CTRL_C
 from ..learner import foreign_plugins, next_up, run_markers, shipped, state
-from .session import SESSION, CourseSession
+from . import host_cpu
+from .session import (SESSION, WORKER_DESELECTED, WORKER_FOREIGN, WORKER_IMPORTED, WORKER_TEST_FILES,
+                      CourseSession)
 
-# The keys under which an xdist worker hands the controller what it saw.
-WORKER_DESELECTED = "tpucourse_deselected"  # the test ids it deselected
-WORKER_FOREIGN = "tpucourse_foreign_hooks"  # its plugins that hook reports
-WORKER_IMPORTED = "tpucourse_imported"  # its graded modules: path -> sha256 of the bytes imported
-WORKER_TEST_FILES = "tpucourse_test_files"  # its graded test files: key -> [{path: sha256}, shipped, why]
 
 
 def pytest_sessionstart(session: pytest.Session) -> None:
@@ -34,7 +32,7 @@ def pytest_sessionstart(session: pytest.Session) -> None:
     startup_heap.set_aside()
     if _selection_may_drop_tests(session.config):
         run.progress.some_tests_unseen()
-    run.is_worker = getattr(session.config, "workerinput", None) is not None
+    run.is_worker = getattr(session.config, "workerinput", None) is not None or host_cpu.is_child(session.config)
     if not run.is_worker and run.tree.is_learners:  # the learner's own run (xdist's controller or plain)
         run.unfinished = run_markers.ended_without_summary(run.course.root)
         try:
@@ -46,18 +44,8 @@ def pytest_sessionstart(session: pytest.Session) -> None:
 @pytest.hookimpl(optionalhook=True)
 def pytest_testnodedown(node, error) -> None:
     run = node.config.stash.get(SESSION, None)
-    if run is None:
-        return
-    output = getattr(node, "workeroutput", None) or {}
-    run.progress.deselected(output.get(WORKER_DESELECTED, ()))
-    run.foreign = sorted(set(run.foreign) | set(output.get(WORKER_FOREIGN, ())))
-    run.imported_on_workers.update(output.get(WORKER_IMPORTED, {}))
-    for key, (hashes, is_shipped, why) in output.get(WORKER_TEST_FILES, {}).items():
-        known = run.test_files.get(key)
-        if known is None or known[1] is not False:  # a worker that saw a changed file has the last word
-            run.test_files[key] = (hashes, is_shipped, why)
-    if run.marker is not None and output.get(WORKER_TEST_FILES):
-        run_markers.collected(run.marker, [f for hashes, _, _ in run.test_files.values() for f in hashes])
+    if run is not None:
+        run.take_worker_output(getattr(node, "workeroutput", None) or {})
 
 
 @pytest.hookimpl(trylast=True)
@@ -73,11 +61,15 @@ def pytest_sessionfinish(session: pytest.Session, exitstatus) -> None:
                                                     lambda path: shipped.is_shipped_conftest(root, path))
                + run.foreign_fixtures)
     workeroutput = getattr(session.config, "workeroutput", None)
+    if workeroutput is None and host_cpu.is_child(session.config):
+        workeroutput = {}
     if workeroutput is not None:
         workeroutput[WORKER_DESELECTED] = run.deselected_here
         workeroutput[WORKER_FOREIGN] = foreign
         workeroutput[WORKER_IMPORTED] = dict(run.grading.imported)
         workeroutput[WORKER_TEST_FILES] = {key: list(value) for key, value in run.test_files.items()}
+        if host_cpu.is_child(session.config):
+            host_cpu.hand_back(session.config, workeroutput)
         return
     _tests_as_collected(run)
     run.foreign = sorted(set(run.foreign) | set(foreign))

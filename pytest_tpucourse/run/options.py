@@ -18,6 +18,8 @@ from ..grading.deadline import DEFAULT_SECONDS
 OPTIONS = pytest.StashKey["RunOptions"]()
 
 
+HOST_CPU_CHILD = "--tpucourse-host-cpu"
+HOST_CPU_CHILD_DEST = "tpucourse_host_cpu"
 XDIST_MISSING = ("-n runs the tests in parallel with pytest-xdist, which is not installed: "
                  "pip install pytest-xdist (or, in the course checkout, pip install -e '.[test]')")
 
@@ -42,6 +44,9 @@ def refuse_numprocesses_without_xdist(args: list[str]) -> None:
 def add_options(parser: pytest.Parser) -> None:
     """The course's options, in one group of `pytest --help`."""
     group = parser.getgroup("tpucourse", "TPU kernel course")
+    # a run's host-CPU half (run/host_cpu.py): the file this child appends its reports to
+    group.addoption(HOST_CPU_CHILD, dest=HOST_CPU_CHILD_DEST, metavar="FILE", default=None,
+                    help="(the course's own) the file a host-CPU part of a run on a TPU appends its reports to")
     group.addoption(
         "--solutions", action="store_true", default=False,
         help="grade the shipped reference solutions (solutions/) instead of exercises/",

@@ -29,7 +29,7 @@ from ..gates import records as rec
 from ..gates.provenance import tree_label
 from ..gates.rehearsal import Rehearsal
 from ..gates.run import GateContext, gate_context
-from ..grading import backend, compiled, context, leftovers, solution_reads
+from ..grading import backend, compiled, context, leftovers, placement, solution_reads
 from ..grading.context import GradingContext
 from ..grading.deadline import Deadline
 from ..grading.interrupts import CTRL_C
@@ -43,6 +43,11 @@ from .options import OPTIONS, RunOptions
 SESSION = pytest.StashKey["CourseSession"]()
 CALL_SEEN = pytest.StashKey[str]()  # how the graded call's wrapper saw a test's call phase end: "returned", "raised ..."
 GATE_RESULTS = pytest.StashKey[list]()  # a gate test's results (its gate_run), read when its report is made
+# The keys under which an xdist worker hands the controller what it saw.
+WORKER_DESELECTED = "tpucourse_deselected"  # the test ids it deselected
+WORKER_FOREIGN = "tpucourse_foreign_hooks"  # its plugins that hook reports
+WORKER_IMPORTED = "tpucourse_imported"  # its graded modules: path -> sha256 of the bytes imported
+WORKER_TEST_FILES = "tpucourse_test_files"  # its graded test files: key -> [{path: sha256}, shipped, why]
 TPU_COMPILES = "tpu-compiles"  # the folder of --jax-cache keeping compiles for a described TPU
 
 
@@ -75,6 +80,8 @@ class CourseSession:
         self.foreign_fixtures: list[str] = []  # course fixtures the graded tests take from elsewhere
         self.imported_on_workers: dict = {}  # graded modules imported on xdist workers
         self.test_files: dict[str, tuple] = {}  # exercise key -> ({test file: sha256}, shipped, why)
+        self.devices_declared: dict[str, int] = {}  # node id -> its devices marker (the mesh fixture's bound)
+        self.host_cpu = None  # on a TPU: the host-CPU half of the run (host_cpu.HostCpuRuns), if any test is placed there
         self.marker: Path | None = None  # this run's marker (learner/run_markers.py) until its summary
         self.unfinished: list = []  # earlier runs that ended without their summary
         self._threads_before = leftovers.threads_at_start()
@@ -99,6 +106,7 @@ class CourseSession:
             raise pytest.UsageError(f"course data: {error}") from None
         from ..compiler import libtpu
 
+        _on_the_hosts_cpu(config, options)
         try:
             with libtpu.quiet_libtpu_startup():  # JAX's backends start here, libtpu with them
                 backend.force_cpu_devices(options.cpu_devices)
@@ -137,7 +145,9 @@ class CourseSession:
         chip = gates.chip or options.registry.get(chips.DEFAULT_CHIP)
         kernel_chip = _kernel_chip(chip, options.registry)
         grading = GradingContext(deadline=deadline, vmem=VmemBudget(kernel_chip), chip=kernel_chip,
-                                 registry=options.registry)
+                                 registry=options.registry,
+                                 native_tpu=placement.Host(run_backend.platform, run_backend.mode == "native",
+                                                           run_backend.device_count).native_tpu)
         if tree.is_learners:  # what the learner's tree opens of solutions/, from its first import
             grading.solution_reads = solution_reads.watch(tree.root, root / SOLUTIONS)
         session = cls(options=options, course=course, tree=tree, run_backend=run_backend, gates=gates,
@@ -181,6 +191,18 @@ class CourseSession:
             served_runs.before_process_exit(int(self.exitstatus))
             os._exit(int(self.exitstatus))
 
+    def take_worker_output(self, output: dict) -> None:
+        """What a worker handed back at its end (a pytest-xdist worker, or a host-CPU child: host_cpu.py)."""
+        self.progress.deselected(output.get(WORKER_DESELECTED, ()))
+        self.foreign = sorted(set(self.foreign) | set(output.get(WORKER_FOREIGN, ())))
+        self.imported_on_workers.update(output.get(WORKER_IMPORTED, {}))
+        for key, (hashes, is_shipped, why) in output.get(WORKER_TEST_FILES, {}).items():
+            known = self.test_files.get(key)
+            if known is None or known[1] is not False:  # a worker that saw a changed file has the last word
+                self.test_files[key] = (hashes, is_shipped, why)
+        if self.marker is not None and output.get(WORKER_TEST_FILES):
+            run_markers.collected(self.marker, [f for hashes, _, _ in self.test_files.values() for f in hashes])
+
     def threads_left(self) -> list[str]:
         """The non-daemon threads graded code started that are still running, each with what started
         it (asked once: the end of the run and its end-of-run record read the same answer)."""
@@ -200,6 +222,21 @@ def run_chip(config: pytest.Config) -> chips.Chip:
         return session.chip
     options = config.stash[OPTIONS]
     return options.registry.get(options.chip or chips.DEFAULT_CHIP)
+
+
+def _on_the_hosts_cpu(config: pytest.Config, options: RunOptions) -> None:
+    """--interpret tpu or fast, and a host-CPU child (run/host_cpu.py), run on the host's CPU, on a TPU
+    host too: JAX's TPU interpreter cannot run its two-core checks in a process that holds a TPU
+    (grading/placement.py). Where JAX_PLATFORMS is set, it wins. Before JAX's backends start."""
+    from . import host_cpu
+
+    if options.interpret == "auto" and not host_cpu.is_child(config):
+        return
+    if os.environ.get("JAX_PLATFORMS"):
+        return
+    import jax
+
+    jax.config.update("jax_platforms", "cpu")
 
 
 def _backend_failed(error: Exception) -> str:

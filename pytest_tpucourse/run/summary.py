@@ -14,6 +14,7 @@ from ..core.course import EXERCISES, SOLUTIONS
 from ..core.paths import shown, shown_in_text
 from ..gates import report
 from ..learner import run_markers, state
+from . import host_cpu
 from .session import SESSION, CourseSession
 
 
@@ -78,6 +79,9 @@ def _summary(session: CourseSession, terminalreporter) -> None:
                                     f"run without them (-p no:NAME, or remove the conftest hook)", red=True)
     for run in session.unfinished:
         terminalreporter.write_line(f"tpucourse: {run.describe()}", red=True)
+    placed = host_cpu.summary_line(session)
+    if placed:
+        terminalreporter.write_line(placed)
     show_gates = options.gates and gates.chip is not None
     if not (session.progress.results or show_gates):
         return
