@@ -355,7 +355,7 @@ def assert_grads_match(fn, args, *, reference, argnames, kwargs=None, seed: int 
         return _pullback(programs, reference.oracle)(_as_float64(tuple(args)), _as_float64(cotangents))
 
     floor_g = _run_test_code("floor's VJP", floor_grads, (), {})
-    with jax.enable_x64(True):
+    with jax.enable_x64(True), on_the_hosts_cpu():
         oracle_g = _run_test_code("oracle's VJP", oracle_grads, (), {})
         # Inputs named None (masks, integer tables) have float0 cotangents: skip them.
         oracle_g = [None if name is None else np.asarray(g, dtype=np.float64)
@@ -479,9 +479,24 @@ def _run_test_code(what: str, function, args, kwargs):
 def _run_oracle(programs: CompiledPrograms, oracle, args, kwargs):
     import jax
 
-    with jax.enable_x64(True):
+    with jax.enable_x64(True), on_the_hosts_cpu():
         out = _run_test_code("oracle", _compiled(programs, oracle), _as_float64(args), kwargs)
         return jax.tree.map(lambda x: np.asarray(x, dtype=np.float64), out)
+
+
+def on_the_hosts_cpu():
+    """Where the float64 oracle runs: the host's CPU, whatever the run's default device (a TPU has no
+    float64 arithmetic of its own); the default device where the CPU backend is off (JAX_PLATFORMS)."""
+    import contextlib
+
+    import jax
+
+    if jax.default_backend() == "cpu":
+        return contextlib.nullcontext()
+    try:
+        return jax.default_device(jax.devices("cpu")[0])
+    except RuntimeError:
+        return contextlib.nullcontext()
 
 
 def _is_float_dtype(dtype) -> bool:

@@ -9,6 +9,14 @@ Each op is written once, generic in precision:
     kernels feed the MXU). It is what a kernel must beat on speed, and its own
     error sets the scale of the tolerance rule (see checks.py).
 
+One precision contract for every floor and every kernel: no floor names a matmul
+precision; each runs at the precision in effect, as the learner's kernels do. That is
+JAX's default (full f32 on a CPU; one bf16 pass per f32 product on a TPU, Mosaic and
+XLA alike), except that a run whose kernels run natively on a TPU judges graded values
+under `jax.default_matmul_precision("highest")` (six passes: f32 products to about 1e-7)
+and times gates at the default (docs/checking.md, "Precision"). The oracles run in
+float64 on the host's CPU (checks.py), where no precision setting applies.
+
 Causal masks are aligned top-left: query i sees keys 0..i, whatever the two
 lengths (the convention of jax.experimental.pallas.ops.tpu.flash_attention).
 """
@@ -115,16 +123,14 @@ def attention(q, k, v, mask=None, *, causal: bool = False, scale: float | None =
         scale = d ** -0.5
     k = jnp.repeat(k, h // hkv, axis=1)
     v = jnp.repeat(v, h // hkv, axis=1)
-    s = jnp.einsum("bhqd,bhkd->bhqk", q, k, preferred_element_type=accumulate,
-                   precision=HIGHEST) * scale
+    s = jnp.einsum("bhqd,bhkd->bhqk", q, k, preferred_element_type=accumulate) * scale
     allowed = jnp.ones(s.shape, bool) if mask is None else jnp.broadcast_to(mask, s.shape)
     if causal:
         allowed = allowed & (jnp.arange(sq)[:, None] >= jnp.arange(skv)[None, :])
     p = safe_softmax(jnp.where(allowed, s, -jnp.inf), axis=-1)
     if probabilities_dtype is not None:
         p = p.astype(probabilities_dtype)
-    out = jnp.einsum("bhqk,bhkd->bhqd", p, v.astype(p.dtype), preferred_element_type=accumulate,
-                     precision=HIGHEST)
+    out = jnp.einsum("bhqk,bhkd->bhqd", p, v.astype(p.dtype), preferred_element_type=accumulate)
     return out.astype(q.dtype)
 
 
@@ -147,8 +153,7 @@ def attention_logsumexp(q, k, mask=None, *, causal: bool = False, scale: float |
     hkv, skv = k.shape[1], k.shape[2]
     scale = d ** -0.5 if scale is None else scale
     k = jnp.repeat(k, h // hkv, axis=1)
-    s = jnp.einsum("bhqd,bhkd->bhqk", q, k, preferred_element_type=accumulate,
-                   precision=HIGHEST) * scale
+    s = jnp.einsum("bhqd,bhkd->bhqk", q, k, preferred_element_type=accumulate) * scale
     if mask is not None:
         s = jnp.where(mask, s, -jnp.inf)
     if causal:

@@ -90,6 +90,73 @@ def test_an_op_shorter_than_dispatch_is_flagged():
     assert t.dispatch_bound and "dispatch-bound" in t.describe()
 
 
+class DeviceTrace:
+    """A fake profiler: the device time of the work it traces is the fake device's busy time in it."""
+
+    def __init__(self, device, records=True):
+        self.device, self.records, self.traces = device, records, 0
+
+    def time(self, work):
+        self.traces += 1
+        busy = self.device.busy
+        work()
+        return (self.device.busy - busy) if self.records else None
+
+
+class BusyDevice(Device):
+    """A fake device that also counts the seconds it worked (what a device trace records)."""
+
+    def __init__(self, **kw):
+        super().__init__(**kw)
+        self.busy = 0.0
+
+    def op(self, name, seconds):
+        call = super().op(name, seconds)
+
+        def counted(*args):
+            self.busy += seconds
+            return call(*args)
+        return counted
+
+
+def test_device_time_comes_from_the_trace_and_a_slow_host_is_named_dispatch_bound():
+    device = BusyDevice(dispatch=1.2e-4)  # the host issues a call every 120 us
+    harness = device.harness(device_clock=DeviceTrace(device))
+    t = harness.measure({"skinny": device.op("skinny", 4.6e-5)}, [(1,)])["skinny"]
+    assert t.method == timer.DEVICE_PROFILER
+    assert t.summary.median == pytest.approx(4.6e-5, rel=1e-9)  # the device's 46 us, not the host's 120
+    assert stats.median(t.wall_per_call) == pytest.approx(1.2e-4, rel=0.05)
+    assert t.dispatch_bound and "dispatch-bound: the host issued a call every 120" in t.describe()
+    busy = device.harness(device_clock=DeviceTrace(device)).measure(
+        {"matmul": device.op("matmul", 7.2e-4)}, [(1,)])["matmul"]
+    assert busy.summary.median == pytest.approx(7.2e-4) and not busy.dispatch_bound
+    assert "device time from the profiler's trace" in busy.describe()
+
+
+def test_a_trace_without_device_time_falls_back_to_the_wall_clock():
+    device = BusyDevice()
+    t = device.harness(device_clock=DeviceTrace(device, records=False)).measure(
+        {"kernel": device.op("kernel", 1e-4)}, [(1,)])["kernel"]
+    assert t.method == timer.WALL_CALLS and t.wall_per_call == ()
+    assert t.summary.median == pytest.approx(1e-4, rel=1e-6) and "wall clock" in t.describe()
+
+
+def test_device_seconds_sums_the_xla_modules_of_the_device_planes():
+    from types import SimpleNamespace as NS
+
+    def event(ns):
+        return NS(duration_ns=ns)
+
+    profile = NS(planes=[
+        NS(name="/host:CPU", lines=[NS(name="XLA Modules", events=[event(10**9)])]),
+        NS(name="/device:TPU:0", lines=[NS(name="XLA Modules", events=[event(46_000), event(47_000)]),
+                                        NS(name="XLA Ops", events=[event(40_000)])]),
+    ])
+    assert timer.device_seconds(profile) == pytest.approx(93e-6)
+    assert timer.device_seconds(NS(planes=[NS(name="/host:CPU", lines=[])])) is None
+    assert timer.harness_for("tpu").device_clock is not None and timer.harness_for("cpu").device_clock is None
+
+
 def test_implementations_are_interleaved_round_by_round_with_gc_off():
     device = Device()
     fns = {name: device.op(name, s) for name, s in (("floor", 2e-3), ("kernel", 1e-3), ("ceiling", 1e-3))}

@@ -135,6 +135,28 @@ def select(requested: str) -> Backend:
     )
 
 
+GRADED_PRECISION = "highest"
+
+
+def judge_at_highest_precision(value: str | None = GRADED_PRECISION) -> str | None:
+    """Set JAX's default matmul precision (`jax_default_matmul_precision`) for a run whose kernels run
+    natively on a TPU; returns the value it replaces (to put back at the run's end).
+
+    At JAX's default a TPU computes an f32 product in one bf16 pass, Mosaic and XLA alike: an f32
+    matmul is off by 2.3e-3 relative, an f32 attention by 3.3e-3 (v5e, bench/tpu/precision.json),
+    three hundred times the course's f32 margin, and larger than what an f32 bug adds. Under
+    "highest" (six passes) the same products agree with float64 to about 1e-7 and the floors and
+    kernels to within their CPU bounds; the setting reaches inside Pallas kernels too. So graded
+    values are judged at f32's precision on every backend (a no-op on a CPU, which computes f32 in
+    f32), and the chapters teach what the default costs (docs/checking.md, "Precision").
+    """
+    import jax
+
+    before = jax.config.jax_default_matmul_precision
+    jax.config.update("jax_default_matmul_precision", value)
+    return before
+
+
 def use_compilation_cache(directory: Path | None) -> Path | None:
     """Keep compiled XLA programs on disk across pytest runs; returns the directory used.
 

@@ -1,0 +1,211 @@
+"""The course on a chip, in one command: every run its hardware claims rest on, each a line of
+bench/device_runs.jsonl (pytest_tpucourse/gates/device_runs.py has the format).
+
+    python bench/device_runs.py --commit $(git rev-parse HEAD)                  all four kinds
+    python bench/device_runs.py --kinds solutions stubs --commit ...            some of them
+    python bench/device_runs.py --dry-run                                       the commands only
+
+Kinds, each one pytest process (one program holds a TPU at a time):
+  solutions  `pytest exercises --solutions`: every chapter natively, with what only TPU interpret
+             mode shows on the host's CPU (grading/placement.py)
+  stubs      `pytest exercises`: the stubs as shipped; every failure must be TODO (`not_todo` counts
+             the rest)
+  honest     the honest corpus (tests/honest/chNN/<variant>/), each variant set placed whole in a
+             copy of the course as a learner's exercises/, its kernel chapters run natively
+  gates      `pytest exercises --gates --solutions --chip CHIP`, its rows to --records
+Each line records the date, the device kind, JAX's and libtpu's versions, the commit whose code ran
+(`--commit`: the device's copy of a working tree has no git; the script refuses a commit other than
+HEAD where it can read git, and a tree with changes) and per chapter passed, failed, skipped and
+seconds, read off pytest's JUnit XML. Logs and JUnit files go to --logs.
+"""
+
+from __future__ import annotations
+
+import argparse
+import datetime
+import os
+import re
+import shutil
+import subprocess
+import sys
+import tempfile
+import time
+import xml.etree.ElementTree as ElementTree
+from pathlib import Path
+
+REPO = Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(REPO))
+
+from pytest_tpucourse.gates import device_runs  # noqa: E402
+
+TODO = "not written yet"  # the words of every stub's TODO report (grading/messages.py)
+
+
+def main(argv=None) -> int:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("--kinds", nargs="+", choices=device_runs.KINDS, default=list(device_runs.KINDS))
+    parser.add_argument("--commit", default=None, help="the commit whose code runs (default: git HEAD)")
+    parser.add_argument("--chip", default="v5e")
+    parser.add_argument("--out", type=Path, default=REPO / device_runs.PATH)
+    parser.add_argument("--logs", type=Path, default=None, help="folder for each run's log and JUnit XML")
+    parser.add_argument("--records", type=Path, default=None, help="the gate run's records (default: in --logs)")
+    parser.add_argument("--dry-run", action="store_true", help="print the commands; run and write nothing")
+    args = parser.parse_args(argv)
+    logs = args.logs or Path(tempfile.mkdtemp(prefix="tpucourse-device-runs-"))
+    logs.mkdir(parents=True, exist_ok=True)
+    commit = args.commit or _git_head()
+    if not args.dry_run:
+        _check_commit(commit)
+    facts = None if args.dry_run else _device_facts()
+    for kind in args.kinds:
+        for name, command, cwd in _runs(kind, args, logs):
+            print("+", " ".join(command), f"(in {cwd})" if cwd != REPO else "", flush=True)
+            if args.dry_run:
+                continue
+            junit = logs / f"{name}.xml"
+            started = time.monotonic()
+            with open(logs / f"{name}.log", "wb") as log:
+                code = subprocess.call([*command, f"--junitxml={junit}"], cwd=cwd, stdout=log,
+                                       stderr=subprocess.STDOUT, env=_environment())
+            seconds = time.monotonic() - started
+            chapters = chapter_counts(junit, stubs=kind == "stubs")
+            entry = {"date": datetime.date.today().isoformat(), "device_kind": facts["device_kind"],
+                     "jax": facts["jax"], "libtpu": facts["libtpu"], "commit": commit, "kind": kind,
+                     "seconds": round(seconds, 1), "chapters": chapters}
+            if kind == "honest":
+                entry["variant"] = name.split("-", 1)[1]
+            entry["exit"] = code
+            device_runs.append(args.out, entry)
+            print(f"{name}: exit {code}, {seconds:.0f} s; " + ", ".join(
+                f"{c} {v['passed']}/{v['failed']}/{v['skipped']}" + (f" ({v['not_todo']} not TODO)"
+                                                                     if "not_todo" in v else "")
+                for c, v in chapters.items()), flush=True)
+    return 0
+
+
+def _runs(kind: str, args, logs: Path):
+    """(name, command, working directory) of each pytest run of a kind."""
+    pytest = [sys.executable, "-m", "pytest", *_plugin_args(), "-p", "no:cacheprovider", "-q", "-rfE",
+              "--tb=short"]
+    if kind == "solutions":
+        yield kind, [*pytest, "exercises", "--solutions"], REPO
+    elif kind == "stubs":
+        yield kind, [*pytest, "exercises"], REPO
+    elif kind == "gates":
+        records = args.records or logs / "gates.records.jsonl"
+        yield kind, [*pytest, "exercises", "--gates", "--solutions", f"--chip={args.chip}",
+                     f"--records={records}"], REPO
+    else:
+        for variant in honest_variants():
+            course = logs / f"course-{variant}"
+            files = _place_variant(variant, course) if not args.dry_run else [f"exercises/chNN/test_<exercise>.py"]
+            yield f"honest-{variant}", [*pytest, *files, "--jax-cache", str(REPO / ".tpucourse" / "jax-cache")], course
+
+
+def honest_variants() -> list[str]:
+    return sorted({p.name for p in (REPO / "tests" / "honest").glob("ch*/*") if p.is_dir()})
+
+
+def _place_variant(variant: str, course: Path) -> list[str]:
+    """A copy of the course whose exercises/chNN/ holds every chapter's `variant` set; the test files
+    of the exercises it writes."""
+    if course.exists():
+        shutil.rmtree(course)
+    course.mkdir(parents=True)
+    for name in ("course.toml", "pyproject.toml", "conftest.py"):
+        shutil.copy2(REPO / name, course / name)
+    for tree in ("exercises", "solutions"):
+        shutil.copytree(REPO / tree, course / tree, ignore=shutil.ignore_patterns("__pycache__", ".tpucourse"))
+    files = []
+    for folder in sorted((REPO / "tests" / "honest").glob(f"ch*/{variant}")):
+        chapter = folder.parent.name
+        for path in sorted(folder.iterdir()):
+            if path.is_file():
+                shutil.copy2(path, course / "exercises" / chapter / path.name)
+                test = course / "exercises" / chapter / f"test_{path.stem}.py"
+                if path.suffix == ".py" and test.exists():
+                    files.append(str(test.relative_to(course)))
+    return files
+
+
+def chapter_counts(junit: Path, *, stubs: bool = False) -> dict:
+    """Per chapter: passed, failed, skipped and seconds (and for stubs, failures that are not TODO)."""
+    counts: dict = {}
+    try:
+        root = ElementTree.parse(junit).getroot()
+    except (OSError, ElementTree.ParseError):
+        return {}
+    for case in root.iter("testcase"):
+        where = f"{case.get('classname', '')}.{case.get('file', '')}"
+        found = re.search(r"\b(ch\d\d)\b", where.replace("/", "."))
+        if found is None:
+            continue
+        c = counts.setdefault(found.group(1), {"passed": 0, "failed": 0, "skipped": 0, "seconds": 0.0,
+                                              **({"not_todo": 0} if stubs else {})})
+        c["seconds"] = round(c["seconds"] + float(case.get("time") or 0), 2)
+        failure = case.find("failure")
+        if failure is None:
+            failure = case.find("error")
+        if failure is not None:
+            c["failed"] += 1
+            if stubs and TODO not in (failure.get("message", "") + (failure.text or "")):
+                c["not_todo"] += 1
+        elif case.find("skipped") is not None:
+            c["skipped"] += 1
+        else:
+            c["passed"] += 1
+    return dict(sorted(counts.items()))
+
+
+def _plugin_args() -> list[str]:
+    """-p pytest_tpucourse.plugin where the course is not installed (run from the source tree)."""
+    from importlib import metadata
+
+    try:
+        metadata.distribution("pytest-tpucourse")
+        return []
+    except metadata.PackageNotFoundError:
+        return ["-p", "pytest_tpucourse.plugin"]
+
+
+def _environment() -> dict:
+    env = {**os.environ, "TPUCOURSE_WARM": "0"}
+    env["PYTHONPATH"] = os.pathsep.join(p for p in (str(REPO), env.get("PYTHONPATH", "")) if p)
+    return env
+
+
+def _device_facts() -> dict:
+    """The device kind and versions, read in a process of their own (this one never holds the chip)."""
+    code = ("import jax, json\nfrom importlib import metadata\n"
+            "try:\n    libtpu = metadata.version('libtpu')\nexcept metadata.PackageNotFoundError:\n    libtpu = '?'\n"
+            "print(json.dumps({'device_kind': jax.devices()[0].device_kind, 'jax': jax.__version__, "
+            "'libtpu': libtpu}))")
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True).stdout
+    import json
+
+    return json.loads(out.strip().splitlines()[-1])
+
+
+def _git_head() -> str:
+    try:
+        return subprocess.run(["git", "rev-parse", "HEAD"], cwd=REPO, capture_output=True, text=True,
+                              check=True).stdout.strip()
+    except (OSError, subprocess.CalledProcessError):
+        raise SystemExit("no git here: give --commit, the commit whose code this tree holds") from None
+
+
+def _check_commit(commit: str) -> None:
+    """Where git can be read, the tree must be that commit's, unchanged."""
+    if not (REPO / ".git").exists():
+        return
+    head = _git_head()
+    if not head.startswith(commit) and not commit.startswith(head):
+        raise SystemExit(f"--commit {commit} is not HEAD ({head})")
+    changed = subprocess.run(["git", "status", "--porcelain", "--untracked-files=no"], cwd=REPO,
+                             capture_output=True, text=True).stdout.strip()
+    if changed:
+        raise SystemExit(f"the tree has changes not in {commit}:\n{changed}")
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,71 @@
+"""bench/device_runs.jsonl and bench/device_runs.py: the course's runs on a chip, one checked line each."""
+
+import json
+import subprocess
+import sys
+
+import pytest
+
+from pytest_tpucourse.gates import device_runs
+
+from .support import REPO
+
+sys.path.insert(0, str(REPO / "bench"))
+import device_runs as script  # noqa: E402  (bench/device_runs.py)
+
+
+def _line(**changes):
+    entry = {"date": "2026-12-05", "device_kind": "TPU v5 lite", "jax": "0.10.2", "libtpu": "0.0.42.1",
+             "commit": "70bc5812ab", "kind": "solutions", "seconds": 12.5,
+             "chapters": {"ch11": {"passed": 49, "failed": 0, "skipped": 0, "seconds": 10.0}}}
+    return {**entry, **changes}
+
+
+def test_a_line_is_checked_when_written_and_when_read(tmp_path):
+    path = tmp_path / "runs.jsonl"
+    device_runs.append(path, _line())
+    stubs = _line(kind="stubs", chapters={"ch11": {"passed": 0, "failed": 49, "skipped": 0, "seconds": 3.0,
+                                                   "not_todo": 1}})
+    device_runs.append(path, stubs)
+    for bad, why in ((_line(kind="nightly"), "kind 'nightly'"), (_line(commit="HEAD"), "not a git commit"),
+                     (_line(kind="stubs"), "ch11: not_todo is not a count"),
+                     (_line(kind="honest"), "names no variant set"), (_line(chapters={}), "non-empty")):
+        with pytest.raises(ValueError, match=why):
+            device_runs.append(path, bad)
+    with open(path, "a") as file:
+        file.write("{not json\n" + json.dumps(_line(date="yesterday")) + "\n")
+    entries, problems = device_runs.read(path)
+    assert [e["kind"] for e in entries] == ["solutions", "stubs"]
+    assert len(problems) == 2 and "not JSON" in problems[0] and "YYYY-MM-DD" in problems[1]
+    table = "\n".join(device_runs.table_lines(entries))
+    assert "| solutions | 2026-12-05 |" in table and "49/0/0" in table and "0/49/0 (1 not TODO)" in table
+
+
+JUNIT = """<?xml version="1.0" encoding="utf-8"?><testsuites><testsuite name="pytest">
+<testcase classname="exercises.ch11.test_matmul" name="test_a" time="1.5"/>
+<testcase classname="exercises.ch11.test_matmul" name="test_b" time="0.5">
+  <failure message="matmul() in exercises/ch11/matmul.py is not written yet.">...</failure></testcase>
+<testcase classname="exercises.ch11.test_matmul" name="test_c" time="0.5">
+  <failure message="AssertionError: wrong">...</failure></testcase>
+<testcase classname="exercises.ch14.test_permute" name="test_d" time="2"><skipped message="needs 8"/></testcase>
+<testcase classname="tests.test_other" name="test_e" time="2"/>
+</testsuite></testsuites>"""
+
+
+def test_chapter_counts_come_from_the_junit_file_and_stubs_count_what_is_not_todo(tmp_path):
+    junit = tmp_path / "run.xml"
+    junit.write_text(JUNIT)
+    assert script.chapter_counts(junit, stubs=True) == {
+        "ch11": {"passed": 1, "failed": 2, "skipped": 0, "seconds": 2.5, "not_todo": 1},
+        "ch14": {"passed": 0, "failed": 0, "skipped": 1, "seconds": 2.0, "not_todo": 0}}
+    assert "not_todo" not in script.chapter_counts(junit)["ch11"]
+    assert script.chapter_counts(tmp_path / "missing.xml") == {}
+
+
+def test_the_dry_run_names_every_run():
+    run = subprocess.run([sys.executable, str(REPO / "bench" / "device_runs.py"), "--dry-run", "--commit", "abc1234"],
+                         capture_output=True, text=True, cwd=REPO)
+    assert run.returncode == 0, run.stderr
+    out = run.stdout
+    assert "exercises --solutions" in out and "exercises --gates --solutions --chip=v5e" in out
+    assert out.count("(in ") == len(script.honest_variants()) >= 2
