@@ -99,9 +99,13 @@ def test_precision_and_algorithm_as_stablehlo_prints_them():
                 f"accumulation_type = f32") in dot_line(preset), dot_line(preset)
 
 
-def test_the_course_floors_precisions():
+def test_the_course_floors_name_no_precision():
+    """One contract (references.py): every floor runs at the precision in effect, as the kernels do."""
     assert "precision = [DEFAULT, DEFAULT]" in _stablehlo(references.matmul_floor, (8, 8), (8, 8))
     attention = _stablehlo(references.attention_floor, (1, 1, 8, 8), (1, 1, 8, 8), (1, 1, 8, 8))
+    assert attention.count("precision = [DEFAULT, DEFAULT]") == 2, attention
+    with jax.default_matmul_precision("highest"):  # what a run on a TPU judges graded values under
+        attention = _stablehlo(references.attention_floor, (1, 1, 8, 8), (1, 1, 8, 8), (1, 1, 8, 8))
     assert attention.count("precision = [HIGHEST, HIGHEST]") == 2, attention
 
 
@@ -139,3 +143,6 @@ def test_on_a_v5e_a_pallas_f32_dot_makes_one_mxu_pass_at_default_and_six_at_high
     default = v5e_kernel(functools.partial(_pallas_dot, precision=None), x, x).mxu_ops
     highest = v5e_kernel(functools.partial(_pallas_dot, precision=lax.Precision.HIGHEST), x, x).mxu_ops
     assert (default, highest) == (16, 96), versions()
+    with jax.default_matmul_precision("highest"):  # the setting reaches inside a kernel's dot too
+        configured = v5e_kernel(functools.partial(_pallas_dot, precision=None), x, x).mxu_ops
+    assert configured == highest, versions()
