@@ -6,6 +6,10 @@ from hypothesis import example, given
 from pytest_tpucourse import checks, ir, references, tpu
 from pytest_tpucourse import strategies as tst
 
+# On a TPU each test runs natively for the chip's values, and again under TPU interpret mode on the
+# host's CPU for what only the interpreter shows (grading/placement.py).
+pytestmark = pytest.mark.host_interpret("races, DMA orders, out-of-bounds block indices and memory never written")
+
 # (M, K, N, blocks). In every case bm, bk and bn differ (after clamping), so a
 # BlockSpec or grid extent that uses one block size where another belongs (y's block
 # as (bn, bk)) shows. K spans several k steps in two cases, so an accumulator that is
@@ -63,7 +67,6 @@ def test_matmul_walks_k_in_bk_steps(impl):
         note=f"M={m}, K={k}, N={n}, " + ", ".join(f"{b}={v}" for b, v in blocks.items()))
 
 
-@pytest.mark.host_interpret("races between two TensorCores")
 def test_matmul_has_no_race_on_two_cores(impl):
     """Two simulated TensorCores split the parallel axes: the k axis must not be one of them.
     A grid of 1 x 3 x 4: the parallel extents before k multiply to an odd number, so the

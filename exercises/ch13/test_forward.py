@@ -8,6 +8,10 @@ from hypothesis import example, given
 from pytest_tpucourse import checks, references, ir, tpu
 from pytest_tpucourse import strategies as tst
 
+# On a TPU each test runs natively for the chip's values, and again under TPU interpret mode on the
+# host's CPU for what only the interpreter shows (grading/placement.py).
+pytestmark = pytest.mark.host_interpret("races, DMA orders, out-of-bounds block indices and memory never written")
+
 # Blocks of 128 (the lane width, and the smallest kv block JAX's own kernel takes), with
 # lengths of 256-768 so every shape spans several blocks while a grid stays a few dozen
 # steps (about 2 ms each under TPU interpret mode). Causal masks are aligned top-left:
@@ -94,7 +98,6 @@ def test_forward_rejects_lengths_the_blocks_do_not_divide(impl, q_len, kv_len):
         error=ValueError, mentions=(str(length), "128"))
 
 
-@pytest.mark.host_interpret("races between two TensorCores")
 def test_forward_has_no_race_on_two_cores(impl):
     """Two simulated TensorCores split the parallel axes: the kv axis must not be one of them.
     One batch, one head and 3 q blocks: the parallel extents before the kv axis multiply to
