@@ -16,7 +16,8 @@ Kinds, each one pytest process (one program holds a TPU at a time):
 Each line records the date, the device kind, JAX's and libtpu's versions, the commit whose code ran
 (`--commit`: the device's copy of a working tree has no git; the script refuses a commit other than
 HEAD where it can read git, and a tree with changes) and per chapter passed, failed, skipped and
-seconds, read off pytest's JUnit XML. Logs and JUnit files go to --logs.
+seconds, read off pytest's JUnit XML. Logs and JUnit files go to --logs. Then docs/tpu.md's table
+of the latest runs is written again from the file.
 """
 
 from __future__ import annotations
@@ -80,6 +81,12 @@ def main(argv=None) -> int:
                 f"{c} {v['passed']}/{v['failed']}/{v['skipped']}" + (f" ({v['not_todo']} not TODO)"
                                                                      if "not_todo" in v else "")
                 for c, v in chapters.items()), flush=True)
+    if not args.dry_run:
+        docs = REPO / device_runs.DOCS
+        entries, problems = device_runs.read(args.out)
+        docs.write_text(device_runs.docs_with_table(docs.read_text(encoding="utf-8"), entries), encoding="utf-8")
+        for problem in problems:
+            print(f"{args.out}: {problem}", file=sys.stderr)
     return 0
 
 

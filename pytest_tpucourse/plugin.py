@@ -113,5 +113,6 @@ def pytest_unconfigure(config: pytest.Config) -> None:
     if session is not None:
         from .learner import served_runs
 
-        served_runs.leave_warm_process(config)  # for the next run of this checkout
+        if session.backend.platform == "cpu":  # a warm process on a TPU would hold the chip (docs/tpu.md)
+            served_runs.leave_warm_process(config)  # for the next run of this checkout
         session.close()

@@ -69,3 +69,10 @@ def test_the_dry_run_names_every_run():
     out = run.stdout
     assert "exercises --solutions" in out and "exercises --gates --solutions --chip=v5e" in out
     assert out.count("(in ") == len(script.honest_variants()) >= 2
+
+
+def test_docs_tpu_shows_the_latest_runs_of_the_file():
+    entries, problems = device_runs.read(REPO / device_runs.PATH)
+    assert problems == []
+    text = (REPO / device_runs.DOCS).read_text(encoding="utf-8")
+    assert device_runs.docs_with_table(text, entries) == text, "python bench/device_runs.py writes docs/tpu.md's table"

@@ -17,7 +17,7 @@ import pytest
 
 from pytest_tpucourse.learner import served_runs, state, warm_process
 
-from .support import DEFAULT_SIGINT, GRADED_TEST, is_xdist_variable
+from .support import DEFAULT_SIGINT, FAKE_TPU_CONFTEST, GRADED_TEST, is_xdist_variable
 
 WAIT_SECONDS = 90  # a warm process imports pytest, JAX and the plugin before it listens
 
@@ -143,6 +143,17 @@ def test_runs_that_need_a_process_of_their_own_never_reach_the_warm_process(cour
     result = run_pytest(root, *args, env=learner_env(**env))
     assert result.returncode == 0, result.stdout + result.stderr
     assert " run 1:" not in log(root), log(root)
+
+
+@pytest.mark.runs
+def test_a_run_on_a_tpu_leaves_no_warm_process_to_hold_the_chip(course):
+    root = course.pytester.path
+    course.pytester.makeconftest(FAKE_TPU_CONFTEST)  # JAX's default backend says tpu
+    course.test_file("def test_nothing():\n    pass\n")
+    result = run_pytest(root)
+    assert result.returncode == 0, result.stdout + result.stderr
+    time.sleep(3)  # a warm process would be importing by now
+    assert not served_runs.listening(root) and "listening for runs" not in log(root)
 
 
 def test_a_run_that_patches_a_library_ends_the_warm_process_and_the_next_run_has_its_own(course):

@@ -129,3 +129,14 @@ def table_lines(entries: list[dict]) -> list[str]:
         lines.append(f"| {name} | {e['date']} | {e['device_kind']}, jax {e['jax']}, libtpu {e['libtpu']} | "
                      f"{e['commit'][:10]} | {e['seconds']:.0f} | " + " | ".join(cells) + " |")
     return lines
+
+
+DOCS = "docs/tpu.md"
+_TABLE = re.compile(r"(<!-- device-runs -->\n).*?(<!-- /device-runs -->)", re.S)
+
+
+def docs_with_table(text: str, entries: list[dict]) -> str:
+    """docs/tpu.md's text with its table of the latest runs made from `entries`."""
+    if not _TABLE.search(text):
+        raise ValueError(f"{DOCS} has no <!-- device-runs --> section")
+    return _TABLE.sub(lambda m: m.group(1) + "\n".join(table_lines(entries)) + "\n" + m.group(2), text)
