@@ -337,7 +337,9 @@ def child_arguments(config: pytest.Config, cpu_devices: int) -> list[str]:
     """The options a host-CPU child runs with: this run's graded tree and settings, on the CPU."""
     options = config.stash[OPTIONS]
     args = ["--interpret", "tpu", "-p", "no:cacheprovider", "-q",
-            "--kernel-timeout", repr(options.kernel_timeout), "--jax-cache", options.jax_cache,
+            "--kernel-timeout", repr(options.kernel_timeout),
+            # a cache of its own: CPU programs, kept and pruned apart from the chip's run
+            "--jax-cache", "none" if options.jax_cache == "none" else f"{options.jax_cache}-host-cpu",
             "--cpu-devices", str(max(options.cpu_devices, cpu_devices)),
             "--tb", str(config.getoption("tbstyle", "auto") or "auto")]
     if options.solutions:
