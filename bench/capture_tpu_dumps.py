@@ -62,7 +62,7 @@ def main(argv=None) -> int:
                         help="capture this program's dump only (repeatable); default: every program")
     args = parser.parse_args(argv)
     if not libtpu.available():
-        sys.exit(libtpu.INSTALL_LINE)
+        sys.exit(libtpu.missing_line())
     programs = _programs()
     date = datetime.datetime.now(datetime.timezone.utc).date().isoformat()
 

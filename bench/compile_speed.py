@@ -60,7 +60,7 @@ def main() -> None:
     from pytest_tpucourse.compiler import libtpu
 
     if not libtpu.available():
-        sys.exit(libtpu.INSTALL_LINE)
+        sys.exit(libtpu.missing_line())
     print(f"libtpu.compile_for(..., chip={args.chip!r}); {libtpu.READ_AGAINST}; "
           f"{os.cpu_count()} CPUs, {platform.processor() or platform.machine()}, "
           f"Python {platform.python_version()}, {time.strftime('%Y-%m-%d', time.gmtime())}")

@@ -133,7 +133,7 @@ def main(argv=None) -> int:
                         help="print the default scoped VMEM limit the compiler applies on each chip")
     args = parser.parse_args(argv)
     if (args.compile or args.limits) and not libtpu.available():
-        sys.exit(libtpu.INSTALL_LINE)
+        sys.exit(libtpu.missing_line())
     if args.limits:
         # 48 MiB of blocks: above every default limit, and above v4's whole VMEM.
         probe = elementwise((8, 262144)), [(8, 1048576)] * 2, "float32"

@@ -35,7 +35,7 @@ from .strategies import cotangents_like
 __all__ = [
     "assert_close", "assert_equal", "assert_grads_match", "assert_matches_reference",
     "assert_one_kernel", "assert_rejects", "assert_uses_pallas", "CHECK_GRADS_EPS",
-    "CHECK_GRADS_TOL", "CheckerError", "count_pallas_calls", "fail", "graded", "gradient",
+    "CHECK_GRADS_TOL", "CheckerError", "count_pallas_calls", "fail", "for_this_backend", "graded", "gradient",
     "toolchain_words", "trusted", "WrongResult",
 ]
 
@@ -259,6 +259,21 @@ def assert_equal(actual, expected, *, fn, what: str, note: str = "") -> None:
 def fail(fn, message: str, *, note: str = "") -> None:
     """Fail the test as fn's mistake: `message` (naming fn) and fn's reproduction."""
     raise WrongResult(message + reproduction(fn, note=note))
+
+
+def for_this_backend(facts: dict):
+    """facts["cpu"] or facts["tpu"]: the fact of the XLA this run compiles for (jax.default_backend()),
+    where XLA:CPU and XLA:TPU make different programs of the same code (fusions, rewrites, where
+    buffers live). Each backend's fact is read off that backend and kept in the course (a TPU's
+    by bench/capture_tpu_facts.py, on the chip). On a backend `facts` does not name the test skips."""
+    import jax
+    import pytest
+
+    backend = jax.default_backend()
+    if backend not in facts:
+        pytest.skip(f"what XLA:{backend.upper()} makes of this program was not measured (the course "
+                    f"measured XLA:{', XLA:'.join(name.upper() for name in facts)})")
+    return facts[backend]
 
 
 def assert_matches_reference(fn, args, *, reference, kwargs=None, names=None,

@@ -445,3 +445,14 @@ def test_value_kinds_that_stress_a_formula():
     q, k, _ = (np.asarray(a, np.float64) for a in cfg.arrays(0, "negative_first_key"))
     scores = np.einsum("bhqd,bhkd->bhqk", q, np.repeat(k, cfg.group, axis=1)) / 8.0
     assert scores[..., 0].max() < -5e3 and np.abs(scores[..., 1:]).max() < 20
+
+
+def test_a_compiler_fact_is_the_one_of_the_backend_the_run_compiles_for(monkeypatch):
+    facts = {"cpu": "XLA:CPU's", "tpu": "XLA:TPU's"}
+    assert checks.for_this_backend(facts) == "XLA:CPU's"
+    monkeypatch.setattr(jax, "default_backend", lambda: "tpu")  # what a TPU VM's run says
+    assert checks.for_this_backend(facts) == "XLA:TPU's"
+    monkeypatch.setattr(jax, "default_backend", lambda: "gpu")
+    with pytest.raises(pytest.skip.Exception, match=r"what XLA:GPU makes of this program was not measured \(the "
+                                                    r"course measured XLA:CPU, XLA:TPU\)"):
+        checks.for_this_backend(facts)

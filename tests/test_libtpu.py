@@ -9,6 +9,7 @@ import re
 import subprocess
 import sys
 import textwrap
+from pathlib import Path
 
 import jax
 import jax.numpy as jnp
@@ -66,6 +67,95 @@ def test_without_libtpu_the_compile_check_skips_with_one_line(fake_course, pytes
     result.stdout.fnmatch_lines(["*kernels run under TPU interpret mode*", "*backend cpu (cpu,*",
                                  "SKIPPED * needs the real TPU compiler: pip install -e *tpu-compile*",
                                  "*1 passed, 1 skipped*"])
+
+
+def _hide_flatbuffers(pytester, monkeypatch):
+    """A `flatbuffers` package that fails to import, first on the path: a TPU VM set up with `jax[tpu]`
+    alone, which has libtpu and lacks it."""
+    hidden = pytester.mkdir("hidden_flatbuffers")
+    (hidden / "flatbuffers").mkdir()
+    (hidden / "flatbuffers" / "__init__.py").write_text('raise ImportError("hidden for this test")\n')
+    monkeypatch.setenv("PYTHONPATH", os.pathsep.join(filter(None, [str(hidden), os.environ.get("PYTHONPATH")])))
+
+
+@needs_libtpu
+def test_without_flatbuffers_the_compile_check_skips_with_one_line_naming_it(fake_course, pytester, monkeypatch):
+    _hide_flatbuffers(pytester, monkeypatch)
+    fake_course.test_file(COMPILE_TEST)
+    result = fake_course.run("--solutions", "-rs")
+    assert result.ret == pytest.ExitCode.OK, result.stdout.str()
+    result.stdout.fnmatch_lines(["*done  double * 1/2 tests passed; 1 compiler check not run (needs flatbuffers*",
+                                 "SKIPPED * needs flatbuffers to hand programs to the TPU compiler: "
+                                 "pip install flatbuffers (or pip install -e *tpu-compile*)",
+                                 "*1 passed, 1 skipped*"])
+    assert "ImportError" not in result.stdout.str() + result.stderr.str()
+
+
+@pytest.mark.parametrize("ships, has_libtpu, has_flatbuffers, line", [
+    (True, True, True, None),
+    (True, True, False, libtpu.FLATBUFFERS_LINE),  # a TPU VM set up with jax[tpu] alone
+    (True, False, True, libtpu.INSTALL_LINE),
+    (True, False, False, libtpu.INSTALL_LINE),
+    (False, False, False, libtpu.NOT_SHIPPED_LINE),
+])
+def test_what_the_compiler_checks_need_and_the_line_naming_what_is_missing(ships, has_libtpu, has_flatbuffers, line):
+    assert libtpu.unavailable_reason(ships=ships, has_libtpu=has_libtpu, has_flatbuffers=has_flatbuffers) == line
+
+
+def test_on_a_tpu_vm_without_flatbuffers_nothing_is_compiled_and_the_error_names_it(monkeypatch):
+    """A TPU VM set up with jax[tpu] alone: libtpu, a TPU backend, no flatbuffers. The host's own chip
+    is not compiled for in the test process either (the module's docstring says why)."""
+    monkeypatch.setitem(sys.modules, "flatbuffers", None)
+    monkeypatch.setattr(libtpu, "_available", None)
+    monkeypatch.setattr(libtpu, "installed", lambda: True)
+    monkeypatch.setattr(libtpu, "ships_here", lambda: True)
+    monkeypatch.setattr(jax, "default_backend", lambda: "tpu")
+    monkeypatch.setattr(libtpu, "_child_compiler", lambda *a: pytest.fail("a compiling child was started"))
+    assert not libtpu.available() and libtpu.missing_line() == libtpu.FLATBUFFERS_LINE
+    with pytest.raises(libtpu.TpuCompilerMissing, match="pip install flatbuffers"):
+        libtpu.compile_for(copy, jax.ShapeDtypeStruct((64, 256), jnp.float32), chip=chips.get_chip("v5e"),
+                           block=(8, 128))
+    assert not libtpu.compile_ahead(copy, jax.ShapeDtypeStruct((64, 256), jnp.float32), block=(8, 128)).started
+
+
+def _tpu_vm_lines() -> list[str]:
+    """The install lines of README.md's "On a TPU VM" set-up."""
+    readme = (Path(__file__).resolve().parents[1] / "README.md").read_text(encoding="utf-8")
+    block = readme.split("## On a TPU VM", 1)[1].split("```bash", 1)[1].split("```", 1)[0]
+    return [line for line in block.splitlines() if line.startswith("pip install")]
+
+
+def test_the_tpu_vm_set_up_installs_the_libtpu_jax_tpu_pins_and_what_the_compiler_checks_need():
+    """Read off the installed JAX: the libtpu its `tpu` extra pins is the README line's, and the course's
+    tpu-compile extra pins the same for this Python (else the line names flatbuffers, not the extra)."""
+    import tomllib
+    from importlib import metadata
+
+    from packaging.requirements import Requirement
+
+    jax_pin = next(str(r.specifier) for r in map(Requirement, metadata.requires("jax"))
+                   if r.name == "libtpu" and r.marker is not None and r.marker.evaluate({"extra": "tpu"}))
+    pyproject = tomllib.loads((Path(__file__).resolve().parents[1] / "pyproject.toml").read_text(encoding="utf-8"))
+    extras = {text: Requirement(text) for text in pyproject["project"]["optional-dependencies"]["tpu-compile"]}
+    extra_pin = next(str(r.specifier) for r in extras.values() if r.name == "libtpu" and r.marker.evaluate())
+    [line] = [line for line in _tpu_vm_lines() if f'"jax[tpu]=={jax.__version__}"' in line]
+    assert f"(libtpu {jax_pin.removeprefix('==')})" in line, (jax_pin, line)
+    if extra_pin == jax_pin:
+        assert line.startswith('pip install -e ".[tpu-compile]"'), line
+    else:
+        flatbuffers = next(text for text, r in extras.items() if r.name == "flatbuffers")
+        assert "tpu-compile" not in line and f'"{flatbuffers}"' in line, line
+
+
+def test_the_compiling_child_never_opens_a_tpu_and_may_start_beside_the_process_holding_one(tmp_path):
+    """What a TPU VM's test process hands its compiling child: JAX there may be asked for the TPU."""
+    parent = {"JAX_PLATFORMS": "tpu", "LIBTPU_INIT_ARGS": "--xla_tpu_flag=1", "JAX_COMPILATION_CACHE_DIR": "/c",
+              "PATH": "/bin"}
+    env = libtpu.child_environment(parent, tmp_path)
+    assert env["JAX_PLATFORMS"] == "cpu" and env["ALLOW_MULTIPLE_LIBTPU_LOAD"] == "1", env
+    assert "JAX_COMPILATION_CACHE_DIR" not in env and env["JAX_ENABLE_COMPILATION_CACHE"] == "false"
+    assert env["LIBTPU_INIT_ARGS"].startswith("--xla_tpu_flag=1 --xla_mosaic_dump_to=" + str(tmp_path / "mosaic"))
+    assert env["PATH"] == "/bin" and parent["JAX_PLATFORMS"] == "tpu", "the parent's own is left alone"
 
 
 # What a laptop that is not Linux x86_64 (a Mac) has: no libtpu wheel. The run's conftest makes
@@ -272,7 +362,7 @@ def test_the_compile_command_without_libtpu_says_how_to_install(monkeypatch, cap
 
 
 def test_the_startup_filter_drops_only_libtpu_lines(monkeypatch, capfd):
-    monkeypatch.setattr(libtpu, "_available", True)
+    monkeypatch.setattr(libtpu, "_installed", True)
     with libtpu.quiet_libtpu_startup():
         os.write(2, b"E0000 00:00:1 common_lib.cc:554] INVALID_ARGUMENT: from env var TPU_WORKER_HOSTNAMES\n"
                     b"WARNING: Logging before InitGoogle() is written to STDERR\n"

@@ -82,6 +82,16 @@ def test_one_run_of_a_chapter_names_the_exercise_and_the_hint_command(fake_cours
     assert done.returncode == 1
 
 
+def test_without_watchfiles_watch_says_in_one_line_what_to_install(monkeypatch, capsys):
+    """A TPU VM set up with `jax[tpu]` and the course's runtime alone may lack it: the command stops in one line."""
+    from pytest_tpucourse.commands import main
+
+    monkeypatch.setitem(sys.modules, "watchfiles", None)
+    assert main.main(["watch", "--max-runs", "1"]) == 2
+    err = capsys.readouterr().err
+    assert err.startswith("tpucourse watch: needs watchfiles: pip install watchfiles") and err.count("\n") == 1, err
+
+
 def test_a_save_reruns_only_its_exercise_and_says_so_at_once(fake_course):
     fake_course.test_file(GRADED_TEST)
     fake_course.test_file(GRADED_TEST.replace("def test_double(", "def test_double_thrice("), "test_other.py")

@@ -116,6 +116,14 @@ def test_summary_reads_entry_and_every_computation():
     )
 
 
+def test_an_instruction_without_its_metadata_and_backend_config_keeps_the_rest_whole():
+    line = ('  %k = f32[8]{0:T(128)S(1)} custom-call(%x, %y), custom_call_target="tpu_custom_call", '
+            'metadata={op_name="jit(f)/pallas_call" source_file="a, b.py"}, '
+            'backend_config={"custom_call_config": {"body": "TUxSBGEs/w=="}, "x": [1, 2]}, sharding={replicated}')
+    assert hlo_text.without_attributes(line, ("metadata", "backend_config", "frontend_attributes")) == (
+        '  %k = f32[8]{0:T(128)S(1)} custom-call(%x, %y), custom_call_target="tpu_custom_call", sharding={replicated}')
+
+
 def _module_from(tmp_path, name, source):
     path = tmp_path / name
     path.write_text(source)

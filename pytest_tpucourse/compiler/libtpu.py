@@ -18,6 +18,15 @@ are internal and undocumented, and are read once, when libtpu starts: every comp
 therefore runs in a child process started with them (one per process, reused), which
 gets the program as a `jax.export` serialization. The child also keeps a libtpu crash
 or a compile that outlives its deadline out of the test process.
+
+On a TPU VM it is the same child: it compiles for the described chip beside the test
+process that holds the real one, and never opens it (child_environment). Where
+flatbuffers is missing there (`jax[tpu]` alone does not install it), the compiler checks
+skip with the line naming it, even for the host's own chip, rather than compiling in the
+test process with its TPU backend: that process already compiles every kernel the graded
+tests run with the chip's own Mosaic, a refusal included; what the checks add (dumps,
+the other chips, the described topology, results kept across runs, a deadline, a crash
+that spares the process holding the chip) needs the child.
 """
 
 from __future__ import annotations
@@ -45,6 +54,8 @@ from ..core import kept_files
 READ_AGAINST = "jax/jaxlib 0.10.2 with libtpu 0.0.42.1; jax/jaxlib 0.12.0.1 with libtpu 0.0.50.1"
 INSTALL_LINE = "needs the real TPU compiler: pip install -e '.[tpu-compile]'"
 NOT_SHIPPED_LINE = "not checked here (libtpu runs on Linux x86_64 only)"
+FLATBUFFERS_LINE = ("needs flatbuffers to hand programs to the TPU compiler: pip install flatbuffers "
+                    "(or pip install -e '.[tpu-compile]')")
 # The libtpu releases whose figures the chapters quote (the pairs pyproject.toml installs):
 # a figure that moved between them is kept once per release, where the lesson cannot
 # derive it from the compiler at hand.
@@ -60,6 +71,7 @@ _STARTUP_NOISE = re.compile(
 
 # ------------------------------------------------------------------ availability
 
+_installed: bool | None = None
 _available: bool | None = None
 
 
@@ -70,19 +82,43 @@ def ships_here() -> bool:
     return platform.system() == "Linux" and platform.machine().lower() in ("x86_64", "amd64")
 
 
+def _importable(module: str) -> bool:
+    try:
+        __import__(module)
+    except ImportError:
+        return False
+    return True
+
+
+def installed() -> bool:
+    """Whether libtpu can be imported here (the `tpu-compile` extra, or `jax[tpu]` on a TPU VM):
+    JAX then starts it with its backends, and it prints its start-up lines."""
+    global _installed
+    if _installed is None:
+        _installed = ships_here() and _importable("libtpu")
+    return _installed
+
+
 def available() -> bool:
-    """Whether libtpu can be imported here (the `tpu-compile` extra is installed)."""
+    """Whether a program can be compiled for a described TPU here: libtpu is installed, and
+    flatbuffers, which jax.export needs to hand the program to the compiling child."""
     global _available
     if _available is None:
-        if not ships_here():
-            _available = False
-            return _available
-        try:
-            import libtpu  # noqa: F401
-            _available = True
-        except ImportError:
-            _available = False
+        _available = unavailable_reason(ships=ships_here(), has_libtpu=installed(),
+                                        has_flatbuffers=_importable("flatbuffers")) is None
     return _available
+
+
+def unavailable_reason(*, ships: bool, has_libtpu: bool, has_flatbuffers: bool) -> str | None:
+    """Why the compiler checks cannot run on a machine with these facts, in one line; None when
+    they can. A TPU VM set up with `jax[tpu]` alone has libtpu and lacks flatbuffers."""
+    if not ships:
+        return NOT_SHIPPED_LINE
+    if not has_libtpu:
+        return INSTALL_LINE
+    if not has_flatbuffers:
+        return FLATBUFFERS_LINE
+    return None
 
 
 def libtpu_version() -> str:
@@ -114,8 +150,10 @@ def unmeasured_line() -> str:
 
 
 def missing_line() -> str:
-    """Why a compiler check cannot run here: no wheel for this machine, or the extra not installed."""
-    return INSTALL_LINE if ships_here() else NOT_SHIPPED_LINE
+    """Why a compiler check cannot run here (unavailable_reason of this machine): no wheel for it,
+    no libtpu, or no flatbuffers."""
+    return unavailable_reason(ships=ships_here(), has_libtpu=installed(),
+                              has_flatbuffers=_importable("flatbuffers")) or INSTALL_LINE
 
 
 def _jax_version() -> str:
@@ -125,7 +163,7 @@ def _jax_version() -> str:
 
 
 def skip_unless_available() -> None:
-    """pytest.skip with one clear line when libtpu is not installed."""
+    """pytest.skip with one clear line when the compiler cannot run here (missing_line)."""
     if not available():
         import pytest
 
@@ -146,7 +184,7 @@ def quiet_libtpu_startup():
     `E0000 ... TPU_WORKER_HOSTNAMES` error from C++ straight to descriptor 2. Those
     lines are dropped; anything else written meanwhile is passed on.
     """
-    if not available():
+    if not installed():
         yield
         return
     sys.stderr.flush()
@@ -280,6 +318,8 @@ class CompiledForTpu:
     device_kind: str = ""  # as the described devices name themselves: "TPU v5 lite"
     devices: int = 1  # the devices of the topology the program was compiled over
     from_cache: bool = False  # read from the results of an earlier run (compile_seconds is that run's)
+    bytes_accessed: float | None = None  # XLA:TPU's cost analysis of the program ("bytes accessed")
+    temp_bytes: int | None = None  # its buffer assignment's scratch (memory_analysis().temp_size_in_bytes)
 
     @property
     def compiler(self) -> str:
@@ -448,7 +488,8 @@ def compile_for(fn, *args, chip: Chip | None = None, dumps: bool = False,
             shutil.rmtree(dump_dir, ignore_errors=True)
     return CompiledForTpu(chip.name, program.topology, reply["hlo"], reply["seconds"], kernels=kernels,
                           dump_dir=dump_dir if dumps else None, device_kind=reply.get("device_kind", ""),
-                          devices=reply.get("devices", 1), from_cache=reply.get("from_cache", False))
+                          devices=reply.get("devices", 1), from_cache=reply.get("from_cache", False),
+                          bytes_accessed=reply.get("bytes_accessed"), temp_bytes=reply.get("temp_bytes"))
 
 
 @dataclass(frozen=True)
@@ -638,6 +679,7 @@ def _topology_name(chip: Chip) -> str:
 # compiled it.
 
 _results_directory: Path | None = None
+_REPLY_HOLDS = "hlo, seconds, device kind, devices, bytes accessed, temp bytes"  # a reply kept without one is not read
 _KEPT_DUMPS = ("mosaic/*post-infer-vector-layout*", "mosaic/*post-apply-vector-layout*",
                "llo/*-final_bundles.txt", "llo/*vmem_report.html")  # what _read_kernels reads
 
@@ -680,7 +722,7 @@ def _result_keys(exported, topology: str, mesh: tuple | None) -> tuple[str, str]
         digest = hashlib.sha256(program.encode())
         for part in (exported.in_shardings_hlo, exported.out_shardings_hlo, exported.nr_devices,
                      exported.platforms, exported.ordered_effects, exported.calling_convention_version,
-                     topology, mesh, libtpu_version(), _jax_version(), READ_AGAINST,
+                     topology, mesh, libtpu_version(), _jax_version(), READ_AGAINST, _REPLY_HOLDS,
                      os.environ.get("LIBTPU_INIT_ARGS", "")):
             digest.update(b"\0" + repr(part).encode())
         keys.append(digest.hexdigest())
@@ -768,6 +810,33 @@ def _timed_out(timeout: float, what_then: str) -> dict:
 _FILE_PREFIX = re.compile(r"^(\d+)-")
 
 
+def child_environment(parent, root: Path) -> dict[str, str]:
+    """The environment of a compiling child started from `parent`'s, its files under `root`.
+
+    The child never opens a TPU, on a TPU VM too, where the process that starts it may hold
+    the chip: JAX_PLATFORMS=cpu keeps JAX from starting its TPU backend (the described
+    topology's devices need none), and ALLOW_MULTIPLE_LIBTPU_LOAD lets its libtpu start
+    beside the one that holds the chip. Without it libtpu takes /tmp/libtpu_lockfile when it
+    makes a topology and refuses a second process ("Internal error when accessing libtpu
+    multi-process lockfile"): the test process on a TPU VM, an xdist worker, another run.
+    """
+    env = dict(parent)
+    env.pop("JAX_COMPILATION_CACHE_DIR", None)
+    env.update({
+        "JAX_PLATFORMS": "cpu",
+        "JAX_ENABLE_COMPILATION_CACHE": "false",  # a cached executable would skip the compiler
+        "ALLOW_MULTIPLE_LIBTPU_LOAD": "1",
+        "TPU_LOG_DIR": str(root / "logs"),
+        "LIBTPU_INIT_ARGS": " ".join([
+            env.get("LIBTPU_INIT_ARGS", ""),
+            f"--xla_mosaic_dump_to={root / 'mosaic'}",
+            f"--xla_jf_dump_to={root / 'llo'}",
+            "--xla_jf_dump_llo_pass_label_regex=final_bundles",
+        ]).strip(),
+    })
+    return env
+
+
 class _ChildCompiler:
     """A child Python process whose libtpu started with the dump flags; compiles one program at a time.
 
@@ -784,22 +853,7 @@ class _ChildCompiler:
         self.count = 0
         self.asked = False  # a child started ahead of need and never asked is stopped, not waited for
         self.lock = threading.Lock()
-        env = dict(os.environ)
-        env.pop("JAX_COMPILATION_CACHE_DIR", None)
-        env.update({
-            "JAX_PLATFORMS": "cpu",
-            "JAX_ENABLE_COMPILATION_CACHE": "false",  # a cached executable would skip the compiler
-            # libtpu locks /tmp/libtpu_lockfile when it makes a topology: a second process (an xdist
-            # worker, another run) would be refused. Compiling needs no chip to own.
-            "ALLOW_MULTIPLE_LIBTPU_LOAD": "1",
-            "TPU_LOG_DIR": str(self.root / "logs"),
-            "LIBTPU_INIT_ARGS": " ".join([
-                env.get("LIBTPU_INIT_ARGS", ""),
-                f"--xla_mosaic_dump_to={self.mosaic_dir}",
-                f"--xla_jf_dump_to={self.llo_dir}",
-                "--xla_jf_dump_llo_pass_label_regex=final_bundles",
-            ]).strip(),
-        })
+        env = child_environment(os.environ, self.root)
         # stderr goes to a file: a pipe nobody reads would fill up and stall the child.
         self.stderr_path = self.root / "stderr.txt"
         with open(self.stderr_path, "w") as stderr:
@@ -1048,12 +1102,21 @@ def _serve(prepare: str | None = None) -> int:
             start = time.perf_counter()
             compiled = jitted.trace(*placed).lower().compile()
             reply = {"ok": True, "hlo": compiled.as_text(), "seconds": time.perf_counter() - start,
-                     "device_kind": used[0].device_kind, "devices": len(used)}
+                     "device_kind": used[0].device_kind, "devices": len(used), **_analyses(compiled)}
         except Exception as error:
             reply = {"ok": False, "error": str(error)}
         sys.stdout.write(json.dumps(reply) + "\n")
         sys.stdout.flush()
     return 0
+
+
+def _analyses(compiled) -> dict:
+    """XLA's bytes accessed and temp bytes of a compiled program (None where it gives none)."""
+    analysis = compiled.cost_analysis()
+    analysis = (analysis[0] if isinstance(analysis, (list, tuple)) and analysis else analysis) or {}
+    memory = compiled.memory_analysis()
+    return {"bytes_accessed": analysis.get("bytes accessed"),
+            "temp_bytes": None if memory is None else int(memory.temp_size_in_bytes)}
 
 
 def _named(function, name: str):

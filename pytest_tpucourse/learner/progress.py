@@ -277,11 +277,11 @@ def exercise_of(course: Course, nodeid: str) -> Exercise | None:
 
 
 def compiler_missing(report) -> str:
-    """The skip reason of a compiler check that could not run here (no libtpu), else ""."""
+    """The skip reason of a compiler check that could not run here (no libtpu, no flatbuffers), else ""."""
     from ..compiler import libtpu
 
     reason = report.longrepr[2] if isinstance(report.longrepr, tuple) else str(report.longrepr or "")
-    lines = (libtpu.NOT_SHIPPED_LINE, libtpu.INSTALL_LINE)
+    lines = (libtpu.NOT_SHIPPED_LINE, libtpu.INSTALL_LINE, libtpu.FLATBUFFERS_LINE)
     return next((line for line in lines if line in reason), "")
 
 

@@ -249,6 +249,16 @@ def _split_top(text: str) -> list[str]:
     return parts
 
 
+def without_attributes(line: str, keys) -> str:
+    """An instruction's line without the attributes named in `keys` ("metadata", "backend_config"), each
+    value left out whole (braces, quotes and a kernel's base64 body with them)."""
+    for key in keys:
+        match = re.search(rf", {re.escape(key)}=", line)
+        if match:
+            line = line[:match.start()] + line[match.end() + len(_balanced_value(line, match.end())):]
+    return line
+
+
 def _balanced_value(text: str, start: int) -> str:
     """The value starting at text[start]: a bracketed group, a quoted string, or up to the next ', '."""
     pairs = {"(": ")", "{": "}", "[": "]"}

@@ -9,6 +9,7 @@ cache, .tpucourse/jax-cache), and Pallas' TPU lowering through `readers.mosaic`.
 from __future__ import annotations
 
 import base64
+import importlib.util
 import json
 import re
 from pathlib import Path
@@ -43,10 +44,16 @@ def cpu_hlo(fn, *args) -> hlo_text.HloModule:
     return hlo_text.parse(cpu_compiled(fn, *args).as_text())
 
 
+def v5e_compiled(fn, *args) -> libtpu.CompiledForTpu:
+    """XLA:TPU's compile for a described v5e (optimized HLO, bytes accessed, temp bytes); the test
+    skips without libtpu."""
+    libtpu.skip_unless_available()
+    return libtpu.compile_for(fn, *args, chip=CHIP)
+
+
 def v5e_hlo(fn, *args) -> hlo_text.HloModule:
     """XLA:TPU's optimized HLO for a described v5e, parsed; the test skips without libtpu."""
-    libtpu.skip_unless_available()
-    return hlo_text.parse(libtpu.compile_for(fn, *args, chip=CHIP).optimized_hlo)
+    return hlo_text.parse(v5e_compiled(fn, *args).optimized_hlo)
 
 
 def v5e_kernel(fn, *args):
@@ -94,6 +101,64 @@ def readme_block(chapter: str, first_line: str) -> str:
     raise LookupError(f"exercises/{chapter}/README.md shows no block starting {first_line!r}")
 
 
+def readme_prose(chapter: str) -> str:
+    """exercises/<chapter>/README.md with every run of whitespace one space: a claim wrapped over lines reads whole."""
+    return " ".join((COURSE / "exercises" / chapter / "README.md").read_text(encoding="utf-8").split())
+
+
 def versions() -> str:
     """The installed JAX and libtpu, as the failure messages name them."""
     return f"jax {jax.__version__}, libtpu {libtpu.libtpu_version()}"
+
+
+def kept_tpu_facts(chapter: str, chip: str = "v5e") -> dict:
+    """exercises/<chapter>/facts/<chip>.json: what XLA:TPU made of the chapter's programs, as
+    bench/capture_tpu_facts.py wrote it ("captured": who, how and when; "programs": the figures)."""
+    return json.loads((COURSE / "exercises" / chapter / "facts" / f"{chip}.json").read_text(encoding="utf-8"))
+
+
+def kept_sweep(facts: dict, program: str, figure: str) -> dict[int, float]:
+    """{S: figure} over the kept sweep of `program` ("attention_floor", "bytes_accessed")."""
+    found = {int(key.split("S=")[1]): record[figure] for key, record in facts["programs"].items()
+             if key.startswith(f"{program} S=")}
+    return dict(sorted(found.items()))
+
+
+def kept_entry(chapter: str, program: str, chip: str = "v5e") -> hlo_text.HloModule:
+    """The ENTRY XLA:TPU compiled `program` to, parsed, from exercises/<chapter>/facts/<chip>.hlo.txt."""
+    text = (COURSE / "exercises" / chapter / "facts" / f"{chip}.hlo.txt").read_text(encoding="utf-8")
+    for block in re.split(r"^// ", text, flags=re.M)[2:]:
+        key, entry = block.split("\n", 1)
+        if key == program:
+            return hlo_text.parse(entry)
+    raise LookupError(f"exercises/{chapter}/facts/{chip}.hlo.txt holds no {program!r}")
+
+
+def kept_args(record: dict) -> list[jax.ShapeDtypeStruct]:
+    """The arguments a kept program was compiled for ("float32[1, 1, 256, 64]" each)."""
+    import jax.numpy as jnp
+
+    found = []
+    for text in record["args"]:
+        dtype, dims = text.rstrip("]").split("[")
+        found.append(jax.ShapeDtypeStruct(tuple(int(d) for d in dims.split(",") if d.strip()), jnp.dtype(dtype)))
+    return found
+
+
+def kept_kernels(record: dict) -> list[tuple[str, str, str]]:
+    """(opcode, shape, line) of a kept program's kernels, as a graded test's _kernels reads an ENTRY."""
+    found = []
+    for line in record["kernels"]:
+        name, rest = line.split(" = ", 1)
+        shape, opcode = rest.rsplit(" ", 1)
+        found.append((opcode, shape, line))
+    return found
+
+
+def graded_tests(chapter: str, name: str):
+    """A chapter's graded test module (exercises/<chapter>/<name>.py), imported by path: its criteria."""
+    path = COURSE / "exercises" / chapter / f"{name}.py"
+    spec = importlib.util.spec_from_file_location(f"graded_{chapter}_{name}", path)
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module

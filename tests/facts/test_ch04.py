@@ -12,11 +12,12 @@ import jax.numpy as jnp
 import numpy as np
 import pytest
 
-from pytest_tpucourse import references
+from pytest_tpucourse import chips, references
 from pytest_tpucourse.readers import hlo_text
 
-from .reading import (COURSE, MEASURED_JAX, cpu_compiled, cpu_hlo, fusion_kind, kernels, mosaic_text, opcodes,
-                        readme_block, solution, v5e_hlo, versions)
+from .reading import (COURSE, MEASURED_JAX, cpu_compiled, cpu_hlo, fusion_kind, graded_tests, kept_args,
+                      kept_entry, kept_kernels, kept_sweep, kept_tpu_facts, kernels, mosaic_text, opcodes,
+                      readme_block, readme_prose, solution, v5e_compiled, v5e_hlo, versions)
 
 SEQ_LENS = (256, 512, 1024, 2048)
 DUMP = COURSE / "exercises" / "ch12" / "dumps" / "v5e_naive_attention.hlo.txt"
@@ -223,3 +224,84 @@ def test_no_program_here_prints_an_input_fusion():
                hlo_text.parse(hlo_text.read_dump(DUMP, COURSE).text)]  # XLA:TPU's, for a v5e
     kinds = {fusion_kind(i) for module in modules for i in module.instructions() if i.opcode == "fusion"}
     assert "kInput" not in kinds, kinds
+
+
+# ------------------------------------------------------------------ XLA:TPU for a v5e, as kept
+#
+# exercises/ch04/facts/v5e.json and v5e.hlo.txt, written by bench/capture_tpu_facts.py: what the graded
+# tests assert on a TPU backend, and what the README quotes beside XLA:CPU's figures.
+
+TPU_SWEEP = (256, 512, 1024, 2048, 4096, 8192, 16384)
+
+
+def _fit(sweep: dict, lengths) -> float:
+    return float(np.polyfit(np.log(lengths), np.log([sweep[s] for s in lengths]), 1)[0])
+
+
+def _table_row(label: str, values) -> str:
+    return f"| {label} | " + " | ".join(f"{int(v):,}" for v in values) + " |"
+
+
+def test_the_kept_tpu_facts_are_the_readmes_and_this_libtpu_compiles_them():
+    """The README's v5e table is the kept figures; the described v5e's compiler of the installed libtpu
+    gives the same figures and kernels (one program each side of where the scores leave VMEM)."""
+    facts = kept_tpu_facts("ch04")
+    assert facts["captured"]["chip"] == "v5e" and facts["captured"]["backend"] == "tpu", facts["captured"]
+    attention = kept_sweep(facts, "attention_floor", "bytes_accessed")
+    rows = kept_sweep(facts, "layer_norm", "bytes_accessed")
+    assert tuple(attention) == tuple(rows) == TPU_SWEEP
+    readme = readme_prose("ch04")
+    assert _table_row("`attention_floor`, bytes accessed", attention.values()) in readme
+    assert _table_row("layer norm of (S, 64), bytes accessed", rows.values()) in readme
+    for key in ("gelu_bias bfloat16", "attention_floor S=4096", "attention_floor S=8192"):
+        kept = facts["programs"][key]
+        fn = solution("ch04.fusion.gelu_bias") if key.startswith("gelu") else references.attention_floor
+        compiled = v5e_compiled(fn, *kept_args(kept))
+        assert (compiled.bytes_accessed, compiled.temp_bytes) == (kept["bytes_accessed"], kept["temp_bytes"]), (
+            key, versions())
+        assert sorted(i.opcode for i in kernels(hlo_text.parse(compiled.optimized_hlo))) == sorted(
+            k[0] for k in kept_kernels(kept)), (key, versions())  # the same kernels, in whatever schedule
+
+
+def test_on_a_v5e_gelu_bias_in_bf16_is_a_convert_and_one_fusion_which_the_graded_test_allows():
+    facts = kept_tpu_facts("ch04")["programs"]
+    f32, bf16 = kept_kernels(facts["gelu_bias float32"]), kept_kernels(facts["gelu_bias bfloat16"])
+    assert [k[0] for k in f32] == ["fusion"], f32
+    assert [k[0] for k in bf16] == ["convert", "fusion"] and bf16[0][1].startswith("f32[512]"), bf16
+    graded = graded_tests("ch04", "test_fusion")
+    on_a_tpu, on_a_cpu = graded.CONVERTS_THE_BIAS_ALONE["tpu"], graded.CONVERTS_THE_BIAS_ALONE["cpu"]
+    assert graded.gelu_bias_kernels_wrong(bf16, 512, converts_the_bias_alone=on_a_tpu) is None
+    assert graded.gelu_bias_kernels_wrong(bf16, 512, converts_the_bias_alone=on_a_cpu) == (
+        "compiles to 2 kernel(s), expected exactly one fusion")
+    assert graded.gelu_bias_kernels_wrong(bf16 + f32, 512, converts_the_bias_alone=True), "a second fusion is caught"
+
+
+def test_on_a_v5e_attentions_bytes_fit_s_squared_from_1024_where_the_graded_sweep_looks():
+    facts = kept_tpu_facts("ch04")
+    attention = kept_sweep(facts, "attention_floor", "bytes_accessed")
+    rows = kept_sweep(facts, "layer_norm", "bytes_accessed")
+    fits = [round(_fit(sweep, lengths), 2) for sweep in (attention, rows)
+            for lengths in ((256, 512, 1024, 2048), (1024, 2048, 4096, 8192))]
+    assert ("over S = 256..2048 the bytes fit S^%.2f, over 1024..8192 S^%.2f (layer norm: S^%.2f and S^%.2f)"
+            % tuple(fits)) in readme_prose("ch04")
+    per_score = (attention[16384] - 2 * attention[8192]) / (2 * 8192 ** 2)  # the S² coefficient
+    per_row = (attention[8192] - per_score * 8192 ** 2) / 8192
+    assert (round(per_score, 1), round(per_row, -2)) == (12.0, 3100.0), (per_score, per_row)
+    graded = graded_tests("ch04", "test_scaling")
+    low, high = graded.ATTENTION_EXPONENT
+    assert low <= _fit(attention, graded.SWEEPS["tpu"]) <= high
+    assert not low <= _fit(attention, graded.SWEEPS["cpu"]) <= high, "XLA:CPU's sweep would fail on a TPU"
+    assert graded.ROW_OP_EXPONENT[0] <= _fit(rows, graded.SWEEPS["tpu"]) <= graded.ROW_OP_EXPONENT[1]
+
+
+def test_on_a_v5e_the_sweeps_scores_are_written_once_and_read_twice_in_vmem_up_to_4096():
+    assert chips.get_chip("v5e").vmem_bytes == 128 * 2 ** 20  # 4096² f32 scores are half of it
+    for s in TPU_SWEEP:
+        module = kept_entry("ch04", f"attention_floor S={s}")
+        [writer] = [i for i in kernels(module) if (("f32", (s, s)) in i.arrays)]
+        assert writer.opcode == "fusion" and fusion_kind(writer) == "kOutput" and len(writer.arrays) == 2, writer.shape
+        assert ("S(1)" in writer.shape.split(f"[{s},{s}]")[1].split("}")[0]) == (s <= 4096), (s, writer.shape)
+        [scores] = [i for i in module.entry.instructions if i.opcode == "get-tuple-element"
+                    and i.operands == [writer.name] and i.arrays == [("f32", (s, s))]]
+        readers = [i for i in kernels(module) if scores.name in i.operands]
+        assert [fusion_kind(i) for i in readers] == ["kLoop", "kOutput"], [i.name for i in readers]

@@ -15,7 +15,8 @@ import pytest
 from pytest_tpucourse import references
 from pytest_tpucourse.readers import hlo_text
 
-from .reading import COURSE, MEASURED_JAX, cpu_compiled, cpu_hlo, fusion_kind, kernels, solution, versions
+from .reading import (COURSE, MEASURED_JAX, cpu_compiled, cpu_hlo, fusion_kind, graded_tests, kept_args,
+                      kept_sweep, kept_tpu_facts, kernels, readme_prose, solution, v5e_compiled, versions)
 
 SEQ_LENS = (256, 512, 1024, 2048)
 SQUARE = 2048 * 2048 * 4  # one f32 S x S matrix at S = 2048
@@ -122,3 +123,57 @@ def test_the_gradient_stacks_every_steps_probabilities_and_the_checkpointed_one_
     plain, checkpointed = stacked(gradients[0][2048]), stacked(gradients[1])
     assert {128, 64} <= plain, (plain, versions())  # (Sq, block_k) blocks and (Sq, D) accumulators
     assert 64 in checkpointed and 128 not in checkpointed, (checkpointed, versions())
+
+
+# ------------------------------------------------------------------ XLA:TPU for a v5e, as kept
+#
+# exercises/ch05/facts/v5e.json, written by bench/capture_tpu_facts.py: what the graded tests assert on a
+# TPU backend, and what the README quotes beside XLA:CPU's figures.
+
+TPU_SWEEP = (256, 512, 1024, 2048, 4096, 8192, 16384)
+
+
+def test_on_a_v5e_naive_attentions_temp_is_0_until_its_scores_leave_vmem_and_streamings_always():
+    facts = kept_tpu_facts("ch05")
+    naive = kept_sweep(facts, "attention_floor", "temp_bytes")
+    streaming = kept_sweep(facts, "streaming_attention", "temp_bytes")
+    assert tuple(naive) == tuple(streaming) == TPU_SWEEP
+    readme = readme_prose("ch05")
+    for label, sweep in (("naive attention, temp bytes (v5e)", naive),
+                         ("streaming attention, block_k = 128, temp bytes (v5e)", streaming)):
+        assert f"| {label} | " + " | ".join(f"{t:,}" for t in sweep.values()) + " |" in readme
+    assert [s for s, t in naive.items() if t == 0] == [256, 512, 1024, 2048, 4096]
+    assert {naive[s] - s * s * 4 for s in (8192, 16384)} == {96_768}, naive
+    assert set(streaming.values()) == {0}
+    assert "from S = 8192 on the scores go to HBM, one f32 S × S matrix plus 96,768 bytes" in readme
+
+
+def test_the_graded_tests_tpu_sweep_sees_the_scores_and_catches_one_block_of_everything():
+    """On a TPU over XLA:CPU's sweep (S = 256..2048) naive attention's temp is 0 and streaming attention
+    with one block of all the keys passes; the TPU's sweep tells both apart."""
+    facts = kept_tpu_facts("ch05")
+    graded = graded_tests("ch05", "test_memory")
+    tpu, cpu = graded.SWEEPS["tpu"], graded.SWEEPS["cpu"]
+    on_chip = graded.SCORES_MAY_STAY_ON_CHIP["tpu"]
+
+    def temps(program, lengths):
+        sweep = kept_sweep(facts, program, "temp_bytes")
+        return [sweep[s] for s in lengths]
+
+    assert graded.naive_scratch_wrong(temps("attention_floor", tpu), tpu, scores_may_stay_on_chip=on_chip) is None
+    assert graded.naive_scratch_wrong(temps("attention_floor", cpu), cpu, scores_may_stay_on_chip=on_chip)
+    assert graded.naive_scratch_wrong(temps("attention_floor", tpu), tpu, scores_may_stay_on_chip=False)
+    assert graded.streaming_scratch_wrong(temps("streaming_attention", tpu), tpu) is None
+    assert graded.streaming_scratch_wrong(temps("one_block", tpu), tpu)
+    assert graded.streaming_scratch_wrong(temps("one_block", cpu), cpu) is None
+    at = graded.FIGURE_AT["tpu"]
+    assert kept_sweep(facts, "attention_floor", "temp_bytes")[at] > 0, "the figure compared is not 0"
+
+
+def test_the_kept_temp_bytes_are_what_this_libtpu_compiles():
+    """Each side of where the scores leave a v5e's VMEM, and streaming attention past it."""
+    facts = kept_tpu_facts("ch05")["programs"]
+    for key, fn in (("attention_floor S=4096", references.attention_floor),
+                    ("attention_floor S=8192", references.attention_floor), ("streaming_attention S=8192", _streaming)):
+        compiled = v5e_compiled(fn, *kept_args(facts[key]))
+        assert compiled.temp_bytes == facts[key]["temp_bytes"], (key, versions())
