@@ -12,9 +12,10 @@ Each op is written once, generic in precision:
 One precision contract for every floor and every kernel: no floor names a matmul
 precision; each runs at the precision in effect, as the learner's kernels do. That is
 JAX's default (full f32 on a CPU; one bf16 pass per f32 product on a TPU, Mosaic and
-XLA alike), except that a run whose kernels run natively on a TPU judges graded values
-under `jax.default_matmul_precision("highest")` (six passes: f32 products to about 1e-7)
-and times gates at the default (docs/checking.md, "Precision"). The oracles run in
+XLA alike), except that a run whose kernels run natively on a TPU judges a graded call whose float
+inputs are all float32, and its floor, under `jax.default_matmul_precision("highest")` (six
+passes: f32 products to about 1e-7) and times gates at the default (docs/checking.md,
+"Precision"). The oracles run in
 float64 on the host's CPU (checks.py), where no precision setting applies.
 
 Causal masks are aligned top-left: query i sees keys 0..i, whatever the two

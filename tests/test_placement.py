@@ -155,6 +155,15 @@ def test_only_the_interpret_half_fails(impl):
     assert not ON_THE_HOSTS_CPU, "the interpret-mode half found a race"
 
 
+@pytest.fixture(scope="module")
+def module_resource():
+    yield "set up"
+
+
+def test_a_module_fixture_here_before_tests_placed_elsewhere(module_resource):
+    assert module_resource == "set up"
+
+
 @pytest.mark.devices(4)
 def test_four_devices_run_on_the_cpu(mesh):
     assert ON_THE_HOSTS_CPU
@@ -171,13 +180,22 @@ def test_an_unplaced_interpret_check(impl):
         impl.double.double(jax.numpy.ones(()))
 '''
 
+# In another module: a test here after tests placed elsewhere finds the earlier module torn down.
+AFTER_THE_PLACED = '''
+def test_in_the_next_module():
+    pass
+'''
+
 
 @pytest.mark.runs
 def test_a_run_on_a_tpu_host_sends_what_only_the_cpu_can_run_there_and_logs_it_as_its_own(fake_course):
     fake_course.pytester.makeconftest(FAKE_TPU_CONFTEST)
     fake_course.test_file(STAND_IN_TESTS)
-    result = fake_course.run("--solutions", "-v", "-p", "no:randomly")
-    result.assert_outcomes(passed=2, failed=3)
+    fake_course.test_file(AFTER_THE_PLACED, "test_double_after.py")
+    result = fake_course.run("--solutions", "-v", "-p", "no:randomly", "exercises/ch11/test_double.py",
+                             "exercises/ch11/test_double_after.py")
+    result.assert_outcomes(passed=4, failed=3)
+    assert "previous item was not torn down properly" not in result.stdout.str()
     out = result.stdout.str()
     result.stdout.fnmatch_lines([
         "*::test_both_halves_pass PASSED [[]values native, interpret part on host CPU[]]*",

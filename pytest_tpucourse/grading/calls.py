@@ -111,7 +111,7 @@ class GradedFunction:
             context.vmem.check(function, args, kwargs)
             return function(*args, **kwargs)
 
-        with self._guarded():
+        with self._guarded(), backend.graded_precision(args):
             return self._run(lambda: context.programs.get(function, kwargs, "call"), args, eager,
                              check=lambda: context.vmem.check(function, args, kwargs), function=function)
 
@@ -137,7 +137,7 @@ class GradedFunction:
             outputs, pullback = jax.vjp(lambda *a: function(*a, **kwargs), *args)
             return outputs, pullback(cotangents)
 
-        with self._guarded():
+        with self._guarded(), backend.graded_precision(args):
             return self._run(lambda: context.programs.get(function, kwargs, "vjp"), (tuple(args), cotangents),
                              eager, check=lambda: context.vmem.check(function, args, kwargs), function=function)
 

@@ -113,6 +113,14 @@ class HostCpuHalf:
                    else _lost(item, placed, found))
         for report in reports:
             ihook.pytest_runtest_logreport(report=report)
+        # What pytest's own protocol does last (runner.pytest_runtest_teardown): tear down the fixtures and
+        # collectors the next test does not need, the earlier tests' (this one set nothing up). Not the
+        # whole teardown hook: its other plugins' wrappers expect the setup this test never had. An error
+        # there is reported.
+        teardown = pytest.CallInfo.from_call(
+            lambda: item.session._setupstate.teardown_exact(nextitem), when="teardown")
+        if teardown.excinfo is not None:
+            ihook.pytest_runtest_logreport(report=ihook.pytest_runtest_makereport(item=item, call=teardown))
         ihook.pytest_runtest_logfinish(nodeid=item.nodeid, location=item.location)
         return True
 

@@ -73,7 +73,6 @@ class CourseSession:
         self.is_worker = False  # a pytest-xdist worker (set when the session starts)
         self.problem: str | None = None  # said at the top of the summary (progress not saved)
         self.harness = None  # the gates' timing harness, made on first use on an accelerator
-        self.matmul_precision_before = None  # JAX's default matmul precision before a run on a TPU set it
         self.calls_seen: dict[str, str] = {}  # node id -> how the graded call's wrapper saw its call end
         self.failures_reported: dict = {}  # (exercise, messages.same_failure of a report) -> reports.FirstReport
         self.deselected_here: list[str] = []  # node ids this process deselected
@@ -153,8 +152,6 @@ class CourseSession:
             grading.solution_reads = solution_reads.watch(tree.root, root / SOLUTIONS)
         session = cls(options=options, course=course, tree=tree, run_backend=run_backend, gates=gates,
                       chip=chip, grading=grading, hypothesis_profile=profile, jax_cache=jax_cache)
-        if grading.native_tpu:  # graded values at f32's precision; gate timings at the default (gates/timer.py)
-            session.matmul_precision_before = backend.judge_at_highest_precision()
         session.guard.bind()  # the checker and the gate runner, before any graded import
         leftovers.watch_forks()
         context.activate(session.grading)
@@ -177,8 +174,6 @@ class CourseSession:
             self.marker = None
         context.deactivate(self.grading)
         backend.restore()
-        if self.grading.native_tpu:
-            backend.judge_at_highest_precision(self.matmul_precision_before)
         from ..compiler import libtpu
 
         compiled.stop_compiling_kernel_programs()  # each holds its kept folder to its size

@@ -62,8 +62,9 @@ def header_lines(session: CourseSession) -> list[str]:
             lines.append(f"tpucourse: WARNING --interpret {session.options.interpret} on "
                          f"{gates.device_kind}: gate speed criteria are not timed in this run")
     if session.grading.native_tpu:
-        lines.append("tpucourse: graded values at jax.default_matmul_precision('highest') (a TPU's default computes "
-                     "an f32 product in one bf16 pass; docs/checking.md, Precision); gates timed at the default")
+        lines.append("tpucourse: graded calls with float32 inputs at jax.default_matmul_precision('highest') (a TPU's "
+                     "default computes an f32 product in one bf16 pass; docs/checking.md, Precision); gates timed "
+                     "at the default")
     lines += [f"tpucourse: WARNING {run.describe()}" for run in session.unfinished]
     return lines
 
