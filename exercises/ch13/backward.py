@@ -27,7 +27,7 @@ from . import causal_skipping, forward, gqa
 
 
 def flash_attention(q: jax.Array, k: jax.Array, v: jax.Array, *, causal: bool = False,
-                    scale: float | None = None, block_q: int = 128,
-                    block_kv: int = 128) -> jax.Array:
+                    scale: float | None = None, block_q: int = 512,
+                    block_kv: int = 2048) -> jax.Array:
     """Attention out (B, H, Sq, D), differentiable through the Pallas backward kernels."""
     raise NotImplementedError("write flash_attention(): a custom_vjp with dq and dk/dv kernels")

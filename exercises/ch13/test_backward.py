@@ -42,7 +42,7 @@ def check_grads(impl, cfg, seed, *, scale=None, blocks=BLOCKS, check_custom_vjp=
 
 @pytest.mark.parametrize("dtype", ["float32", "bfloat16"])
 def test_backward_lowers_for_tpu(impl, dtype):
-    """The backward kernels at the default blocks (128) compile for a TPU."""
+    """The backward kernels at the default blocks (clamped to the 512 length) lower for a TPU."""
     cfg = tst.AttentionConfig(batch=1, heads=2, kv_heads=2, q_len=512, kv_len=512, head_dim=128,
                               causal=True, dtype=dtype)
     q, k, v = cfg.arrays(0)

@@ -41,7 +41,8 @@ def check_forward(impl, cfg, seed, *, scale=None, blocks=BLOCKS, kind="normal"):
 
 @pytest.mark.parametrize("dtype", ["float32", "bfloat16"])
 def test_forward_lowers_for_tpu(impl, dtype):
-    """The default blocks (128) compile for a TPU: BlockSpecs legal under the (8,128) rule."""
+    """The default blocks (clamped to the 512 length) lower for a TPU: BlockSpecs legal under
+    the (8,128) rule."""
     cfg = tst.AttentionConfig(batch=1, heads=2, kv_heads=2, q_len=512, kv_len=512, head_dim=128,
                               causal=True, dtype=dtype)
     q, k, v = cfg.arrays(0)

@@ -1,7 +1,7 @@
 """Gate 03, the priesthood kernels. Run: pytest --gates --chip=v5e exercises/ch13
 
 - correct: the chapter's differential checks (values, lse, dq, dk, dv) at a gate-sized
-  problem with the default 128-blocks, causal and not. Under interpret mode (any CPU)
+  problem with the default blocks (clamped to its length), causal and not. Under interpret mode (any CPU)
   this writes an off-chip-verified row; natively on a TPU, a measured one.
 - beats-xla: flash attention at target shapes at least 1.25x faster than XLA's attention
   (which materialises the score matrix);

@@ -32,8 +32,8 @@ from . import band
 class BlockSizes:
     """Rows of q and keys of k, v per grid step (both multiples of 8, or the whole length)."""
 
-    block_q: int = 128
-    block_kv: int = 128
+    block_q: int = 512
+    block_kv: int = 512
 
 
 def window_forward(q: jax.Array, k: jax.Array, v: jax.Array, *, window: int,

@@ -23,6 +23,22 @@ Two kernels, each accumulating one gradient in VMEM so no output is written twic
     blocks wholly above the diagonal (before the first q block that sees the kv
     block) are neither fetched nor computed.
 
+Both kernels walk the kv block of a step in the forward's sub-blocks, with its
+causal skipping and diagonal-only masks (forward.over_kv_sub_blocks).
+
+Decisions, each for a v5e:
+
+  - The dk/dv kernel computes the transposed tiles, sᵀ = k qᵀ with keys on
+    sublanes and q rows on lanes. Then dV = Pᵀ dO and dK = dSᵀ Q are plain
+    (keys, rows) x (rows, D) matmuls, with no transpose of a (rows, keys) tile
+    on the way to the MXU, and lse and Δ broadcast as rows.
+  - lse and Δ travel as lane-dense rows, arrays (B, H, 1, Sq), for both kernels:
+    the dk/dv kernel reads them as they are; the dq kernel, whose tiles put the
+    rows on sublanes, turns its block into (block_q, 128) columns once per q block
+    (a transpose in VMEM at its first kv step) and keeps them in scratch.
+  - P = exp2(log2(e) · (scale · s - lse)): the scale and log2(e) fold into one
+    multiply per score, with lse · log2(e) computed once outside the kernels.
+
 P and dS are rounded to the input dtype before their matmuls (the MXU's bf16 inputs);
 every product accumulates in f32.
 """
@@ -35,43 +51,54 @@ from jax.experimental import pallas as pl
 from jax.experimental.pallas import tpu as pltpu
 
 from . import causal_skipping, forward
+from .forward import CONTRACT_D, LANES, LOG2_E, NEG_INF, lanes
 
-NEG_INF = float("-inf")
 
-
-def _probabilities(q, k, lse, *, scale, causal, q_start, kv_start):
-    """P for one (q block, kv block) pair, recomputed from the saved logsumexp."""
-    s = jax.lax.dot_general(q, k, (((1,), (1,)), ((), ())),
-                            preferred_element_type=jnp.float32) * scale
-    if causal:
-        rows = q_start + jax.lax.broadcasted_iota(jnp.int32, s.shape, 0)
-        cols = kv_start + jax.lax.broadcasted_iota(jnp.int32, s.shape, 1)
+def _probabilities(s, lse2, *, exp2_scale, rows=None, cols=None):
+    """P from raw scores s, recomputed from the saved logsumexp: exp(scale · s - lse) is
+    exp2(scale · log2(e) · s - lse2) with lse2 = lse · log2(e), broadcast like s. Given the
+    row and key index of every score, the causally masked ones come out 0."""
+    if rows is not None:
         s = jnp.where(rows >= cols, s, NEG_INF)
-    return jnp.exp(s - lse)
+    return jnp.exp2(s * exp2_scale - lse2)
 
 
-def _ds(p, do, v, delta):
-    """dS = P ∘ (dO Vᵀ - Δ)."""
-    dp = jax.lax.dot_general(do, v, (((1,), (1,)), ((), ())), preferred_element_type=jnp.float32)
+def _ds(p, dp, delta):
+    """dS = P ∘ (dP - Δ), with dP = dO Vᵀ."""
     return p * (dp - delta)
 
 
-def dq_kernel(q_ref, k_ref, v_ref, do_ref, lse_ref, delta_ref, dq_ref, acc_ref, *,
-              causal: bool, scale: float, block_q: int, block_kv: int):
+def _columns(row):
+    """A (1, n) row as (n, LANES) columns, every lane holding the row's value."""
+    return jnp.broadcast_to(row, (LANES, row.shape[1])).T
+
+
+def dq_kernel(q_ref, k_ref, v_ref, do_ref, lse_ref, delta_ref, dq_ref, acc_ref, lse_col,
+              delta_col, *, causal: bool, scale: float, block_q: int, block_kv: int, sub_kv: int):
     i, j = pl.program_id(2), pl.program_id(3)
 
     @pl.when(j == 0)
     def _init():
         acc_ref[...] = jnp.zeros(acc_ref.shape, jnp.float32)
+        lse_col[...] = _columns(lse_ref[...])
+        delta_col[...] = _columns(delta_ref[...])
 
-    def step():
-        q, k, v, do = q_ref[...], k_ref[...], v_ref[...], do_ref[...]
-        p = _probabilities(q, k, lse_ref[...], scale=scale, causal=causal,
-                           q_start=i * block_q, kv_start=j * block_kv)
-        ds = _ds(p, do, v, delta_ref[...])
+    def dq_fold(c, masked):
+        keys = pl.ds(c * sub_kv, sub_kv)
+        k, v = k_ref[keys, :], v_ref[keys, :]
+        s = jax.lax.dot_general(q_ref[...], k, CONTRACT_D, preferred_element_type=jnp.float32)
+        mask = {}
+        if masked:
+            mask = dict(rows=i * block_q + jax.lax.broadcasted_iota(jnp.int32, s.shape, 0),
+                        cols=j * block_kv + c * sub_kv
+                        + jax.lax.broadcasted_iota(jnp.int32, s.shape, 1))
+        p = _probabilities(s, lanes(lse_col[...], sub_kv), exp2_scale=scale * LOG2_E, **mask)
+        dp = jax.lax.dot_general(do_ref[...], v, CONTRACT_D, preferred_element_type=jnp.float32)
+        ds = _ds(p, dp, lanes(delta_col[...], sub_kv))
         acc_ref[...] += jnp.dot(ds.astype(k.dtype), k, preferred_element_type=jnp.float32)
 
-    forward.unless_above_diagonal(step, i, j, causal=causal, block_q=block_q, block_kv=block_kv)
+    forward.over_kv_sub_blocks(dq_fold, i, j, causal=causal, block_q=block_q,
+                               block_kv=block_kv, sub_kv=sub_kv)
 
     @pl.when(j == pl.num_programs(3) - 1)
     def _flush():
@@ -79,7 +106,8 @@ def dq_kernel(q_ref, k_ref, v_ref, do_ref, lse_ref, delta_ref, dq_ref, acc_ref, 
 
 
 def dkv_kernel(q_ref, k_ref, v_ref, do_ref, lse_ref, delta_ref, dk_ref, dv_ref,
-               dk_acc, dv_acc, *, causal: bool, scale: float, block_q: int, block_kv: int):
+               dk_acc, dv_acc, *, causal: bool, scale: float, block_q: int, block_kv: int,
+               sub_kv: int):
     j, r, i = pl.program_id(2), pl.program_id(3), pl.program_id(4)
 
     @pl.when((r == 0) & (i == 0))
@@ -87,21 +115,26 @@ def dkv_kernel(q_ref, k_ref, v_ref, do_ref, lse_ref, delta_ref, dk_ref, dv_ref,
         dk_acc[...] = jnp.zeros(dk_acc.shape, jnp.float32)
         dv_acc[...] = jnp.zeros(dv_acc.shape, jnp.float32)
 
-    def step():
-        q, k, v, do = q_ref[...], k_ref[...], v_ref[...], do_ref[...]
-        p = _probabilities(q, k, lse_ref[...], scale=scale, causal=causal,
-                           q_start=i * block_q, kv_start=j * block_kv)
-        # dV += Pᵀ dO, dK += dSᵀ Q (contracting the q rows).
-        dv_acc[...] += jax.lax.dot_general(p.astype(do.dtype), do, (((0,), (0,)), ((), ())),
-                                           preferred_element_type=jnp.float32)
-        ds = _ds(p, do, v, delta_ref[...])
-        dk_acc[...] += jax.lax.dot_general(ds.astype(q.dtype), q, (((0,), (0,)), ((), ())),
-                                           preferred_element_type=jnp.float32)
+    def dkv_fold(c, masked):
+        keys = pl.ds(c * sub_kv, sub_kv)
+        q, do = q_ref[...], do_ref[...]
+        k, v = k_ref[keys, :], v_ref[keys, :]
+        # Transposed tiles: sᵀ = k qᵀ, keys on sublanes, q rows on lanes.
+        st = jax.lax.dot_general(k, q, CONTRACT_D, preferred_element_type=jnp.float32)
+        mask = {}
+        if masked:
+            mask = dict(rows=i * block_q + jax.lax.broadcasted_iota(jnp.int32, st.shape, 1),
+                        cols=j * block_kv + c * sub_kv
+                        + jax.lax.broadcasted_iota(jnp.int32, st.shape, 0))
+        pt = _probabilities(st, lse_ref[...], exp2_scale=scale * LOG2_E, **mask)
+        # dV += Pᵀ dO, dK += dSᵀ Q: the q rows are contracted.
+        dv_acc[keys, :] += jnp.dot(pt.astype(do.dtype), do, preferred_element_type=jnp.float32)
+        dpt = jax.lax.dot_general(v, do, CONTRACT_D, preferred_element_type=jnp.float32)
+        dst = _ds(pt, dpt, delta_ref[...])
+        dk_acc[keys, :] += jnp.dot(dst.astype(q.dtype), q, preferred_element_type=jnp.float32)
 
-    if causal:
-        pl.when(i >= causal_skipping.first_q_block(j, block_q=block_q, block_kv=block_kv))(step)
-    else:
-        step()
+    forward.over_kv_sub_blocks(dkv_fold, i, j, causal=causal, block_q=block_q, block_kv=block_kv,
+                               sub_kv=sub_kv)
 
     @pl.when((r == pl.num_programs(3) - 1) & (i == pl.num_programs(4) - 1))
     def _flush():
@@ -110,23 +143,25 @@ def dkv_kernel(q_ref, k_ref, v_ref, do_ref, lse_ref, delta_ref, dk_ref, dv_ref,
 
 
 def flash_backward(q, k, v, out, lse, do, *, causal: bool = False, scale: float | None = None,
-                   block_q: int = 128, block_kv: int = 128):
+                   block_q: int = 512, block_kv: int = 2048):
     """(dq, dk, dv) of attention at (q, k, v), given the forward's out and lse."""
     batch, heads, q_len, head_dim = q.shape
     kv_heads, kv_len = k.shape[1], k.shape[2]
     block_q, block_kv = forward.check_blocks(q, k, block_q, block_kv)
-    scale = head_dim ** -0.5 if scale is None else scale
+    scale = forward.check_scale(scale, head_dim)
     group = heads // kv_heads
     n_q, n_kv = q_len // block_q, kv_len // block_kv
-    delta = jnp.sum(out.astype(jnp.float32) * do.astype(jnp.float32), axis=-1, keepdims=True)
-    lse = lse[..., None]
-    params = dict(causal=causal, scale=scale, block_q=block_q, block_kv=block_kv)
+    # Row statistics as lane-dense rows (B, H, 1, Sq): Δ = rowsum(dO ∘ O), and lse in base 2.
+    delta = jnp.sum(out.astype(jnp.float32) * do.astype(jnp.float32), axis=-1)[:, :, None, :]
+    lse2 = (lse * LOG2_E)[:, :, None, :]
+    params = dict(causal=causal, scale=scale, block_q=block_q, block_kv=block_kv,
+                  sub_kv=forward.sub_block_size(block_q, block_kv, causal=causal))
 
     # dq: grid (b, h, i, j), kv blocks stream past a resident q block, skipped as in the forward.
     kv_index = forward.kv_index_map(causal=causal, block_q=block_q, block_kv=block_kv,
-                                    num_kv_blocks=n_kv, group=group)
+                                    group=group)
     q_rows = pl.BlockSpec((None, None, block_q, head_dim), lambda b, h, i, j: (b, h, i, 0))
-    row_stat = pl.BlockSpec((None, None, block_q, 1), lambda b, h, i, j: (b, h, i, 0))
+    row_stat = pl.BlockSpec((None, None, 1, block_q), lambda b, h, i, j: (b, h, 0, i))
     kv_rows = pl.BlockSpec((None, None, block_kv, head_dim), kv_index)
     dq = pl.pallas_call(
         functools.partial(dq_kernel, **params),
@@ -134,21 +169,24 @@ def flash_backward(q, k, v, out, lse, do, *, causal: bool = False, scale: float 
         grid=(batch, heads, n_q, n_kv),
         in_specs=[q_rows, kv_rows, kv_rows, q_rows, row_stat, row_stat],
         out_specs=q_rows,
-        scratch_shapes=[pltpu.VMEM((block_q, head_dim), jnp.float32)],
+        scratch_shapes=[pltpu.VMEM((block_q, head_dim), jnp.float32),
+                        pltpu.VMEM((block_q, LANES), jnp.float32),
+                        pltpu.VMEM((block_q, LANES), jnp.float32)],
         compiler_params=pltpu.CompilerParams(
             dimension_semantics=("parallel", "parallel", "parallel", "arbitrary")),
-    )(q, k, v, do, lse, delta)
+    )(q, k, v, do, lse2, delta)
 
     # dk, dv: grid (b, g, j, r, i), the q blocks of the group's heads stream past.
     def q_index(b, g, j, r, i):
         if causal:  # before the first q block that sees kv block j: stay put (no new DMA)
             first = causal_skipping.first_q_block(j, block_q=block_q, block_kv=block_kv)
             i = jnp.minimum(jnp.maximum(i, first), n_q - 1)
-        return b, g * group + r, i, 0
+        return b, g * group + r, i
 
     kv_block = pl.BlockSpec((None, None, block_kv, head_dim), lambda b, g, j, r, i: (b, g, j, 0))
-    q_block = pl.BlockSpec((None, None, block_q, head_dim), q_index)
-    q_stat = pl.BlockSpec((None, None, block_q, 1), q_index)
+    q_block = pl.BlockSpec((None, None, block_q, head_dim), lambda *ids: (*q_index(*ids), 0))
+    q_stat = pl.BlockSpec((None, None, 1, block_q),
+                          lambda *ids: (*q_index(*ids)[:2], 0, q_index(*ids)[2]))
     dk, dv = pl.pallas_call(
         functools.partial(dkv_kernel, **params),
         out_shape=(jax.ShapeDtypeStruct(k.shape, k.dtype), jax.ShapeDtypeStruct(v.shape, v.dtype)),
@@ -159,7 +197,7 @@ def flash_backward(q, k, v, out, lse, do, *, causal: bool = False, scale: float 
                         pltpu.VMEM((block_kv, head_dim), jnp.float32)],
         compiler_params=pltpu.CompilerParams(
             dimension_semantics=("parallel", "parallel", "parallel", "arbitrary", "arbitrary")),
-    )(q, k, v, do, lse, delta)
+    )(q, k, v, do, lse2, delta)
     return dq, dk, dv
 
 
@@ -186,7 +224,7 @@ _attention.defvjp(_attention_fwd, _attention_bwd)
 
 
 def flash_attention(q: jax.Array, k: jax.Array, v: jax.Array, *, causal: bool = False,
-                    scale: float | None = None, block_q: int = 128,
-                    block_kv: int = 128) -> jax.Array:
+                    scale: float | None = None, block_q: int = 512,
+                    block_kv: int = 2048) -> jax.Array:
     """Attention out (B, H, Sq, D), differentiable through the Pallas backward kernels."""
     return _attention(q, k, v, causal, scale, block_q, block_kv)

@@ -17,10 +17,23 @@ Two kernels, each keeping one gradient resident in VMEM, each walking only the b
     "arbitrary". A kv block no query sees (keys past the last row) runs no step and
     writes zero gradients.
 
-The window mask is the forward's (forward.scores): the backward must mask exactly
-what the forward masked, or P differs from the probabilities the forward used.
+The window mask is the forward's (forward.band_mask): the backward must mask exactly
+what the forward masked, or P differs from the probabilities the forward used. As in
+the forward, a step whose kv block lies wholly inside the band runs unmasked.
 P and dS are rounded to the input dtype before their matmuls; every product
 accumulates in f32.
+
+Decisions, each for a v5e:
+
+  - The dk/dv kernel computes the transposed tiles, sᵀ = k qᵀ with keys on sublanes
+    and q rows on lanes: dV = Pᵀ dO and dK = dSᵀ Q are then plain (keys, rows) x
+    (rows, D) matmuls, with no transpose of a tile on the way to the MXU, and lse and
+    Δ broadcast as rows.
+  - lse and Δ travel as lane-dense rows, arrays (B, H, 1, Sq). The dq kernel, whose
+    tiles put the rows on sublanes, turns its block into (block_q, 128) columns once
+    per q block (a transpose in VMEM at its first band step) and keeps them in scratch.
+  - P = exp2(log2(e) · (scale · s - lse)): one multiply per score, lse · log2(e)
+    computed once outside the kernels.
 """
 
 import functools
@@ -31,26 +44,35 @@ from jax.experimental import pallas as pl
 from jax.experimental.pallas import tpu as pltpu
 
 from . import autotune, band, forward
-from .forward import BlockSizes
+from .forward import LANES, LOG2_E, BlockSizes, lanes
+
+CONTRACT_D = (((1,), (1,)), ((), ()))  # a bᵀ for a (m, D) and b (n, D): no transpose of b
 
 
-def _pair(q_ref, k_ref, v_ref, do_ref, lse_ref, delta_ref, *, scale, window, row0, col0):
-    """P and dS = P ∘ (dO Vᵀ - Δ) of one (q block, kv block) pair, P recomputed from lse."""
-    p = jnp.exp(forward.scores(q_ref[...], k_ref[...], scale=scale, window=window, row0=row0,
-                               col0=col0) - lse_ref[...])
-    dp = jax.lax.dot_general(do_ref[...], v_ref[...], (((1,), (1,)), ((), ())),
-                             preferred_element_type=jnp.float32)
-    return p, p * (dp - delta_ref[...])
+def _pair(s, dp, lse2, delta, *, scale, window, row0, col0, masked, rows_axis=0):
+    """P and dS = P ∘ (dP - Δ) of one (q block, kv block) pair from its raw scores s and
+    dP = dO Vᵀ, P recomputed from lse2 = lse · log2(e) and masked to the band."""
+    if masked:
+        s = forward.band_mask(s, row0, col0, window=window, rows_axis=rows_axis)
+    p = jnp.exp2(s * (scale * LOG2_E) - lse2)
+    return p, p * (dp - delta)
 
 
-def _rows_contracted(a, b):
-    """aᵀ b over the block's rows (the q rows), a rounded to b's dtype for the MXU."""
-    return jax.lax.dot_general(a.astype(b.dtype), b, (((0,), (0,)), ((), ())),
-                               preferred_element_type=jnp.float32)
+def _in_band_steps(step, in_band, row0, col0, *, block_q, block_kv, window):
+    """step(masked) under in_band: unmasked where the kv block lies wholly inside the band."""
+    inside = forward.inside_band(row0, col0, block_q=block_q, block_kv=block_kv, window=window)
+    pl.when(in_band & inside)(functools.partial(step, False))
+    pl.when(in_band & jnp.logical_not(inside))(functools.partial(step, True))
 
 
-def dq_kernel(q_ref, k_ref, v_ref, do_ref, lse_ref, delta_ref, dq_ref, acc_ref, *,
-              scale: float, window: int, block_q: int, block_kv: int, num_kv_blocks: int):
+def _columns(row):
+    """A (1, n) row as (n, LANES) columns, every lane holding the row's value."""
+    return jnp.broadcast_to(row, (LANES, row.shape[1])).T
+
+
+def dq_kernel(q_ref, k_ref, v_ref, do_ref, lse_ref, delta_ref, dq_ref, acc_ref, lse_col,
+              delta_col, *, scale: float, window: int, block_q: int, block_kv: int,
+              num_kv_blocks: int):
     i, t = pl.program_id(2), pl.program_id(3)  # q block i resident, its band streaming
     j, in_band = band.at_step(band.kv_blocks, i, t, block_q=block_q, block_kv=block_kv,
                               window=window, num_kv_blocks=num_kv_blocks)
@@ -58,13 +80,21 @@ def dq_kernel(q_ref, k_ref, v_ref, do_ref, lse_ref, delta_ref, dq_ref, acc_ref, 
     @pl.when(t == 0)
     def _init():
         acc_ref[...] = jnp.zeros(acc_ref.shape, jnp.float32)
+        lse_col[...] = _columns(lse_ref[...])
+        delta_col[...] = _columns(delta_ref[...])
 
-    @pl.when(in_band)
-    def _step():
+    def step(masked):
         k = k_ref[...]
-        _, ds = _pair(q_ref, k_ref, v_ref, do_ref, lse_ref, delta_ref, scale=scale,
-                      window=window, row0=i * block_q, col0=j * block_kv)
+        s = jax.lax.dot_general(q_ref[...], k, CONTRACT_D, preferred_element_type=jnp.float32)
+        dp = jax.lax.dot_general(do_ref[...], v_ref[...], CONTRACT_D,
+                                 preferred_element_type=jnp.float32)
+        _, ds = _pair(s, dp, lanes(lse_col[...], block_kv), lanes(delta_col[...], block_kv),
+                      scale=scale, window=window, row0=i * block_q, col0=j * block_kv,
+                      masked=masked)
         acc_ref[...] += jnp.dot(ds.astype(k.dtype), k, preferred_element_type=jnp.float32)
+
+    _in_band_steps(step, in_band, i * block_q, j * block_kv, block_q=block_q, block_kv=block_kv,
+                   window=window)
 
     @pl.when(t == pl.num_programs(3) - 1)
     def _flush():
@@ -82,12 +112,18 @@ def dkv_kernel(q_ref, k_ref, v_ref, do_ref, lse_ref, delta_ref, dk_ref, dv_ref, 
         dk_acc[...] = jnp.zeros(dk_acc.shape, jnp.float32)
         dv_acc[...] = jnp.zeros(dv_acc.shape, jnp.float32)
 
-    @pl.when(in_band)
-    def _step():
-        p, ds = _pair(q_ref, k_ref, v_ref, do_ref, lse_ref, delta_ref, scale=scale,
-                      window=window, row0=i * block_q, col0=j * block_kv)
-        dv_acc[...] += _rows_contracted(p, do_ref[...])   # dV += Pᵀ dO
-        dk_acc[...] += _rows_contracted(ds, q_ref[...])   # dK += dSᵀ Q
+    def step(masked):
+        q, do = q_ref[...], do_ref[...]
+        # Transposed tiles: sᵀ = k qᵀ and dPᵀ = v dOᵀ, keys on sublanes, q rows on lanes.
+        st = jax.lax.dot_general(k_ref[...], q, CONTRACT_D, preferred_element_type=jnp.float32)
+        dpt = jax.lax.dot_general(v_ref[...], do, CONTRACT_D, preferred_element_type=jnp.float32)
+        pt, dst = _pair(st, dpt, lse_ref[...], delta_ref[...], scale=scale, window=window,
+                        row0=i * block_q, col0=j * block_kv, masked=masked, rows_axis=1)
+        dv_acc[...] += jnp.dot(pt.astype(do.dtype), do, preferred_element_type=jnp.float32)  # Pᵀ dO
+        dk_acc[...] += jnp.dot(dst.astype(q.dtype), q, preferred_element_type=jnp.float32)  # dSᵀ Q
+
+    _in_band_steps(step, in_band, i * block_q, j * block_kv, block_q=block_q, block_kv=block_kv,
+                   window=window)
 
     @pl.when(t == pl.num_programs(3) - 1)
     def _flush():
@@ -100,12 +136,13 @@ def window_backward(q, k, v, out, lse, do, *, window: int, scale: float | None =
     """(dq, dk, dv) of sliding-window attention at (q, k, v), given the forward's out and lse."""
     batch, heads, q_len, head_dim = q.shape
     kv_len = k.shape[2]
-    blocks = forward.check_shapes(q, k, window, blocks)
+    blocks = forward.check_shapes(q, k, window, blocks, scale)
     block_q, block_kv = blocks.block_q, blocks.block_kv
     scale = head_dim ** -0.5 if scale is None else scale
     n_q, n_kv = q_len // block_q, kv_len // block_kv
-    delta = jnp.sum(out.astype(jnp.float32) * do.astype(jnp.float32), axis=-1, keepdims=True)
-    operands = (q, k, v, do, lse[..., None], delta)
+    # Row statistics as lane-dense rows (B, H, 1, Sq): Δ = rowsum(dO ∘ O), and lse in base 2.
+    delta = jnp.sum(out.astype(jnp.float32) * do.astype(jnp.float32), axis=-1)[:, :, None, :]
+    operands = (q, k, v, do, (lse * LOG2_E)[:, :, None, :], delta)
     common = dict(scale=scale, window=window, block_q=block_q, block_kv=block_kv)
     by_q = dict(block_q=block_q, block_kv=block_kv, window=window, num_kv_blocks=n_kv)
     by_kv = dict(block_q=block_q, block_kv=block_kv, window=window, num_q_blocks=n_q)
@@ -114,7 +151,8 @@ def window_backward(q, k, v, out, lse, do, *, window: int, scale: float | None =
         """BlockSpecs of (q, k, v, dO, lse, Δ) for the two index maps."""
         q_rows = pl.BlockSpec((None, None, block_q, head_dim), q_index)
         kv_rows = pl.BlockSpec((None, None, block_kv, head_dim), kv_index)
-        stat = pl.BlockSpec((None, None, block_q, 1), q_index)
+        stat = pl.BlockSpec((None, None, 1, block_q), lambda *ids: (*q_index(*ids)[:2], 0,
+                                                                     q_index(*ids)[2]))
         return [q_rows, kv_rows, kv_rows, q_rows, stat, stat]
 
     # dq: q block i resident, the kv blocks of its band stream past.
@@ -126,7 +164,9 @@ def window_backward(q, k, v, out, lse, do, *, window: int, scale: float | None =
         in_specs=specs(resident_q, band_kv),
         out_specs=pl.BlockSpec((None, None, block_q, head_dim), resident_q),
         out_shape=jax.ShapeDtypeStruct(q.shape, q.dtype),
-        scratch_shapes=[pltpu.VMEM((block_q, head_dim), jnp.float32)],
+        scratch_shapes=[pltpu.VMEM((block_q, head_dim), jnp.float32),
+                        pltpu.VMEM((block_q, LANES), jnp.float32),
+                        pltpu.VMEM((block_q, LANES), jnp.float32)],
         compiler_params=forward.BAND_SEMANTICS,
     )(*operands)
 

@@ -16,8 +16,21 @@ compute. The band axis carries the online softmax state (m, l, acc in VMEM
 scratch, as chapter 13 derives it), so it is "arbitrary"; the other three axes are
 "parallel" (BAND_SEMANTICS, shared with the backward's kernels).
 
-Only the blocks the band's two edges cross need the elementwise mask; it is applied
-to every block, which costs a compare and a select per score and keeps one code path.
+Only the blocks the band's two edges cross need the elementwise mask: a step whose kv
+block lies wholly inside the band (every key seen by every row of the q block) runs an
+unmasked copy of the step, the others the masked one.
+
+Decisions, each for a v5e (WRITEUP.md gives the compiler's figures behind them):
+
+  - m and l are 128 lanes wide (every lane holds the row's value), so a row's max and
+    sum reach a (block_q, block_kv) tile by repeating whole vector registers; a
+    (block_q, 1) array pads to the same VMEM anyway.
+  - The scale is applied inside the exponential, exp2((s - m) · scale · log2 e), with m
+    the running max of the raw scores: one multiply per score instead of two (s ·
+    scale, and the log2 e that exp takes before its exp2). This needs scale > 0.
+  - lse leaves the kernel as a lane-dense row, an array (B, H, 1, Sq): a (B, H, Sq, 1)
+    array pads each row's number to 128 lanes in HBM too, and taking the padding off
+    after the call is an XLA pass over 128 times the bytes.
 
 Block sizes come as a frozen BlockSizes (hashable: a jax.custom_vjp non-diff
 argument), clamped to the lengths first; a length the block does not divide, a
@@ -27,6 +40,7 @@ the block.
 
 import dataclasses
 import functools
+import math
 
 import jax
 import jax.numpy as jnp
@@ -36,6 +50,8 @@ from jax.experimental.pallas import tpu as pltpu
 from . import band
 
 NEG_INF = float("-inf")
+LANES = 128  # width of the row statistics: one vector register row
+LOG2_E = math.log2(math.e)
 # Grid (batch, head, resident block, band step): the band axis carries a running sum.
 BAND_SEMANTICS = pltpu.CompilerParams(
     dimension_semantics=("parallel", "parallel", "parallel", "arbitrary"))
@@ -45,17 +61,21 @@ BAND_SEMANTICS = pltpu.CompilerParams(
 class BlockSizes:
     """Rows of q and keys of k, v per grid step (both multiples of 8, or the whole length)."""
 
-    block_q: int = 128
-    block_kv: int = 128
+    block_q: int = 512
+    block_kv: int = 512
 
 
-def check_shapes(q: jax.Array, k: jax.Array, window: int, blocks: BlockSizes) -> BlockSizes:
+def check_shapes(q: jax.Array, k: jax.Array, window: int, blocks: BlockSizes,
+                 scale: float | None = None) -> BlockSizes:
     """The block sizes clamped to the lengths; a ValueError for anything the kernels refuse."""
     (_, heads, q_len, _), (_, kv_heads, kv_len, _) = q.shape, k.shape
     if heads != kv_heads:
         raise ValueError(f"q has {heads} heads and k {kv_heads}: one kv head per query head")
     if not isinstance(window, int) or window < 1:
         raise ValueError(f"window {window!r} must be an int >= 1 (keys a query sees, itself included)")
+    if scale is not None and not scale > 0:
+        raise ValueError(f"scale {scale} must be positive: the running max is taken over the "
+                         f"unscaled scores")
     if q_len > kv_len:
         raise ValueError(f"q length {q_len} > kv length {kv_len}: rows past the last key would "
                          f"see no key at all")
@@ -68,31 +88,51 @@ def check_shapes(q: jax.Array, k: jax.Array, window: int, blocks: BlockSizes) ->
     return clamped
 
 
-def band_mask(s, row0, col0, window: int):
-    """Scores s of rows row0.. and keys col0.., with every pair outside the band at -inf."""
-    rows = row0 + jax.lax.broadcasted_iota(jnp.int32, s.shape, 0)
-    cols = col0 + jax.lax.broadcasted_iota(jnp.int32, s.shape, 1)
+def band_mask(s, row0, col0, window: int, *, rows_axis: int = 0):
+    """Scores s of rows row0.. and keys col0.. (rows along `rows_axis`, keys along the other
+    axis), with every pair outside the band at -inf."""
+    rows = row0 + jax.lax.broadcasted_iota(jnp.int32, s.shape, rows_axis)
+    cols = col0 + jax.lax.broadcasted_iota(jnp.int32, s.shape, 1 - rows_axis)
     return jnp.where((cols <= rows) & (cols > rows - window), s, NEG_INF)
 
 
-def scores(q, k, *, scale: float, window: int, row0, col0):
-    """q kᵀ · scale on the MXU (inputs as stored, f32 out), masked to the band."""
+def scores(q, k, *, window: int, row0, col0, masked: bool = True):
+    """q kᵀ on the MXU (inputs as stored, f32 out, unscaled), masked to the band unless the
+    block lies wholly inside it."""
     s = jax.lax.dot_general(q, k, (((1,), (1,)), ((), ())), preferred_element_type=jnp.float32)
-    return band_mask(s * scale, row0, col0, window)
+    return band_mask(s, row0, col0, window) if masked else s
 
 
-def fold_block(s, v, m_ref, l_ref, acc_ref) -> None:
-    """Fold one block of masked scores s and its values v into its rows' running state."""
+def inside_band(row0, col0, *, block_q: int, block_kv: int, window: int):
+    """Whether every row of the q block at row0 sees every key of the kv block at col0."""
+    return (col0 + block_kv - 1 <= row0) & (col0 > row0 + block_q - 1 - window)
+
+
+def lanes(x, width: int):
+    """A (rows, LANES) array whose lanes all hold one value per row, as (rows, width)."""
+    if width <= LANES:
+        return x[:, :width]
+    if width % LANES:
+        return jnp.broadcast_to(x[:, :1], (x.shape[0], width))
+    return jnp.tile(x, (1, width // LANES))
+
+
+def fold_block(s, v, m_ref, l_ref, acc_ref, *, scale: float, masked: bool) -> None:
+    """Fold one block of raw scores s (masked ones at -inf) and its values v into its rows'
+    running state; m is the running max of the raw scores, l and acc are taken against
+    exp(scale · (s - m)) = exp2(scale · log2(e) · (s - m))."""
     m_old = m_ref[...]
     m_now = jnp.maximum(m_old, s.max(axis=1, keepdims=True))
     # Rows with no key of the band so far keep m = -inf; shifting them by 0 avoids -inf - -inf.
-    shift = jnp.where(m_now == NEG_INF, 0.0, m_now)
-    rescale = jnp.exp(m_old - shift)  # exp(x - m_old) · exp(m_old - shift) = exp(x - shift)
-    p = jnp.exp(s - shift)
+    # (Without a mask every score is finite, and so is m.)
+    shift = jnp.where(m_now == NEG_INF, 0.0, m_now) if masked else m_now
+    exp2_scale = scale * LOG2_E
+    rescale = jnp.exp2((m_old - shift) * exp2_scale)  # exp(x - m_old) · exp(m_old - shift) = exp(x - shift)
+    p = jnp.exp2((s - lanes(shift, s.shape[1])) * exp2_scale)
     l_ref[...] = rescale * l_ref[...] + p.sum(axis=1, keepdims=True)
     # P rounded to v's dtype to feed the MXU; the product accumulates in f32.
-    acc_ref[...] = rescale * acc_ref[...] + jnp.dot(p.astype(v.dtype), v,
-                                                    preferred_element_type=jnp.float32)
+    acc_ref[...] = lanes(rescale, acc_ref.shape[1]) * acc_ref[...] + jnp.dot(
+        p.astype(v.dtype), v, preferred_element_type=jnp.float32)
     m_ref[...] = m_now
 
 
@@ -108,17 +148,22 @@ def forward_kernel(q_ref, k_ref, v_ref, o_ref, lse_ref, m_ref, l_ref, acc_ref, *
         l_ref[...] = jnp.zeros(l_ref.shape, jnp.float32)
         acc_ref[...] = jnp.zeros(acc_ref.shape, jnp.float32)
 
-    @pl.when(in_band)
-    def _step():
-        s = scores(q_ref[...], k_ref[...], scale=scale, window=window, row0=i * block_q,
-                   col0=j * block_kv)
-        fold_block(s, v_ref[...], m_ref, l_ref, acc_ref)
+    def step(masked):
+        s = scores(q_ref[...], k_ref[...], window=window, row0=i * block_q, col0=j * block_kv,
+                   masked=masked)
+        fold_block(s, v_ref[...], m_ref, l_ref, acc_ref, scale=scale, masked=masked)
+
+    inside = inside_band(i * block_q, j * block_kv, block_q=block_q, block_kv=block_kv,
+                         window=window)
+    pl.when(in_band & inside)(functools.partial(step, False))
+    pl.when(in_band & jnp.logical_not(inside))(functools.partial(step, True))
 
     @pl.when(t == pl.num_programs(3) - 1)
     def _flush():
         l = l_ref[...]
-        o_ref[...] = (acc_ref[...] / l).astype(o_ref.dtype)
-        lse_ref[...] = m_ref[...] + jnp.log(l)
+        o_ref[...] = (acc_ref[...] / lanes(l, o_ref.shape[1])).astype(o_ref.dtype)
+        lse = m_ref[...] * scale + jnp.log(l)  # (block_q, LANES), every lane the row's value
+        lse_ref[...] = lse.T[:1, :]  # the lane-dense (1, block_q) row
 
 
 def window_forward(q: jax.Array, k: jax.Array, v: jax.Array, *, window: int,
@@ -127,7 +172,7 @@ def window_forward(q: jax.Array, k: jax.Array, v: jax.Array, *, window: int,
     """(out, lse): sliding-window attention in q's dtype and the rows' logsumexp in float32."""
     batch, heads, q_len, head_dim = q.shape
     kv_len = k.shape[2]
-    blocks = check_shapes(q, k, window, blocks)
+    blocks = check_shapes(q, k, window, blocks, scale)
     block_q, block_kv = blocks.block_q, blocks.block_kv
     scale = head_dim ** -0.5 if scale is None else scale
     sizes = dict(block_q=block_q, block_kv=block_kv, window=window, num_kv_blocks=kv_len // block_kv)
@@ -140,11 +185,11 @@ def window_forward(q: jax.Array, k: jax.Array, v: jax.Array, *, window: int,
         functools.partial(forward_kernel, scale=scale, **sizes),
         grid=(batch, heads, q_len // block_q, steps),
         in_specs=[rows, keys, keys],
-        out_specs=(rows, pl.BlockSpec((None, None, block_q, 1), per_row)),
+        out_specs=(rows, pl.BlockSpec((None, None, 1, block_q), lambda b, h, i, t: (b, h, 0, i))),
         out_shape=(jax.ShapeDtypeStruct(q.shape, q.dtype),
-                   jax.ShapeDtypeStruct((batch, heads, q_len, 1), jnp.float32)),
+                   jax.ShapeDtypeStruct((batch, heads, 1, q_len), jnp.float32)),
         scratch_shapes=[pltpu.VMEM(shape, jnp.float32)
-                        for shape in ((block_q, 1), (block_q, 1), (block_q, head_dim))],
+                        for shape in ((block_q, LANES), (block_q, LANES), (block_q, head_dim))],
         compiler_params=BAND_SEMANTICS,
     )(q, k, v)
-    return out, lse[..., 0]
+    return out, lse[:, :, 0, :]
