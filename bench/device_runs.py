@@ -12,7 +12,8 @@ Kinds, each one pytest process (one program holds a TPU at a time):
              the rest)
   honest     the honest corpus (tests/honest/chNN/<variant>/), each variant set placed whole in a
              copy of the course as a learner's exercises/, its kernel chapters run natively
-  gates      `pytest exercises --gates --solutions --chip CHIP`, its rows to --records
+  gates      `pytest exercises --gates --solutions --chip CHIP`, its rows to --records; the run adds its
+             own line (run/gate_progress.py), to --out
 Each line records the date, the device kind, JAX's and libtpu's versions, the commit whose code ran
 (`--commit`: the device's copy of a working tree has no git; the script refuses a commit other than
 HEAD where it can read git, and a tree with changes) and per chapter passed, failed, skipped and
@@ -57,6 +58,8 @@ def main(argv=None) -> int:
     commit = args.commit or _git_head()
     if not args.dry_run:
         _check_commit(commit)
+    if not re.fullmatch(r"[0-9a-f]{40}(-dirty)?", commit):
+        raise SystemExit(f"--commit {commit}: the full 40-digit sha (git rev-parse HEAD)")
     facts = None if args.dry_run else _device_facts()
     for kind in args.kinds:
         for name, command, cwd in _runs(kind, args, logs):
@@ -67,26 +70,25 @@ def main(argv=None) -> int:
             started = time.monotonic()
             with open(logs / f"{name}.log", "wb") as log:
                 code = subprocess.call([*command, f"--junitxml={junit}"], cwd=cwd, stdout=log,
-                                       stderr=subprocess.STDOUT, env=_environment())
+                                       stderr=subprocess.STDOUT, env=_environment(commit))
             seconds = time.monotonic() - started
             chapters = chapter_counts(junit, stubs=kind == "stubs")
-            entry = {"date": datetime.date.today().isoformat(), "device_kind": facts["device_kind"],
-                     "jax": facts["jax"], "libtpu": facts["libtpu"], "commit": commit, "kind": kind,
-                     "seconds": round(seconds, 1), "chapters": chapters}
-            if kind == "honest":
-                entry["variant"] = name.split("-", 1)[1]
-            entry["exit"] = code
-            device_runs.append(args.out, entry)
+            if kind != device_runs.GATES:  # a gate run adds its own line (run/gate_progress.py)
+                device_runs.append(args.out, device_runs.DeviceRun(
+                    date=datetime.datetime.now(datetime.timezone.utc).isoformat(timespec="seconds"),
+                    device_kind=facts["device_kind"], jax=facts["jax"], libtpu=facts["libtpu"], commit=commit,
+                    kind=kind, seconds=round(seconds, 1), chapters=chapters,
+                    variant=name.split("-", 1)[1] if kind == "honest" else None))
             print(f"{name}: exit {code}, {seconds:.0f} s; " + ", ".join(
                 f"{c} {v['passed']}/{v['failed']}/{v['skipped']}" + (f" ({v['not_todo']} not TODO)"
                                                                      if "not_todo" in v else "")
                 for c, v in chapters.items()), flush=True)
     if not args.dry_run:
         docs = REPO / device_runs.DOCS
-        entries, problems = device_runs.read(args.out)
-        docs.write_text(device_runs.docs_with_table(docs.read_text(encoding="utf-8"), entries), encoding="utf-8")
-        for problem in problems:
-            print(f"{args.out}: {problem}", file=sys.stderr)
+        runs, bad = device_runs.read(args.out)
+        docs.write_text(device_runs.docs_with_table(docs.read_text(encoding="utf-8"), runs), encoding="utf-8")
+        for line in bad:
+            print(f"{args.out}: {line}", file=sys.stderr)
     return 0
 
 
@@ -101,7 +103,7 @@ def _runs(kind: str, args, logs: Path):
     elif kind == "gates":
         records = args.records or logs / "gates.records.jsonl"
         yield kind, [*pytest, "exercises", "--gates", "--solutions", f"--chip={args.chip}",
-                     f"--records={records}"], REPO
+                     f"--records={records}", f"--device-runs={args.out}"], REPO
     else:
         for variant in honest_variants():
             course = logs / f"course-{variant}"
@@ -175,8 +177,9 @@ def _plugin_args() -> list[str]:
         return ["-p", "pytest_tpucourse.plugin"]
 
 
-def _environment() -> dict:
-    env = {**os.environ, "TPUCOURSE_WARM": "0"}
+def _environment(commit: str) -> dict:
+    """A learner's run's environment, the commit stated for a copy of the checkout without .git."""
+    env = {**os.environ, "TPUCOURSE_WARM": "0", "TPUCOURSE_GIT_COMMIT": commit}
     env["PYTHONPATH"] = os.pathsep.join(p for p in (str(REPO), env.get("PYTHONPATH", "")) if p)
     return env
 

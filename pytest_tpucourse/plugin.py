@@ -72,6 +72,11 @@ def pytest_configure(config: pytest.Config) -> None:
 
         config.stash[SESSION] = session
         config.pluginmanager.register(ReportCounter(session), "tpucourse-reports")
+        if options.gates and getattr(config, "workerinput", None) is None:  # the process that prints the run
+            from .run.gate_progress import GateProgress
+
+            session.gate_progress = GateProgress(session, config)
+            config.pluginmanager.register(session.gate_progress, "tpucourse-gate-progress")
     if session is not None:
         from .run import host_cpu
 

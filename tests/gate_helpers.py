@@ -12,6 +12,7 @@ only here, in the tests:
 
 from __future__ import annotations
 
+import dataclasses
 import textwrap
 
 from pytest_tpucourse import chips
@@ -49,11 +50,37 @@ def samples(seconds: float, rounds: int = ROUNDS, spread: float = 0.002) -> tupl
     return tuple(seconds * (1 + spread * ((3 * i) % 7 - 3)) for i in range(rounds))
 
 
-class FakeHarness:
-    """Returns chosen samples per implementation; records what it was asked to time."""
+_SAID_BY_TIMING = ("method", "wall_per_call", "dispatch_bound")
 
-    def __init__(self, seconds: dict, calls=True):
+
+@dataclasses.dataclass(frozen=True)
+class _SaidTiming(Timing):
+    """A Timing that says how it was taken, for a harness whose Timing does not say it yet."""
+
+    method: str = "wall-calls"
+    wall_per_call: float | None = None
+    dispatch_bound: bool = False
+
+
+def timing(samples_, *, method=None, wall_per_call=None, dispatch_bound=False) -> Timing:
+    """A harness's Timing of these samples; with `method`, one that says how it was timed."""
+    base = dict(samples=tuple(samples_), calls_per_sample=1, overhead=0.0, dispatch=1e-9, stopped="interval")
+    if method is None:
+        return Timing(**base)
+    said = dict(method=method, wall_per_call=wall_per_call, dispatch_bound=dispatch_bound)
+    own = {f.name for f in dataclasses.fields(Timing)}
+    return (Timing if set(_SAID_BY_TIMING) <= own else _SaidTiming)(**base, **said)
+
+
+class FakeHarness:
+    """Returns chosen samples per implementation; records what it was asked to time.
+
+    method: the timing method its Timings say (None: they say nothing, as before the harness said);
+    wall: seconds of host wall time per call, per implementation (device-profiler timings)."""
+
+    def __init__(self, seconds: dict, calls=True, method=None, wall=None):
         self.seconds, self.asked, self.calls = seconds, [], calls
+        self.method, self.wall = method, wall or {}
 
     def measure(self, fns, input_sets):
         self.asked.append(tuple(fns))
@@ -63,8 +90,9 @@ class FakeHarness:
         out = {}
         for name in fns:
             wanted = self.seconds[name]
-            out[name] = Timing(tuple(wanted) if isinstance(wanted, (list, tuple)) else samples(wanted), 1, 0.0,
-                               1e-9, "interval")
+            wall = self.wall.get(name)
+            out[name] = timing(tuple(wanted) if isinstance(wanted, (list, tuple)) else samples(wanted),
+                               method=self.method, wall_per_call=wall)
         return out
 
 
@@ -82,16 +110,16 @@ class FakeStore:
 def gate_run(tmp_path, gate=3, platform="tpu", device_kind=V5E_KIND, chip="v5e", seconds=None,
              harness=None, marker_cost=None, tree="exercises", kernels_native=False,
              interpret_requested=False, devices=1, live_device=None, modules=None, tree_root=None,
-             rehearsal=None) -> GateRun:
+             rehearsal=None, sweeps_path=None, resweep=False, jax="0.10.2") -> GateRun:
     """A GateRun writing to tmp_path/r.jsonl, judged by the real thresholds, timed by a fake."""
     context = GateContext(registry=chips.ChipRegistry(), chip=chips.get_chip(chip),
                           device=DeviceFacts(platform, device_kind, devices),
                           records_path=rehearsal.path if rehearsal else tmp_path / "r.jsonl", root=None,
                           interpret_requested=interpret_requested, kernels_native=kernels_native,
-                          rehearsal=rehearsal)
+                          rehearsal=rehearsal, sweeps_path=sweeps_path, resweep=resweep)
     return GateRun(
         context, gate=gate, chapter=criteria.gate(gate).chapter, test_id="t::gate",
-        provenance=Provenance(platform, device_kind, "0.10.2", "0.10.2", None, None, None, tree, modules or {}),
+        provenance=Provenance(platform, device_kind, jax, "0.10.2", None, None, None, tree, modules or {}),
         harness=harness or FakeHarness(seconds or {}), store=FakeStore(), marker_cost=marker_cost,
         live_device=live_device, tree_root=tree_root)
 
@@ -106,7 +134,8 @@ def make_record(**kw) -> rec.Record:
     return rec.Record(**{**base, **kw})
 
 
-MEASURED = dict(method="measured", statistic="median", verdict="pass", platform="tpu", device_kind=V5E_KIND)
+MEASURED = dict(method="measured", statistic="median", verdict="pass", platform="tpu", device_kind=V5E_KIND,
+                timed_by="wall-calls")
 
 
 def read_judged(path):

@@ -110,3 +110,54 @@ def test_a_gate_kernel_not_the_learners_own_gets_a_fail_row(tmp_path, chapter, t
     assert "not your own kernel doing the op" in row["notes"] and why in row["notes"]
     assert why in run.stdout
     assert "fail               Correct under the differential suite" in run.stdout
+
+
+ONE_CHIP = '''
+"""A stand-in TPU machine with one chip, for tests/test_chapter_gates.py: the run sees one TPU v5 lite;
+the gate tests build their CPU shapes (the chip is a CPU), and the harness returns chosen times."""
+from pytest_tpucourse.gates import run, timer
+from pytest_tpucourse.grading import backend
+
+backend.device_facts = lambda: backend.DeviceFacts("tpu", "TPU v5 lite", 1)
+run.GateRun.shapes = lambda self, timed, *, cpu: cpu
+
+
+def _measure(self, fns, input_sets):
+    for fn in fns.values():
+        for args in input_sets:
+            fn(*args)
+    return {name: timer.Timing(tuple(1e-4 * (1 + 0.002 * i) for i in range(12)), 1, 0.0, 1e-9, "interval")
+            for name in fns}
+
+
+timer.Harness.measure = _measure
+'''
+
+
+def test_gate_04_on_one_chip_measures_its_compute_alone_and_checks_the_rest_off_chip(tmp_path):
+    """Gate 04's own tests on a machine with one chip (a stand-in): the collectives checked on 4 CPU
+    devices (off-chip verified), the compute alone timed on the chip, the collective matmul not runnable."""
+    (tmp_path / "one_chip.py").write_text(ONE_CHIP)
+    records = tmp_path / "records.jsonl"
+    run = subprocess.run([sys.executable, "-m", "pytest", "-p", "no:cacheprovider", "-p", "one_chip", "--rootdir",
+                          str(REPO), f"--basetemp={tmp_path / 'basetemp'}", "exercises/ch14/test_gate04.py",
+                          "--gates", "--solutions", "--records", str(records), "--device-runs",
+                          str(tmp_path / "device_runs.jsonl"), "-rs"], cwd=REPO, capture_output=True,
+                         text=True, env={**__import__("os").environ, "HOME": str(tmp_path), "PY_COLORS": "0",
+                                         "PYTHONPATH": str(tmp_path)})
+    out = run.stdout
+    assert run.returncode == 0, out[-4000:]
+    assert "1 passed, 1 skipped" in out
+    assert "gate 04: 2 tests, 1 slot timed, 1 skipped, " in out
+    assert "not runnable on one chip (needs 4 chips): compute alone measured, 101.1 us on one v5e chip; the " \
+           "collective all-gather-matmul is timed on 4 chips" in out
+    assert "  not runnable on one chip (needs 4 chips): compute alone measured, communication off-chip verified" in out
+    rows = [json.loads(line) for line in records.read_text().splitlines()]
+    [correct] = [r for r in rows if r["criterion"] == "correct"]
+    assert (correct["method"], correct["verdict"]) == ("off-chip-verified", "pass")
+    assert correct["notes"].startswith("needs 4 chips; this run has 1 TPU v5 lite: checked on 4 CPU devices")
+    measured = {r["implementation"]: r for r in rows if r["method"] == "measured"}
+    assert (measured["compute-alone"]["verdict"], measured["kernel"]["verdict"]) == ("reference", "not-runnable")
+    [line] = (tmp_path / "device_runs.jsonl").read_text().splitlines()
+    assert json.loads(line)["chapters"] == {"ch14": {"passed": 1, "failed": 0, "skipped": 1,
+                                                     "seconds": json.loads(line)["chapters"]["ch14"]["seconds"]}}

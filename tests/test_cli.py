@@ -160,3 +160,104 @@ def test_roofline_sees_a_chip_a_conftest_registers(pytester, monkeypatch, capsys
     assert main.main(["roofline", "--chip", "yourchip"]) == 2
     assert "unknown chip 'yourchip'; known chips: v2, v3, v4, v5e, v5p, v6e, v7x, a100, a100-40gb, h100, h200, " \
            "mychip" in capsys.readouterr().err
+
+
+def _first_hardware_rows(tmp_path):
+    """Gate 03's predictions for two slots, then the first slot measured on a v5e (timed from the
+    device trace), through the real writer: the course's rows of a first run on the chip."""
+    from .gate_helpers import FakeHarness
+
+    slots = criteria.gate(3).criterion("beats-xla").slots[:2]
+    cpu = _course_rows(tmp_path, gate=3, platform="cpu", device_kind="cpu")
+    for slot in slots:
+        cpu.measure_trio("beats-xla", slot.op, slot.shapes, slot.dtype, roofline.Cost(1e12, 1e9), floor=lambda x: x,
+                         kernel=lambda x: x, ceiling=None, inputs=lambda seed: (float(seed),))
+    harness = FakeHarness({"floor": 1e-3, "kernel": 7e-4}, method="device-profiler",
+                          wall={"floor": 1.01e-3, "kernel": 1.2e-3})
+    chip = _course_rows(tmp_path, gate=3, harness=harness)
+    chip.measure_trio("beats-xla", slots[0].op, slots[0].shapes, slots[0].dtype, roofline.Cost(1e12, 1e9),
+                      floor=lambda x: x, kernel=lambda x: x, ceiling=None, inputs=lambda seed: (float(seed),))
+    return slots
+
+
+def test_a_measurement_supersedes_its_prediction_on_the_bench_page(tmp_path, capsys):
+    slots = _first_hardware_rows(tmp_path)
+    path = tmp_path / "r.jsonl"
+    assert main.main(["records", "check", str(path)]) == 0  # the first hardware rows are accepted
+    assert "4 rows accepted, 0 rejected, 0 unreadable lines" in capsys.readouterr().out
+    assert main.main(["bench", "--records", str(path)]) == 0
+    page = (tmp_path / "README.md").read_text()
+    measured, predicted = (f"| 03 | beats-xla | {s.op} | {' · '.join('×'.join(map(str, d)) for d in s.shapes)} | "
+                           f"bfloat16 |" for s in slots)
+    lines = page.splitlines()
+    first = [line for line in lines if line.startswith(measured)]
+    assert [line.split(" | ")[5:7] for line in first] == [["floor", "measured median"], ["kernel", "measured median"]]
+    for line in first:  # the prediction is folded into the measured lines, not listed beside them
+        cells = line.split(" | ")
+        assert cells[16] == "5076.1 µs" and cells[18] == "TPU v5 lite"
+    assert [line.split(" | ")[10] for line in first] == ["device-profiler", "device-profiler, dispatch-bound"]
+    assert "| 0.70× |" in first[1]
+    second = [line for line in lines if line.startswith(predicted)]
+    assert [line.split(" | ")[5:7] for line in second] == [["floor", "predicted floor"]]  # not measured yet
+
+
+def test_a_row_written_before_rows_said_how_they_were_timed_shows_it_was_assumed(tmp_path):
+    import json
+
+    path = tmp_path / "r.jsonl"
+    run = _course_rows(tmp_path, gate=0, seconds={"floor": 2e-4})
+    run.measure_floor("roofline-predicts", *ADD, roofline.elementwise_cost((4096, 4096), "bfloat16"),
+                      lambda x: x, lambda seed: (float(seed),))
+    rows = [json.loads(line) for line in path.read_text().splitlines()]
+    for row in rows:  # as rows were written before they said how they were timed
+        row["schema_version"] = 2
+        for name in ("timed_by", "wall_per_call", "dispatch_bound"):
+            del row[name]
+    path.write_text("".join(json.dumps(row) + "\n" for row in rows))
+    assert main.main(["bench", "--records", str(path)]) == 0
+    page = (tmp_path / "README.md").read_text()
+    assert "| floor | measured median | 200.0 µs |" in page
+    assert "| wall-calls (assumed: the row predates timed_by) |" in page
+    assert "## Rejected rows" not in page
+
+
+def test_the_site_shows_a_measurement_in_place_of_its_prediction_and_every_failure(tmp_path):
+    from pytest_tpucourse.site import bench
+
+    slots = _first_hardware_rows(tmp_path)
+    rows = rec.read(tmp_path / "r.jsonl").records
+    lines = [dict(zip(bench.COLUMNS, line)) for line in bench.record_rows(rows)]
+    first = [line for line in lines if line["op"] == slots[0].op and line["shapes"].startswith("2×16")]
+    predicted = "5076.1 µs (roofline-predicted)"
+    assert [(line["implementation"], line["what"], line["timed by"], line["predicted floor"]) for line in first] == [
+        ("floor", "measured median", "device-profiler", predicted),
+        ("kernel", "measured median", "device-profiler, dispatch-bound", predicted)]
+    assert all(line["device kind"] == "TPU v5 lite" for line in first)
+    failed = make_record(**{**MEASURED, "verdict": "fail"}, samples=[2e-4] * 12, spread=0.0, value=2e-4)
+    assert bench.failure_lines([failed, make_record()]) == [
+        f"{failed.date[:10]} v5e gate 00 roofline-predicts: add bfloat16 floor, measured median (t)"]
+
+
+def test_records_check_finds_a_row_whose_commit_holds_other_code(tmp_path, capsys, monkeypatch):
+    import hashlib
+    import subprocess
+
+    from .support import REPO
+
+    monkeypatch.chdir(REPO)
+    head = subprocess.run(["git", "rev-parse", "HEAD"], cwd=REPO, capture_output=True, text=True).stdout.strip()
+    module = "solutions/ch11/matmul.py"
+    at_head = subprocess.run(["git", "show", f"{head}:{module}"], cwd=REPO, capture_output=True).stdout
+    path = tmp_path / "r.jsonl"
+    for digest in (hashlib.sha256(at_head).hexdigest(), "0" * 64):
+        rec.append(path, make_record(tree="solutions", git_commit=head, git_dirty=False, modules={module: digest}))
+    assert main.main(["records", "check", str(path)]) == 1
+    out = capsys.readouterr().out
+    assert out.count("commit check:") == 1
+    assert "commit check: gate 00 roofline-predicts add floor" in out
+    assert f"{module} at {head[:10]} is other code than the row's hash names" in out
+    unknown = tmp_path / "unknown.jsonl"  # a commit this clone does not have: said, not failed
+    rec.append(unknown, make_record(tree="solutions", git_commit="f" * 40, git_dirty=False, modules={module: "0"}))
+    assert main.main(["records", "check", str(unknown)]) == 0
+    assert "commits this repository does not have, so their rows' code is not checked: ffffffffff" in \
+        capsys.readouterr().out

@@ -14,31 +14,35 @@ sys.path.insert(0, str(REPO / "bench"))
 import device_runs as script  # noqa: E402  (bench/device_runs.py)
 
 
+SHA = "70bc5812ab" * 4
+
+
 def _line(**changes):
-    entry = {"date": "2026-12-05", "device_kind": "TPU v5 lite", "jax": "0.10.2", "libtpu": "0.0.42.1",
-             "commit": "70bc5812ab", "kind": "solutions", "seconds": 12.5,
+    entry = {"date": "2026-12-05T23:00:00+00:00", "device_kind": "TPU v5 lite", "jax": "0.10.2",
+             "libtpu": "0.0.42.1", "commit": SHA, "kind": "solutions", "seconds": 12.5,
              "chapters": {"ch11": {"passed": 49, "failed": 0, "skipped": 0, "seconds": 10.0}}}
     return {**entry, **changes}
 
 
 def test_a_line_is_checked_when_written_and_when_read(tmp_path):
     path = tmp_path / "runs.jsonl"
-    device_runs.append(path, _line())
+    device_runs.append(path, device_runs.DeviceRun(**_line()))
     stubs = _line(kind="stubs", chapters={"ch11": {"passed": 0, "failed": 49, "skipped": 0, "seconds": 3.0,
                                                    "not_todo": 1}})
-    device_runs.append(path, stubs)
-    for bad, why in ((_line(kind="nightly"), "kind 'nightly'"), (_line(commit="HEAD"), "not a git commit"),
-                     (_line(kind="stubs"), "ch11: not_todo is not a count"),
-                     (_line(kind="honest"), "names no variant set"), (_line(chapters={}), "non-empty")):
+    device_runs.append(path, device_runs.DeviceRun(**stubs))
+    device_runs.append(path, device_runs.DeviceRun(**_line(kind="honest", variant="own")))
+    for bad, why in ((_line(kind="nightly"), "kind is one of"), (_line(commit="HEAD"), "40-digit sha"),
+                     (_line(kind="stubs"), "not_todo"), (_line(kind="honest"), "names its variant set"),
+                     (_line(variant="own"), "only an honest run")):
         with pytest.raises(ValueError, match=why):
-            device_runs.append(path, bad)
+            device_runs.DeviceRun(**bad)
     with open(path, "a") as file:
         file.write("{not json\n" + json.dumps(_line(date="yesterday")) + "\n")
-    entries, problems = device_runs.read(path)
-    assert [e["kind"] for e in entries] == ["solutions", "stubs"]
-    assert len(problems) == 2 and "not JSON" in problems[0] and "YYYY-MM-DD" in problems[1]
-    table = "\n".join(device_runs.table_lines(entries))
+    runs, bad = device_runs.read(path)
+    assert [r.kind for r in runs] == ["solutions", "stubs", "honest"] and len(bad) == 2
+    table = "\n".join(device_runs.table_lines(runs))
     assert "| solutions | 2026-12-05 |" in table and "49/0/0" in table and "0/49/0 (1 not TODO)" in table
+    assert "| honest (own) |" in table
 
 
 JUNIT = """<?xml version="1.0" encoding="utf-8"?><testsuites><testsuite name="pytest">
@@ -63,16 +67,17 @@ def test_chapter_counts_come_from_the_junit_file_and_stubs_count_what_is_not_tod
 
 
 def test_the_dry_run_names_every_run():
-    run = subprocess.run([sys.executable, str(REPO / "bench" / "device_runs.py"), "--dry-run", "--commit", "abc1234"],
+    run = subprocess.run([sys.executable, str(REPO / "bench" / "device_runs.py"), "--dry-run", "--commit", SHA],
                          capture_output=True, text=True, cwd=REPO)
     assert run.returncode == 0, run.stderr
     out = run.stdout
     assert "exercises --solutions" in out and "exercises --gates --solutions --chip=v5e" in out
+    assert f"--device-runs={REPO / 'bench' / 'device_runs.jsonl'}" in out
     assert out.count("(in ") == len(script.honest_variants()) >= 2
 
 
 def test_docs_tpu_shows_the_latest_runs_of_the_file():
-    entries, problems = device_runs.read(REPO / device_runs.PATH)
-    assert problems == []
+    runs, bad = device_runs.read(REPO / device_runs.PATH)
+    assert bad == []
     text = (REPO / device_runs.DOCS).read_text(encoding="utf-8")
-    assert device_runs.docs_with_table(text, entries) == text, "python bench/device_runs.py writes docs/tpu.md's table"
+    assert device_runs.docs_with_table(text, runs) == text, "python bench/device_runs.py writes docs/tpu.md's table"

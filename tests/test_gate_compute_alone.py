@@ -7,8 +7,8 @@ so they prove which rows are written and how they are judged, never a number.
 import pytest
 
 from pytest_tpucourse import chips, roofline
+from pytest_tpucourse.gates import criteria, placement, report
 from pytest_tpucourse.gates import records as rec
-from pytest_tpucourse.gates import report
 
 from .gate_helpers import gate_run, read_judged
 
@@ -59,16 +59,41 @@ def test_a_kernel_wrong_at_the_timed_size_gets_a_fail_row_and_no_time(tmp_path):
                                                                           "check")
 
 
-def test_one_chip_records_that_it_needs_four_never_a_pass(tmp_path):
+def test_one_chip_times_the_compute_alone_and_records_that_the_kernel_needs_four_chips(tmp_path):
+    run = gate_run(tmp_path, gate=4, devices=1, seconds={"compute-alone": 1e-4})
+    result = _measure(run, kernel=None)
+    assert result.status == "not runnable here"
+    assert result.message.startswith("not runnable on one chip (needs 4 chips): compute alone measured, 100.0 us "
+                                     "on one v5e chip")
+    assert run.harness.asked == [("compute-alone",)]  # the compute alone alone, on the one chip
+    rows, rejected = read_judged(tmp_path / "r.jsonl")
+    assert not rejected
+    measured = {r.implementation: r for r in rows if r.method == "measured"}
+    assert (measured["compute-alone"].verdict, measured["compute-alone"].value) == ("reference", pytest.approx(1e-4))
+    kernel = measured["kernel"]
+    assert (kernel.verdict, kernel.value, kernel.statistic) == ("not-runnable", None, "too-few-chips")
+    assert "needs 4 chips; this run has 1 TPU v5 lite" in kernel.notes and kernel.run_id == measured["compute-alone"].run_id
+    statuses = report.gate_statuses(rows, "v5e")[4]
+    assert statuses["communication-hidden"] == "not runnable here"
+    assert report.too_few_chips(rows, 4, "v5e", statuses) == (
+        "not runnable on one chip (needs 4 chips): compute alone measured, communication not checked yet")
+    assert report.gates_passed(rows) == 0
+
+
+def test_one_chip_without_a_compute_alone_records_only_that_it_needs_four(tmp_path):
     run = gate_run(tmp_path, gate=4, devices=1, seconds={})
-    result = _measure(run)
+    result = run.measure_against_compute_alone(
+        "communication-hidden", "all-gather-matmul", SHAPES, "bfloat16", COST, kernel=None, compute_alone=None,
+        kernel_inputs=None, compute_alone_inputs=None, kernel_reference=None, compute_alone_reference=None,
+        devices=4)
     assert result.status == "not runnable here" and "needs 4 chips; this run has 1 TPU v5 lite" in result.message
-    assert run.harness.asked == []  # nothing is timed with too few chips
+    assert run.harness.asked == []  # nothing is timed
     rows = rec.read(tmp_path / "r.jsonl").records
     kernel = [r for r in rows if r.method == "measured"]
     assert [(r.implementation, r.verdict, r.value) for r in kernel] == [("kernel", "not-runnable", None)]
-    assert "needs 4 chips" in kernel[0].notes
-    assert report.gate_statuses(rows, "v5e")[4]["communication-hidden"] == "not runnable here"
+    statuses = report.gate_statuses(rows, "v5e")[4]
+    assert report.too_few_chips(rows, 4, "v5e", statuses) == (
+        "not runnable on one chip (needs 4 chips): compute alone not measured, communication not checked yet")
     assert report.gates_passed(rows) == 0
 
 
@@ -93,9 +118,95 @@ def test_only_a_compute_alone_criterion_is_measured_this_way(tmp_path):
 def test_a_compute_alone_row_is_a_reference_and_cannot_claim_a_cpu_time(tmp_path):
     base = dict(gate=4, criterion="communication-hidden", chapter="ch14", test_id="t", tree="exercises",
                 implementation="compute-alone", op="all-gather-matmul", shapes=SHAPES, dtype="bfloat16",
-                chip="v5e", statistic="median", value=1e-4, unit="s", device_kind="cpu", interpret=False)
+                chip="v5e", statistic="median", value=1e-4, unit="s", device_kind="cpu", interpret=False,
+                timed_by="wall-calls")
     with pytest.raises(rec.HonestyError):
         rec.Record(method="measured", verdict="reference", platform="cpu", **base)
     row = rec.Record(method="measured", verdict="reference", platform="tpu",
                      **{**base, "device_kind": "TPU v5 lite"})
     assert row.implementation == "compute-alone"
+
+
+# ---------------------------------------------------------------- gate 04 on one chip
+
+ONE_CHIP = dict(on_accelerator=True, chips=1, device_kind="TPU v5 lite", count=4)
+
+
+@pytest.mark.parametrize("facts, where, why", [
+    (dict(ONE_CHIP, cpu_devices=8), placement.ON_CPU_DEVICES,
+     "needs 4 chips; this run has 1 TPU v5 lite: checked on 4 CPU devices under TPU interpret mode"),
+    (dict(ONE_CHIP, cpu_devices=1), placement.NOWHERE,
+     "needs 4 chips; this run has 1 TPU v5 lite, and 1 CPU device to simulate them on"),
+    (dict(ONE_CHIP, chips=4, cpu_devices=1), placement.ON_CHIP, ""),
+    (dict(ONE_CHIP, on_accelerator=False, cpu_devices=8), placement.RUN_DEVICES, ""),
+])
+def test_where_a_four_device_check_runs(facts, where, why):
+    placed = placement.placement(**facts)
+    assert (placed.where, placed.why) == (where, why)
+    assert placed.off_chip == (where in (placement.ON_CPU_DEVICES, placement.RUN_DEVICES))
+    assert placement.chips_short(placement.too_few_chips(4, 1, "TPU v5 lite")) == (4, 1)
+
+
+def test_one_chip_checks_the_collectives_on_cpu_devices_and_says_off_chip_verified(tmp_path):
+    import jax
+
+    from pytest_tpucourse.core import jax_internals
+
+    run = gate_run(tmp_path, gate=4, devices=1, kernels_native=True, seconds={"compute-alone": 1e-4})
+    slot = criteria.gate(4).criterion("correct").slots[0]
+    before = jax_internals.interpret_mode_in_effect()
+    with run.devices("correct", slot.op, slot.shapes, slot.dtype, 4) as devices:
+        assert [d.platform for d in devices] == ["cpu"] * 4
+        assert jax_internals.interpret_mode_in_effect() is not None  # TPU interpret mode, also beside a chip
+        assert jax.numpy.zeros(()).devices() == {devices[0]}  # what the check makes lives with its mesh
+        result = run.verify("correct", slot.op, slot.shapes, slot.dtype, check=lambda: None)
+    assert jax_internals.interpret_mode_in_effect() is before
+    assert result.status == "off-chip verified"
+    [row] = rec.read(tmp_path / "r.jsonl").records
+    assert (row.method, row.interpret) == ("off-chip-verified", True)  # never measured: no chip ran it
+    assert row.notes.startswith("needs 4 chips; this run has 1 TPU v5 lite: checked on 4 CPU devices under TPU "
+                                "interpret mode; the chapter's differential checks")
+    _measure(run, kernel=None)
+    rows, rejected = read_judged(tmp_path / "r.jsonl")
+    assert not rejected
+    statuses = report.gate_statuses(rows, "v5e")[4]
+    assert statuses == {"correct": "off-chip verified", "communication-hidden": "not runnable here"}
+    note = "not runnable on one chip (needs 4 chips): compute alone measured, communication off-chip verified"
+    assert report.too_few_chips(rows, 4, "v5e", statuses) == note
+    assert f"  {note}" in report.gate_table_lines(rows, "v5e")
+    assert report.gate_label(rows, 4) == f"{note} (v5e)"
+
+
+def test_with_nowhere_to_simulate_the_chips_the_check_is_recorded_not_runnable(tmp_path, monkeypatch):
+    monkeypatch.setattr(placement, "cpu_device_count", lambda: 1)
+    run = gate_run(tmp_path, gate=4, devices=1)
+    slot = criteria.gate(4).criterion("correct").slots[0]
+    with run.devices("correct", slot.op, slot.shapes, slot.dtype, 4) as devices:
+        assert devices is None
+    assert run.results[-1].status == "not runnable here"
+    [row] = rec.read(tmp_path / "r.jsonl").records
+    assert (row.verdict, row.statistic) == ("not-runnable", "too-few-chips")
+
+
+def test_the_bench_page_says_what_gate_04_on_one_chip_still_checked(tmp_path):
+    run = gate_run(tmp_path, gate=4, devices=1, tree="solutions", seconds={"compute-alone": 1e-4})
+    slot = criteria.gate(4).criterion("correct").slots[0]
+    with run.devices("correct", slot.op, slot.shapes, slot.dtype, 4):
+        run.verify("correct", slot.op, slot.shapes, slot.dtype, check=lambda: None)
+    _measure(run, kernel=None)
+    page = report.bench_readme(report.load([tmp_path / "r.jsonl"], chips.ChipRegistry(), tree="solutions"))
+    assert ("| 04 Distributed Pallas | Communication hidden behind compute: the collective matmul within striking "
+            "distance of its compute alone | project's | not runnable on one chip (needs 4 chips): compute alone "
+            "measured, communication off-chip verified |") in page
+
+
+def test_nothing_is_timed_where_the_chips_are_simulated(tmp_path):
+    """Inside devices() on CPU devices the kernels run under TPU interpret mode: a measurement asked
+    for there times nothing and writes no measured row, only the prediction."""
+    run = gate_run(tmp_path, gate=4, devices=1, seconds={"compute-alone": 1e-4, "kernel": 1e-4})
+    slot = criteria.gate(4).criterion("correct").slots[0]
+    with run.devices("correct", slot.op, slot.shapes, slot.dtype, 4):
+        result = _measure(run)
+    assert result.status == "nothing timed" and "nothing is timed where the chips are simulated" in result.message
+    assert run.harness.asked == []
+    assert {r.method for r in rec.read(tmp_path / "r.jsonl").records} == {"roofline-predicted"}

@@ -154,7 +154,7 @@ def test_gates_on_a_cpu_predict_and_await_hardware(fake_course):
     result.stdout.fnmatch_lines([
         "*gates for chip v5e (predicted only*",
         "gates for v5e*",
-        "gate 00 The machine (ch10)",
+        "gate 00 The machine (ch10), *s this run",
         "  awaiting hardware  The roofline predicts this chip*",
         f"{NONE_PASSED}*",
         "*awaiting hardware: add bfloat16 roofline floor predicted for v5e*",
@@ -303,7 +303,7 @@ def test_a_gates_run_lists_no_deselected_exercises(fake_course):
     result.assert_outcomes(skipped=1, deselected=1)
     summary = result.stdout.str().split("= tpucourse =")[1].splitlines()
     assert not [line for line in summary if "double" in line or line.startswith(("  ----", "course: "))]
-    result.stdout.fnmatch_lines(["gate 00 The machine (ch10)", "graded: *", f"{NONE_PASSED}*"])
+    result.stdout.fnmatch_lines(["gate 00 The machine (ch10), *s this run", "graded: *", f"{NONE_PASSED}*"])
     # without --gates the summary is unchanged: the exercise is listed
     plain = fake_course.run("--records", str(records))
     plain.stdout.fnmatch_lines(["*double*0/1 tests passed*", "course: 0/15 chapters*"])

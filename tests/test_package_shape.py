@@ -321,6 +321,8 @@ TESTED_THROUGH = {
     "core.source_location": "test_xray.py", "gates.criteria": "test_gates.py", "gates.judge": "test_gates.py",
     "gates.markers": "test_options_and_markers.py", "gates.provenance": "test_records.py",
     "gates.report": "test_gates.py", "gates.run": "test_gates.py", "gates.stats": "test_timer.py",
+    "gates.device_runs": "test_gate_runs.py", "gates.json_lines": "test_records.py",
+    "gates.placement": "test_gate_compute_alone.py", "run.gate_progress": "test_gate_runs.py",
     "gating": "test_gates.py", "grading.backend": "test_devices.py", "grading.calls": "test_bad_learner_code.py",
     "grading.compiled": "test_grading_speed.py", "grading.context": "test_grading_speed.py",
     "grading.deadline": "test_deadlocks.py", "grading.interrupts": "test_survival.py",
@@ -437,10 +439,13 @@ def hook_implementations(package_dir=PACKAGE_DIR) -> dict[str, list[str]]:
 # record (registered only with --tpucourse-results) counts each report into its file too; a
 # watch run (registered only with --watch-run) puts one test first, answers it at once and
 # keeps the run's outcomes and times; the isolated check (registered only with --isolated) checks
-# again, outside the run's process, what the run found done, and says so in the summary.
+# again, outside the run's process, what the run found done, and says so in the summary; a gate
+# run's progress (registered only with --gates) tallies the gate tests and says each gate's end.
 SEVERAL_CONCERNS = {
     "pytest_runtest_logreport": {"run/reports.py:ReportCounter", "classroom/record.py:EndOfRunRecord",
-                                 "learner/watch_run.py:WatchRun", "run/host_cpu.py:HostCpuChild"},
+                                 "learner/watch_run.py:WatchRun", "run/gate_progress.py:GateProgress",
+                                 "run/host_cpu.py:HostCpuChild"},
+    "pytest_collection_finish": {"run/collection.py", "run/gate_progress.py:GateProgress"},
     "pytest_collection_modifyitems": {"run/collection.py", "learner/watch_run.py:WatchRun"},
     "pytest_xdist_node_collection_finished": {"run/collection.py", "learner/watch_run.py:WatchRun"},
     "pytest_sessionfinish": {"run/lifecycle.py", "learner/watch_run.py:WatchRun",
@@ -449,7 +454,8 @@ SEVERAL_CONCERNS = {
     # the host's CPU takes its child's reports, and a host-CPU child ships its own.
     "pytest_runtest_makereport": {"run/reports.py", "run/host_cpu.py:HostCpuHalf"},
     "pytest_report_teststatus": {"run/reports.py", "run/host_cpu.py:HostCpuHalf"},
-    "pytest_runtest_logfinish": {"run/graded_call.py", "run/host_cpu.py:HostCpuChild"},
+    "pytest_runtest_logfinish": {"run/graded_call.py", "run/host_cpu.py:HostCpuChild",
+                                 "run/gate_progress.py:GateProgress"},
     "pytest_terminal_summary": {"run/summary.py", "classroom/isolated.py:IsolatedCheck"},
 }
 

@@ -12,7 +12,10 @@ from pytest_tpucourse.gates import criteria
 from pytest_tpucourse.gates import records as rec
 from pytest_tpucourse.gates.records import HonestyError
 
-from .gate_helpers import GATES_TOTAL, MEASURED, make_record
+from pytest_tpucourse import chips, roofline
+from pytest_tpucourse.gates import judge
+
+from .gate_helpers import GATES_TOTAL, MEASURED, FakeHarness, gate_run, make_record, read_judged
 from .support import DEFAULT_SIGINT, REPO
 
 
@@ -71,7 +74,9 @@ def test_schema_documents_every_field():
     fields = set(json.loads(make_record().to_json()))
     assert set(schema["properties"]) == fields
     assert set(schema["required"]) <= fields
-    assert schema["properties"]["schema_version"] == {"const": rec.SCHEMA_VERSION}
+    assert schema["properties"]["schema_version"]["enum"] == list(rec.READABLE_VERSIONS)
+    assert rec.SCHEMA_VERSION == max(rec.READABLE_VERSIONS)
+    assert schema["properties"]["timed_by"]["enum"] == [*rec.TIMING_METHODS, None]
     assert schema["properties"]["method"]["enum"] == list(rec.METHODS)
     assert schema["properties"]["verdict"]["enum"] == list(rec.VERDICTS)
     assert schema["properties"]["implementation"]["enum"] == list(rec.IMPLEMENTATIONS)
@@ -89,7 +94,7 @@ def test_the_schemas_gate_bounds_are_the_gate_tables():
     (b"\n" + b'{"gate": 0}\n', 2, "not a valid row: schema_version None"),
     (None, 2, "the last line has no newline"),
     ("dup", 2, "row id [0-9a-f]+ appears twice"),
-    (b'{"schema_version": 1, "gate": 0}\n', 1, "schema_version 1, expected 2"),
+    (b'{"schema_version": 1, "gate": 0}\n', 1, "schema_version 1, expected 2 or 3"),
     (b"[1, 2]\n", 1, "a row is a JSON object"),
 ])
 def test_bad_lines_are_reported_with_path_and_line_and_the_rest_kept(tmp_path, content, line, reason):
@@ -183,3 +188,126 @@ def test_published_records_carry_no_absolute_path_and_no_host():
     text = (REPO / rec.PUBLISHED_PATH).read_text()
     assert str(REPO) not in text and "/home/" not in text and '"host"' not in text
     assert {r.tree for r in rows.records} == {"solutions"}
+
+
+# ---------------------------------------------------------------- how a measured time was taken
+
+TIMED = dict(**{**MEASURED, "timed_by": None}, samples=[1e-4] * 12, spread=0.0, value=1e-4)
+
+
+def test_a_measured_time_says_how_it_was_timed():
+    for method in rec.TIMING_METHODS:
+        extra = dict(wall_per_call=1.2e-4, dispatch_bound=False) if method == "device-profiler" else {}
+        assert make_record(**{**TIMED, "timed_by": method}, **extra).timing_method == method
+    with pytest.raises(HonestyError, match="a measured time says how it was timed"):
+        make_record(**TIMED)
+    with pytest.raises(ValueError, match="timed_by must be one of device-profiler, wall-calls, got 'stopwatch'"):
+        make_record(**{**TIMED, "timed_by": "stopwatch"})
+    with pytest.raises(ValueError, match="a time read from the device trace carries the host's wall time"):
+        make_record(**{**TIMED, "timed_by": "device-profiler"})
+    with pytest.raises(ValueError, match="only a measured time says how it was timed"):
+        make_record(timed_by="wall-calls")  # a prediction
+    with pytest.raises(ValueError, match="wall_per_call is a positive number"):
+        make_record(**{**TIMED, "timed_by": "wall-calls"}, wall_per_call=0.0)
+
+
+def _schema_2_line(**kw) -> bytes:
+    row = json.loads(make_record(**{**TIMED, "timed_by": "wall-calls"}, **kw).to_json())
+    for name in ("timed_by", "wall_per_call", "dispatch_bound"):
+        del row[name]
+    row["schema_version"] = 2
+    return (json.dumps(row) + "\n").encode()
+
+
+def test_a_measured_time_that_does_not_say_how_is_reported_with_its_line(tmp_path):
+    path = tmp_path / "r.jsonl"
+    row = json.loads(make_record(**{**TIMED, "timed_by": "wall-calls"}).to_json())
+    path.write_text(json.dumps({**row, "timed_by": None}) + "\n" + json.dumps({**row, "timed_by": "guess",
+                                                                              "id": "b"}) + "\n")
+    readout = rec.read(path)
+    assert not readout.records
+    assert [(b.line, "a measured time says how it was timed" in b.reason) for b in readout.bad] == [(1, True), (2, False)]
+    assert "timed_by must be one of device-profiler, wall-calls, got 'guess'" in readout.bad[1].reason
+
+
+def test_a_row_written_before_rows_said_how_they_were_timed_is_read_as_wall_calls_and_said_so(tmp_path):
+    path = tmp_path / "r.jsonl"
+    path.write_bytes(_schema_2_line())
+    [row] = rec.read(path).records
+    assert row.schema_version == 2 and row.timed_by is None
+    assert row.timing_method == "wall-calls" and row.timing_assumed
+    with pytest.raises(ValueError, match="rows are written in schema 3, not 2"):
+        rec.append(path, row)  # read, never written again
+
+
+def test_a_schema_2_row_cannot_say_how_it_was_timed(tmp_path):
+    path = tmp_path / "r.jsonl"
+    row = json.loads(_schema_2_line())
+    path.write_text(json.dumps({**row, "timed_by": "device-profiler"}) + "\n")
+    [bad] = rec.read(path).bad
+    assert "schema_version 2 predates timed_by" in bad.reason
+
+
+def _trio_rows(tmp_path, harness):
+    run = gate_run(tmp_path, gate=1, harness=harness)
+    slot = criteria.gate(1).criterion("matmul-near-xla").slots[0]
+    result = run.measure_trio("matmul-near-xla", slot.op, slot.shapes, slot.dtype, roofline.Cost(1e9, 1e6),
+                              floor=lambda x: x, kernel=lambda x: x, ceiling=None, inputs=lambda seed: (float(seed),))
+    assert result.timed
+    return [r for r in rec.read(tmp_path / "r.jsonl").records if r.method == "measured"]
+
+
+def test_rows_say_how_the_harness_timed_them_and_survive_re_judging(tmp_path):
+    harness = FakeHarness({"floor": 1e-4, "kernel": 9e-5}, method="device-profiler",
+                          wall={"floor": 1.1e-4, "kernel": 2e-4})
+    rows = {r.implementation: r for r in _trio_rows(tmp_path, harness)}
+    assert {r.timed_by for r in rows.values()} == {"device-profiler"}
+    assert (rows["floor"].wall_per_call, rows["floor"].dispatch_bound) == (1.1e-4, False)
+    assert (rows["kernel"].wall_per_call, rows["kernel"].dispatch_bound) == (2e-4, True)  # 2e-4 > 1.5 x 9e-5
+    accepted, rejected = read_judged(tmp_path / "r.jsonl")
+    assert not rejected and len(accepted) == 3
+
+
+def test_a_harness_that_does_not_say_timed_wall_calls(tmp_path):
+    rows = _trio_rows(tmp_path, FakeHarness({"floor": 1e-4, "kernel": 9e-5}))
+    assert {(r.timed_by, r.wall_per_call, r.dispatch_bound) for r in rows} == {("wall-calls", None, False)}
+
+
+def test_a_dispatch_bound_flag_its_wall_time_does_not_give_is_rejected(tmp_path):
+    harness = FakeHarness({"floor": 1e-4, "kernel": 9e-5}, method="device-profiler",
+                          wall={"floor": 1.1e-4, "kernel": 2e-4})
+    _trio_rows(tmp_path, harness)
+    path = tmp_path / "r.jsonl"
+    lines = [json.loads(line) for line in path.read_text().splitlines()]
+    for row in lines:
+        if row["implementation"] == "kernel":
+            row["dispatch_bound"] = False  # hidden by hand
+    path.write_text("".join(json.dumps(row) + "\n" for row in lines))
+    judged = judge.judge_rows(rec.read(path).rows, chips.ChipRegistry())
+    [rejected] = judged.rejected
+    assert "dispatch_bound False is not what its wall time per call (0.0002 s) and its median" in str(rejected)
+
+
+def test_a_copy_of_the_checkout_without_git_records_the_commit_it_is_told_and_says_so(tmp_path, monkeypatch):
+    from pytest_tpucourse.gates import provenance
+
+    copy = tmp_path / "copy"  # a course tree sent somewhere without its .git
+    copy.mkdir()
+    monkeypatch.setenv(provenance.COMMIT_VARIABLE, "a" * 40 + "-dirty")
+    stated = provenance.provenance("tpu", "TPU v5 lite", copy, "solutions", {})
+    assert (stated.git_commit, stated.git_dirty, stated.commit_stated) == ("a" * 40, True, True)
+    monkeypatch.setenv(provenance.COMMIT_VARIABLE, "not a commit")
+    assert provenance.stated_commit() == (None, None)
+    assert provenance.provenance("tpu", "TPU v5 lite", copy, "solutions", {}).git_commit is None
+    monkeypatch.setenv(provenance.COMMIT_VARIABLE, "b" * 40)
+    from .support import REPO
+
+    in_git = provenance.provenance("tpu", "TPU v5 lite", REPO, "solutions", {})
+    assert in_git.git_commit != "b" * 40 and not in_git.commit_stated  # git's own answer wins
+    run = gate_run(tmp_path, gate=1)
+    run.provenance = stated
+    slot = criteria.gate(1).criterion("correct").slots[0]
+    run.verify("correct", slot.op, slot.shapes, slot.dtype, check=lambda: None, work=())
+    [row] = rec.read(tmp_path / "r.jsonl").records
+    assert row.git_commit == "a" * 40 and row.git_dirty
+    assert row.notes.startswith("commit as TPUCOURSE_GIT_COMMIT states it (this copy of the checkout has no .git)")

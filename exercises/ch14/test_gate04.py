@@ -8,14 +8,17 @@ these criteria are the project's (docs/gates.md):
   race detector; and, off the chip where the real compiler is installed, the
   collective matmul compiled for the chip at the timed size (4 chips, and one for
   compute alone). On a CPU (simulated devices, interpret mode) this writes an
-  off-chip-verified row; natively on 4 or more chips, a measured one.
+  off-chip-verified row; natively on 4 or more chips, a measured one. On a machine
+  with fewer than 4 chips the checks run on 4 simulated CPU devices under TPU
+  interpret mode beside the chip: off-chip verified, saying it needs 4 chips.
 - communication-hidden: the collective matmul on 4 chips within 1.15x of its compute
   alone, the same kernel on one chip given the gathered x (no communication at all).
   Both are checked against XLA's all-gather matmul before and after timing.
   On a CPU the roofline floor of one chip's compute is predicted and the test is
-  skipped as awaiting hardware; on fewer than 4 chips "needs 4 chips" is recorded as
-  not runnable, never a pass. `pytest --gates --rehearse` runs the measuring path on a
-  stand-in clock, at CPU_MKN on a CPU's simulated devices.
+  skipped as awaiting hardware. With fewer than 4 chips the compute alone is still
+  timed on one chip (a measured reference row) and the collective matmul is recorded
+  as not runnable, needing 4 chips: never a pass. `pytest --gates --rehearse` runs the
+  measuring path on a stand-in clock, at CPU_MKN on a CPU's simulated devices.
 - both judge your own kernels (pytest_tpucourse/gates/own_work.py): Pallas kernels written in
   your tree, the matmul inside them.
 """
@@ -66,23 +69,30 @@ def _correctness_cases(mesh):
 @pytest.mark.host_interpret("DMA execution orders and races between devices")
 def test_collectives_are_correct(gate_run, impl, mesh):
     [slot] = GATE.criterion("correct").slots
-    if not gate_run.has_devices("correct", slot.op, slot.shapes, slot.dtype, DEVICES):
-        return  # recorded as "needs 4 chips", not runnable: the test is reported skipped
-    cases = _correctness_cases(mesh(DEVICES))
+    # the chip's devices; with fewer than 4 chips, 4 simulated CPU devices (off-chip verified)
+    with gate_run.devices("correct", slot.op, slot.shapes, slot.dtype, DEVICES) as devices:
+        if devices is None:
+            return  # recorded as "needs 4 chips", not runnable: the test is reported skipped
+        cases = _correctness_cases(_ring(devices))
 
-    def check():
-        for module, name, reference, args, kwargs in cases:
-            fn = getattr(getattr(impl, module), name)
-            tpu.assert_correct_in_each_dma_mode(fn, functools.partial(
-                checks.assert_matches_reference, fn, args, kwargs=kwargs, reference=reference.bind(**kwargs)))
-            tpu.assert_no_races(fn, *args, cores=1, why=tpu.RACE_BETWEEN_DEVICES, **kwargs)
-        _compiles_at_the_timed_size(impl.collective_matmul.all_gather_matmul, mesh, gate_run.chip,
-                                    gate_run_on_chip=gate_run.on_accelerator)
+        def check():
+            for module, name, reference, args, kwargs in cases:
+                fn = getattr(getattr(impl, module), name)
+                tpu.assert_correct_in_each_dma_mode(fn, functools.partial(
+                    checks.assert_matches_reference, fn, args, kwargs=kwargs, reference=reference.bind(**kwargs)))
+                tpu.assert_no_races(fn, *args, cores=1, why=tpu.RACE_BETWEEN_DEVICES, **kwargs)
+            _compiles_at_the_timed_size(impl.collective_matmul.all_gather_matmul, mesh, gate_run.chip,
+                                        gate_run_on_chip=gate_run.on_accelerator)
 
-    work = [gating.own_kernel(getattr(getattr(impl, module), name), args, kwargs,
-                              flops=_per_device_flops(args) if module == "collective_matmul" else 0.0)
-            for module, name, _, args, kwargs in cases]
-    gate_run.verify("correct", slot.op, slot.shapes, slot.dtype, check, work=work)
+        work = [gating.own_kernel(getattr(getattr(impl, module), name), args, kwargs,
+                                  flops=_per_device_flops(args) if module == "collective_matmul" else 0.0)
+                for module, name, _, args, kwargs in cases]
+        gate_run.verify("correct", slot.op, slot.shapes, slot.dtype, check, work=work)
+
+
+def _ring(devices):
+    """A 1-D mesh over these devices, axis "x", Auto (shard_map places its inputs, as mesh() does)."""
+    return jax.make_mesh((len(devices),), ("x",), devices=devices, axis_types=(jax.sharding.AxisType.Auto,))
 
 
 def _compiles_at_the_timed_size(fn, mesh, chip, *, gate_run_on_chip: bool) -> None:
@@ -110,15 +120,16 @@ def _per_device_flops(args) -> float:
 def test_communication_hidden_behind_compute(gate_run, impl):
     [slot] = GATE.criterion("communication-hidden").slots
     kernel = compute_alone = kernel_reference = alone_reference = None
-    if gate_run.on_accelerator and jax.device_count() >= DEVICES:  # built only where it can run
+    if gate_run.on_accelerator:  # built only where it can run: compute alone on one chip, the ring on 4
         fn = impl.collective_matmul.all_gather_matmul.resolve()
-        auto = dict(axis_types=(jax.sharding.AxisType.Auto,))  # shard_map places its inputs, as mesh() does
-        ring = jax.make_mesh((DEVICES,), ("x",), devices=jax.devices()[:DEVICES], **auto)
-        one = jax.make_mesh((1,), ("x",), devices=jax.devices()[:1], **auto)
-        kernel = jax.jit(functools.partial(fn, mesh=ring, axis_name="x"))
+        one = _ring(jax.devices()[:1])
         compute_alone = jax.jit(functools.partial(fn, mesh=one, axis_name="x"))
-        kernel_reference = jax.jit(functools.partial(references.ALL_GATHER_MATMUL.floor, mesh=ring, axis_name="x"))
         alone_reference = jax.jit(functools.partial(references.ALL_GATHER_MATMUL.floor, mesh=one, axis_name="x"))
+        if jax.device_count() >= DEVICES:
+            ring = _ring(jax.devices()[:DEVICES])
+            kernel = jax.jit(functools.partial(fn, mesh=ring, axis_name="x"))
+            kernel_reference = jax.jit(functools.partial(references.ALL_GATHER_MATMUL.floor, mesh=ring,
+                                                         axis_name="x"))
 
     m, k, n = gate_run.shapes((M, K, N), cpu=CPU_MKN)
 

@@ -1,6 +1,7 @@
 """`tpucourse records check | link`: the gate records outside a test run.
 
-    tpucourse records check [--repair]    every bad line and rejected row, with path and line
+    tpucourse records check [--repair]    every bad line and rejected row, with path and line, and every
+                                          row whose commit does not hold the code it names
     tpucourse records check --against T   which of your passes a trusted run reproduced (exit 1 if any is not)
     tpucourse records link URL            gate 05's upstream submission, self-reported
 """
@@ -63,11 +64,17 @@ def _check(args) -> int:
             for bad in moved:
                 print(f"{bad}: moved to {rec.side_file(path).name}")
         loaded = report.load([path], registry)
-        problems += len(loaded.problems())
+        commits = report.check_commits(loaded.accepted, root) if root is not None else report.CommitCheck((), ())
+        problems += len(loaded.problems()) + len(commits.problems)
         print(f"{path}: {len(loaded.accepted)} rows accepted, {len(loaded.rejected)} rejected, "
               f"{len(loaded.bad)} unreadable lines")
         for line in loaded.problems():
             print(f"  {line}")
+        for line in commits.problems:
+            print(f"  {path}: commit check: {line}")
+        if commits.unknown:
+            print(f"  commits this repository does not have, so their rows' code is not checked: "
+                  f"{', '.join(commits.unknown)}")
         if loaded.bad and not args.repair:
             print(f"  repair: tpucourse records check --repair {path} (moves them to "
                   f"{rec.side_file(path).name}; nothing is deleted)")

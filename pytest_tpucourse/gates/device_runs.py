@@ -1,114 +1,151 @@
-"""bench/device_runs.jsonl: the course's own runs on a chip, one JSON line per run.
+"""bench/device_runs.jsonl: the course's own runs on a chip, one JSON line per run, what it ran and how long.
 
-Each line says which code ran where and what came of it, per chapter:
-
-    {"date": "2026-12-05", "device_kind": "TPU v5 lite", "jax": "0.10.2", "libtpu": "0.0.42.1",
-     "commit": "<the commit whose code ran>", "kind": "solutions", "seconds": 412.3,
-     "chapters": {"ch11": {"passed": 49, "failed": 0, "skipped": 0, "seconds": 61.2}, ...}}
-
+A line is one JSON object:
+    {"date", "device_kind", "jax", "libtpu", "commit", "kind", "seconds",
+     "chapters": {"chNN": {"passed", "failed", "skipped", "seconds"}}}
 `kind` is one of KINDS: the shipped solutions natively (`solutions`), the stubs (`stubs`, whose
-chapters also count `not_todo`: stub failures whose message is not "not written yet"), the
-honest corpus (`honest`, with the `variant` set it ran: tests/honest/chNN/<variant>/) and a
-gate run of the solutions (`gates`). bench/device_runs.py makes and appends them; docs/tpu.md
-shows the latest. A line is checked when written and when read: a malformed one is reported,
-never taken.
+chapters also count `not_todo`: stub failures whose message is not "not written yet"), the honest
+corpus (`honest`, naming the `variant` set it ran: tests/honest/chNN/<variant>/) and a gate run of
+the solutions (`gates`, written by the run itself: run/gate_progress.py). bench/device_runs.py runs
+the other kinds on a chip and appends their lines; docs/tpu.md shows the latest of each. `commit`
+is the commit whose code ran, "<sha>-dirty" (as `git describe --dirty` marks it) when the checkout
+differed from it, null when unknown; `seconds` is the run's wall time, each chapter's the time of
+its tests.
+
+`append` refuses a line that is not of this form and appends it atomically (json_lines.py); `read`
+validates every line and reports the ones that are not (path, line, why) instead of stopping at them.
 """
 
 from __future__ import annotations
 
+import datetime
 import json
-import os
+import math
 import re
+from dataclasses import asdict, dataclass
 from pathlib import Path
 
-PATH = "bench/device_runs.jsonl"
-KINDS = ("solutions", "stubs", "honest", "gates")
+from . import json_lines
+
+PATH = Path("bench") / "device_runs.jsonl"  # under the course root
+DOCS = Path("docs") / "tpu.md"  # its table of the latest runs (docs_with_table)
 FIELDS = ("date", "device_kind", "jax", "libtpu", "commit", "kind", "seconds", "chapters")
-COUNTS = ("passed", "failed", "skipped")
+OPTIONAL = ("variant",)  # the honest corpus's variant set
+CHAPTER_FIELDS = ("passed", "failed", "skipped", "seconds")
+STUBS_FIELDS = CHAPTER_FIELDS + ("not_todo",)
+GATES = "gates"  # the kind a gate run writes
+KINDS = ("solutions", "stubs", "honest", GATES)
+_COMMIT = re.compile(r"[0-9a-f]{40}(-dirty)?")
+_CHAPTER = re.compile(r"ch\d\d")
 
 
-def problems(entry: dict) -> list[str]:
-    """What is wrong with one line (empty: a good line)."""
-    if not isinstance(entry, dict):
-        return ["not a JSON object"]
-    found = [f"no {name!r}" for name in FIELDS if name not in entry]
-    if found:
-        return found
-    if entry["kind"] not in KINDS:
-        found.append(f"kind {entry['kind']!r} is none of {', '.join(KINDS)}")
-    if not re.fullmatch(r"\d{4}-\d{2}-\d{2}", str(entry["date"])):
-        found.append(f"date {entry['date']!r} is not YYYY-MM-DD")
-    if not re.fullmatch(r"[0-9a-f]{7,40}", str(entry["commit"])):
-        found.append(f"commit {entry['commit']!r} is not a git commit")
-    if not isinstance(entry["seconds"], (int, float)) or entry["seconds"] < 0:
-        found.append("seconds is not a non-negative number")
-    chapters = entry["chapters"]
-    if not isinstance(chapters, dict) or not chapters:
-        return found + ["chapters is not a non-empty object"]
+def commit_label(commit: str | None, dirty: bool | None) -> str | None:
+    """The line's commit: the sha, marked -dirty when the checkout differed from it."""
+    if not commit:
+        return None
+    return f"{commit}-dirty" if dirty else commit
+
+
+@dataclass(frozen=True)
+class DeviceRun:
+    date: str  # UTC, ISO 8601
+    device_kind: str
+    jax: str
+    libtpu: str | None
+    commit: str | None  # "<sha>" or "<sha>-dirty"; None when the run could not tell
+    kind: str
+    seconds: float
+    chapters: dict  # chNN -> {"passed": n, "failed": n, "skipped": n, "seconds": s} (stubs: and "not_todo")
+    variant: str | None = None  # an honest run's variant set
+
+    def as_dict(self) -> dict:
+        line = asdict(self)
+        if line["variant"] is None:
+            del line["variant"]
+        return line
+
+    def __post_init__(self):
+        problems = _problems(asdict(self))
+        if problems:
+            raise ValueError("; ".join(problems))
+
+    def to_json(self) -> str:
+        return json.dumps(self.as_dict(), sort_keys=True, allow_nan=False)
+
+    @classmethod
+    def from_dict(cls, line: dict) -> DeviceRun:
+        if not set(FIELDS) <= set(line) <= set(FIELDS + OPTIONAL):
+            missing, unknown = set(FIELDS) - set(line), set(line) - set(FIELDS + OPTIONAL)
+            raise ValueError("; ".join(filter(None, (missing and f"missing {sorted(missing)}",
+                                                     unknown and f"unknown fields {sorted(unknown)}"))))
+        return cls(**line)
+
+
+def _seconds(value) -> bool:
+    return isinstance(value, (int, float)) and not isinstance(value, bool) and math.isfinite(value) and value >= 0
+
+
+def _count(value) -> bool:
+    return isinstance(value, int) and not isinstance(value, bool) and value >= 0
+
+
+def _problems(line: dict) -> list[str]:
+    """Why a line is not a device run, field by field (empty when it is one)."""
+    problems = []
+    try:
+        datetime.datetime.fromisoformat(line["date"])
+    except (TypeError, ValueError):
+        problems.append(f"date is an ISO 8601 date and time, got {line['date']!r}")
+    for name in ("device_kind", "jax"):
+        if not (isinstance(line[name], str) and line[name]):
+            problems.append(f"{name} is a non-empty string, got {line[name]!r}")
+    if not (line["libtpu"] is None or isinstance(line["libtpu"], str)):
+        problems.append(f"libtpu is a version or null, got {line['libtpu']!r}")
+    if not (line["commit"] is None or (isinstance(line["commit"], str) and _COMMIT.fullmatch(line["commit"]))):
+        problems.append(f"commit is a 40-digit sha, maybe ending -dirty, or null, got {line['commit']!r}")
+    if line["kind"] not in KINDS:
+        problems.append(f"kind is one of {', '.join(KINDS)}, got {line['kind']!r}")
+    if (line["kind"] == "honest") != bool(line.get("variant")):
+        problems.append("an honest run names its variant set, and only an honest run names one")
+    if not _seconds(line["seconds"]):
+        problems.append(f"seconds is a number of seconds, got {line['seconds']!r}")
+    chapters = line["chapters"]
+    if not isinstance(chapters, dict):
+        return problems + [f"chapters maps chNN to its counts, got {type(chapters).__name__}"]
     for chapter, counts in chapters.items():
-        if not re.fullmatch(r"ch\d\d", chapter):
-            found.append(f"{chapter!r} is not a chapter id")
-            continue
-        wanted = COUNTS + ("not_todo",) if entry["kind"] == "stubs" else COUNTS
-        for name in wanted:
-            if not isinstance(counts, dict) or not isinstance(counts.get(name), int) or counts[name] < 0:
-                found.append(f"{chapter}: {name} is not a count")
-        if isinstance(counts, dict) and not isinstance(counts.get("seconds"), (int, float)):
-            found.append(f"{chapter}: seconds is not a number")
-    if entry["kind"] == "honest" and not entry.get("variant"):
-        found.append("an honest run names no variant set")
-    return found
+        if not (isinstance(chapter, str) and _CHAPTER.fullmatch(chapter)):
+            problems.append(f"chapters: {chapter!r} is not a chapter (chNN)")
+        elif not (isinstance(counts, dict)
+                  and set(counts) == set(STUBS_FIELDS if line["kind"] == "stubs" else CHAPTER_FIELDS)
+                  and all(_count(counts[name]) for name in set(counts) - {"seconds"})
+                  and _seconds(counts["seconds"])):
+            wanted = "passed, failed, skipped" + (", not_todo" if line["kind"] == "stubs" else "")
+            problems.append(f"chapters: {chapter} is {{{wanted}: counts, seconds}}, got {counts!r}")
+    return problems
 
 
-def append(path: Path, entry: dict) -> None:
-    """Add one checked line, whole (one write of the line and its newline, then fsync)."""
-    wrong = problems(entry)
-    if wrong:
-        raise ValueError(f"not a device run: {'; '.join(wrong)}")
-    data = (json.dumps(entry, sort_keys=False) + "\n").encode()
-    path.parent.mkdir(parents=True, exist_ok=True)
-    descriptor = os.open(path, os.O_WRONLY | os.O_APPEND | os.O_CREAT, 0o644)
-    try:
-        os.write(descriptor, data)
-        os.fsync(descriptor)
-    finally:
-        os.close(descriptor)
+def append(path, run: DeviceRun) -> None:
+    """Append one run's line (already validated: a DeviceRun is one) atomically."""
+    json_lines.append_line(path, run.to_json())
 
 
-def read(path: Path) -> tuple[list[dict], list[str]]:
-    """(the good lines, a problem per bad line) of a device-runs file; a missing file holds none."""
-    try:
-        text = Path(path).read_text(encoding="utf-8")
-    except FileNotFoundError:
-        return [], []
-    entries, bad = [], []
-    for number, line in enumerate(text.splitlines(), 1):
-        if not line.strip():
-            continue
-        try:
-            entry = json.loads(line)
-        except ValueError as error:
-            bad.append(f"line {number}: not JSON ({error})")
-            continue
-        wrong = problems(entry)
-        if wrong:
-            bad.append(f"line {number}: {'; '.join(wrong)}")
-        else:
-            entries.append(entry)
-    return entries, bad
+def read(path) -> tuple[list[DeviceRun], list[json_lines.BadObjectLine]]:
+    """Every valid line of a device-runs file, and every other line with its path, number and why."""
+    found, bad = json_lines.read_objects(path, DeviceRun.from_dict)
+    return [run for _, run in found], bad
 
 
-def latest(entries: list[dict]) -> dict[tuple, dict]:
+def latest(runs: list[DeviceRun]) -> dict[tuple, dict]:
     """The last line of each (kind, variant, device kind): what docs/tpu.md's table shows."""
     found = {}
-    for entry in entries:
-        found[(entry["kind"], entry.get("variant", ""), entry["device_kind"])] = entry
+    for run in runs:
+        found[(run.kind, run.variant or "", run.device_kind)] = run.as_dict()
     return found
 
 
-def table_lines(entries: list[dict]) -> list[str]:
+def table_lines(runs: list[DeviceRun]) -> list[str]:
     """A Markdown table of the latest run of each kind: chapter by chapter, passed/failed/skipped."""
-    rows = sorted(latest(entries).values(), key=lambda e: (KINDS.index(e["kind"]), e.get("variant", "")))
+    rows = sorted(latest(runs).values(), key=lambda e: (KINDS.index(e["kind"]), e.get("variant", "")))
     if not rows:
         return ["(no device runs recorded)"]
     chapters = sorted({c for e in rows for c in e["chapters"]})
@@ -126,12 +163,12 @@ def table_lines(entries: list[dict]) -> list[str]:
             if e["kind"] == "stubs":
                 cell += f" ({c['not_todo']} not TODO)"
             cells.append(cell)
-        lines.append(f"| {name} | {e['date']} | {e['device_kind']}, jax {e['jax']}, libtpu {e['libtpu']} | "
-                     f"{e['commit'][:10]} | {e['seconds']:.0f} | " + " | ".join(cells) + " |")
+        lines.append(f"| {name} | {e['date'][:10]} | {e['device_kind']}, jax {e['jax']}, libtpu {e['libtpu']} | "
+                     f"{(e['commit'] or 'unknown')[:10]}{'-dirty' if (e['commit'] or '').endswith('-dirty') else ''} | "
+                     f"{e['seconds']:.0f} | " + " | ".join(cells) + " |")
     return lines
 
 
-DOCS = "docs/tpu.md"
 _TABLE = re.compile(r"(<!-- device-runs -->\n).*?(<!-- /device-runs -->)", re.S)
 
 

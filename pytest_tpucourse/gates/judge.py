@@ -6,6 +6,9 @@ disagree:
   - a measured row names a device kind that is the row's chip;
   - a timed row carries its raw samples, at least stats.MIN_ROUNDS of them, and its median and
     interquartile range are theirs;
+  - a time read from the profiler's device trace carries the host's wall time per call of the
+    same samples, and its dispatch_bound flag is what that wall time and its median give
+    (`dispatch_bound`); a row of schema 2 predates the method and is read as wall-calls;
   - a kernel row's ratios are recomputed round by round from its own samples and those of
     the reference rows timed in the same run (same run_id), and its verdict from the
     ratio's confidence interval and the gate's thresholds;
@@ -61,6 +64,15 @@ class RatioJudgement:
 def judge_ratios(ratios, ratio_range) -> RatioJudgement:
     interval = stats.median_interval(ratios)
     return RatioJudgement(stats.median(ratios), interval, verdict_for(ratio_range, interval))
+
+
+def dispatch_bound(wall_per_call: float, device_per_call: float) -> bool:
+    """The host could not issue calls as fast as the device ran them: more than DISPATCH_BOUND
+    times the device's time per call passed on the host per call. The device time is still the
+    kernel's; a Python loop of calls would report the host's instead."""
+    from .timer import DISPATCH_BOUND
+
+    return wall_per_call > DISPATCH_BOUND * device_per_call
 
 
 def roofline_floor(record: Record, registry) -> float:
@@ -158,6 +170,10 @@ def _own_problem(r: Record, registry, gates) -> str | None:
             return f"its value {r.value:.6g} s is not the median of its samples ({stats.median(r.samples):.6g} s)"
         if r.spread is None or not _same(stats.iqr(r.samples), r.spread):
             return "its spread is not the interquartile range of its samples"
+        if r.timed_by == "device-profiler":
+            if r.dispatch_bound != dispatch_bound(r.wall_per_call, r.value):
+                return (f"dispatch_bound {r.dispatch_bound} is not what its wall time per call "
+                        f"({r.wall_per_call:.6g} s) and its median ({r.value:.6g} s) give")
     if r.method == "roofline-predicted" and r.cost:
         try:
             floor = roofline_floor(r, registry)
@@ -231,8 +247,15 @@ def _same(a, b) -> bool:
 # ---------------------------------------------------------------- statuses
 
 
-def _latest(rows: list[Record]) -> Record:
+def latest(rows: list[Record]) -> Record:
+    """The latest of rows by date; of rows of the same second, the last read."""
     return max(enumerate(rows), key=lambda pair: (pair[1].date, pair[0]))[1]
+
+
+def latest_run(measured: list[Record]) -> list[Record]:
+    """The rows of the latest measured run among `measured` (one run_id: floor, kernel, ceiling...)."""
+    last = latest(measured)
+    return [r for r in measured if (r.run_id or r.id) == (last.run_id or last.id)]
 
 
 def _older_code(row: Record, current_modules: dict | None) -> bool:
@@ -245,8 +268,7 @@ def slot_status(criterion: Criterion, rows: list[Record], current_modules: dict 
     """One slot's status from its rows (all implementations): its latest measured run speaks."""
     measured = [r for r in rows if r.method == "measured"]
     if measured:
-        latest = _latest(measured)
-        run = [r for r in measured if (r.run_id or r.id) == (latest.run_id or latest.id)]
+        run = latest_run(measured)
         if any(r.verdict == "fail" for r in run):
             return criteria.FAIL
         if any(r.verdict == "not-runnable" for r in run):
@@ -257,11 +279,11 @@ def slot_status(criterion: Criterion, rows: list[Record], current_modules: dict 
         return criteria.AWAITING
     off_chip = [r for r in rows if r.method == "off-chip-verified"]
     if off_chip:
-        latest = _latest(off_chip)
-        if latest.verdict == "fail":
+        last = latest(off_chip)
+        if last.verdict == "fail":
             return criteria.FAIL
-        if (criterion.kind != "correctness" or _older_code(latest, current_modules)
-                or (current_modules is not None and not latest.modules)):
+        if (criterion.kind != "correctness" or _older_code(last, current_modules)
+                or (current_modules is not None and not last.modules)):
             return criteria.AWAITING  # an off-chip pass speaks only for the code it verified, named by its hashes
         return criteria.PASS_OFF_CHIP
     return criteria.AWAITING
@@ -284,14 +306,15 @@ def criterion_status(criterion: Criterion, rows: list[Record], current_modules: 
         if not rows:
             return criteria.AWAITING
         observed = {Slot.of(r.op, r.shapes, r.dtype) for r in rows}
-        statuses = [slot_status(criterion, _of_slot(rows, s), current_modules) for s in observed]
+        statuses = [slot_status(criterion, slot_rows(rows, s), current_modules) for s in observed]
         worst = min(statuses, key=_ORDER.index)
         return criteria.AWAITING if worst in (criteria.PASS, criteria.PASS_OLDER_CODE) else worst
-    statuses = [slot_status(criterion, _of_slot(rows, s), current_modules) for s in criterion.slots]
+    statuses = [slot_status(criterion, slot_rows(rows, s), current_modules) for s in criterion.slots]
     return min(statuses, key=_ORDER.index)
 
 
-def _of_slot(rows: list[Record], slot: Slot) -> list[Record]:
+def slot_rows(rows: list[Record], slot: Slot) -> list[Record]:
+    """The rows of one slot (op, shapes, dtype)."""
     return [r for r in rows if r.op == slot.op and r.shapes == slot.shapes and r.dtype == slot.dtype]
 
 
@@ -300,4 +323,4 @@ def missing_slots(criterion: Criterion, rows: list[Record]) -> list[Slot]:
     if criterion.slots is None:
         return []
     measured = [r for r in rows if r.method == "measured"]
-    return [s for s in criterion.slots if not _of_slot(measured, s)]
+    return [s for s in criterion.slots if not slot_rows(measured, s)]

@@ -4,15 +4,26 @@ Rows are published (bench/records.jsonl is tracked), so provenance carries no ho
 no absolute path: module paths are relative to the graded tree's parent, an --impl-root tree
 is named by a label, and `core.paths.shown_in_text` strips the course root and the home directory from
 free text before it lands in a row.
+
+The commit is the checkout's HEAD, flagged dirty when tracked files differ from it. A copy of the
+checkout made without its .git (a machine the tree was sent to) cannot read it: there the commit
+is the one TPUCOURSE_GIT_COMMIT states ("<sha>", or "<sha>-dirty" as `git describe --dirty`
+marks a changed tree), and the rows say it was stated. Either way `code_at_commit` lets a reader
+with the repository check that the commit holds the code whose hashes a row names.
 """
 
 from __future__ import annotations
 
+import functools
 import hashlib
 import os
+import re
 import subprocess
 from dataclasses import dataclass, field
 from pathlib import Path
+
+COMMIT_VARIABLE = "TPUCOURSE_GIT_COMMIT"  # the commit of a copy of the checkout made without its .git
+_STATED_COMMIT = re.compile(r"([0-9a-f]{40})(-dirty)?")
 
 
 @dataclass(frozen=True)
@@ -28,6 +39,12 @@ class Provenance:
     git_dirty: bool | None
     tree: str  # exercises, solutions, impl-root:<label>
     modules: dict = field(default_factory=dict)  # graded module path -> sha256
+    commit_stated: bool = False  # the commit is TPUCOURSE_GIT_COMMIT's: the checkout had no .git
+
+    def commit_note(self) -> str:
+        """What a row's notes say of a commit it could not read from git itself."""
+        return (f"commit as {COMMIT_VARIABLE} states it (this copy of the checkout has no .git)"
+                if self.commit_stated else "")
 
 
 def provenance(platform: str, device_kind: str, root: Path, tree: str, modules: dict) -> Provenance:
@@ -35,9 +52,12 @@ def provenance(platform: str, device_kind: str, root: Path, tree: str, modules: 
     import jaxlib
 
     commit, dirty = git_state(root)
+    stated = commit is None and stated_commit() != (None, None)
+    if stated:
+        commit, dirty = stated_commit()
     return Provenance(platform=platform, device_kind=device_kind, jax=jax.__version__,
-                      jaxlib=jaxlib.__version__, libtpu=_libtpu_version(), git_commit=commit,
-                      git_dirty=dirty, tree=tree, modules=dict(modules))
+                      jaxlib=jaxlib.__version__, libtpu=libtpu_version(), git_commit=commit,
+                      git_dirty=dirty, tree=tree, modules=dict(modules), commit_stated=stated)
 
 
 def tree_label(kind: str, tree_root: Path, course_root: Path) -> str:
@@ -73,6 +93,37 @@ def git_state(root: Path) -> tuple[str | None, bool | None]:
     return commit, None if status is None else bool(status)
 
 
+def stated_commit() -> tuple[str | None, bool | None]:
+    """(commit, dirty) as TPUCOURSE_GIT_COMMIT states them, or (None, None) when unset or malformed."""
+    found = _STATED_COMMIT.fullmatch(os.environ.get(COMMIT_VARIABLE, "").strip())
+    return (found.group(1), found.group(2) is not None) if found else (None, None)
+
+
+def code_at_commit(repo: Path, commit: str, modules: dict) -> list[str] | None:
+    """Why `commit` in the repository at `repo` does not hold the code these hashes name: one line per
+    module whose file there differs or is missing. None when the repository does not have the commit
+    (a shallow clone, a learner's own commit elsewhere): nothing can be checked."""
+    if _git(repo, "cat-file", "-e", f"{commit}^{{commit}}") is None:
+        return None
+    problems = []
+    for path, digest in sorted(modules.items()):
+        held = _blob_sha256(str(repo), commit, path)
+        if held != digest:
+            problems.append(f"{path} at {commit[:10]} is " + ("missing" if held is None else "other code")
+                            + " than the row's hash names")
+    return problems
+
+
+@functools.lru_cache(maxsize=4096)
+def _blob_sha256(repo: str, commit: str, path: str) -> str | None:
+    try:
+        out = subprocess.run(["git", "show", f"{commit}:{path}"], cwd=repo, capture_output=True, timeout=10,
+                             env={**os.environ, "GIT_OPTIONAL_LOCKS": "0"})
+    except (OSError, subprocess.TimeoutExpired):
+        return None
+    return hashlib.sha256(out.stdout).hexdigest() if out.returncode == 0 else None
+
+
 def _git(root: Path, *args: str) -> str | None:
     try:
         out = subprocess.run(["git", *args], cwd=root, capture_output=True, text=True, timeout=10,
@@ -82,7 +133,7 @@ def _git(root: Path, *args: str) -> str | None:
     return out.stdout.strip() if out.returncode == 0 else None
 
 
-def _libtpu_version() -> str | None:
+def libtpu_version() -> str | None:
     from importlib import metadata
 
     for name in ("libtpu", "libtpu-nightly"):

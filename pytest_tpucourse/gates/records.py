@@ -16,10 +16,17 @@ rows of its reference solutions (DEFAULT_PATH, PUBLISHED_PATH). A rehearsal of t
 refuses a rehearsal row anywhere else and any other row there, and every reader rejects a
 rehearsal row (judge.py): it never counts.
 
+A measured time also says how it was timed (`timed_by`, TIMING_METHODS): "device-profiler"
+(the device time of the XLA programs a call ran, read from the profiler's device trace) or
+"wall-calls" (host wall time over N calls per sync, an empty sample's time taken off), with
+the host's wall time per call and whether the host was the bottleneck (`dispatch_bound`).
+Rows of schema 2 were written before rows said so: they are still read, as "wall-calls"
+(`timing_method`), and every table says that this was assumed (`timing_assumed`).
+
 The honesty rule is enforced where a row is made: `Record` refuses `measured` from a CPU
-or from interpret mode, refuses a prediction with a verdict, and refuses a time from an
-off-chip run. Rows are judged again when they are read (judge.py): nothing a row says
-about itself is trusted.
+or from interpret mode, refuses a prediction with a verdict, refuses a time from an
+off-chip run, and refuses a measured time that does not say how it was timed. Rows are
+judged again when they are read (judge.py): nothing a row says about itself is trusted.
 
 Appends are safe from several processes (pytest -n) and from Ctrl-C: the line is written
 with one write() under an exclusive flock, then fsync'd. Reading never stops at a bad
@@ -32,7 +39,6 @@ from __future__ import annotations
 
 import dataclasses
 import datetime
-import fcntl
 import json
 import math
 import os
@@ -43,8 +49,15 @@ from urllib.parse import urlparse
 
 from ..core.small_files import UnreadableFile, read_bytes
 from .criteria import GATE_NUMBERS, gate_range
+from .json_lines import append_line, locked
 
-SCHEMA_VERSION = 2
+SCHEMA_VERSION = 3  # 3: a measured time says how it was timed (timed_by, wall_per_call, dispatch_bound)
+READABLE_VERSIONS = (2, 3)  # a schema 2 row predates timed_by: read as "wall-calls", and said to be assumed
+TIMING_METHODS = ("device-profiler", "wall-calls")
+# device-profiler: per call, the summed device durations of the XLA programs the call ran, read
+#                  from the profiler's device trace (N calls per sample)
+# wall-calls:      host wall time of N calls and one sync, an empty sample's time taken off
+ASSUMED_TIMING = "wall-calls"  # how a schema 2 row is read: the only method there was
 METHODS = ("roofline-predicted", "off-chip-verified", "measured", "self-reported")
 VERDICTS = ("pass", "fail", "pending", "reference", "not-runnable")
 # reference:    a floor, ceiling or compute-alone timed next to a kernel so the kernel can be
@@ -108,6 +121,9 @@ class Record:
     modules: dict = field(default_factory=dict)  # graded module path (relative) -> sha256
     notes: str = ""
     rehearsal: bool = False  # written by `pytest --gates --rehearse`: a stand-in clock, never a result
+    timed_by: str | None = None  # a measured time's method, one of TIMING_METHODS (schema 3)
+    wall_per_call: float | None = None  # host wall seconds per call in the same samples
+    dispatch_bound: bool | None = None  # the host issued calls slower than the device ran them
     id: str = field(default_factory=lambda: uuid.uuid4().hex)
     schema_version: int = SCHEMA_VERSION
 
@@ -129,6 +145,7 @@ class Record:
             raise ValueError(f"gate must be {gate_range()}, got {self.gate!r}")
         if self.method == "self-reported":
             self._check_link()
+            self._check_timed_by()
             return
         if self.verdict == "not-runnable":
             if self.method != "measured" or self.implementation == "floor" or self.value is not None:
@@ -158,6 +175,32 @@ class Record:
             raise ValueError(f"{self.test_id}: only predictions are pending; a {self.method} row passes or fails")
         if self.samples is not None and self.method != "measured":
             raise HonestyError(f"{self.test_id}: only a measured row carries timing samples")
+        self._check_timed_by()
+
+    def _check_timed_by(self) -> None:
+        """A measured time of schema 3 says how it was timed; nothing else says so."""
+        said = {name: getattr(self, name) for name in ("timed_by", "wall_per_call", "dispatch_bound")
+                if getattr(self, name) is not None}
+        if self.schema_version < 3:
+            if said:
+                raise ValueError(f"schema_version {self.schema_version} predates {', '.join(sorted(said))}: "
+                                 f"a row that says how it was timed is schema {SCHEMA_VERSION}")
+            return
+        if not self.is_timing:
+            if said:
+                raise ValueError(f"{self.test_id}: only a measured time says how it was timed "
+                                 f"({', '.join(sorted(said))} on a {self.method} row)")
+            return
+        if self.timed_by is None:
+            raise HonestyError(f"{self.test_id}: a measured time says how it was timed: timed_by "
+                               f"{' or '.join(TIMING_METHODS)}")
+        _one_of("timed_by", self.timed_by, TIMING_METHODS)
+        if self.timed_by == "device-profiler" and (self.wall_per_call is None or self.dispatch_bound is None):
+            raise ValueError(f"{self.test_id}: a time read from the device trace carries the host's wall time "
+                             f"per call (wall_per_call) and whether the host was the bottleneck (dispatch_bound)")
+        if self.wall_per_call is not None and not (math.isfinite(self.wall_per_call) and self.wall_per_call > 0):
+            raise ValueError(f"{self.test_id}: wall_per_call is a positive number of seconds, "
+                             f"got {self.wall_per_call!r}")
 
     def _check_types(self) -> None:
         """A hand-edited row of the wrong types is refused here, not met later as a traceback."""
@@ -172,6 +215,9 @@ class Record:
             raise ValueError(f"cost is {{'flops': n, 'bytes': n}}, got {self.cost!r}")
         if not all(isinstance(k, str) and isinstance(v, str) for k, v in self.modules.items()):
             raise ValueError("modules maps a module path to its sha256")
+        if self.schema_version not in READABLE_VERSIONS:
+            raise ValueError(f"schema_version {self.schema_version!r}, expected "
+                             f"{' or '.join(map(str, READABLE_VERSIONS))}")
 
     def _check_link(self) -> None:
         if self.statistic != PUBLIC_LINK or self.unit != "url" or self.verdict != "pass":
@@ -187,6 +233,18 @@ class Record:
     def is_timing(self) -> bool:
         return self.method == "measured" and self.unit == "s" and self.value is not None
 
+    @property
+    def timing_method(self) -> str | None:
+        """How a measured time was taken; a row written before rows said so is read as wall-calls."""
+        if not self.is_timing:
+            return None
+        return self.timed_by or ASSUMED_TIMING
+
+    @property
+    def timing_assumed(self) -> bool:
+        """A measured time whose method is assumed, not said (a schema 2 row)."""
+        return self.is_timing and self.timed_by is None
+
     def to_json(self) -> str:
         row = dataclasses.asdict(self)
         row["shapes"] = [list(s) for s in self.shapes]
@@ -199,8 +257,10 @@ class Record:
     def from_dict(cls, row: dict) -> Record:
         if not isinstance(row, dict):
             raise ValueError(f"a row is a JSON object, got {type(row).__name__}")
-        if row.get("schema_version") != SCHEMA_VERSION:
-            raise ValueError(f"schema_version {row.get('schema_version')!r}, expected {SCHEMA_VERSION}")
+        version = row.get("schema_version")
+        if not isinstance(version, int) or isinstance(version, bool) or version not in READABLE_VERSIONS:
+            raise ValueError(f"schema_version {version!r}, expected "
+                             f"{' or '.join(map(str, READABLE_VERSIONS))}")
         names = {f.name for f in dataclasses.fields(cls)}
         unknown = set(row) - names
         if unknown:
@@ -219,7 +279,8 @@ _FIELD_TYPES = {
     "ratio_to_ceiling": _NUMBER + (type(None),), "ratio_to_compute_alone": _NUMBER + (type(None),),
     "cost": (dict, type(None)), "date": str, "jax": str, "jaxlib": str, "libtpu": (str, type(None)),
     "git_commit": (str, type(None)), "git_dirty": (bool, type(None)), "modules": dict, "notes": str,
-    "id": str, "rehearsal": bool,
+    "id": str, "rehearsal": bool, "timed_by": (str, type(None)), "wall_per_call": _NUMBER + (type(None),),
+    "dispatch_bound": (bool, type(None)), "schema_version": int,
 }
 
 
@@ -269,47 +330,17 @@ def append(path, record: Record) -> None:
     """Append one row: one write() under an exclusive lock, then fsync.
 
     A rehearsal row goes only to a rehearsal file, and a rehearsal file takes nothing else.
+    Rows of an older schema are read, never written.
     """
+    if record.schema_version != SCHEMA_VERSION:
+        raise ValueError(f"{record.test_id}: rows are written in schema {SCHEMA_VERSION}, "
+                         f"not {record.schema_version}")
     if record.rehearsal != is_rehearsal_file(path):
         raise HonestyError(
             f"{record.test_id}: a rehearsal row goes only to a *{REHEARSAL_SUFFIX} file, never to {path}"
             if record.rehearsal else
             f"{record.test_id}: {path} is a rehearsal's throwaway file; only rehearsal rows go there")
-    line = (record.to_json() + "\n").encode("utf-8")
-    with _locked(Path(path)) as fd:
-        size = os.fstat(fd).st_size
-        if size and os.pread(fd, 1, size - 1) != b"\n":
-            # A writer died mid-line: start on a fresh line so this row stays whole
-            # (the torn line is still reported by `read`).
-            line = b"\n" + line
-        written = os.write(fd, line)
-        if written != len(line):
-            raise OSError(f"{path}: short write ({written} of {len(line)} bytes)")
-        os.fsync(fd)
-
-
-class _locked:
-    """An exclusive lock on the records file itself. `repair` replaces the file by renaming;
-    a writer that locked the replaced file sees its inode gone and locks the new one."""
-
-    def __init__(self, path: Path):
-        self.path = path
-
-    def __enter__(self) -> int:
-        self.path.parent.mkdir(parents=True, exist_ok=True)
-        while True:
-            fd = os.open(self.path, os.O_RDWR | os.O_APPEND | os.O_CREAT, 0o644)
-            fcntl.flock(fd, fcntl.LOCK_EX)
-            try:
-                if os.stat(self.path).st_ino == os.fstat(fd).st_ino:
-                    self.fd = fd
-                    return fd
-            except FileNotFoundError:
-                pass
-            os.close(fd)
-
-    def __exit__(self, *exc) -> None:
-        os.close(self.fd)  # closing releases the lock
+    append_line(path, record.to_json())
 
 
 @dataclass(frozen=True)
@@ -396,7 +427,7 @@ def repair(path) -> list[BadLine]:
     why, before the records file is replaced (under its lock, by rename) without it.
     """
     path = Path(path)
-    with _locked(path):
+    with locked(path):
         readout = read(path)
         if not readout.bad:
             return []

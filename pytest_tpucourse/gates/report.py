@@ -14,9 +14,9 @@ from pathlib import Path
 
 from .. import chips
 from ..core.course import EXERCISES
-from . import criteria, judge
+from . import criteria, judge, placement
 from . import records as rec
-from .provenance import module_hashes
+from .provenance import code_at_commit, module_hashes
 
 _METHOD_LABEL = {"roofline-predicted": "predicted", "off-chip-verified": "off-chip", "measured": "measured",
                  "self-reported": "self-reported"}
@@ -109,6 +109,44 @@ def gate_statuses(records, chip_name: str, *, current: dict | None = None, cours
     return table
 
 
+_CORRECTNESS_WORDS = {criteria.PASS_OFF_CHIP: "communication off-chip verified",
+                      criteria.PASS: "communication verified on the chip",
+                      criteria.PASS_OLDER_CODE: "communication verified on the chip (older code)",
+                      criteria.FAIL: "communication failed its check"}
+
+
+def too_few_chips(records, number: int, chip_name: str, statuses: dict) -> str | None:
+    """What a gate says when a run on `chip_name` had fewer chips than its kernel needs (gate 04 on one
+    chip): what it needs, and what could still be checked, from the latest run of each speed slot.
+
+    statuses: the gate's criterion statuses on that chip (gate_statuses). None when no run was short.
+    """
+    g = criteria.gate(number)
+    mine = [r for r in records if r.gate == number and r.chip == chip_name and r.method == "measured"]
+    short, alone = None, []
+    for c in g.criteria:
+        rows = [r for r in mine if r.criterion == c.id]
+        slots = c.slots or [criteria.Slot.of(r.op, r.shapes, r.dtype) for r in rows]
+        for slot in dict.fromkeys(slots):
+            measured = judge.slot_rows(rows, slot)
+            run = judge.latest_run(measured) if measured else []
+            missing = [r for r in run if r.statistic == placement.TOO_FEW_CHIPS]
+            if missing:
+                short = placement.chips_short(missing[0].notes) or short
+                alone.append(any(r.implementation == "compute-alone" and r.is_timing for r in run))
+    if short is None:
+        return None
+    needed, have = short
+    checked = []
+    if alone:
+        checked.append("compute alone measured" if all(alone) else "compute alone not measured")
+    for c in g.criteria:
+        if c.kind == "correctness":
+            checked.append(_CORRECTNESS_WORDS.get(statuses.get(c.id), "communication not checked yet"))
+    where = "one chip" if have == 1 else f"{have} chips"
+    return f"not runnable on {where} (needs {needed} chips)" + (f": {', '.join(checked)}" if checked else "")
+
+
 def _chips(records) -> list[str]:
     return sorted({r.chip for r in records if r.chip})
 
@@ -147,19 +185,28 @@ def gate_label(records, number: int, *, current: dict | None = None, course_root
                      for c, s in statuses.items() if s == criteria.FAIL})
     if failed:
         return f"failed ({'; '.join(failed)})"
+    short = [f"{note} ({chip})" for chip, statuses in per_chip.items()
+             if (note := too_few_chips(records, number, chip, statuses))]
+    if short:
+        return "; ".join(short)
     if any(s == criteria.PASS_OFF_CHIP for statuses in per_chip.values() for s in statuses.values()):
         return "off-chip verified, awaiting hardware"
     return criteria.AWAITING
 
 
 def gate_table_lines(records, chip_name: str, *, course_root: Path | None = None, tree: str = "",
-                     gates=None, current: dict | None = None) -> list[str]:
+                     gates=None, current: dict | None = None, seconds: dict | None = None) -> list[str]:
+    """The closing gate table; seconds: {gate: seconds its tests took in this run}, shown beside each gate."""
     gates = gates if gates is not None else criteria.GATES
     statuses = gate_statuses(records, chip_name, current=current, course_root=course_root, gates=gates)
     whose = f", rows of {tree}" if tree else ""
     lines = [f"gates for {chip_name} (pass only on measured rows; off-chip results are not gate passes{whose})"]
     for g in gates:
-        lines.append(f"gate {g.number:02d} {g.title} ({g.chapter})")
+        took = f", {duration(seconds[g.number])} this run" if seconds and g.number in seconds else ""
+        lines.append(f"gate {g.number:02d} {g.title} ({g.chapter}){took}")
+        short = too_few_chips(records, g.number, chip_name, statuses[g.number])
+        if short:
+            lines.append(f"  {short}")
         for c in g.criteria:
             status = statuses[g.number][c.id]
             mine = [r for r in records if r.gate == g.number and r.criterion == c.id and r.chip == chip_name]
@@ -168,6 +215,14 @@ def gate_table_lines(records, chip_name: str, *, course_root: Path | None = None
                       if c.slots and 0 < len(missing) < len(c.slots) else "")
             lines.append(f"  {status:<17}  {c.text}{detail}")
     return lines
+
+
+def duration(seconds: float) -> str:
+    """A run's time in a word: 45s, 2m11s, 1h02m."""
+    seconds = int(round(seconds))
+    if seconds >= 3600:
+        return f"{seconds // 3600}h{seconds % 3600 // 60:02d}m"
+    return f"{seconds // 60}m{seconds % 60:02d}s" if seconds >= 60 else f"{seconds}s"
 
 
 def _us(seconds) -> str:
@@ -197,6 +252,60 @@ def _latest_per_slot(records) -> list[rec.Record]:
     return list(best.values())
 
 
+@dataclass(frozen=True)
+class Shown:
+    """A row as a table shows it, with the roofline prediction its measurement superseded (folded
+    into its line, never listed as if nothing had been measured)."""
+
+    record: rec.Record
+    superseded: rec.Record | None = None
+
+
+def _measurement(r: rec.Record) -> tuple:
+    """What one measurement is of: a criterion's op at its shapes and dtype on a chip (every implementation)."""
+    return (r.gate, r.criterion, r.op, r.shapes, r.dtype, r.chip)
+
+
+def rows_shown(records) -> list[Shown]:
+    """The rows a table of records shows, one measurement at a time.
+
+    Where a measurement was made on the chip, the rows of its latest measured run (floor, kernel,
+    ceiling, compute alone: one run_id), each carrying the roofline prediction it supersedes;
+    where none was, the latest off-chip result and prediction of each implementation, as they are.
+    """
+    groups: dict[tuple, list[rec.Record]] = {}
+    for r in records:
+        groups.setdefault(_measurement(r), []).append(r)
+    shown = []
+    for rows in groups.values():
+        measured = [r for r in rows if r.method == "measured"]
+        if not measured:
+            shown += [Shown(r) for r in _latest_per_slot(rows)]
+            continue
+        run = judge.latest_run(measured)
+        predictions = [r for r in rows if r.method == "roofline-predicted"]
+        prediction = judge.latest(predictions) if predictions else None
+        shown += [Shown(r, prediction) for r in run]
+    return sorted(shown, key=lambda s: (s.record.chip, s.record.gate, s.record.criterion, s.record.op,
+                                         s.record.shapes, s.record.implementation))
+
+
+def timed_by_label(r: rec.Record) -> str:
+    """How a measured time was taken, in the tables' words: the method, whether it was assumed
+    (a row written before rows said so), and whether the host was the bottleneck."""
+    if r.timing_method is None:
+        return ""
+    label = r.timing_method + (" (assumed: the row predates timed_by)" if r.timing_assumed else "")
+    return label + (", dispatch-bound" if r.dispatch_bound else "")
+
+
+def commit_label(r: rec.Record) -> str:
+    """The commit whose code ran, shortened, marked when the checkout differed from it."""
+    if not r.git_commit:
+        return ""
+    return r.git_commit[:10] + ("+dirty" if r.git_dirty else "")
+
+
 def bench_readme(loaded: Loaded, *, course_root: Path | None = None, source: str = "records.jsonl") -> str:
     """bench/README.md: the course's records of its reference solutions, per chip."""
     records = list(loaded.accepted)
@@ -211,8 +320,12 @@ def bench_readme(loaded: Loaded, *, course_root: Path | None = None, source: str
         "Every number says what it is: **predicted** (roofline floor from the chip's figures),",
         "**off-chip** (correct under interpret mode, no time), or **measured** (run on the chip; the",
         "median of the rounds, their interquartile range, and the 95% interval of the judged ratio).",
-        "Every row was re-judged when this page was made; rows that failed re-judging are listed",
-        "as rejected. Failed rows are never deleted and are listed below.",
+        "A measurement stands in place of the prediction it supersedes, whose value stays in its",
+        "\"predicted floor\" column. \"timed by\" says how a time was taken: `device-profiler` (the device",
+        "time of the programs a call ran, from the profiler's device trace) or `wall-calls` (host wall",
+        "time over N calls per sync); \"dispatch-bound\" marks a time the host could not issue calls fast",
+        "enough for. Every row was re-judged when this page was made; rows that failed re-judging are",
+        "listed as rejected. Failed rows are never deleted and are listed below.",
         "",
         "Gate 00 on a GPU: `bench/device_gate00.sh` installs the course on a machine with a GPU (no",
         "package index needed), measures XLA's matmul, skinny matmul and add against their roofline",
@@ -231,21 +344,26 @@ def bench_readme(loaded: Loaded, *, course_root: Path | None = None, source: str
         statuses = gate_statuses(records, chip, current=current, course_root=course_root)
         out += [f"## {chip}", "", "| gate | criterion | whose words | status |", "|---|---|---|---|"]
         for g in criteria.GATES:
+            short = too_few_chips(records, g.number, chip, statuses[g.number])
             for c in g.criteria:
-                out.append(f"| {g.number:02d} {g.title} | {c.text} | {g.words}'s | {statuses[g.number][c.id]} |")
-        rows = sorted((r for r in _latest_per_slot(records) if r.chip == chip),
-                      key=lambda r: (r.gate, r.criterion, r.op, r.shapes, r.implementation))
-        out += ["", "| gate | criterion | op | shapes | dtype | implementation | what | value | spread | "
-                "rounds | ÷ floor | ÷ ceiling | 95% interval | verdict | date | jax | commit |",
-                "|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|"]
-        for r in rows:
+                status = statuses[g.number][c.id]
+                shown = short if short and status == criteria.NOT_RUNNABLE else status
+                out.append(f"| {g.number:02d} {g.title} | {c.text} | {g.words}'s | {shown} |")
+        columns = ("gate", "criterion", "op", "shapes", "dtype", "implementation", "what", "value", "spread",
+                   "rounds", "timed by", "÷ floor", "÷ ceiling", "÷ compute alone", "95% interval", "verdict",
+                   "predicted floor", "date", "device kind", "jax", "commit")
+        out += ["", "| " + " | ".join(columns) + " |", "|" + "---|" * len(columns)]
+        for shown in (s for s in rows_shown(records) if s.record.chip == chip):
+            r = shown.record
             interval = "" if r.ratio_ci is None else f"[{r.ratio_ci[0]:.3g}, {r.ratio_ci[1]:.3g}]"
+            predicted = _us(shown.superseded.value) if shown.superseded is not None else ""
             out.append(
                 f"| {r.gate:02d} | {r.criterion} | {r.op} | {' · '.join('×'.join(map(str, s)) for s in r.shapes)} | "
                 f"{r.dtype} | {r.implementation} | {_METHOD_LABEL[r.method]} {r.statistic} | {_value(r)} | "
                 f"{_us(r.spread) if r.unit == 's' else ''} | {len(r.samples) if r.samples else ''} | "
-                f"{_ratio(r.ratio_to_floor)} | {_ratio(r.ratio_to_ceiling)} | {interval} | {r.verdict} | "
-                f"{r.date[:10]} | {r.jax} | {(r.git_commit or '')[:10]} |"
+                f"{timed_by_label(r)} | {_ratio(r.ratio_to_floor)} | {_ratio(r.ratio_to_ceiling)} | "
+                f"{_ratio(r.ratio_to_compute_alone)} | {interval} | {r.verdict} | {predicted} | {r.date[:10]} | "
+                f"{r.device_kind if r.method == 'measured' else ''} | {r.jax} | {commit_label(r)} |"
             )
         out.append("")
     links = [r for r in records if r.method == "self-reported"]
@@ -265,3 +383,24 @@ def bench_readme(loaded: Loaded, *, course_root: Path | None = None, source: str
         out += ["", "## Rejected rows and unreadable lines", ""]
         out += [f"- {line}" for line in problems]
     return "\n".join(out) + "\n"
+
+
+@dataclass(frozen=True)
+class CommitCheck:
+    problems: tuple[str, ...]  # rows whose commit holds other code than the row names
+    unknown: tuple[str, ...]  # commits rows name that the repository does not have (not checked)
+
+
+def check_commits(records, repo: Path) -> CommitCheck:
+    """Rows whose commit does not hold the code they name: for each row that names a commit, a clean
+    tree and its graded modules' hashes, the commit's files in the repository at `repo` must be that code."""
+    problems, unknown = [], []
+    for r in records:
+        if not (r.git_commit and r.git_dirty is False and r.modules and r.tree in (EXERCISES, "solutions")):
+            continue
+        found = code_at_commit(repo, r.git_commit, r.modules)
+        if found is None:
+            unknown.append(r.git_commit[:10])
+        for why in found or ():
+            problems.append(f"gate {r.gate:02d} {r.criterion} {r.op} {r.implementation} ({r.date}): {why}")
+    return CommitCheck(tuple(dict.fromkeys(problems)), tuple(dict.fromkeys(unknown)))

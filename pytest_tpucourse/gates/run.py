@@ -11,10 +11,12 @@ Three ways to measure:
   measure_trio   a kernel between the XLA floor and the public ceiling, timed in the same
                  rounds; the kernel row is judged by the gate's speed criteria from its
                  round-by-round ratios, the floor and ceiling rows are references. The ceiling
-                 may be a sweep of candidates (block sizes): the fastest on the chip is used.
+                 may be a sweep of candidates (block sizes): the fastest on the chip is used, or
+                 the choice a sweep kept from an earlier run made (sweeps.py), timed again here.
   measure_against_compute_alone
                  gate 4: a distributed kernel on several chips against its own compute with
-                 no communication; fewer chips than it needs is "not runnable", never a pass.
+                 no communication; fewer chips than it needs is "not runnable", never a pass
+                 (its compute alone is still timed on one chip; placement.py).
 Before anything is timed, every timed implementation but the floor is checked against its
 reference on every input set it will be timed on, and again after timing on inputs of a
 fresh seed: an implementation whose output is wrong (zeros at the timed size, a cached
@@ -32,6 +34,7 @@ rehearsal (rehearsal.py) runs the whole path anyway, on a stand-in clock, as if 
 
 from __future__ import annotations
 
+import contextlib
 import uuid
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -41,7 +44,7 @@ from ..core.outcomes import RAISED_BY_GRADED_CODE
 from ..grading.backend import DeviceFacts
 from ..roofline import Cost, predict
 from . import criteria as gate_criteria
-from . import judge, own_work, stats, timer
+from . import judge, own_work, placement, stats, sweeps, timer
 from . import records as rec
 from ..core.paths import shown_in_text
 from .provenance import Provenance
@@ -90,6 +93,7 @@ class GateRun:
         self._live_device = live_device  # reads the device again when a measured row is written
         self.tree_root = tree_root  # the graded tree: a gate's kernel must be defined in it
         self.results: list[GateResult] = []
+        self._off_chip_because: str | None = None  # inside devices(): checked off the chip, and why
 
     # The run's shared facts, read from its GateContext.
     chip = property(lambda self: self.context.chip)
@@ -121,6 +125,9 @@ class GateRun:
         return cpu
 
     def _why_nothing_is_timed(self, op: str, dtype: str, what: str) -> GateResult | None:
+        if self._off_chip_because is not None:  # inside devices(): simulated devices, TPU interpret mode
+            return GateResult(NOTHING_TIMED, f"{op} {dtype}: nothing is timed where the chips are simulated "
+                                             f"({self._off_chip_because})")
         if not self.on_accelerator:
             return GateResult(gate_criteria.AWAITING,
                               f"awaiting hardware: {op} {dtype} {what} predicted for {self.chip.name}; "
@@ -161,6 +168,8 @@ class GateRun:
         if fields.get("method") == "measured":
             self._check_live_device()
         notes = fields.pop("notes", "")
+        if p.commit_stated:
+            notes = f"{p.commit_note()}; {notes}"
         if self.rehearsal is not None:
             scaled = self.rehearsal.scaled.get(self.test_id)
             notes = "rehearsal on a stand-in clock" + (f", at {'; '.join(scaled)}" if scaled else "") + "; " + notes
@@ -227,10 +236,11 @@ class GateRun:
         if self.gate.times_own_kernel and self.tree_root is not None and not work:
             raise ValueError(f"{self.test_id}: gate {self.gate.number:02d} judges the learner's own kernel: "
                              f"pass work=[own_work.of_call(...)] to verify")
-        native = self.on_accelerator and self.kernels_native
+        native = self.on_accelerator and self.kernels_native and self._off_chip_because is None
         common = dict(criterion=criterion, implementation="kernel", op=op, shapes=shapes, dtype=dtype,
                       method="measured" if native else "off-chip-verified", statistic="checks-passed",
                       unit="check", interpret=not native, run_id=uuid.uuid4().hex)
+        notes = "; ".join(filter(None, (self._off_chip_because, notes)))  # checked off the chip, and why
         where = f"{notes}; " if notes else ""
         try:
             check()
@@ -280,7 +290,7 @@ class GateRun:
                                method="measured", statistic="median", value=s.median, unit="s", spread=s.iqr,
                                samples=timing.samples, ratio_to_floor=judged.median, ratio_ci=judged.interval,
                                verdict=judged.verdict, interpret=False, cost=self._slot_cost(cost),
-                               run_id=uuid.uuid4().hex, notes=timing.describe())
+                               run_id=uuid.uuid4().hex, notes=timing.describe(), **timed_fields(timing))
         except rec.HonestyError as error:
             return self._finish(GateResult(gate_criteria.FAIL, str(error)))
         self.store.store(None, timing)
@@ -360,7 +370,8 @@ class GateRun:
             expected = [floor(*args) for args in input_sets]
             sweep_notes = ""
             if isinstance(fns.get("ceiling"), dict):
-                fns["ceiling"], sweep_notes = self._tune_ceiling(fns["ceiling"], input_sets, expected, dtype)
+                fns["ceiling"], sweep_notes = self._tune_ceiling(fns["ceiling"], input_sets, expected, dtype,
+                                                                 self._sweep_key(op, shapes, dtype))
                 if fns["ceiling"] is None:
                     check_failed("ceiling", f"no ceiling candidate was correct: {sweep_notes}")
                     del fns["ceiling"]
@@ -407,7 +418,7 @@ class GateRun:
                 rows.append(self._record(criterion=c.id, implementation=name, statistic="median",
                                          value=t.summary.median, unit="s", spread=t.summary.iqr,
                                          samples=t.samples, ratio_to_floor=to_floor, verdict="reference",
-                                         notes=notes, **common))
+                                         notes=notes, **timed_fields(t), **common))
             if "kernel" not in timings or (c.ratio_of == "ceiling" and ceiling is None):
                 continue
             t = timings["kernel"]
@@ -420,7 +431,7 @@ class GateRun:
                                      value=t.summary.median, unit="s", spread=t.summary.iqr, samples=t.samples,
                                      ratio_to_floor=to["floor"], ratio_to_ceiling=to.get("ceiling"),
                                      ratio_ci=verdict.interval, verdict=verdict.verdict, notes=t.describe(),
-                                     **common))
+                                     **timed_fields(t), **common))
         return rows
 
     def _trio_result(self, op, dtype, shapes, problems, rows, judged) -> GateResult:
@@ -446,8 +457,26 @@ class GateRun:
         passed = ", ".join(f"{c.id} pass" for c in judged)
         return GateResult(gate_criteria.PASS, f"{where}: {passed}", tuple(rows), timed=True)
 
-    def _tune_ceiling(self, candidates: dict, input_sets, expected, dtype):
-        """The fastest correct candidate on this chip, and the sweep as notes for the ceiling row."""
+    def _sweep_key(self, op: str, shapes, dtype: str) -> sweeps.SweepKey:
+        p = self.provenance
+        return sweeps.SweepKey(chip=self.chip.name, device_kind=p.device_kind, jax=p.jax, jaxlib=p.jaxlib,
+                               libtpu=p.libtpu, gate=self.gate.number, op=op, shapes=shapes, dtype=dtype)
+
+    def _tune_ceiling(self, candidates: dict, input_sets, expected, dtype, key: sweeps.SweepKey):
+        """The ceiling of a sweep of candidates on this chip, and the sweep as notes for its row.
+
+        A sweep kept from an earlier run on this chip with these versions (sweeps.py) gives the
+        choice, unless the run asked to sweep again (--resweep) or the kept choice is wrong here;
+        either way the ceiling is then timed in this run's rounds and checked like any other.
+        """
+        path = self.context.sweeps_path
+        earlier = None if path is None or self.context.resweep else sweeps.kept(path, key, candidates)
+        if earlier is not None:
+            wrong = _wrong_output(f"ceiling {earlier.best}", candidates[earlier.best], input_sets, expected, dtype)
+            if not wrong:
+                return candidates[earlier.best], (f"ceiling {earlier.best}, the choice of a sweep kept from an earlier "
+                                                  f"run ({earlier.describe()}), reused: only the choice, timed in "
+                                                  f"this run's rounds (pytest --gates --resweep sweeps again)")
         correct, notes = {}, []
         for label, fn in candidates.items():
             wrong = _wrong_output(f"ceiling {label}", fn, input_sets, expected, dtype)
@@ -462,8 +491,24 @@ class GateRun:
             best = next(iter(correct))
         else:
             best = min(timings, key=lambda label: timings[label].summary.median)
-            notes = [f"{label}: {t.summary.median * 1e6:.1f} us" for label, t in timings.items()] + notes
-        return correct[best], f"ceiling tuned over {len(candidates)} block sizes ({'; '.join(notes)}): chose {best}"
+            kept_note = self._keep_sweep(path, sweeps.Sweep(
+                key=key, candidates=tuple(candidates), best=best, notes="; ".join(notes),
+                times={label: t.summary.median for label, t in timings.items()}, rehearsal=self.rehearsal is not None))
+            notes = [f"{label}: {t.summary.median * 1e6:.1f} us" for label, t in timings.items()] + notes + kept_note
+        again = f"the kept choice {earlier.best} was wrong here, swept again; " if earlier is not None else ""
+        return correct[best], (f"{again}ceiling tuned over {len(candidates)} block sizes ({'; '.join(notes)}): "
+                               f"chose {best}")
+
+    @staticmethod
+    def _keep_sweep(path, sweep: sweeps.Sweep) -> list[str]:
+        """Keep a sweep for later runs; a file that cannot be written costs the next run a sweep, not this one."""
+        if path is None:
+            return []
+        try:
+            sweeps.keep(path, sweep)
+        except OSError as error:
+            return [f"the sweep could not be kept for later runs ({error.strerror or error})"]
+        return []
 
     # ------------------------------------------------------------ gate 4
 
@@ -474,13 +519,49 @@ class GateRun:
         have = self.device.device_count
         if not self.on_accelerator or have >= count:
             return True
-        why = f"needs {count} chips; this run has {have} {self.device.device_kind}"
-        row = self._record(criterion=criterion, implementation="kernel", op=op, shapes=shapes, dtype=dtype,
-                           method="measured", statistic="median", value=None, unit="s", verdict="not-runnable",
-                           interpret=False, run_id=uuid.uuid4().hex, notes=f"not runnable here: {why}")
+        why = placement.too_few_chips(count, have, self.device.device_kind)
+        row = self._too_few_chips_row(criterion, op, shapes, dtype, uuid.uuid4().hex, f"not runnable here: {why}")
         self._finish(GateResult(gate_criteria.NOT_RUNNABLE, f"{op} on {self.chip.name}: {why}; recorded as "
                                                             f"not runnable", (row,)))
         return False
+
+    def _too_few_chips_row(self, criterion, op, shapes, dtype, run_id: str, notes: str) -> rec.Record:
+        return self._record(criterion=criterion, implementation="kernel", op=op, shapes=shapes, dtype=dtype,
+                            method="measured", statistic=placement.TOO_FEW_CHIPS, value=None, unit="s",
+                            verdict="not-runnable", interpret=False, run_id=run_id, notes=notes)
+
+    @contextlib.contextmanager
+    def devices(self, criterion: str, op: str, shapes, dtype: str, count: int):
+        """The devices a correctness check needing `count` devices builds its mesh from, in force for the
+        block, or None (a not-runnable row written) when it cannot run here.
+
+        On an accelerator with enough devices: the chip's. With fewer chips than `count`: `count`
+        simulated CPU devices under TPU interpret mode, and `verify` inside the block writes an
+        off-chip-verified row saying why. Off an accelerator: the run's own simulated devices (the
+        test is skipped, as the mesh fixture skips, when --cpu-devices gave fewer).
+        """
+        where = placement.placement(on_accelerator=self.on_accelerator, chips=self.device.device_count,
+                                    device_kind=self.device.device_kind, cpu_devices=placement.cpu_device_count(),
+                                    count=count)
+        if where.where == placement.NOWHERE:
+            self.gate.criterion(criterion)
+            row = self._too_few_chips_row(criterion, op, shapes, dtype, uuid.uuid4().hex,
+                                          f"not runnable here: {where.why}")
+            self._finish(GateResult(gate_criteria.NOT_RUNNABLE, f"{op} on {self.chip.name}: {where.why}; "
+                                                                f"recorded as not runnable", (row,)))
+            yield None
+            return
+        if where.where == placement.RUN_DEVICES and self.device.device_count < count:
+            import pytest  # as the mesh fixture does: a CPU run asked for fewer simulated devices
+
+            pytest.skip(f"needs {count} devices; this run has {self.device.device_count} CPU device(s) "
+                        f"(--cpu-devices)")
+        self._off_chip_because = where.why if where.where == placement.ON_CPU_DEVICES else None
+        try:
+            with placement.devices(where) as found:
+                yield found
+        finally:
+            self._off_chip_because = None
 
     def measure_against_compute_alone(self, criterion: str, op: str, shapes, dtype: str, cost: Cost | None,
                                       *, kernel, compute_alone, kernel_inputs, compute_alone_inputs,
@@ -490,8 +571,9 @@ class GateRun:
         compute_alone: the same work per chip with no communication at all. Each is checked
         against its XLA reference before and after timing; both are timed in the same rounds.
         kernel_inputs(seed), compute_alone_inputs(seed) build one input set each. On a CPU the
-        roofline floor of one chip's compute is predicted; with fewer than `devices` chips a
-        not-runnable row is written ("needs N chips").
+        roofline floor of one chip's compute is predicted. With fewer than `devices` chips the
+        compute alone is still timed on one chip (when given), and the kernel is recorded as not
+        runnable ("needs N chips"), never a pass.
         """
         c = self.gate.criterion(criterion)
         if c.kind != "speed" or c.ratio_of != "compute-alone":
@@ -502,7 +584,9 @@ class GateRun:
         waiting = self._why_nothing_is_timed(op, dtype, "roofline floor of one chip's compute")
         if waiting:
             return self._finish(waiting)
-        if not self.has_devices(criterion, op, shapes, dtype, devices):
+        have = self.device.device_count
+        if have < devices and (compute_alone is None or self.platform != "tpu"):
+            self.has_devices(criterion, op, shapes, dtype, devices)
             return self.results[-1]
         run_id = uuid.uuid4().hex
         common = dict(criterion=criterion, op=op, shapes=shapes, dtype=dtype, method="measured",
@@ -516,6 +600,8 @@ class GateRun:
         self.store.require()
         both = {"kernel": (kernel, kernel_inputs, kernel_reference),
                 "compute-alone": (compute_alone, compute_alone_inputs, compute_alone_reference)}
+        if have < devices:  # the compute alone on the one chip; the ring needs chips this run has not
+            del both["kernel"]
         try:
             sets = {name: [build(seed) for seed in range(INPUT_SETS)] for name, (_, build, _) in both.items()}
             found = self._not_own_work([self._timed_kernel_work(fn, sets[name][0], cost, f"the timed {name}")
@@ -539,17 +625,23 @@ class GateRun:
                 if wrong:
                     return self._finish(self._check_failure(name, f"after timing, on inputs of seed {fresh}: "
                                                                   f"{wrong}", common))
-            mine, alone = timings["kernel"], timings["compute-alone"]
-            verdict = judge.judge_ratios(stats.paired_ratios(mine.samples, alone.samples), c.ratio_range)
+            alone = timings["compute-alone"]
             for name, t in timings.items():
                 self.store.store(None if name == "kernel" else name, t)
-            rows = (self._record(implementation="compute-alone", statistic="median", value=alone.summary.median,
-                                 unit="s", spread=alone.summary.iqr, samples=alone.samples, verdict="reference",
-                                 notes=f"one chip, no communication; {alone.describe()}", **common),
+            alone_row = self._record(implementation="compute-alone", statistic="median", value=alone.summary.median,
+                                     unit="s", spread=alone.summary.iqr, samples=alone.samples, verdict="reference",
+                                     notes=f"one chip, no communication; {alone.describe()}", **timed_fields(alone),
+                                     **common)
+            if "kernel" not in timings:
+                return self._finish(self._compute_alone_only(c, devices, alone, alone_row, common))
+            mine = timings["kernel"]
+            verdict = judge.judge_ratios(stats.paired_ratios(mine.samples, alone.samples), c.ratio_range)
+            rows = (alone_row,
                     self._record(implementation="kernel", statistic="median", value=mine.summary.median, unit="s",
                                  spread=mine.summary.iqr, samples=mine.samples,
                                  ratio_to_compute_alone=verdict.median, ratio_ci=verdict.interval,
-                                 verdict=verdict.verdict, notes=f"{devices} chips; {mine.describe()}", **common))
+                                 verdict=verdict.verdict, notes=f"{devices} chips; {mine.describe()}",
+                                 **timed_fields(mine), **common))
         except rec.HonestyError as error:
             return self._finish(GateResult(gate_criteria.FAIL, str(error)))
         low, high = c.ratio_range
@@ -559,10 +651,41 @@ class GateRun:
                    f"the range is [{low}, {high}]")
         return self._finish(GateResult(verdict.verdict, message, rows, timed=True))
 
+    def _compute_alone_only(self, c, devices: int, alone, alone_row, common) -> GateResult:
+        """Too few chips for the kernel: its compute alone was timed on one chip; the kernel is not runnable."""
+        short = placement.too_few_chips(devices, self.device.device_count, self.device.device_kind)
+        kernel_row = self._too_few_chips_row(
+            c.id, common["op"], common["shapes"], common["dtype"], common["run_id"],
+            f"not runnable here: {short}; its compute alone measured on one chip "
+            f"({alone.summary.median * 1e6:.1f} us), the communication checked off-chip by the correctness criterion")
+        message = (f"not runnable on {_chips_word(self.device.device_count)} (needs {devices} chips): compute alone "
+                   f"measured, {alone.summary.median * 1e6:.1f} us on one {self.chip.name} chip; the collective "
+                   f"{common['op']} is timed on {devices} chips")
+        return GateResult(gate_criteria.NOT_RUNNABLE, message, (alone_row, kernel_row))
+
     def _check_failure(self, name: str, message: str, common: dict) -> GateResult:
         row = self._record(implementation=name, statistic=rec.TIMED_OUTPUT_CHECK, value=0.0, unit="check",
                            verdict="fail", notes=message, **common)
         return GateResult(gate_criteria.FAIL, message, (row,))
+
+
+def timed_fields(timing) -> dict:
+    """How a Timing was taken, as its row says it (records.TIMING_METHODS).
+
+    A harness that does not say timed wall-calls, the only method there was before. The
+    dispatch_bound of a device-trace time is the judge's rule applied to the Timing's own wall
+    time per call and median, so the row always survives re-judging.
+    """
+    method = getattr(timing, "method", rec.ASSUMED_TIMING)
+    wall = getattr(timing, "wall_per_call", None)  # one per sample: the row keeps their median
+    if isinstance(wall, (tuple, list)):
+        wall = stats.median(wall) if wall else None
+    wall = None if wall is None else float(wall)
+    if method == "device-profiler" and wall is not None:
+        bound = judge.dispatch_bound(wall, timing.summary.median)
+    else:
+        bound = bool(getattr(timing, "dispatch_bound", False))
+    return dict(timed_by=method, wall_per_call=wall, dispatch_bound=bound)
 
 
 def _measure_apart(harness, fns: dict, sets: dict) -> dict:
@@ -613,6 +736,10 @@ def _wrong_output(name: str, fn, input_sets, expected, dtype: str) -> str | None
     return None
 
 
+def _chips_word(count: int) -> str:
+    return "one chip" if count == 1 else f"{count} chips"
+
+
 def _dims(shapes) -> str:
     """Shapes as 4096x4096 · 4096x4096 (one shape or several)."""
     shapes = list(shapes)
@@ -639,6 +766,8 @@ class GateContext:
     interpret_requested: bool = False
     kernels_native: bool = False
     rehearsal: object = None  # a rehearsal.Rehearsal for `--rehearse`
+    sweeps_path: Path | None = None  # where ceiling sweeps are kept between runs (sweeps.py); None: not kept
+    resweep: bool = False  # sweep every ceiling again, whatever is kept
 
     @property
     def on_accelerator(self) -> bool:
@@ -655,7 +784,8 @@ class GateContext:
 
 def gate_context(registry: chips.ChipRegistry, requested: str | None, device: DeviceFacts,
                  records_path: Path, root: Path, *, strict: bool, interpret_requested: bool = False,
-                 kernels_native: bool = False, rehearsal=None) -> GateContext:
+                 kernels_native: bool = False, rehearsal=None, sweeps_path: Path | None = None,
+                 resweep: bool = False) -> GateContext:
     """Resolve the run's chip. strict: a chip that cannot be named for this device is an error."""
     try:
         name = chips.chip_for_run(requested, device.platform, device.device_kind, registry)
@@ -667,4 +797,5 @@ def gate_context(registry: chips.ChipRegistry, requested: str | None, device: De
         name = chips.DEFAULT_CHIP
     return GateContext(registry=registry, chip=registry.get(name) if name else None, device=device,
                        records_path=records_path, root=root, interpret_requested=interpret_requested,
-                       kernels_native=kernels_native, rehearsal=rehearsal)
+                       kernels_native=kernels_native, rehearsal=rehearsal, sweeps_path=sweeps_path,
+                       resweep=resweep)

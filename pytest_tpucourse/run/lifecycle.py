@@ -72,6 +72,8 @@ def pytest_sessionfinish(session: pytest.Session, exitstatus) -> None:
             host_cpu.hand_back(session.config, workeroutput)
         return
     _tests_as_collected(run)
+    if run.gate_progress is not None:
+        run.device_run_note = run.gate_progress.write_device_run()
     run.foreign = sorted(set(run.foreign) | set(foreign))
     if run.foreign:
         run.progress.count_nothing(f"plugins outside pytest's and the course's hook how tests are collected, "

@@ -76,6 +76,11 @@ def add_options(parser: pytest.Parser) -> None:
         help="with --gates: every gate test's measuring path as on the chip, on a stand-in clock (rows thrown away)",
     )
     group.addoption(
+        "--resweep", action="store_true", default=False,
+        help="with --gates: sweep every ceiling's block sizes again instead of timing the best one an earlier "
+        "run on this chip kept (.tpucourse/ceiling-sweeps.jsonl)",
+    )
+    group.addoption(
         "--chip", metavar="NAME", default=None,
         help=f"chip the gate predictions and records are for ({', '.join(chips.KNOWN_CHIPS)}, or one "
         "a plugin registers); on an accelerator it must be the chip the run executes on",
@@ -94,6 +99,11 @@ def add_options(parser: pytest.Parser) -> None:
         "--records", metavar="PATH", default=None,
         help="gate records file to append to (default: .tpucourse/records.jsonl in the course checkout, "
         "not tracked; bench/records.jsonl takes only --solutions rows)",
+    )
+    group.addoption(
+        "--device-runs", metavar="PATH", default=None,
+        help="where a gate run of the solutions on an accelerator adds its line (default: bench/device_runs.jsonl "
+        "in the course checkout; 'none': nowhere)",
     )
     group.addoption(
         "--tpucourse-results", metavar="FILE", default=None,
@@ -129,6 +139,8 @@ class RunOptions:
     records: str | None
     hypothesis_profile: str | None
     rehearse: bool = False
+    resweep: bool = False
+    device_runs: str | None = None  # --device-runs: None for bench/device_runs.jsonl, "none" for nowhere
 
     @classmethod
     def from_config(cls, config: pytest.Config) -> RunOptions:
@@ -151,12 +163,16 @@ class RunOptions:
             raise pytest.UsageError("--rehearse rehearses the gate tests: give it with --gates")
         if rehearse and config.getoption("records"):
             raise pytest.UsageError("--rehearse writes its rows to a throwaway file of its own: leave out --records")
+        resweep = config.getoption("resweep")
+        if resweep and not config.getoption("gates"):
+            raise pytest.UsageError("--resweep sweeps the gates' ceilings again: give it with --gates")
         return cls(
             registry=registry, chip=chip, solutions=solutions, impl_root=impl_root,
             interpret=config.getoption("interpret"), jax_cache=config.getoption("jax_cache"),
             gates=config.getoption("gates"), kernel_timeout=config.getoption("kernel_timeout"),
             cpu_devices=config.getoption("cpu_devices"), records=config.getoption("records"),
-            hypothesis_profile=config.getoption("hypothesis_profile", None), rehearse=rehearse,
+            hypothesis_profile=config.getoption("hypothesis_profile", None), rehearse=rehearse, resweep=resweep,
+            device_runs=config.getoption("device_runs"),
         )
 
     @property

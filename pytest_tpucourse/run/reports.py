@@ -42,6 +42,12 @@ def pytest_runtest_makereport(item: pytest.Item, call: pytest.CallInfo):
         found = assertion_report(call.excinfo.value, item.path, session.course.root)
     if found is not None:
         report.longrepr, report.tpucourse_todo, report.tpucourse_headline = found
+    gate = markers.gate_number(item) if session is not None and session.options.gates else None
+    if gate is not None:  # for the gate run's progress (gate_progress.py), from any process
+        report.tpucourse_gate = gate
+        if call.when == "call":
+            report.tpucourse_timed = sum(1 for r in item.stash.get(GATE_RESULTS, ())  # measurements with a time
+                                         if any(row.is_timing for row in r.rows))
     if call.when == "call" and report.passed and session is not None:
         _gate_outcome(session, item, report)  # a gate test that returned takes the outcome its results say
     edits = markers.edits_file(item)

@@ -26,6 +26,7 @@ import pytest
 from .. import chips
 from ..core.course import SOLUTIONS, Course, CourseDataError, find_course_root, load_course
 from ..gates import records as rec
+from ..gates import sweeps
 from ..gates.provenance import tree_label
 from ..gates.rehearsal import Rehearsal
 from ..gates.run import GateContext, gate_context
@@ -73,6 +74,8 @@ class CourseSession:
         self.is_worker = False  # a pytest-xdist worker (set when the session starts)
         self.problem: str | None = None  # said at the top of the summary (progress not saved)
         self.harness = None  # the gates' timing harness, made on first use on an accelerator
+        self.gate_progress = None  # a --gates run's progress and times (gate_progress.py), where it prints
+        self.device_run_note: str | None = None  # what became of this run's line in bench/device_runs.jsonl
         self.calls_seen: dict[str, str] = {}  # node id -> how the graded call's wrapper saw its call end
         self.failures_reported: dict = {}  # (exercise, messages.same_failure of a report) -> reports.FirstReport
         self.deselected_here: list[str] = []  # node ids this process deselected
@@ -135,7 +138,9 @@ class CourseSession:
         try:
             gates = gate_context(options.registry, options.chip, device, records_path, root,
                                  strict=options.chip_required, interpret_requested=options.interpret != "auto",
-                                 kernels_native=run_backend.mode == "native", rehearsal=rehearsal)
+                                 kernels_native=run_backend.mode == "native", rehearsal=rehearsal,
+                                 sweeps_path=sweeps.path_for(root, rehearsal.path if rehearsal else None),
+                                 resweep=options.resweep)
         except chips.ChipMismatch as error:
             raise pytest.UsageError(f"--chip: {error}") from None
         try:

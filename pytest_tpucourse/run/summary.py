@@ -101,9 +101,12 @@ def _summary(session: CourseSession, terminalreporter) -> None:
                if label in (EXERCISES, SOLUTIONS) else None)
     passed = report.gates_passed(loaded.accepted, current=current, course_root=root, gates=gates.gates)
     if show_gates:
+        seconds = session.gate_progress.seconds_per_gate() if session.gate_progress is not None else {}
         for line in report.gate_table_lines(loaded.accepted, gates.chip.name, current=current,
-                                            course_root=root, tree=label, gates=gates.gates):
+                                            course_root=root, tree=label, gates=gates.gates, seconds=seconds):
             terminalreporter.write_line(line)
+        if session.device_run_note:
+            terminalreporter.write_line(f"tpucourse: {session.device_run_note}")
     learner_state = None
     if session.tree.is_learners and not session.problem:
         try:

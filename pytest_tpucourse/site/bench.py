@@ -1,6 +1,8 @@
 """The bench page's content: the records as tables and a roofline per chip as inline SVG.
 
-Rows are read and re-judged by gates/report.py. A point on a plot is a row with a time and a
+Rows are read and re-judged by gates/report.py, and shown as `report.rows_shown` gives them: a
+measurement made on the chip in place of the roofline prediction it supersedes (whose value
+stays in the row's "predicted floor" column), and how each time was taken ("timed by"). A point on a plot is a row with a time and a
 cost (FLOPs and HBM bytes): at its arithmetic intensity, the FLOP/s that time means. A
 roofline-predicted row lies on the roof by construction and is drawn hollow, labelled
 "predicted"; a measured row is drawn solid with its chip, dtype, shapes and date.
@@ -17,8 +19,8 @@ from ..gates import records as rec
 from ..gates import report
 from .learner_view import METHOD_WORDS
 
-COLUMNS = ("gate", "criterion", "op", "shapes", "dtype", "implementation", "what", "value", "verdict", "chip",
-           "date")
+COLUMNS = ("gate", "criterion", "op", "shapes", "dtype", "implementation", "what", "value", "timed by",
+           "predicted floor", "verdict", "chip", "device kind", "date", "commit")
 
 
 def _shapes(r) -> str:
@@ -36,10 +38,23 @@ def _value(r) -> str:
 
 
 def record_rows(records) -> list[list[str]]:
-    rows = sorted(records, key=lambda r: (r.chip, r.gate, r.criterion, r.op, r.shapes, r.implementation, r.date))
-    return [[f"{r.gate:02d}", r.criterion, r.op, _shapes(r), r.dtype, r.implementation,
-             f"{METHOD_WORDS[r.method]} {r.statistic}", _value(r), r.verdict, r.chip or "any", r.date[:10]]
-            for r in rows]
+    """One line per row shown (report.rows_shown), in COLUMNS' order."""
+    lines = []
+    for shown in report.rows_shown(records):
+        r, predicted = shown.record, shown.superseded
+        lines.append([f"{r.gate:02d}", r.criterion, r.op, _shapes(r), r.dtype, r.implementation,
+                      f"{METHOD_WORDS[r.method]} {r.statistic}", _value(r), report.timed_by_label(r),
+                      f"{predicted.value * 1e6:.1f} µs (roofline-predicted)" if predicted is not None else "",
+                      r.verdict, r.chip or "any", r.device_kind if r.method == "measured" else "", r.date[:10],
+                      report.commit_label(r)])
+    return lines
+
+
+def failure_lines(records) -> list[str]:
+    """Every failed row, the latest run's or not: failures stay published."""
+    return [f"{r.date[:10]} {r.chip} gate {r.gate:02d} {r.criterion}: {r.op} {r.dtype} {r.implementation}, "
+            f"{METHOD_WORDS[r.method]} {r.statistic} ({r.test_id})"
+            for r in sorted(records, key=lambda r: r.date) if r.verdict == "fail"]
 
 
 def sections(course_root: Path) -> tuple[list[dict], list]:
@@ -54,7 +69,7 @@ def sections(course_root: Path) -> tuple[list[dict], list]:
         loaded = report.load([Path(course_root) / path], registry, tree=tree)
         every += loaded.accepted
         out.append({"title": title, "note": note, "columns": COLUMNS, "rows": record_rows(loaded.accepted),
-                    "problems": loaded.problems(),
+                    "failures": failure_lines(loaded.accepted), "problems": loaded.problems(),
                     "empty": f"no rows yet in {path}: a gate run (pytest --gates) writes them"})
     return out, every
 

@@ -244,14 +244,18 @@ def bench(sections: list[dict], plots: list[str], index: list[dict]) -> str:
         rows = "".join("<tr>" + "".join(f"<td>{e(str(v))}</td>" for v in row) + "</tr>" for row in section["rows"])
         empty = f'<p class="note">{e(section["empty"])}</p>' if not section["rows"] else ""
         problems = "".join(f"<li>{e(p)}</li>" for p in section["problems"])
+        failures = "".join(f"<li>{e(f)}</li>" for f in section.get("failures", ()))
         parts.append(f'<section class="records"><h2>{e(section["title"])}</h2><p class="note">{e(section["note"])}</p>'
                      f'{empty}<div class="table"><table><thead><tr>{head}</tr></thead><tbody>{rows}</tbody></table></div>'
+                     + (f'<h3>Failures (kept forever)</h3><ul class="failures">{failures}</ul>' if failures else "")
                      + (f'<ul class="problems">{problems}</ul>' if problems else "") + "</section>")
     body = f"""
 <section class="chapter-head"><p class="kicker">the bench</p><h1>Records and rooflines</h1>
 <p class="lede">Every row says what it is: <b>roofline-predicted</b> (a floor from the chip's figures),
 <b>off-chip verified</b> (correct under interpret mode, no time) or <b>measured</b> (run on the chip, with
-chip, dtype, shapes and date). Rows are re-judged when the page is built.</p></section>
+chip, dtype, shapes and date). A measurement stands in place of the prediction it supersedes, whose value
+stays in its "predicted floor" column; "timed by" says how the time was taken (the device's own trace, or
+wall time over calls per sync). Rows are re-judged when the page is built.</p></section>
 <section class="plots"><h2>A roofline per chip</h2><div class="plot-grid">{''.join(plots)}</div></section>
 {''.join(parts)}
 """

@@ -1,0 +1,150 @@
+"""Ceiling sweeps kept between runs (gates/sweeps.py): a later run on the same chip and versions times
+only the kept choice, in its own rounds, and says so; --resweep, new versions or new candidates sweep again."""
+
+from pathlib import Path
+
+import pytest
+
+from pytest_tpucourse import roofline
+from pytest_tpucourse.gates import criteria, sweeps
+from pytest_tpucourse.gates import records as rec
+from pytest_tpucourse.gates.rehearsal import Rehearsal
+
+from .gate_helpers import FakeHarness, gate_run, read_judged
+
+SLOT = criteria.gate(3).criterion("near-ceiling").slots[0]
+SECONDS = {"floor": 1e-4, "kernel": 6.5e-5, "ceiling": 6e-5, "128": 8e-5, "512": 6e-5}
+
+
+def _candidates(**replace):
+    return {"128": lambda x: x, "512": lambda x: x, **replace}
+
+
+def _trio(tmp_path, sweeps_path, candidates=None, **run):
+    harness = FakeHarness(SECONDS)
+    gate = gate_run(tmp_path, harness=harness, sweeps_path=sweeps_path, **run)
+    result = gate.measure_trio("near-ceiling", SLOT.op, SLOT.shapes, SLOT.dtype, roofline.Cost(1e9, 1e6),
+                               floor=lambda x: x, kernel=lambda x: x, ceiling=candidates or _candidates(),
+                               inputs=lambda seed: (float(seed),))
+    assert result.status == "pass", result.message
+    [ceiling] = [r for r in rec.read(tmp_path / "r.jsonl").records
+                 if r.implementation == "ceiling" and r.run_id == result.rows[0].run_id]
+    return harness.asked, ceiling
+
+
+def test_a_sweep_is_kept_and_a_later_run_times_only_its_choice_and_says_so(tmp_path):
+    kept = tmp_path / "sweeps.jsonl"
+    asked, first = _trio(tmp_path, kept)
+    assert asked == [("128", "512"), ("floor", "kernel", "ceiling")]  # swept, then the trio's rounds
+    [sweep] = sweeps.read(kept)[0]
+    assert (sweep.best, sweep.candidates, sweep.key.op, sweep.key.device_kind) == ("512", ("128", "512"), SLOT.op,
+                                                                                   "TPU v5 lite")
+    assert sweep.times == {"128": pytest.approx(8e-5), "512": pytest.approx(6e-5)}
+    assert "chose 512" in first.notes and "reused" not in first.notes
+    asked, again = _trio(tmp_path, kept)
+    assert asked == [("floor", "kernel", "ceiling")]  # no sweep: the kept choice, re-timed in this run's rounds
+    assert f"ceiling 512, the choice of a sweep kept from an earlier run (swept {sweep.date[:10]} over 2 block " \
+           f"sizes (128: 80.0 us; 512: 60.0 us), chose 512), reused: only the choice, timed in this run's rounds" \
+           in again.notes
+    assert again.run_id != first.run_id and len(again.samples) == len(first.samples)  # its own rounds
+    accepted, rejected = read_judged(tmp_path / "r.jsonl")
+    assert not rejected
+
+
+@pytest.mark.parametrize("change", ["resweep", "jax", "candidates", "chip kind"])
+def test_a_sweep_is_run_again_when_asked_or_when_what_decides_it_changed(tmp_path, change):
+    kept = tmp_path / "sweeps.jsonl"
+    _trio(tmp_path, kept)
+    run = {"resweep": dict(resweep=True), "jax": dict(jax="0.11.0"),
+           "chip kind": dict(device_kind="TPU v5e")}.get(change, {})
+    candidates = _candidates(**{"256": lambda x: x}) if change == "candidates" else None
+    if change == "candidates":
+        SECONDS["256"] = 7e-5
+    try:
+        asked, ceiling = _trio(tmp_path, kept, candidates, **run)
+    finally:
+        SECONDS.pop("256", None)
+    assert len(asked) == 2 and "reused" not in ceiling.notes
+    assert len(sweeps.read(kept)[0]) == 2
+
+
+def test_a_kept_choice_wrong_here_is_swept_again(tmp_path):
+    kept = tmp_path / "sweeps.jsonl"
+    _trio(tmp_path, kept)
+    asked, ceiling = _trio(tmp_path, kept, _candidates(**{"512": lambda x: x * 0 - 7}))
+    assert asked == [("floor", "kernel", "ceiling")]  # one correct candidate left: nothing to sweep between
+    assert ceiling.notes.count("the kept choice 512 was wrong here, swept again") == 1
+    assert "512: wrong or failed" in ceiling.notes and "chose 128" in ceiling.notes
+
+
+def test_a_rehearsals_sweep_is_never_read_by_a_run_on_the_chip(tmp_path):
+    rehearsal = Rehearsal(path=tmp_path / f"t{rec.REHEARSAL_SUFFIX}")
+    path = sweeps.path_for(tmp_path, rehearsal.path)
+    assert path.name == sweeps.REHEARSAL_NAME and path.parent == tmp_path
+    assert sweeps.path_for(tmp_path, None) == tmp_path / ".tpucourse" / "ceiling-sweeps.jsonl"
+    harness = FakeHarness(SECONDS)
+    run = gate_run(tmp_path, platform="cpu", device_kind="cpu", harness=harness, rehearsal=rehearsal,
+                   sweeps_path=path)
+    run.measure_trio("near-ceiling", SLOT.op, SLOT.shapes, SLOT.dtype, roofline.Cost(1e9, 1e6), floor=lambda x: x,
+                     kernel=lambda x: x, ceiling=_candidates(), inputs=lambda seed: (float(seed),))
+    [sweep] = sweeps.read(path)[0]
+    assert sweep.rehearsal
+    copied = tmp_path / "sweeps.jsonl"  # copied by hand where a run on the chip reads
+    copied.write_text(path.read_text())
+    assert sweeps.kept(copied, sweep.key, sweep.candidates) is None
+    with pytest.raises(ValueError, match="a rehearsal's sweep is kept only in"):
+        sweeps.keep(copied, sweep)
+
+
+def test_a_bad_line_among_the_kept_sweeps_is_reported_and_the_sweep_run_again(tmp_path):
+    kept = tmp_path / "sweeps.jsonl"
+    kept.write_text('{"key": "torn"}\n[1]\n')
+    asked, _ = _trio(tmp_path, kept)
+    assert asked[0] == ("128", "512")
+    good, bad = sweeps.read(kept)
+    assert len(good) == 1 and [b.line for b in bad] == [1, 2]
+    assert "not a kept sweep" in bad[0].reason and "a line is a JSON object" in bad[1].reason
+
+
+SWEEP_TESTS = """
+    import jax
+    import pytest
+    from jax.experimental import pallas as pl
+    from pytest_tpucourse import roofline
+    from pytest_tpucourse.gates import criteria
+
+    SLOT = criteria.gate(3).criterion("near-ceiling").slots[0]
+
+
+    def _double(x_ref, o_ref):
+        o_ref[...] = x_ref[...] * 2
+
+
+    def double(x):
+        return pl.pallas_call(_double, out_shape=jax.ShapeDtypeStruct(x.shape, x.dtype))(x)
+
+
+    @pytest.mark.gate(3)
+    @pytest.mark.parametrize("again", [False, True])
+    def test_speed(gate_run, again):
+        import jax.numpy as jnp
+        gate_run.measure_trio("near-ceiling", SLOT.op, SLOT.shapes, SLOT.dtype, roofline.Cost(1e9, 1e6),
+                              floor=lambda x: x * 2, kernel=double, ceiling={"128x128": double, "256x256": double},
+                              inputs=lambda seed: (jnp.full((8, 128), float(seed)),))
+"""
+
+
+def test_a_rehearsal_keeps_its_sweep_beside_its_rows_and_reuses_it(fake_course):
+    fake_course.test_file(SWEEP_TESTS, "test_gate.py")
+    result = fake_course.run("--gates", "--rehearse", "--chip=v5e")
+    assert result.ret == pytest.ExitCode.OK, result.stdout.str()[-3000:]
+    result.stdout.fnmatch_lines(["gate 03: 2 tests, 2 slots timed, *s", "rehearsal: 2/2 gate tests ran through"])
+    path = [line for line in result.stdout.lines if line.startswith("rehearsal rows: ")][0]
+    rows = rec.read(path.split(" written to ")[1].split(" (")[0]).records
+    ceilings = [r for r in rows if r.implementation == "ceiling"]
+    assert len(ceilings) == 2 and "reused" not in ceilings[0].notes
+    assert "the choice of a sweep kept from an earlier run" in ceilings[1].notes and "reused" in ceilings[1].notes
+    kept = Path(path.split(" written to ")[1].split(" (")[0]).with_name(sweeps.REHEARSAL_NAME)
+    [sweep] = sweeps.read(kept)[0]
+    assert sweep.rehearsal and set(sweep.candidates) == {"128x128", "256x256"}
+    assert not (fake_course.pytester.path / sweeps.PATH).exists()  # nothing kept where a chip's run reads
