@@ -117,7 +117,7 @@ def compute_bound_rows(k: int, n: int, *, itemsize: int, peak_flops: float, hbm_
 
     Compute-bound means 2mkn / peak >= itemsize (mk + kn + mn) / bandwidth, that is
     m (2kn / peak - itemsize (k + n) / bandwidth) >= itemsize kn / bandwidth. Where the bracket
-    is not positive (intensity tends to kn / (itemsize (k + n)) as m grows, and that is not
+    is not positive (intensity tends to 2kn / (itemsize (k + n)) as m grows, and that is not
     above the ridge) no m will do. Solved in exact fractions: a float at the boundary would
     answer one row off.
     """

@@ -456,3 +456,27 @@ def test_a_compiler_fact_is_the_one_of_the_backend_the_run_compiles_for(monkeypa
     with pytest.raises(pytest.skip.Exception, match=r"what XLA:GPU makes of this program was not measured \(the "
                                                     r"course measured XLA:CPU, XLA:TPU\)"):
         checks.for_this_backend(facts)
+
+
+def test_an_ir_answer_has_exactly_the_readers_keys_and_a_wrong_key_is_named():
+    """Chapter 12's answers against the course's reader, key by key: a key missing or one more fails,
+    naming it; the reader's keys with equal values pass."""
+    from pytest_tpucourse import ir
+
+    want = {"kernels": [("fusion", "fusion")], "largest": ("fusion", "f32[8]")}
+    ir.assert_summary_matches(FN, {"largest": ("fusion", "f32[8]"), "kernels": [["fusion", "fusion"]]}, want, dump="d")
+    with pytest.raises(WrongResult, match=r"exactly the course reader's keys, 'kernels', 'largest'; it has the "
+                                          r"key 'entry', not one of them"):
+        ir.assert_summary_matches(FN, {**want, "entry": "main"}, want, dump="d")
+    with pytest.raises(WrongResult, match=r"it misses the key 'largest' and has the key 'biggest', not one of them"):
+        ir.assert_summary_matches(FN, {"kernels": want["kernels"], "biggest": want["largest"]}, want, dump="d")
+    dot = {"name": "dot.1", "lhs_shape": (2, 3), "rhs_shape": (3, 4), "out_shape": (2, 4), "lhs_batch": (),
+           "rhs_batch": (), "lhs_contracting": (1,), "rhs_contracting": (0,)}
+    ir.assert_dots_match(FN, [{**dot, "einsum": "ab,bc->ac"}], [dot], dump="d")
+    with pytest.raises(WrongResult, match=r"dot 0 \('dot.1'\) should have exactly the keys .*; it misses the key "
+                                          r"'einsum' and has the key 'opcode', not one of them"):
+        ir.assert_dots_match(FN, [{**dot, "opcode": "dot"}], [dot], dump="d")
+    row = {"primitive": "tanh", "file": "f.py", "line": 3, "stablehlo": ["stablehlo.tanh"], "hlo": ["fusion"]}
+    ir.assert_rows_are_rows(FN, [row], program="p")
+    with pytest.raises(WrongResult, match=r"row 0 should have exactly the keys .*; it has the key 'ops', not one"):
+        ir.assert_rows_are_rows(FN, [{**row, "ops": 1}], program="p")

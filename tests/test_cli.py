@@ -20,7 +20,7 @@ def test_roofline_prints_floor_bound_intensity_ridge(capsys):
         assert line in out
     assert main.main(["roofline", "--chip", "v5e", "--op", "matmul", "--shape", "8x256x256"]) == 0
     assert "decision    no row count makes it compute-bound: at k = 256, n = 256 the intensity tends to " \
-           "k·n / (2·(k + n)) = 64.0 FLOP/byte" in capsys.readouterr().out
+           "2·k·n / (2·(k + n)) = 128.0 FLOP/byte" in capsys.readouterr().out
 
 
 @pytest.mark.parametrize("argv, message", [

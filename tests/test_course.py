@@ -1,6 +1,7 @@
 """course.toml, exercises/, solutions/ and tests/mutants/ agree with each other."""
 
 import ast
+import dataclasses
 import importlib.util
 import itertools
 import re
@@ -165,6 +166,60 @@ def test_dev_draws_every_rank_and_axis_a_graded_test_lists():
         if forms - examples:
             missing[name] = sorted(forms - examples, key=str)
     assert not missing, f"(ranks, axis) that dev never draws, per test: {missing}"
+
+
+# Chapters whose every drawn option is an explicit example, and whose graded functions' keyword
+# arguments their tests all pass. (Kernel chapters may run an option in a test of its own, a race or
+# a compile check on the same call, rather than in the property test's examples.)
+EVERY_CASE_EXPLICIT = ("ch01", "ch02", "ch03", "ch04", "ch05", "ch10")
+
+
+def _facets(option) -> dict:
+    """What of a drawn option a case is told apart by: each field of a configuration (its shape, its
+    causal flag, its dtype), or the option itself."""
+    if dataclasses.is_dataclass(option):
+        return {field.name: getattr(option, field.name) for field in dataclasses.fields(option)}
+    return {None: option}
+
+
+def test_every_option_a_graded_test_draws_is_in_an_explicit_example():
+    """The dev profile draws only the options a test's explicit examples hold (core/profiles.py): in
+    these chapters each option of every `few` draw (each field of a configuration: its shape, its flag,
+    its dtype) is in one of them, so what a README lists as tested runs in every profile."""
+    missing = {}
+    for name, test in _property_tests():
+        if name.split("/")[0] not in EVERY_CASE_EXPLICIT:
+            continue
+        examples = test.hypothesis_explicit_examples
+        for arg, strategy in test.hypothesis._given_kwargs.items():
+            options = getattr(strategy, profiles.OPTIONS_ATTRIBUTE, None) or ()
+            values = [_facets(e.kwargs[arg]) for e in examples if arg in e.kwargs]
+            unseen = {f"{arg}{'' if key is None else '.' + key}={value!r}" for option in options
+                      for key, value in _facets(option).items()
+                      if not any(key in seen and seen[key] == value for seen in values)}
+            if unseen:
+                missing[name] = sorted(unseen | set(missing.get(name, ())))
+    assert not missing, f"options no explicit example holds (so dev never draws them), per test: {missing}"
+
+
+@pytest.mark.parametrize("exercise", [e for e in EXERCISES if e.chapter in EVERY_CASE_EXPLICIT],
+                         ids=lambda e: e.key)
+def test_every_keyword_argument_of_a_graded_function_is_passed_by_its_tests(exercise):
+    """An argument the tests never pass is graded only at its default: a function that ignores an
+    explicit eps or scale passes. Each parameter with a default, of every public function of the
+    solution, is passed by name somewhere in the exercise's test file."""
+    solution = ast.parse((REPO / SOLUTIONS / exercise.chapter / exercise.module_file).read_text(encoding="utf-8"))
+    tests = ast.parse((REPO / "exercises" / exercise.chapter / exercise.test_file).read_text(encoding="utf-8"))
+    passed = {k.arg for node in ast.walk(tests) if isinstance(node, ast.Call) for k in node.keywords if k.arg}
+    unpassed = []
+    for function in solution.body:
+        if not isinstance(function, ast.FunctionDef) or function.name.startswith("_"):
+            continue
+        arguments = function.args
+        with_defaults = arguments.args[len(arguments.args) - len(arguments.defaults):] + [
+            a for a, default in zip(arguments.kwonlyargs, arguments.kw_defaults) if default is not None]
+        unpassed += [f"{function.name}({a.arg}=...)" for a in with_defaults if a.arg not in passed]
+    assert not unpassed, f"{exercise.test_file} never passes {unpassed}"
 
 
 def test_a_capstone_manifest_without_cases_is_a_short_failure():

@@ -29,9 +29,12 @@ def _mask(cfg, seed):
     return jnp.asarray(mask)
 
 
+# Every shape, causal and not, both dtypes and an explicit scale beside the default are explicit
+# examples: the dev profile draws only what they hold.
 @given(cfg=CONFIGS, scale=tst.few(None, 0.3), seed=tst.seeds())
 @example(cfg=MQA, scale=None, seed=0)
 @example(cfg=CAUSAL_WIDE, scale=None, seed=0)
+@example(cfg=GQA, scale=0.3, seed=1)
 def test_attention_matches_reference(impl, cfg, scale, seed):
     q, k, v = cfg.arrays(seed)
     checks.assert_matches_reference(
@@ -41,6 +44,8 @@ def test_attention_matches_reference(impl, cfg, scale, seed):
 
 @given(cfg=CONFIGS, seed=tst.seeds())
 @example(cfg=CAUSAL_WIDE, seed=0)
+@example(cfg=MQA, seed=1)
+@example(cfg=GQA, seed=2)
 def test_attention_with_mask(impl, cfg, seed):
     """A boolean mask, broadcast over heads; query 0 is fully masked and must come out zero."""
     q, k, v = cfg.arrays(seed)

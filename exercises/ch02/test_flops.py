@@ -1,5 +1,7 @@
 """Graded tests for ch02.flops: dot_flops(closed_jaxpr)."""
 
+import functools
+
 import jax
 import jax.numpy as jnp
 import pytest
@@ -30,6 +32,39 @@ def pallas_matmul(x, y, *, bm=32, bk=16, bn=64):
         in_specs=[pl.BlockSpec((bm, bk), lambda i, j, kk: (i, kk)),
                   pl.BlockSpec((bk, bn), lambda i, j, kk: (kk, j))],
         out_specs=pl.BlockSpec((bm, bn), lambda i, j, kk: (i, j)))(x, y)
+
+
+def pallas_row_blocks(x, y, *, bm=16, bn=32, halves=False):
+    """A 2-D grid (M/bm, N/bn), all of K in each step: one (bm, K) @ (K, bn) dot per step, or (halves)
+    the same dot as two (bm, K/2) @ (K/2, bn) dots in a loop inside the kernel."""
+    (m, k), n = x.shape, y.shape[1]
+
+    def kernel(x_ref, y_ref, o_ref):
+        if not halves:
+            o_ref[...] = jnp.dot(x_ref[...], y_ref[...])
+            return
+        half = k // 2
+
+        def step(h, acc):
+            start = pl.multiple_of(h * half, half)
+            return acc + jnp.dot(x_ref[:, pl.ds(start, half)], y_ref[pl.ds(start, half), :])
+
+        o_ref[...] = lax.fori_loop(0, 2, step, jnp.zeros(o_ref.shape, o_ref.dtype))
+
+    return pl.pallas_call(
+        kernel, out_shape=jax.ShapeDtypeStruct((m, n), x.dtype), grid=(m // bm, n // bn),
+        in_specs=[pl.BlockSpec((bm, k), lambda i, j: (i, 0)), pl.BlockSpec((k, bn), lambda i, j: (0, j))],
+        out_specs=pl.BlockSpec((bm, bn), lambda i, j: (i, j)))(x, y)
+
+
+def pallas_add(x, y, *, bm=16):
+    """An elementwise kernel on a 1-D grid: no dot at all."""
+    def kernel(x_ref, y_ref, o_ref):
+        o_ref[...] = x_ref[...] + y_ref[...]
+
+    spec = pl.BlockSpec((bm, x.shape[1]), lambda i: (i, 0))
+    return pl.pallas_call(kernel, out_shape=jax.ShapeDtypeStruct(x.shape, x.dtype), grid=(x.shape[0] // bm,),
+                          in_specs=[spec, spec], out_specs=spec)(x, y)
 
 
 # (name, function, input shapes, FLOPs worked out by hand)
@@ -63,7 +98,7 @@ def _check(impl, name, f, shapes, want):
     fn = impl.flops.dot_flops
     got = fn(jax.make_jaxpr(f)(*_arrays(*shapes)))
     checks.assert_equal(got, want, fn=fn, what=f"the FLOPs of {name}",
-                        note=f"the jaxpr of CASES {name!r} of exercises/ch02/test_flops.py, on inputs of "
+                        note=f"the jaxpr of the case {name!r} of exercises/ch02/test_flops.py, on inputs of "
                              f"shapes {shapes}")
 
 
@@ -72,8 +107,55 @@ def test_dot_flops(impl, case):
     _check(impl, *case)
 
 
+# Programs holding a pallas_call: grids of every rank, kernels with no dot, a dot inside a loop of the
+# kernel, dots outside the call before it, the call inside a jit and inside a scan.
+def _mm(m, k, n):
+    return 2 * m * k * n
+
+
+PALLAS_CASES = [
+    ("a matmul, then pallas_call matmul (64,64)@(64,128) on grid (2, 2, 4)",
+     lambda w, x, y: pallas_matmul(w @ x, y), [(64, 32), (32, 64), (64, 128)], _mm(64, 32, 64) + _mm(64, 64, 128)),
+    ("pallas_call matmul (48,64)@(64,96) on grid (3, 3), all of K per step",
+     pallas_row_blocks, [(48, 64), (64, 96)], (3 * 3) * _mm(16, 64, 32)),
+    ("pallas_call matmul (48,64)@(64,96) on grid (3, 3), K in two halves in a fori_loop of the kernel",
+     functools.partial(pallas_row_blocks, halves=True), [(48, 64), (64, 96)], (3 * 3) * 2 * _mm(16, 32, 32)),
+    ("pallas_call add (64,128) on grid (4,), then a matmul",
+     lambda x, y, w: pallas_add(x, y) @ w, [(64, 128), (64, 128), (128, 8)], _mm(64, 128, 8)),
+    ("jit(pallas_call matmul (96,32)@(32,64) on grid (3, 1, 2), bm=32 bk=16 bn=64)",
+     jax.jit(pallas_matmul), [(96, 32), (32, 64)], (3 * 1 * 2) * _mm(32, 16, 64)),
+    ("scan of 3 pallas_call matmuls (32,16)@(16,64) on grid (1, 1, 1)",
+     lambda c, w: lax.scan(lambda c, _: (pallas_matmul(c, w) @ w.T, None), c, None, length=3)[0],
+     [(32, 16), (16, 64)], 3 * (_mm(32, 16, 64) + _mm(32, 64, 16))),
+]
+
+
+@pytest.mark.parametrize("case", PALLAS_CASES, ids=[c[0] for c in PALLAS_CASES])
+def test_dot_flops_of_programs_holding_a_pallas_call(impl, case):
+    _check(impl, *case)
+
+
+# Loops without a dot count nothing and are no reason to refuse: only a while loop with a dot in its
+# body or its condition has no count.
+LOOP_CASES = [
+    ("a while_loop without a dot, then a matmul",
+     lambda x, w: lax.while_loop(lambda c: jnp.sum(c) < 1e3, lambda c: c * 2.0 + 1.0, x) @ w,
+     [(8, 16), (16, 4)], _mm(8, 16, 4)),
+    ("a matmul, then a fori_loop of 5 steps without a dot",
+     lambda x, w: lax.fori_loop(0, 5, lambda i, c: jnp.sin(c) * 0.5, x @ w), [(8, 16), (16, 4)], _mm(8, 16, 4)),
+    ("a while_loop with a traced trip count and no dot",
+     lambda x, n: lax.fori_loop(0, n.astype(jnp.int32).sum(), lambda i, c: jnp.tanh(c), x), [(8, 8), (2,)], 0),
+]
+
+
+@pytest.mark.parametrize("case", LOOP_CASES, ids=[c[0] for c in LOOP_CASES])
+def test_dot_flops_of_loops_without_a_dot(impl, case):
+    _check(impl, *case)
+
+
 @given(b=tst.few(1, 3), m=tst.few(8, 24), k=tst.few(16, 40), n=tst.few(8, 128))
 @example(b=3, m=24, k=40, n=8)
+@example(b=1, m=8, k=16, n=128)
 def test_dot_flops_batched_matmul(impl, b, m, k, n):
     _check(impl, f"einsum bmk,bkn->bmn with b={b} m={m} k={k} n={n}",
            lambda x, y: jnp.einsum("bmk,bkn->bmn", x, y), [(b, m, k), (b, k, n)], 2 * b * m * k * n)
@@ -87,6 +169,17 @@ def test_dot_flops_refuses_a_while_loop_with_dots(impl):
     jaxpr = jax.make_jaxpr(doubling_until_large)(*_arrays((8, 8), (8, 8)))
     checks.assert_rejects(impl.flops.dot_flops, (jaxpr,), error=ValueError, mentions=("while",),
                           note="the jaxpr: jax.make_jaxpr(lambda x, w: lax.while_loop(..., lambda c: c @ w, x))(x, w)")
+
+
+def test_dot_flops_refuses_a_while_loop_whose_condition_holds_the_dot(impl):
+    """The condition runs once per step too: its dot has no count either."""
+    def until_the_product_is_large(x, w):
+        return lax.while_loop(lambda c: jnp.sum(c @ w) < 1e6, lambda c: c * 2.0, x)
+
+    jaxpr = jax.make_jaxpr(until_the_product_is_large)(*_arrays((8, 8), (8, 8)))
+    checks.assert_rejects(impl.flops.dot_flops, (jaxpr,), error=ValueError, mentions=("while",),
+                          note="the jaxpr: jax.make_jaxpr(lambda x, w: lax.while_loop(lambda c: "
+                               "jnp.sum(c @ w) < 1e6, lambda c: c * 2.0, x))(x, w)")
 
 
 def _batched_matmul_jaxpr(b, m, k, n):
@@ -103,12 +196,20 @@ def _mlp_jaxpr(batch, width, hidden, out):
         *_arrays((batch, width), (width, hidden), (hidden, out)))
 
 
+def _row_blocks_jaxpr(row_blocks, column_blocks, k, halves):
+    """The jaxpr of pallas_row_blocks on a (row_blocks, column_blocks) grid of (16, k) @ (k, 32) steps."""
+    return jax.make_jaxpr(functools.partial(pallas_row_blocks, halves=halves))(
+        *_arrays((16 * row_blocks, k), (k, 32 * column_blocks)))
+
+
 def _trusted_cases(rng):
-    """Checked outside the tree's process (docs/grading.md): matmuls, a scan and an MLP of sizes
-    drawn by the grader."""
+    """Checked outside the tree's process (docs/grading.md): matmuls, a scan, an MLP and a pallas_call
+    on a 2-D grid, of sizes drawn by the grader."""
     b, m, k, n = (int(rng.integers(1, 40)) for _ in range(4))
     length, size = int(rng.integers(2, 20)), int(rng.integers(2, 17))
     batch, width, hidden, out = (int(rng.integers(1, 65)) for _ in range(4))
+    rows, columns, depth = int(rng.integers(1, 5)), int(rng.integers(1, 5)), 32 * int(rng.integers(1, 5))
+    halves = bool(rng.integers(2))
     return [
         checks.trusted.exact("dot_flops", (checks.trusted.built(_batched_matmul_jaxpr, b, m, k, n),),
                              expected=2 * b * m * k * n, what="the FLOPs"),
@@ -116,6 +217,8 @@ def _trusted_cases(rng):
                              expected=length * 2 * size ** 3, what="the FLOPs"),
         checks.trusted.exact("dot_flops", (checks.trusted.built(_mlp_jaxpr, batch, width, hidden, out),),
                              expected=2 * batch * width * hidden + 2 * batch * hidden * out, what="the FLOPs"),
+        checks.trusted.exact("dot_flops", (checks.trusted.built(_row_blocks_jaxpr, rows, columns, depth, halves),),
+                             expected=rows * columns * _mm(16, depth, 32), what="the FLOPs"),
     ]
 
 

@@ -10,7 +10,9 @@ and rescaling l and acc by exp(m_old - m_new) whenever the max grows.
 
 Contract (both functions):
   - q (B, H, Sq, D); k, v (B, Hkv, Skv, D), Hkv dividing H (query head h reads
-    kv head h // (H // Hkv)); block_k divides Skv (raise ValueError otherwise);
+    kv head h // (H // Hkv)); block_k divides Skv: raise ValueError otherwise (a
+    length with keys past the last whole block, or fewer keys than one block), never
+    walk the whole blocks and leave the rest out;
   - scale defaults to D ** -0.5; causal masks are top-left: query i sees keys 0..i;
   - scores, m, l, acc in f32; round the probabilities exp(s - m) to v's dtype
     before multiplying by v; streaming_attention returns acc / l in q's dtype;

@@ -4,6 +4,7 @@ import dataclasses
 
 import jax.numpy as jnp
 import numpy as np
+import pytest
 from hypothesis import example, given
 
 from pytest_tpucourse import checks, references
@@ -24,6 +25,7 @@ BLOCKS = (16, 32, 64, 128)  # every one divides every kv_len above
 @example(cfg=MHA, block_k=128, seed=0)                                          # one block: no rescaling
 @example(cfg=dataclasses.replace(GQA, dtype="float32"), block_k=16, seed=0)     # 16 steps, causal
 @example(cfg=WIDE, block_k=32, seed=0)                                          # Skv > Sq, causal
+@example(cfg=GQA, block_k=64, seed=1)                                           # bf16, causal
 def test_streaming_attention_matches_reference(impl, cfg, block_k, seed):
     q, k, v = cfg.arrays(seed)
     checks.assert_matches_reference(
@@ -38,6 +40,43 @@ def test_streaming_attention_custom_scale(impl):
         reference=references.ATTENTION.bind(scale=0.3), require_kernel=False)
 
 
+# Key lengths around a block of 32 (WIDE's 64 queries, causal): below it (16), equal (32), above
+# (the explicit example's 256, eight blocks, already compiled) and ragged (two blocks and 16 keys,
+# 80). The block must divide the key length: a length it does not divide is refused, never walked
+# short of its last keys.
+KEY_BLOCK = 32
+KEY_LENGTHS = {**tst.dims_around(KEY_BLOCK, tile=16), "above": WIDE.kv_len}
+
+
+def _around_the_block(dim):
+    cfg = dataclasses.replace(WIDE, kv_len=KEY_LENGTHS[dim])
+    return cfg, cfg.arrays(6)
+
+
+def _assert_refused(fn, cfg, qkv):
+    checks.assert_rejects(fn, qkv, kwargs=dict(causal=cfg.causal, block_k=KEY_BLOCK), error=ValueError,
+                          mentions=(str(cfg.kv_len), str(KEY_BLOCK)),
+                          note=f"{cfg.kv_len} keys in blocks of {KEY_BLOCK}: the block does not divide the key length")
+
+
+@pytest.mark.parametrize("dim", tst.DIM_KINDS)
+def test_streaming_attention_key_lengths_around_the_block(impl, dim):
+    cfg, qkv = _around_the_block(dim)
+    fn = impl.streaming.streaming_attention
+    if cfg.kv_len % KEY_BLOCK:
+        _assert_refused(fn, cfg, qkv)
+    else:
+        checks.assert_matches_reference(fn, qkv, kwargs=dict(causal=cfg.causal, block_k=KEY_BLOCK),
+                                        reference=references.ATTENTION.bind(causal=cfg.causal), require_kernel=False)
+
+
+@pytest.mark.parametrize("dim", ["below", "ragged"])
+def test_streaming_states_refuses_key_lengths_the_block_does_not_divide(impl, dim):
+    """(Lengths the block divides: the invariant test below.)"""
+    cfg, qkv = _around_the_block(dim)
+    _assert_refused(impl.streaming.streaming_states, cfg, qkv)
+
+
 def _prefix_max(q, k, end, causal, scale):
     """max over keys [0, end) of the scaled (and causally masked) scores, in float64."""
     q64, k64 = tst.as_float64(q), tst.as_float64(k)
@@ -48,18 +87,23 @@ def _prefix_max(q, k, end, causal, scale):
     return s.max(axis=-1)
 
 
-@given(cfg=tst.few(MHA, WIDE), causal=tst.booleans(), block_k=tst.few(32, 64), seed=tst.seeds())
-@example(cfg=WIDE, causal=True, block_k=64, seed=0)
-@example(cfg=MHA, causal=True, block_k=32, seed=1)
-def test_rescale_invariant(impl, cfg, causal, block_k, seed):
+@given(cfg=tst.few(MHA, WIDE), causal=tst.booleans(), block_k=tst.few(32, 64), scale=tst.few(None, 0.3),
+       seed=tst.seeds())
+@example(cfg=WIDE, causal=True, block_k=64, scale=None, seed=0)
+@example(cfg=MHA, causal=True, block_k=32, scale=None, seed=1)
+@example(cfg=MHA, causal=False, block_k=64, scale=0.3, seed=2)
+def test_rescale_invariant(impl, cfg, causal, block_k, scale, seed):
     """After step j, acc / l is attention over keys [0, (j + 1) · block_k), and m is their max score.
 
-    Checked after the first step, the second (the first rescale), a middle one and the last.
+    Checked after the first step, the second (the first rescale), a middle one and the last; with
+    the default scale and with scale 0.3 passed explicitly.
     """
     cfg = dataclasses.replace(cfg, causal=causal)
     q, k, v = cfg.arrays(seed)
     fn = impl.streaming.streaming_states
-    states = fn(q, k, v, causal=cfg.causal, block_k=block_k)
+    kwargs = dict(causal=cfg.causal, block_k=block_k, **({} if scale is None else dict(scale=scale)))
+    passed = ", ".join(f"{name}={value}" for name, value in kwargs.items())
+    states = fn(q, k, v, **kwargs)
     n = cfg.kv_len // block_k
     b, h, sq, d = q.shape
     if not (isinstance(states, (tuple, list)) and len(states) == 3):
@@ -69,7 +113,7 @@ def test_rescale_invariant(impl, cfg, causal, block_k, seed):
     for name, x in zip(want, states):
         checks.assert_equal(tuple(getattr(x, "shape", ())), want[name], fn=fn,
                             what=f"the shape of {name} (one entry per key block, stacked on axis 0)")
-    scale = d ** -0.5
+    scale = d ** -0.5 if scale is None else scale
     for j in sorted({0, 1, n // 2, n - 1}):
         end = (j + 1) * block_k
         checks.assert_close(m[j], _prefix_max(q, k, end, cfg.causal, scale), fn=fn, dtype="float32",
@@ -78,10 +122,9 @@ def test_rescale_invariant(impl, cfg, causal, block_k, seed):
                               f"{fn.display}: acc / l after step {j}")
         prefix = jnp.arange(cfg.kv_len) < end  # keys [0, end) only; same shapes at every step
         checks.assert_matches_reference(
-            ratio, (q, k, v), reference=references.ATTENTION.bind(mask=prefix, causal=cfg.causal),
+            ratio, (q, k, v), reference=references.ATTENTION.bind(mask=prefix, causal=cfg.causal, scale=scale),
             require_kernel=False, names=[f"attention over keys [0, {end})"],
-            note=f"m, l, acc = streaming_states(q, k, v, causal={cfg.causal}, block_k={block_k}), "
-                 f"then acc[{j}] / l[{j}][..., None]")
+            note=f"m, l, acc = streaming_states(q, k, v, {passed}), then acc[{j}] / l[{j}][..., None]")
 
 
 def _states_agree(got, expected):

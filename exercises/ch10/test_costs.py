@@ -10,6 +10,8 @@ from pytest_tpucourse import checks
 @given(m=st.integers(1, 8192), k=st.integers(1, 8192), n=st.integers(1, 8192), itemsize=st.sampled_from([1, 2, 4]))
 @example(m=4096, k=4096, n=4096, itemsize=2)
 @example(m=8, k=4096, n=4096, itemsize=2)  # skinny: the weights dominate the bytes
+@example(m=1, k=8192, n=3, itemsize=1)  # every itemsize, and sizes unequal down to 1
+@example(m=8192, k=1, n=5, itemsize=4)
 def test_matmul_cost(impl, m, k, n, itemsize):
     flops, nbytes = impl.costs.matmul_cost(m, k, n, itemsize)
     checks.assert_close(np.float64(flops), 2.0 * m * k * n, fn=impl.costs.matmul_cost, dtype="float64",

@@ -2,7 +2,7 @@
 
 import numpy as np
 import pytest
-from hypothesis import given
+from hypothesis import example, given
 from hypothesis import strategies as st
 
 from pytest_tpucourse import checks, chips
@@ -30,8 +30,10 @@ def test_the_course_v5e_table(impl, name, flops, nbytes, table_us):
                         note=f"the course's table gives {table_us} us")
 
 
-@given(chip=st.sampled_from(chips.TPU_CHIPS + chips.GPU_CHIPS),
-       intensity=st.floats(min_value=0.01, max_value=1e4), nbytes=st.integers(1, 10**12))
+@pytest.mark.parametrize("chip", chips.TPU_CHIPS + chips.GPU_CHIPS)  # every chip of the registry, in every profile
+@given(intensity=st.floats(min_value=0.01, max_value=1e4), nbytes=st.integers(1, 10**12))
+@example(intensity=0.01, nbytes=1)  # deep in the memory-bound region
+@example(intensity=1e4, nbytes=10**12)  # deep in the compute-bound region
 def test_any_chip_any_intensity(impl, chip, intensity, nbytes):
     c = chips.get_chip(chip)
     flops = intensity * nbytes

@@ -14,18 +14,34 @@ MAX_SHOWN = 6
 
 
 ROW_KEYS = ("primitive", "file", "line", "stablehlo", "hlo")
+DOT_KEYS = ("name", "lhs_shape", "rhs_shape", "out_shape", "lhs_batch", "rhs_batch", "lhs_contracting",
+            "rhs_contracting", "einsum")
+
+
+def keys_differ(got: dict, keys) -> str:
+    """'' when `got` has exactly `keys`; else which it misses and which it has beyond them, by name."""
+    missing = [key for key in keys if key not in got]
+    extra = [key for key in got if key not in keys]
+    said = ([f"misses {_keys(missing)}"] if missing else []) + ([f"has {_keys(extra)}, not one of them"]
+                                                                  if extra else [])
+    return " and ".join(said)
+
+
+def _keys(names) -> str:
+    return f"the key{'s' if len(names) > 1 else ''} {', '.join(map(repr, names))}"
 
 
 def assert_rows_are_rows(fn, got, *, program: str) -> None:
-    """A list of dicts with the x-ray's keys, stablehlo and hlo lists of names."""
+    """A list of dicts with exactly the x-ray's keys, stablehlo and hlo lists of names."""
     where = f"{fn.display} on {program}"
     if not isinstance(got, list) or not all(isinstance(row, dict) for row in got):
         raise WrongResult(f"{where} should return a list of dicts, one per equation; got {_kind(got)}")
     for index, row in enumerate(got):
-        missing = [key for key in ROW_KEYS if key not in row]
-        if missing or not all(isinstance(row[k], (list, tuple)) for k in ("stablehlo", "hlo")):
-            raise WrongResult(f"{where}: row {index} should have keys {', '.join(ROW_KEYS)} (stablehlo and "
-                              f"hlo lists of names); it has {sorted(row)}")
+        differ = keys_differ(row, ROW_KEYS)
+        if differ or not all(isinstance(row[k], (list, tuple)) for k in ("stablehlo", "hlo")):
+            raise WrongResult(f"{where}: row {index} should have exactly the keys {', '.join(map(repr, ROW_KEYS))} "
+                              f"(stablehlo and hlo lists of names); it "
+                              f"{differ or 'has ' + ', '.join(f'{k} {type(row[k]).__name__}' for k in ('stablehlo', 'hlo'))}")
 
 
 def assert_rows_match(fn, got, want: list[dict], *, program: str, listing: str = "") -> None:
@@ -77,7 +93,8 @@ def numbered(source: str, indent: str = "      ") -> str:
 
 
 def assert_summary_matches(fn, got, want: dict, *, dump: str, ties=()) -> None:
-    """The learner's narration against the course reader's summary, key by key.
+    """The learner's narration against the course reader's summary, key by key: exactly its keys
+    (one missing, or one more, is named), each value equal.
 
     Lists are compared as collections, in any order (a reader may walk computations in
     another order). `largest` may be any of `ties`: the (name, array) pairs of ENTRY
@@ -86,6 +103,10 @@ def assert_summary_matches(fn, got, want: dict, *, dump: str, ties=()) -> None:
     where = f"{fn.display} on {dump}"
     if not isinstance(got, dict):
         raise WrongResult(f"{where} should return a dict with keys {sorted(want)}; got {type(got).__name__}")
+    differ = keys_differ(got, tuple(want))
+    if differ:
+        raise WrongResult(f"{where} should answer with exactly the course reader's keys, "
+                          f"{', '.join(map(repr, want))}; it {differ}")
     for key, value in want.items():
         mine = got.get(key, "<missing>")
         if key == "largest":
@@ -105,13 +126,19 @@ def assert_summary_matches(fn, got, want: dict, *, dump: str, ties=()) -> None:
 def assert_dots_match(fn, got, want: list[dict], *, dump: str,
                       keys=("name", "lhs_shape", "rhs_shape", "out_shape", "lhs_batch", "rhs_batch",
                             "lhs_contracting", "rhs_contracting")) -> None:
-    """The learner's decoded dots must name the same instructions, shapes and dimension numbers."""
+    """The learner's decoded dots must have exactly the contract's keys (DOT_KEYS) and name the same
+    instructions, shapes and dimension numbers (`keys`; the einsum is run, not compared)."""
     where = f"{fn.display} on {dump}"
     if not isinstance(got, list) or not all(isinstance(d, dict) for d in got):
         raise WrongResult(f"{where} should return a list of dicts, one per dot or convolution; got {_kind(got)}")
     if len(got) != len(want):
         raise WrongResult(f"{where} found {len(got)} dots; the module has {len(want)}: "
                           f"{', '.join(d['name'] for d in want)}")
+    for index, mine in enumerate(got):
+        differ = keys_differ(mine, DOT_KEYS)
+        if differ:
+            raise WrongResult(f"{where}: dot {index} ({mine.get('name', want[index]['name'])!r}) should have "
+                              f"exactly the keys {', '.join(map(repr, DOT_KEYS))}; it {differ}")
     for mine, expected in zip(got, want):
         wrong = {k: (_as_tuples(mine.get(k, "<missing>")), expected[k]) for k in keys
                  if _as_tuples(mine.get(k, "<missing>")) != _as_tuples(expected[k])}

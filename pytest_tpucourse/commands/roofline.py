@@ -68,7 +68,7 @@ def _rows_decision(device: chips.Chip, shape, dtype) -> str:
                                     hbm_bandwidth=device.hbm_bandwidth)
     if rows is None:
         return (f"decision    no row count makes it compute-bound: at k = {k}, n = {n} the intensity tends "
-                f"to k·n / ({size}·(k + n)) = {k * n / (size * (k + n)):.1f} FLOP/byte, not above the ridge")
+                f"to 2·k·n / ({size}·(k + n)) = {2 * k * n / (size * (k + n)):.1f} FLOP/byte, not above the ridge")
     return (f"decision    compute-bound from m = {rows} rows at k = {k}, n = {n} (this m = {m}: "
             f"{'compute' if m >= rows else 'memory'}-bound); fewer rows wait on HBM")
 

@@ -151,3 +151,25 @@ def test_a_scan_holds_its_body_once_and_its_length_as_a_param():
     [eqn] = jax.make_jaxpr(ten_matmuls)(jnp.ones((8, 8))).jaxpr.eqns
     assert eqn.params["length"] == 10
     assert [e.primitive.name for e in eqn.params["jaxpr"].jaxpr.eqns] == ["dot_general"]
+
+
+def test_a_cond_and_a_sort_bind_a_list_of_their_one_output():
+    x = jnp.ones((8, 8))
+    program = jax.make_jaxpr(lambda a: (lax.cond(a.sum() > 0, lambda a: a * 2, lambda a: a + 1, a),
+                                        lax.sort(a, dimension=0)))(x)
+    for name in ("cond", "sort"):
+        [eqn] = [e for e in program.jaxpr.eqns if e.primitive.name == name]
+        assert eqn.primitive.multiple_results and len(eqn.outvars) == 1, versions()
+        operands = [jnp.int32(1), x] if name == "cond" else [x]  # a cond's branch index, then its operand
+        result = eqn.primitive.bind(*operands, **eqn.params)
+        assert isinstance(result, (list, tuple)) and len(result) == 1, (name, type(result), versions())
+    [add] = jax.make_jaxpr(lambda a: a + a)(x).jaxpr.eqns
+    assert not add.primitive.multiple_results and not isinstance(add.primitive.bind(x, x), (list, tuple))
+
+
+def test_a_fori_loop_of_static_length_is_a_scan_and_of_traced_length_a_while():
+    x = jnp.ones((8, 8))
+    static = jax.make_jaxpr(lambda c: lax.fori_loop(0, 5, lambda i, c: jnp.sin(c), c))(x)
+    traced = jax.make_jaxpr(lambda c, n: lax.fori_loop(0, n, lambda i, c: jnp.sin(c), c))(x, jnp.int32(5))
+    assert [e.primitive.name for e in static.jaxpr.eqns] == ["scan"], versions()
+    assert "while" in [e.primitive.name for e in traced.jaxpr.eqns], versions()

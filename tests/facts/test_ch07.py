@@ -291,3 +291,27 @@ def test_transposes_and_lane_reductions_go_through_the_cross_lane_units(chip, un
     assert len({unit for _, unit in lanes}) == units
     sublanes = bundles(lambda a: jnp.sum(a, axis=0, keepdims=True) + jnp.zeros_like(a))
     assert cross_lane_work(sublanes) == {} and len(re.findall(r"\bvrot", sublanes)) == 3
+
+
+# ------------------------------------------------------------------ register spills
+
+
+def test_the_bundles_name_64_vector_registers(matmul):
+    """A value's register is the suffix of its name in the bundles (`%v7875_v0`: v0)."""
+    x = S((4096, 4096), jnp.bfloat16)
+    kernel = compiler()(matmul, x, x, bm=512, bk=512, bn=512, dumps=True).kernel()
+    registers = {int(r) for r in re.findall(r"%v\d+_v(\d+)\b", kernel.bundles_text)}
+    assert registers == set(range(64)), sorted(registers)
+
+
+@pytest.mark.parametrize("blocks, spilled", [(128, 0), (256, 0), (512, 356_352)])
+def test_ch11s_matmul_spills_registers_at_gate_01s_blocks_only(matmul, blocks, spilled):
+    """The VMEM report's spill area (its SPILL allocation) for ch11's bf16 matmul on 4096² at equal
+    blocks: what `tpucourse compile` prints as `register spills: ... bytes`."""
+    x = S((4096, 4096), jnp.bfloat16)
+    kernel = compiler()(matmul, x, x, bm=blocks, bk=blocks, bn=blocks, dumps=True).kernel()
+    spills = sum(a.bytes for a in kernel.vmem_allocations if a.what == "SPILL")
+    assert spills == for_this_libtpu({(0, 0, 42): spilled, (0, 0, 50): spilled}), kernel.vmem_allocations
+    # The scoped VMEM: three double-buffered bf16 windows and the f32 scratch, a block's 4 bytes per
+    # element each (4.00 MiB at 512 blocks), and the spill area.
+    assert kernel.scoped_vmem_bytes == 4 * blocks * blocks * 4 + spills

@@ -63,3 +63,30 @@ def test_the_simulated_devices_compile_to_the_collectives_a_v5e_slice_runs(mesh)
     on_cpus = [op for op, _ in collectives(all_reduce, x, ring)]
     on_a_v5e = [c.op for c in collectives_in(compiler()(lambda x: all_reduce(x, ring), x).optimized_hlo)]
     assert on_cpus == on_a_v5e == ["collective-permute"] * 6
+
+
+def test_the_all_reduce_strategy_wins_past_d_5100_only_with_a_large_batch():
+    """The sharded matmul A[B, D] · W[D_X, F]: gather W and multiply, or multiply the shards and
+    all-reduce C, priced with the course's collective model (instruments/ici.py) on chips.py's v5p,
+    over a ring of 16 used both ways. The all-reduce wins when D > 2·C/W_ici (≈ 5,100), the book's
+    answer under its large-batch premise, or when B < D/2, whatever the chip."""
+    from pytest_tpucourse import chips
+    from pytest_tpucourse.instruments import ici
+
+    v5p = chips.get_chip("v5p")
+    link, peak, x, f = ici.link_bandwidth(v5p), v5p.peak_flops, 16, 8192
+    ridge = peak / (2 * link)  # C / W_ici, W_ici both directions of a link
+    assert (ridge, 2 * ridge) == (2550.0, 5100.0)
+
+    def gather(b, d):
+        return max(2 * b * d * f / peak, ici.seconds("all-gather", 2 * d * f, x, link_bandwidth=link))
+
+    def all_reduce(b, d):
+        return max(2 * b * d * f / (x * peak), ici.seconds("all-reduce", 2 * b * f, x, link_bandwidth=link))
+
+    for b in (256, 1000, 3000, 8192):
+        assert (gather(b, 4096) == 2 * b * 4096 * f / peak) == (b > ridge)  # compute-bound past C / W_ici rows
+        for d in (1024, 4096, 8192):
+            assert (all_reduce(b, d) < gather(b, d)) == (d > 2 * ridge or b < d / 2), (b, d)
+    # The worked case: D = 4,096 < 5,100, and still the all-reduce wins at 1,000 rows, not at 3,000.
+    assert all_reduce(1000, 4096) < gather(1000, 4096) and all_reduce(3000, 4096) > gather(3000, 4096)
