@@ -4,7 +4,9 @@ XLA's unfused sequence writes the matmul result to HBM, reads it back to add
 the bias, writes again, reads again for the activation. Here the bias add and
 the activation run on the f32 accumulator while it is still in VMEM, in the
 flush step of the k loop, and the result goes to HBM once. The bias is added
-exactly once per output block (in the flush), never once per k step.
+exactly once per output block (in the flush), never once per k step. Blocks and
+their VMEM as in matmul.py; the epilogue's f32 temporaries fit in the half again
+that the matmul asks for beyond its estimate.
 """
 
 import functools
@@ -13,6 +15,8 @@ import jax
 import jax.numpy as jnp
 from jax.experimental import pallas as pl
 from jax.experimental.pallas import tpu as pltpu
+
+from . import matmul
 
 ACTIVATIONS = {
     "relu": lambda v: jnp.maximum(v, 0.0),
@@ -37,7 +41,7 @@ def _fused_kernel(x_ref, w_ref, b_ref, o_ref, acc_ref, *, activation):
 
 
 def matmul_bias_act(x: jax.Array, w: jax.Array, b: jax.Array, *, activation: str = "relu",
-                    bm: int = 128, bk: int = 128, bn: int = 128) -> jax.Array:
+                    bm: int = 1024, bk: int = 1024, bn: int = 1024) -> jax.Array:
     """activation(x @ w + b) in x's dtype; b has shape (N,). activation: relu, gelu, identity."""
     if activation not in ACTIVATIONS:
         raise ValueError(f"activation must be one of {sorted(ACTIVATIONS)}, got {activation!r}")
@@ -63,5 +67,6 @@ def matmul_bias_act(x: jax.Array, w: jax.Array, b: jax.Array, *, activation: str
         out_specs=pl.BlockSpec((bm, bn), lambda i, j, kk: (i, j)),
         scratch_shapes=[pltpu.VMEM((bm, bn), jnp.float32)],
         compiler_params=pltpu.CompilerParams(
-            dimension_semantics=("parallel", "parallel", "arbitrary")),
+            dimension_semantics=("parallel", "parallel", "arbitrary"),
+            vmem_limit_bytes=matmul.vmem_limit(bm, bk, bn, x.dtype.itemsize)),  # the matmul's blocks
     )(x, w, b.reshape(1, n))

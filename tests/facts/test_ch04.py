@@ -289,9 +289,9 @@ def test_on_a_v5e_attentions_bytes_fit_s_squared_from_1024_where_the_graded_swee
     assert (round(per_score, 1), round(per_row, -2)) == (12.0, 3100.0), (per_score, per_row)
     graded = graded_tests("ch04", "test_scaling")
     low, high = graded.ATTENTION_EXPONENT
-    assert low <= _fit(attention, graded.SWEEPS["tpu"]) <= high
-    assert not low <= _fit(attention, graded.SWEEPS["cpu"]) <= high, "XLA:CPU's sweep would fail on a TPU"
-    assert graded.ROW_OP_EXPONENT[0] <= _fit(rows, graded.SWEEPS["tpu"]) <= graded.ROW_OP_EXPONENT[1]
+    assert low <= _fit(attention, graded.BACKEND_SWEEPS["tpu"]) <= high
+    assert not low <= _fit(attention, graded.BACKEND_SWEEPS["cpu"]) <= high, "XLA:CPU's sweep would fail on a TPU"
+    assert graded.ROW_OP_EXPONENT[0] <= _fit(rows, graded.BACKEND_SWEEPS["tpu"]) <= graded.ROW_OP_EXPONENT[1]
 
 
 def test_on_a_v5e_the_sweeps_scores_are_written_once_and_read_twice_in_vmem_up_to_4096():
