@@ -3,8 +3,8 @@
     python bench/capstone_autotune.py [--tree solutions] [--steps fwd,fwd+bwd] [--rounds 20]
 
 For each target of <tree>/ch15/capstone.toml, every candidate block size the tree's
-autotune.candidates offers for the chip is timed (median of --rounds calls after one
-untimed call, each ending in block_until_ready), one JSON record per (target, configuration)
+autotune.candidates offers for the chip is timed by the gates' own harness (gates/timer.py: device
+time from the profiler's trace, --rounds samples, the median), as gate 05 times the kernel, one JSON record per (target, configuration)
 appended to bench/capstone_autotune.jsonl with the chip, dtype, shapes, method, date and
 versions. The winners go to the tree's autotuning cache (autotune.write_cache), which
 window_attention(blocks=None) reads at call time. Then, per target, the tuned configuration
@@ -17,9 +17,7 @@ import argparse
 import datetime as dt
 import importlib.util
 import json
-import statistics
 import sys
-import time
 import tomllib
 from pathlib import Path
 
@@ -39,6 +37,7 @@ def main() -> int:
     import jax
 
     from pytest_tpucourse import chips, strategies
+    from pytest_tpucourse.gates import timer
 
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--tree", default="solutions", help="a tree laid out like solutions/")
@@ -55,6 +54,7 @@ def main() -> int:
     forward, backward, autotune = _load_tree(tree)
     manifest = tomllib.loads((tree / "ch15" / "capstone.toml").read_text())
     records, versions = [], dict(jax=jax.__version__, jaxlib=jax.lib.__version__)
+    harness = timer.Harness(device_clock=timer.ProfilerDeviceClock(), min_rounds=args.rounds, max_rounds=args.rounds)
 
     def time_ms(problem, config):
         q, k, v = (strategies.random_array(s, problem["dtype"], seed=i)
@@ -62,13 +62,9 @@ def main() -> int:
         blocks = forward.BlockSizes(**config)
         step = jax.jit(jax.grad(lambda q, k, v: backward.window_attention(
             q, k, v, window=problem["window"], blocks=blocks).astype("float32").sum(), argnums=(0, 1, 2)))
-        jax.block_until_ready(step(q, k, v))
-        times = []
-        for _ in range(args.rounds):
-            start = time.perf_counter()
-            jax.block_until_ready(step(q, k, v))
-            times.append(time.perf_counter() - start)
-        return statistics.median(times) * 1e3
+        # the gates' own harness (device time from the profiler's trace), as gate 05 times the kernel
+        timing = harness.measure({"kernel": step}, [(q, k, v)])["kernel"]
+        return timing.summary.median * 1e3
 
     problems = []
     for t in manifest["targets"]:
@@ -79,6 +75,7 @@ def main() -> int:
     with open(args.out, "a", encoding="utf-8") as out:
         for r in records:
             out.write(json.dumps(dict(r, method="measured", statistic="median fwd+bwd", unit="ms",
+                                      timed_by=timer.DEVICE_PROFILER,
                                       device_kind=device.device_kind, date=stamp, rounds=args.rounds,
                                       **versions)) + "\n")
     path = autotune.write_cache(records, tree / "ch15" / "autotuning", device.device_kind)
