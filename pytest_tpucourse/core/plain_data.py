@@ -221,7 +221,7 @@ def plain(obj, *, depth: int = 0):
         return np.asarray(obj) if obj.dtype.name == "bfloat16" else obj.item()
     if isinstance(obj, np.ndarray):
         return obj
-    if hasattr(obj, "addressable_shards") and hasattr(obj, "shape"):  # a jax.Array
+    if _is_jax_array(obj):
         shards = obj.addressable_shards
         if len(shards) > 1:
             return Shards(tuple(obj.shape), tuple(
@@ -239,6 +239,15 @@ def plain(obj, *, depth: int = 0):
     if dataclasses.is_dataclass(obj) and not isinstance(obj, type):
         return {f.name: plain(getattr(obj, f.name), depth=depth + 1) for f in dataclasses.fields(obj)}
     raise TypeError(f"a {type(obj).__module__}.{type(obj).__qualname__} is not plain data")
+
+
+def _is_jax_array(obj) -> bool:
+    """A jax.Array itself, never an object that only looks like one (a `shape` and
+    `addressable_shards` of its own choosing)."""
+    import sys
+
+    jax = sys.modules.get("jax")
+    return jax is not None and isinstance(obj, jax.Array)
 
 
 def _bounds(index: slice, size: int) -> tuple[int, int]:
