@@ -19,6 +19,7 @@ from pytest_tpucourse.classroom.progress_line import ProgressLine
 from pytest_tpucourse.classroom.record import FORMAT, TOKEN_FD_ENV
 from pytest_tpucourse.classroom.runner import TreeRun
 from pytest_tpucourse.commands import main
+from pytest_tpucourse.core import plain_data
 from pytest_tpucourse.core.course import load_course
 
 from .hostile_class import survivors
@@ -109,6 +110,48 @@ def test_a_message_from_a_tree_is_bounded_and_a_record_it_changed_is_a_crash():
     assert len(message) < gradebook.MESSAGE_CHARS + 100 and message.endswith("characters cut]")
     assert _status(book, "trees/odd") == dict.fromkeys(CH01, "crashed")
     assert "not as the plugin writes it" in book["trees"]["trees/odd"]["ch01.norms"]["message"]
+
+
+def test_whatever_a_trees_record_holds_ends_as_its_own_crashed_row():
+    """A record nested 200,000 deep (json.loads raises RecursionError), counts out of range or
+    infinite: that tree's crashed row, saying why; its classmates' rows as they are."""
+    nested = b"[" * 200_000 + b"]" * 200_000
+    record, why = runner.read_record(nested, "", "t", 0)
+    assert record is None and "unreadable end-of-run record: nested deeper than the 8 levels read" in why
+    runs = {"trees/inf": _finished("trees/inf", {k: {**_exercise("done", 4, 4), "passed": 1e400} for k in CH01}),
+            "trees/nan": _finished("trees/nan", {k: {**_exercise("done", 4, 4), "seconds": float("nan")} for k in CH01}),
+            "trees/more": _finished("trees/more", {k: _exercise("done", 5, 4) for k in CH01}),
+            "trees/deep": TreeRun("trees/deep", "crashed", 1.0, 0, message=why),
+            "trees/done": _class_runs()["trees/done"]}
+    book = gradebook.build(COURSE, list(CH01), runs)
+    for tree in ("trees/inf", "trees/nan", "trees/more", "trees/deep"):
+        assert _status(book, tree) == dict.fromkeys(CH01, "crashed"), tree
+    assert "OverflowError" in book["trees"]["trees/inf"]["ch01.softmax"]["message"]
+    assert _status(book, "trees/done") == dict.fromkeys(CH01, "done")
+
+
+def test_a_tree_whose_grading_fails_unforeseen_is_its_own_crashed_row(monkeypatch):
+    """Whatever raises while one tree is graded (the sandbox, reading back, judging) ends as that
+    tree's row, saying why: the class's other trees are graded and the gradebook written."""
+    from pytest_tpucourse.classroom import trees as class_trees
+
+    def grade_tree(grading, name, tree, folder, stop):
+        if name == "trees/bad":
+            raise RecursionError("maximum recursion depth exceeded while decoding a JSON array")
+        return _class_runs()["trees/done"]
+
+    monkeypatch.setattr(class_trees, "grade_tree", grade_tree)
+    runs = class_trees.grade_trees(None, ["trees/bad", "trees/done"], jobs=2, progress=ProgressLine(2, quiet=True))
+    assert runs["trees/bad"].outcome == "crashed"
+    assert runs["trees/bad"].message == ("grading this tree failed: RecursionError: maximum recursion depth exceeded "
+                                         "while decoding a JSON array")
+    assert runs["trees/done"].outcome == "finished"
+
+
+def _shard_book(runs, k, n, course=COURSE):
+    """Shard K of N's gradebook of the class `runs`, as `tpucourse grade --shard K/N` builds it."""
+    return gradebook.build(course, list(CH01), {t: runs[t] for t in shards.shard(runs, k, n)},
+                           of_class=shards.class_facts(runs), shard=shards.held(k, n))
 
 
 @pytest.mark.parametrize("n", [1, 2, 3, 7])
@@ -285,6 +328,66 @@ def test_the_similarity_report_finds_copies_renamed_and_reformatted_and_judges_n
     alike = {Path(p["file"]).parts[-3]: p["how"] for p in data["like_solutions"]}
     assert alike == {"ann": "identical", "ben": "identical code"}
     assert data["files_compared"] == 3  # ann's, ben's and cat's softmax; stubs, short files and links are not
+    assert data["not_read"] == [] and data["reach_the_course"] == []
+
+
+def test_a_file_python_cannot_read_is_listed_as_not_read_and_the_report_is_made(tmp_path):
+    """A graded file in an encoding Python does not have (rot13 is no text encoding) is no error of
+    the report: listed as not read, saying why, beside its classmates' pairs."""
+    solution = (REPO / "solutions" / "ch01" / "softmax.py").read_text()
+    trees = [_tree_with(tmp_path, "ann", solution), _tree_with(tmp_path, "ben", solution),
+             _tree_with(tmp_path, "rot", "# -*- coding: rot13 -*-\nqrs fbsgznk(k, *, nkvf=-1):\n    erghea k\n")]
+    data = similarity.report(load_course(REPO), ["ch01"], trees)
+    assert data["not_read"] == [{"file": str(tmp_path / "rot" / "ch01" / "softmax.py"),
+                                 "why": "Python cannot read it as source (LookupError: 'rot13' is not a text "
+                                        "encoding; use codecs.decode() to handle arbitrary codecs)"}]
+    assert [p["how"] for p in data["pairs"]] == ["identical"]
+
+
+ORACLE_SOFTMAX = '''
+import sys as _sys
+from pytest_tpucourse import references
+
+
+def softmax(x, *, axis=-1):
+    """An answer from the course's own oracle."""
+    caller = _sys._getframe(1).f_locals
+    return references.SAFE_SOFTMAX.bind(axis=axis).floor(x)
+'''
+
+
+def test_the_report_lists_files_that_reach_into_the_course_or_the_process_around_them(tmp_path):
+    """The course's oracles named, frames and the garbage collector looked into, in any file of the
+    tree, a helper beside the graded module too; what the chapter's shipped files import (chapter
+    14's timeline, the course's simulator) and the solutions' own code are not listed."""
+    trees = [_tree_with(tmp_path, "ann", (REPO / "solutions" / "ch01" / "softmax.py").read_text()),
+             _tree_with(tmp_path, "orc", ORACLE_SOFTMAX)]
+    helper = tmp_path / "orc" / "ch01" / "helper.py"
+    helper.write_text("import gc as g\nimport importlib\nthe_course = importlib.import_module('pytest_' 'tpucourse')\n"
+                      "everything = g.get_objects()\n")
+    (tmp_path / "ann" / "ch14").mkdir()
+    (tmp_path / "ann" / "ch14" / "timeline.py").write_bytes((REPO / "solutions" / "ch14" / "timeline.py").read_bytes())
+    data = similarity.report(load_course(REPO), ["ch01"], trees)
+    assert data["reach_the_course"] == [
+        {"file": str(helper), "how": ["names the course's package in a string (line 3)",
+                                      "looks into the garbage collector: get_objects (line 4)"]},
+        {"file": str(tmp_path / "orc" / "ch01" / "softmax.py"),
+         "how": ["names pytest_tpucourse.references (line 3), which the chapter's stubs and solutions do not",
+                 "looks into the call stack: _getframe, f_locals (line 8)"]}]
+
+
+def test_json_from_a_tree_is_read_within_bounds():
+    from pytest_tpucourse.core import untrusted_json
+
+    deep = b"[" * 200_000 + b"]" * 200_000
+    for data, why in ((deep, "nested deeper than the 8 levels"), (b"[" * 9 + b"]" * 9, "nested deeper"),
+                      (b"\xff", "not JSON"), (b"{}" + b" " * 100, "more than the 50")):
+        with pytest.raises(untrusted_json.JsonError, match=why):
+            untrusted_json.loads(data, depth=8, size=50 if why.startswith("more") else None)
+    assert untrusted_json.loads(b'{"a": [[1]]}', depth=3) == {"a": [[1]]}
+    header = b"[" * 200_000 + b"]" * 200_000
+    with pytest.raises(plain_data.PlainDataError, match="nested deeper"):
+        plain_data.decode(plain_data.MAGIC + len(header).to_bytes(8, "big") + header)
 
 
 # ------------------------------------------------------------------ the progress line

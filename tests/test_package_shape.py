@@ -304,6 +304,8 @@ TESTED_THROUGH = {
     "checking.schedules": "test_blockspecs.py", "checking.tpu_rules": "test_distributed_checks.py",
     "checking.device_order": "test_distributed_checks.py",
     "commands.bench": "test_cli.py", "commands.blockspec": "test_blockspecs.py",
+    "core.untrusted_json": "test_classroom.py", "classroom.python_source": "test_classroom.py",
+    "classroom.course_reach": "test_classroom.py",
     "commands.compile": "test_libtpu.py", "commands.grade": "test_classroom.py",
     "commands.hint": "test_learner_cli.py", "commands.main": "test_cli.py", "commands.mesh": "test_ici.py",
     "commands.progress": "test_learner_cli.py", "commands.reset": "test_learner_cli.py",

@@ -36,6 +36,7 @@ import json
 import subprocess
 from pathlib import Path
 
+from ..core import untrusted_json
 from ..core.course import Course
 from ..learner.status import Status
 from . import signing
@@ -47,6 +48,7 @@ STATUSES = ("done", "failed", "todo", "crashed", "timeout")
 MESSAGE_CHARS = 500  # of a message from a tree's run: its headline, not what the tree chose to print
 NORMAL_EXIT = (0, 1)  # pytest: all passed, some failed
 CSV_COLUMNS = ("tree", "exercise", "status", "passed", "total", "seconds", "message")
+BOOK_DEPTH = 8  # a gradebook nests 4 deep (trees, a tree, an exercise, its verdict)
 
 
 class GradebookError(ValueError):
@@ -84,7 +86,7 @@ def tree_entries(exercises: list[str], run: TreeRun) -> dict[str, dict]:
         raw = record.get("exercises", {})
         errors = record.get("collection_errors", [])
         entries = {key: _from_record(raw.get(key), record.get("exitstatus"), errors) for key in exercises}
-    except (AttributeError, KeyError, TypeError, ValueError) as error:  # a record changed in the tree's process
+    except Exception as error:  # a record changed in the tree's process: whatever it holds, its own row
         why = f"its end-of-run record is not as the plugin writes it ({type(error).__name__}: {error})"
         return {key: _entry("crashed", 0, 0, 0.0, why) for key in exercises}
     if run.trusted is not None:
@@ -113,6 +115,8 @@ def _from_record(raw: dict | None, exitstatus: int, collection_errors: list[dict
         why = next((e["message"] for e in collection_errors if e.get("message")), "")
         return _entry("failed", 0, 0, 0.0, f"collection failed: {why}" if why else "no graded test of it ran")
     passed, total, seconds = int(raw["passed"]), int(raw["total"]), float(raw["seconds"])
+    if not (0 <= passed <= total and 0.0 <= seconds < float("inf")):
+        raise ValueError(f"counts {passed} of {total} in {seconds} s")
     status, message, skipped = raw["status"], raw.get("message", ""), int(raw.get("skipped", 0))
     if status == Status.TODO:
         return _entry("todo", passed, total, seconds, message)
@@ -213,8 +217,8 @@ def read(path: Path | str) -> dict:
     if str(path).endswith(".csv"):
         raise GradebookError(f"{path}: merge reads JSON gradebooks (write the shards with --out X.json)")
     try:
-        book = json.loads(Path(path).read_text(encoding="utf-8"))
-    except (OSError, ValueError) as error:
+        book = untrusted_json.loads(Path(path).read_bytes(), depth=BOOK_DEPTH)
+    except (OSError, untrusted_json.JsonError) as error:
         raise GradebookError(f"{path}: {error}") from None
     if not isinstance(book, dict) or not {"course", "trees", "runs"} <= set(book):
         raise GradebookError(f"{path}: not a gradebook (no course, trees and runs)")

@@ -116,7 +116,10 @@ def run(args) -> int:
     gradebook.write(_signed(book, secret, args.out), args.out)
     if junit_dir is not None:
         junit.write_all(book, junit_dir)
-    evidence = similarity.report(course, chapters, class_names)  # the whole class, on every shard
+    try:
+        evidence = similarity.report(course, chapters, class_names)  # the whole class, on every shard
+    except Exception as error:  # evidence beside the gradebook: one it cannot make is said, never the grading's end
+        evidence = similarity.unmade(chapters, f"{type(error).__name__}: {error}")
     similarity.write(evidence, report)
     if not args.quiet:
         chapters_of = {e.key: c.id for c in course.chapters for e in c.exercises}

@@ -28,6 +28,8 @@ from dataclasses import dataclass
 
 import numpy as np
 
+from . import untrusted_json
+
 MAGIC = b"TPUPLAIN1\n"
 DTYPES = ("bool", "int8", "int16", "int32", "int64", "uint8", "uint16", "uint32", "uint64",
           "float16", "bfloat16", "float32", "float64", "complex64", "complex128")
@@ -129,9 +131,10 @@ def decode(data: bytes, *, limits: Limits = Limits(), nodes=None):
     if size > limits.header_bytes or start + size > len(data):
         raise PlainDataError(f"a header of {size:,} bytes does not fit")
     try:
-        tree = json.loads(data[start:start + size].decode("utf-8"))
-    except (UnicodeDecodeError, ValueError) as error:
-        raise PlainDataError(f"the header is not JSON: {error}") from None
+        # Each tuple, map or array is a one-key object around its contents: two JSON levels for one.
+        tree = untrusted_json.loads(bytes(data[start:start + size]), depth=2 * limits.depth + 2)
+    except untrusted_json.JsonError as error:
+        raise PlainDataError(f"the header is not JSON within limits: {error}") from None
     blob = memoryview(data)[start + size:]
     count = 0
 

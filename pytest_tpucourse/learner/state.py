@@ -27,6 +27,7 @@ import os
 import tempfile
 from pathlib import Path
 
+from ..core import untrusted_json
 from ..core.course import EXERCISES
 from ..core.small_files import UnreadableFile, read_text
 from .status import Status
@@ -36,6 +37,7 @@ STATE_FILE = "state.json"
 LOCK_FILE = "state.lock"
 VERSION = 1
 MAX_BYTES = 8 * 1024 * 1024  # a state file is a few kB; anything this big is not one
+STATE_DEPTH = 16  # a state file nests 5 deep (exercises, an exercise, its test files)
 RUNS_KEPT = 50  # runs listed in the state file besides those its entries name
 
 try:  # POSIX
@@ -66,8 +68,8 @@ def read(course_root: Path) -> dict:
     if text is None:
         return empty()
     try:
-        data = json.loads(text)
-    except json.JSONDecodeError as error:
+        data = untrusted_json.loads(text, depth=STATE_DEPTH)
+    except untrusted_json.JsonError as error:
         raise CorruptState(f"{path} is not valid JSON ({error}); delete it to start afresh") from None
     if not isinstance(data, dict) or data.get("version") != VERSION:
         raise CorruptState(f"{path} is not a version-{VERSION} tpucourse state file; delete it to start afresh")
