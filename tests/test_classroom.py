@@ -158,29 +158,54 @@ def _shard_book(runs, k, n, course=COURSE):
 def test_the_shards_merge_to_exactly_the_unsharded_gradebook(n):
     runs = _class_runs()
     whole = gradebook.dumps(gradebook.build(COURSE, list(CH01), runs))
-    books = [gradebook.build(COURSE, list(CH01), {t: runs[t] for t in shards.shard(runs, k, n)})
-             for k in range(n, 0, -1)]
+    books = [_shard_book(runs, k, n) for k in range(n, 0, -1)]
     books = [json.loads(gradebook.dumps(gradebook.sign(book, KEY))) for book in books]  # as read from their files
     assert gradebook.dumps(gradebook.merge(books, KEY)) == whole
 
 
 def test_merge_refuses_other_courses_grading_and_trees_graded_twice():
     runs = _class_runs()
-    one = gradebook.build(COURSE, list(CH01), {"trees/done": runs["trees/done"]})
-    other = gradebook.build({**COURSE, "commit": "def"}, list(CH01), {"trees/todo": runs["trees/todo"]})
+    one = _shard_book(runs, 1, 2)
+    other = _shard_book(runs, 2, 2, {**COURSE, "commit": "def"})
     with pytest.raises(gradebook.GradebookError, match="different courses"):
         gradebook.merge([one, other])
-    with pytest.raises(gradebook.GradebookError, match="trees/done"):
+    with pytest.raises(gradebook.GradebookError, match="shard 1/2 is in both gradebook 1 and gradebook 2"):
         gradebook.merge([one, one])
-    unsandboxed = gradebook.build({**COURSE, "isolation": "none"}, list(CH01), {"trees/todo": runs["trees/todo"]})
+    unsandboxed = _shard_book(runs, 2, 2, {**COURSE, "isolation": "none"})
     with pytest.raises(gradebook.GradebookError, match="different courses, chapters or grading"):
         gradebook.merge([one, unsandboxed])
 
 
+def test_merge_takes_one_gradings_shards_every_one_or_a_partial_merge_by_name():
+    """A shard alone, a whole gradebook with a shard, shards of another class or split, a shard
+    that holds another's trees: refused, saying which shards of which grading are there."""
+    runs = _class_runs()
+    quarters = [_shard_book(runs, k, 4) for k in (1, 2, 3, 4)]
+    assert gradebook.merge(quarters) == gradebook.build(COURSE, list(CH01), runs)
+    with pytest.raises(gradebook.GradebookError, match=r"shard 2 of 4 given, of one grading: 1/4, 3/4, 4/4 missing"):
+        gradebook.merge([quarters[1]])
+    partial = gradebook.merge(quarters[:2], without=((3, 4), (4, 4)))
+    assert partial["shard"] == {"parts": [1, 2], "of": 4} and len(partial["trees"]) < len(runs)
+    assert gradebook.merge([partial, *quarters[2:]]) == gradebook.build(COURSE, list(CH01), runs)
+    with pytest.raises(gradebook.GradebookError, match="name only shards of 4 that are not given"):
+        gradebook.merge(quarters[:2], without=((2, 4), (3, 4), (4, 4)))
+    whole = gradebook.build(COURSE, list(CH01), runs)
+    with pytest.raises(gradebook.GradebookError, match="whole class's gradebook: it merges with no other"):
+        gradebook.merge([whole, quarters[0]])
+    others = {**runs, "trees/zed": runs["trees/done"]}  # another grading: a class of one more tree
+    with pytest.raises(gradebook.GradebookError, match="gradebooks of two gradings"):
+        gradebook.merge([quarters[0], _shard_book(others, 2, 4), *quarters[2:]])
+    with pytest.raises(gradebook.GradebookError, match="shards of different splits"):
+        gradebook.merge([quarters[0], _shard_book(runs, 2, 2)])
+    swapped = [{**quarters[0], "trees": quarters[1]["trees"], "runs": quarters[1]["runs"]},
+               {**quarters[1], "trees": quarters[0]["trees"], "runs": quarters[0]["runs"]}, *quarters[2:]]
+    with pytest.raises(gradebook.GradebookError, match="holds trees that are not those of shard 1 of 4"):
+        gradebook.merge(swapped)
+
+
 def test_merge_takes_only_gradebooks_that_verify_with_the_key():
     runs = _class_runs()
-    halves = [gradebook.sign(gradebook.build(COURSE, list(CH01), {t: runs[t] for t in shards.shard(runs, k, 2)}), KEY)
-              for k in (1, 2)]
+    halves = [gradebook.sign(_shard_book(runs, k, 2), KEY) for k in (1, 2)]
     halves = [json.loads(gradebook.dumps(book)) for book in halves]  # as read back from their files
     assert gradebook.merge(halves, KEY) == gradebook.build(COURSE, list(CH01), runs)
     forged = json.loads(json.dumps(halves[1]))
@@ -201,11 +226,17 @@ def test_the_merge_command_needs_the_key_and_refuses_a_forged_shard(tmp_path, ca
     key.write_bytes(KEY)
     paths = [tmp_path / "shard-1.json", tmp_path / "shard-2.json"]
     for k, path in enumerate(paths, 1):
-        book = gradebook.build(COURSE, list(CH01), {t: runs[t] for t in shards.shard(runs, k, 2)})
-        gradebook.write(gradebook.sign(book, KEY), path)
+        gradebook.write(gradebook.sign(_shard_book(runs, k, 2), KEY), path)
     merged = tmp_path / "all.json"
-    assert main.main(["grade", "--merge", *map(str, paths), "--key", str(key), "-q", "--out", str(merged)]) == 0
+    assert main.main(["grade", "--merge", *map(str, paths), "--key", str(key), "--out", str(merged)]) == 0
+    assert capsys.readouterr().out.startswith(f"wrote {merged}: 9 trees of a class of 9, the whole class, from 2 "
+                                              f"gradebooks of one grading (course abc, ch01), each verified")
     assert signing.problem(gradebook.read(merged), KEY) == ""  # the merged gradebook is signed in turn
+    assert main.main(["grade", "--merge", str(paths[1]), "--key", str(key), "-q", "--out", str(tmp_path / "z.json")]) == 2
+    assert "shard 2 of 2 given, of one grading: 1/2 missing" in capsys.readouterr().err
+    assert main.main(["grade", "--merge", str(paths[1]), "--without-shard", "1/2", "--key", str(key),
+                      "--out", str(tmp_path / "half.json")]) == 0
+    assert "shard 2 of 2, without 1/2 (a partial merge, as asked)" in capsys.readouterr().out
     assert main.main(["grade", "--merge", *map(str, paths), "-q", "--out", str(tmp_path / "x.json")]) == 2
     assert "give --key FILE" in capsys.readouterr().err
     paths[1].write_text(paths[1].read_text().replace('"status": "todo"', '"status": "done"'))
@@ -281,6 +312,17 @@ def test_junit_files_say_what_the_gradebook_says(tmp_path):
     assert 'errors="3"' in crash and "boom" in crash
     for path in (tmp_path / "junit").iterdir():
         ElementTree.parse(path)  # every one well formed
+
+
+def test_every_tree_has_a_junit_file_of_its_own_whatever_its_name():
+    """A file name each, never shared, whatever the other trees (or another shard's) are called."""
+    names = ["subs/bob", "subs/bob!", "subs/bob_", "subs_bob", "subs/b\x1b[2Job", "subs/.hidden", "subs/" + "é" * 300,
+             "subs/" + "é" * 300 + "x", "subs/bob%21"]
+    files = junit.file_names(names)
+    assert len(set(files.values())) == len(names)
+    assert files["subs/bob"] == "subs_bob.xml" and files["subs/bob!"] == "subs_bob%21.xml"
+    assert all(len(name.encode()) <= 255 and "/" not in name and not name.startswith(".") for name in files.values())
+    assert junit.file_name("subs/bob!") == files["subs/bob!"]  # the same name in any shard's folder
 
 
 # ------------------------------------------------------------------ the similarity report
