@@ -4,6 +4,8 @@ the similarity report, progress. A whole class graded for real: tests/test_hosti
 import io
 import json
 import os
+import shutil
+import subprocess
 import sys
 import textwrap
 import time
@@ -781,3 +783,44 @@ def test_without_bubblewrap_grading_is_refused_unless_asked_for(monkeypatch, tmp
     assert main.main(["grade", str(tmp_path / "t"), "--chapters", "ch01", "-q", "--out", str(tmp_path / "b.json")]) == 2
     assert "bubblewrap (bwrap) is not installed" in capsys.readouterr().err
     assert not (tmp_path / "b.json").exists()
+
+
+@pytest.mark.runs
+def test_grading_from_a_copy_of_the_course_imports_the_package_where_it_is_installed(tmp_path):
+    """`tpucourse grade` run in another folder than the one the package imports from (an editable
+    install of this checkout, whose finder no sys.path entry names; a clone graded from): every
+    sandbox shows the package's own folder, so each tree's run and its trusted worker import it."""
+    _bubblewrap()
+    clone = tmp_path / "clone"
+    clone.mkdir()
+    for name in ("course.toml", "pyproject.toml", "conftest.py"):
+        shutil.copyfile(REPO / name, clone / name)
+    shutil.copytree(REPO / "exercises", clone / "exercises", ignore=shutil.ignore_patterns("__pycache__"))
+    assert not (clone / "pytest_tpucourse").exists()
+    tree = tmp_path / "class" / "stubs" / "ch01"
+    tree.mkdir(parents=True)
+    for module in ("softmax", "norms", "attention"):
+        shutil.copyfile(REPO / "exercises" / "ch01" / f"{module}.py", tree / f"{module}.py")
+    out = tmp_path / "out" / "book.json"
+    command = [sys.executable, "-c", "import sys; from pytest_tpucourse.commands.main import main; sys.exit(main())",
+               "grade", str(tree.parent), "--chapters", "ch01", "--jax-cache", "none", "-q", "--out", str(out)]
+    done = subprocess.run(command, cwd=clone, capture_output=True, text=True, timeout=1200)
+    assert done.returncode == 0, done.stderr[-3000:]
+    book = gradebook.read(out)
+    run, entries = book["runs"][str(tree.parent)], book["trees"][str(tree.parent)]
+    assert run["outcome"] == "finished", run
+    assert {e["status"] for e in entries.values()} == {"todo"}
+    assert all(e["trusted"]["verdict"] == "disagrees" and "TODO" in e["trusted"]["reason"] for e in entries.values())
+
+
+def test_a_sandbox_shows_the_folder_the_package_imports_from_and_no_other_checkout_whole(monkeypatch, tmp_path):
+    """Wherever the course is graded from, its sandboxes show the running package's folder; a course
+    checkout on sys.path (an older editable install's entry) is not shown whole, solutions/ and all."""
+    other = tmp_path / "other-checkout"
+    (other / "solutions").mkdir(parents=True)
+    (other / "course.toml").write_text("")
+    monkeypatch.syspath_prepend(str(other))
+    view = sandbox.CourseView.of(tmp_path / "clone")
+    package = Path(sandbox.__file__).resolve().parents[1]
+    assert any(package == s or s in package.parents for s in view.shown)
+    assert not any(other == s or s in other.parents or other in s.parents for s in view.shown)
