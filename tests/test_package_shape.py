@@ -303,7 +303,7 @@ TESTED_THROUGH = {
     "checking.compiler_figures": "test_libtpu.py", "checking.ir_answers": "test_xray.py",
     "checking.schedules": "test_blockspecs.py", "checking.tpu_rules": "test_distributed_checks.py",
     "checking.device_order": "test_distributed_checks.py",
-    "commands.bench": "test_cli.py", "commands.blockspec": "test_blockspecs.py",
+    "commands.bench": "test_cli.py", "commands.blockspec": "test_blockspecs.py", "commands.confirm": "test_learner_cli.py",
     "core.untrusted_json": "test_classroom.py", "classroom.python_source": "test_classroom.py",
     "classroom.course_reach": "test_classroom.py",
     "commands.compile": "test_libtpu.py", "commands.grade": "test_classroom.py",

@@ -66,6 +66,7 @@ def test_a_corrupt_state_file_is_named_not_guessed(tmp_path, text, why):
 @pytest.mark.parametrize("fields", [
     {"exercises": []}, {"exercises": {"ch11.double": "done"}}, {"exercises": {"ch11.double": {"status": "great"}}},
     {"hints": {"ch11.double": "2"}}, {"hints": {"ch11.double": True}}, {"hints": []},
+    {"confirmed": []}, {"confirmed": {"ch11.double": "agrees"}},
 ])
 def test_a_wrongly_typed_state_file_is_named_not_a_traceback(tmp_path, fields):
     (tmp_path / ".tpucourse").mkdir()
