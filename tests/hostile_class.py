@@ -20,7 +20,16 @@ stubs (or a lie) for its exercises:
   it takes off the test's stack;
 - `h-flood` prints 200 MB after its run, raises a 2 MB message, and ends with another exit status;
 - a tree whose name holds terminal escape codes (ESCAPE_NAME), and whose softmax raises them;
-- `h-symlink` is a chapter folder linked to a classmate's.
+- `h-symlink` is a chapter folder linked to a classmate's;
+- `h-hollow` says in memory that its run passed (as h-results does) and answers the trusted check
+  with no values: softmax returns an object with a shape and device parts that cover nothing
+  (right grads where it is traced), norms replaces the worker's `plain` so that every answer is an
+  array over no device, attention's answer file is 200,000 nested JSON lists;
+- `h-deep` rewrites its end-of-run record as 200,000 nested JSON lists, and its softmax.py begins
+  `# -*- coding: rot13 -*-` (no text encoding: Python cannot read it);
+- `h-oracle` answers softmax with the course's own oracle (pytest_tpucourse.references): done,
+  and listed by the similarity report;
+- `bob!` (the stubs) shares `bob`'s name but for its `!`.
 
 SURVIVOR marks the command line of the process h-gradebook leaves behind, so a test can look
 for it after grading.
@@ -35,10 +44,10 @@ REPO = Path(__file__).resolve().parents[1]
 MODULES = {"softmax": ("softmax",), "norms": ("layer_norm", "rms_norm"), "attention": ("attention",)}
 SURVIVOR = "tpucourse-hostile-survivor"
 ESCAPE_NAME = "h-escape\x1b[2J\x1b[H\x1b]0;owned\x07"
-HONEST = ("alice", "bob", "carol", "dave")
+HONEST = ("alice", "bob", "carol", "dave", "bob!")
 FAULTY = ("exits", "thread", "skips")
 HOSTILE = ("h-overwrite", "h-reads", "h-gradebook", "h-results", "h-in-process", "h-flood", ESCAPE_NAME,
-           "h-symlink")
+           "h-symlink", "h-hollow", "h-deep", "h-oracle")
 
 
 def survivors(mark: str) -> list[int]:
@@ -287,6 +296,103 @@ ESCAPES = textwrap.dedent('''
 ''')
 
 
+# 200,000 nested JSON lists: what json.loads cannot read without a RecursionError.
+NESTED = '"[" * 200_000 + "]" * 200_000'
+
+HOLLOW_SOFTMAX = textwrap.dedent('''
+    import types as _types
+
+    import jax as _jax
+
+
+    def _hollow(x):
+        """A shape and two devices' parts, each an empty slice: values of nothing."""
+        empty = tuple(slice(0, 0) for _ in x.shape)
+        part = _types.SimpleNamespace(index=empty, data=x[empty], device=_types.SimpleNamespace(id=0))
+        other = _types.SimpleNamespace(index=part.index, data=part.data, device=_types.SimpleNamespace(id=1))
+        return _types.SimpleNamespace(shape=x.shape, dtype=x.dtype, addressable_shards=[part, other])
+
+
+    def softmax(x, *, axis=-1):
+        if isinstance(x, _jax.core.Tracer):
+            if "Jaxpr" in type(x).__name__:  # traced for jit: refused, so the call is made again eagerly
+                raise TypeError("not under jit")
+            return _traced_softmax(x, axis=axis)  # a VJP: the grads are right
+        return _hollow(x)
+''')
+
+HOLLOW_NORMS = textwrap.dedent('''
+    import sys as _sys
+
+    import jax.numpy as _jnp
+
+
+    def _hollow(obj, **_):
+        from pytest_tpucourse.core import plain_data
+
+        if isinstance(obj, (tuple, list)):
+            return type(obj)(_hollow(x) for x in obj)
+        return plain_data.Shards(tuple(obj.shape), ())
+
+    if "trusted_worker" in " ".join(_sys.argv):  # the worker: every answer from now on an array over no device
+        from pytest_tpucourse.core import plain_data as _plain_data
+        _plain_data.plain = _hollow
+
+
+    def layer_norm(x, gamma, beta, *, eps=1e-5):
+        return _jnp.zeros_like(x)
+
+
+    def rms_norm(x, gamma, *, eps=1e-6):
+        return _jnp.zeros_like(x)
+''')
+
+DEEP_ANSWER = textwrap.dedent(f'''
+    import sys as _sys
+
+    import jax.numpy as _jnp
+
+    _worker = _sys.modules.get("__main__")
+    if "trusted_worker" in " ".join(_sys.argv) and hasattr(_worker, "_write"):
+        _written = _worker._write
+
+        def _deep(path, data):
+            if "attention" in str(path):
+                header = ({NESTED}).encode()
+                data = b"TPUPLAIN1\\n" + len(header).to_bytes(8, "big") + header
+            _written(path, data)
+        _worker._write = _deep
+
+
+    def attention(q, k, v, mask=None, *, causal=False, scale=None):
+        return _jnp.zeros_like(q)
+''')
+
+DEEP_RECORD = textwrap.dedent(f'''
+    import gc as _gc
+
+    def _deep(record):
+        def write():
+            record.path.write_text({NESTED})
+        return write
+
+    _gc.unfreeze()  # the plugin sets the start's objects aside (core/startup_heap.py): a liar thaws them
+    for _obj in _gc.get_objects():
+        if type(_obj).__name__ == "EndOfRunRecord":
+            _obj.write = _deep(_obj)
+''')
+
+ROT13 = "# -*- coding: rot13 -*-\nqrs fbsgznk(k, *, nkvf=-1):\n    erghea k\n"
+
+ORACLE = textwrap.dedent('''
+    from pytest_tpucourse import references
+
+
+    def softmax(x, *, axis=-1):
+        return references.SAFE_SOFTMAX.bind(axis=axis).floor(x)
+''')
+
+
 def build(root: Path) -> dict[str, Path]:
     """The class in `root`: {name: tree}, honest trees first."""
     root.mkdir(parents=True, exist_ok=True)
@@ -316,6 +422,13 @@ def build(root: Path) -> dict[str, Path]:
         "h-in-process": tree("h-in-process", {"softmax": TWO_FACES, "norms": TOLERANCE, "attention": STACK}),
         "h-flood": tree("h-flood", {"softmax": FLOOD}),
         ESCAPE_NAME: tree(ESCAPE_NAME, {"softmax": ESCAPES}),
+        "h-hollow": tree("h-hollow", {
+            "softmax": f"{RESULTS}\n{_solution('softmax').replace('def softmax(', 'def _traced_softmax(', 1)}\n"
+                       f"{HOLLOW_SOFTMAX}",
+            "norms": HOLLOW_NORMS, "attention": DEEP_ANSWER}),
+        "h-deep": tree("h-deep", {"softmax": ROT13, "norms": f"{DEEP_RECORD}\n{stubs['norms']}"}),
+        "h-oracle": tree("h-oracle", {"softmax": ORACLE}),
+        "bob!": tree("bob!", {}),
     }
     trees["exits"] = tree("exits", {**{m: _solution(m) for m in MODULES},
                                     "softmax": "import os; os._exit(0)\n" + _solution("softmax")})

@@ -4,6 +4,8 @@ the similarity report, progress. A whole class graded for real: tests/test_hosti
 import io
 import json
 import os
+import shutil
+import subprocess
 import sys
 import textwrap
 import time
@@ -19,6 +21,7 @@ from pytest_tpucourse.classroom.progress_line import ProgressLine
 from pytest_tpucourse.classroom.record import FORMAT, TOKEN_FD_ENV
 from pytest_tpucourse.classroom.runner import TreeRun
 from pytest_tpucourse.commands import main
+from pytest_tpucourse.core import plain_data
 from pytest_tpucourse.core.course import load_course
 
 from .hostile_class import survivors
@@ -111,33 +114,100 @@ def test_a_message_from_a_tree_is_bounded_and_a_record_it_changed_is_a_crash():
     assert "not as the plugin writes it" in book["trees"]["trees/odd"]["ch01.norms"]["message"]
 
 
+def test_whatever_a_trees_record_holds_ends_as_its_own_crashed_row():
+    """A record nested 200,000 deep (json.loads raises RecursionError), counts out of range or
+    infinite: that tree's crashed row, saying why; its classmates' rows as they are."""
+    nested = b"[" * 200_000 + b"]" * 200_000
+    record, why = runner.read_record(nested, "", "t", 0)
+    assert record is None and "unreadable end-of-run record: nested deeper than the 8 levels read" in why
+    runs = {"trees/inf": _finished("trees/inf", {k: {**_exercise("done", 4, 4), "passed": 1e400} for k in CH01}),
+            "trees/nan": _finished("trees/nan", {k: {**_exercise("done", 4, 4), "seconds": float("nan")} for k in CH01}),
+            "trees/more": _finished("trees/more", {k: _exercise("done", 5, 4) for k in CH01}),
+            "trees/deep": TreeRun("trees/deep", "crashed", 1.0, 0, message=why),
+            "trees/done": _class_runs()["trees/done"]}
+    book = gradebook.build(COURSE, list(CH01), runs)
+    for tree in ("trees/inf", "trees/nan", "trees/more", "trees/deep"):
+        assert _status(book, tree) == dict.fromkeys(CH01, "crashed"), tree
+    assert "OverflowError" in book["trees"]["trees/inf"]["ch01.softmax"]["message"]
+    assert _status(book, "trees/done") == dict.fromkeys(CH01, "done")
+
+
+def test_a_tree_whose_grading_fails_unforeseen_is_its_own_crashed_row(monkeypatch):
+    """Whatever raises while one tree is graded (the sandbox, reading back, judging) ends as that
+    tree's row, saying why: the class's other trees are graded and the gradebook written."""
+    from pytest_tpucourse.classroom import trees as class_trees
+
+    def grade_tree(grading, name, tree, folder, stop):
+        if name == "trees/bad":
+            raise RecursionError("maximum recursion depth exceeded while decoding a JSON array")
+        return _class_runs()["trees/done"]
+
+    monkeypatch.setattr(class_trees, "grade_tree", grade_tree)
+    runs = class_trees.grade_trees(None, ["trees/bad", "trees/done"], jobs=2, progress=ProgressLine(2, quiet=True))
+    assert runs["trees/bad"].outcome == "crashed"
+    assert runs["trees/bad"].message == ("grading this tree failed: RecursionError: maximum recursion depth exceeded "
+                                         "while decoding a JSON array")
+    assert runs["trees/done"].outcome == "finished"
+
+
+def _shard_book(runs, k, n, course=COURSE):
+    """Shard K of N's gradebook of the class `runs`, as `tpucourse grade --shard K/N` builds it."""
+    return gradebook.build(course, list(CH01), {t: runs[t] for t in shards.shard(runs, k, n)},
+                           of_class=shards.class_facts(runs), shard=shards.held(k, n))
+
+
 @pytest.mark.parametrize("n", [1, 2, 3, 7])
 def test_the_shards_merge_to_exactly_the_unsharded_gradebook(n):
     runs = _class_runs()
     whole = gradebook.dumps(gradebook.build(COURSE, list(CH01), runs))
-    books = [gradebook.build(COURSE, list(CH01), {t: runs[t] for t in shards.shard(runs, k, n)})
-             for k in range(n, 0, -1)]
+    books = [_shard_book(runs, k, n) for k in range(n, 0, -1)]
     books = [json.loads(gradebook.dumps(gradebook.sign(book, KEY))) for book in books]  # as read from their files
     assert gradebook.dumps(gradebook.merge(books, KEY)) == whole
 
 
 def test_merge_refuses_other_courses_grading_and_trees_graded_twice():
     runs = _class_runs()
-    one = gradebook.build(COURSE, list(CH01), {"trees/done": runs["trees/done"]})
-    other = gradebook.build({**COURSE, "commit": "def"}, list(CH01), {"trees/todo": runs["trees/todo"]})
+    one = _shard_book(runs, 1, 2)
+    other = _shard_book(runs, 2, 2, {**COURSE, "commit": "def"})
     with pytest.raises(gradebook.GradebookError, match="different courses"):
         gradebook.merge([one, other])
-    with pytest.raises(gradebook.GradebookError, match="trees/done"):
+    with pytest.raises(gradebook.GradebookError, match="shard 1/2 is in both gradebook 1 and gradebook 2"):
         gradebook.merge([one, one])
-    unsandboxed = gradebook.build({**COURSE, "isolation": "none"}, list(CH01), {"trees/todo": runs["trees/todo"]})
+    unsandboxed = _shard_book(runs, 2, 2, {**COURSE, "isolation": "none"})
     with pytest.raises(gradebook.GradebookError, match="different courses, chapters or grading"):
         gradebook.merge([one, unsandboxed])
 
 
+def test_merge_takes_one_gradings_shards_every_one_or_a_partial_merge_by_name():
+    """A shard alone, a whole gradebook with a shard, shards of another class or split, a shard
+    that holds another's trees: refused, saying which shards of which grading are there."""
+    runs = _class_runs()
+    quarters = [_shard_book(runs, k, 4) for k in (1, 2, 3, 4)]
+    assert gradebook.merge(quarters) == gradebook.build(COURSE, list(CH01), runs)
+    with pytest.raises(gradebook.GradebookError, match=r"shard 2 of 4 given, of one grading: 1/4, 3/4, 4/4 missing"):
+        gradebook.merge([quarters[1]])
+    partial = gradebook.merge(quarters[:2], without=((3, 4), (4, 4)))
+    assert partial["shard"] == {"parts": [1, 2], "of": 4} and len(partial["trees"]) < len(runs)
+    assert gradebook.merge([partial, *quarters[2:]]) == gradebook.build(COURSE, list(CH01), runs)
+    with pytest.raises(gradebook.GradebookError, match="name only shards of 4 that are not given"):
+        gradebook.merge(quarters[:2], without=((2, 4), (3, 4), (4, 4)))
+    whole = gradebook.build(COURSE, list(CH01), runs)
+    with pytest.raises(gradebook.GradebookError, match="whole class's gradebook: it merges with no other"):
+        gradebook.merge([whole, quarters[0]])
+    others = {**runs, "trees/zed": runs["trees/done"]}  # another grading: a class of one more tree
+    with pytest.raises(gradebook.GradebookError, match="gradebooks of two gradings"):
+        gradebook.merge([quarters[0], _shard_book(others, 2, 4), *quarters[2:]])
+    with pytest.raises(gradebook.GradebookError, match="shards of different splits"):
+        gradebook.merge([quarters[0], _shard_book(runs, 2, 2)])
+    swapped = [{**quarters[0], "trees": quarters[1]["trees"], "runs": quarters[1]["runs"]},
+               {**quarters[1], "trees": quarters[0]["trees"], "runs": quarters[0]["runs"]}, *quarters[2:]]
+    with pytest.raises(gradebook.GradebookError, match="holds trees that are not those of shard 1 of 4"):
+        gradebook.merge(swapped)
+
+
 def test_merge_takes_only_gradebooks_that_verify_with_the_key():
     runs = _class_runs()
-    halves = [gradebook.sign(gradebook.build(COURSE, list(CH01), {t: runs[t] for t in shards.shard(runs, k, 2)}), KEY)
-              for k in (1, 2)]
+    halves = [gradebook.sign(_shard_book(runs, k, 2), KEY) for k in (1, 2)]
     halves = [json.loads(gradebook.dumps(book)) for book in halves]  # as read back from their files
     assert gradebook.merge(halves, KEY) == gradebook.build(COURSE, list(CH01), runs)
     forged = json.loads(json.dumps(halves[1]))
@@ -158,11 +228,17 @@ def test_the_merge_command_needs_the_key_and_refuses_a_forged_shard(tmp_path, ca
     key.write_bytes(KEY)
     paths = [tmp_path / "shard-1.json", tmp_path / "shard-2.json"]
     for k, path in enumerate(paths, 1):
-        book = gradebook.build(COURSE, list(CH01), {t: runs[t] for t in shards.shard(runs, k, 2)})
-        gradebook.write(gradebook.sign(book, KEY), path)
+        gradebook.write(gradebook.sign(_shard_book(runs, k, 2), KEY), path)
     merged = tmp_path / "all.json"
-    assert main.main(["grade", "--merge", *map(str, paths), "--key", str(key), "-q", "--out", str(merged)]) == 0
+    assert main.main(["grade", "--merge", *map(str, paths), "--key", str(key), "--out", str(merged)]) == 0
+    assert capsys.readouterr().out.startswith(f"wrote {merged}: 9 trees of a class of 9, the whole class, from 2 "
+                                              f"gradebooks of one grading (course abc, ch01), each verified")
     assert signing.problem(gradebook.read(merged), KEY) == ""  # the merged gradebook is signed in turn
+    assert main.main(["grade", "--merge", str(paths[1]), "--key", str(key), "-q", "--out", str(tmp_path / "z.json")]) == 2
+    assert "shard 2 of 2 given, of one grading: 1/2 missing" in capsys.readouterr().err
+    assert main.main(["grade", "--merge", str(paths[1]), "--without-shard", "1/2", "--key", str(key),
+                      "--out", str(tmp_path / "half.json")]) == 0
+    assert "shard 2 of 2, without 1/2 (a partial merge, as asked)" in capsys.readouterr().out
     assert main.main(["grade", "--merge", *map(str, paths), "-q", "--out", str(tmp_path / "x.json")]) == 2
     assert "give --key FILE" in capsys.readouterr().err
     paths[1].write_text(paths[1].read_text().replace('"status": "todo"', '"status": "done"'))
@@ -240,6 +316,17 @@ def test_junit_files_say_what_the_gradebook_says(tmp_path):
         ElementTree.parse(path)  # every one well formed
 
 
+def test_every_tree_has_a_junit_file_of_its_own_whatever_its_name():
+    """A file name each, never shared, whatever the other trees (or another shard's) are called."""
+    names = ["subs/bob", "subs/bob!", "subs/bob_", "subs_bob", "subs/b\x1b[2Job", "subs/.hidden", "subs/" + "é" * 300,
+             "subs/" + "é" * 300 + "x", "subs/bob%21"]
+    files = junit.file_names(names)
+    assert len(set(files.values())) == len(names)
+    assert files["subs/bob"] == "subs_bob.xml" and files["subs/bob!"] == "subs_bob%21.xml"
+    assert all(len(name.encode()) <= 255 and "/" not in name and not name.startswith(".") for name in files.values())
+    assert junit.file_name("subs/bob!") == files["subs/bob!"]  # the same name in any shard's folder
+
+
 # ------------------------------------------------------------------ the similarity report
 
 
@@ -285,6 +372,66 @@ def test_the_similarity_report_finds_copies_renamed_and_reformatted_and_judges_n
     alike = {Path(p["file"]).parts[-3]: p["how"] for p in data["like_solutions"]}
     assert alike == {"ann": "identical", "ben": "identical code"}
     assert data["files_compared"] == 3  # ann's, ben's and cat's softmax; stubs, short files and links are not
+    assert data["not_read"] == [] and data["reach_the_course"] == []
+
+
+def test_a_file_python_cannot_read_is_listed_as_not_read_and_the_report_is_made(tmp_path):
+    """A graded file in an encoding Python does not have (rot13 is no text encoding) is no error of
+    the report: listed as not read, saying why, beside its classmates' pairs."""
+    solution = (REPO / "solutions" / "ch01" / "softmax.py").read_text()
+    trees = [_tree_with(tmp_path, "ann", solution), _tree_with(tmp_path, "ben", solution),
+             _tree_with(tmp_path, "rot", "# -*- coding: rot13 -*-\nqrs fbsgznk(k, *, nkvf=-1):\n    erghea k\n")]
+    data = similarity.report(load_course(REPO), ["ch01"], trees)
+    assert data["not_read"] == [{"file": str(tmp_path / "rot" / "ch01" / "softmax.py"),
+                                 "why": "Python cannot read it as source (LookupError: 'rot13' is not a text "
+                                        "encoding; use codecs.decode() to handle arbitrary codecs)"}]
+    assert [p["how"] for p in data["pairs"]] == ["identical"]
+
+
+ORACLE_SOFTMAX = '''
+import sys as _sys
+from pytest_tpucourse import references
+
+
+def softmax(x, *, axis=-1):
+    """An answer from the course's own oracle."""
+    caller = _sys._getframe(1).f_locals
+    return references.SAFE_SOFTMAX.bind(axis=axis).floor(x)
+'''
+
+
+def test_the_report_lists_files_that_reach_into_the_course_or_the_process_around_them(tmp_path):
+    """The course's oracles named, frames and the garbage collector looked into, in any file of the
+    tree, a helper beside the graded module too; what the chapter's shipped files import (chapter
+    14's timeline, the course's simulator) and the solutions' own code are not listed."""
+    trees = [_tree_with(tmp_path, "ann", (REPO / "solutions" / "ch01" / "softmax.py").read_text()),
+             _tree_with(tmp_path, "orc", ORACLE_SOFTMAX)]
+    helper = tmp_path / "orc" / "ch01" / "helper.py"
+    helper.write_text("import gc as g\nimport importlib\nthe_course = importlib.import_module('pytest_' 'tpucourse')\n"
+                      "everything = g.get_objects()\n")
+    (tmp_path / "ann" / "ch14").mkdir()
+    (tmp_path / "ann" / "ch14" / "timeline.py").write_bytes((REPO / "solutions" / "ch14" / "timeline.py").read_bytes())
+    data = similarity.report(load_course(REPO), ["ch01"], trees)
+    assert data["reach_the_course"] == [
+        {"file": str(helper), "how": ["names the course's package in a string (line 3)",
+                                      "looks into the garbage collector: get_objects (line 4)"]},
+        {"file": str(tmp_path / "orc" / "ch01" / "softmax.py"),
+         "how": ["names pytest_tpucourse.references (line 3), which the chapter's stubs and solutions do not",
+                 "looks into the call stack: _getframe, f_locals (line 8)"]}]
+
+
+def test_json_from_a_tree_is_read_within_bounds():
+    from pytest_tpucourse.core import untrusted_json
+
+    deep = b"[" * 200_000 + b"]" * 200_000
+    for data, why in ((deep, "nested deeper than the 8 levels"), (b"[" * 9 + b"]" * 9, "nested deeper"),
+                      (b"\xff", "not JSON"), (b"{}" + b" " * 100, "more than the 50")):
+        with pytest.raises(untrusted_json.JsonError, match=why):
+            untrusted_json.loads(data, depth=8, size=50 if why.startswith("more") else None)
+    assert untrusted_json.loads(b'{"a": [[1]]}', depth=3) == {"a": [[1]]}
+    header = b"[" * 200_000 + b"]" * 200_000
+    with pytest.raises(plain_data.PlainDataError, match="nested deeper"):
+        plain_data.decode(plain_data.MAGIC + len(header).to_bytes(8, "big") + header)
 
 
 # ------------------------------------------------------------------ the progress line
@@ -636,3 +783,44 @@ def test_without_bubblewrap_grading_is_refused_unless_asked_for(monkeypatch, tmp
     assert main.main(["grade", str(tmp_path / "t"), "--chapters", "ch01", "-q", "--out", str(tmp_path / "b.json")]) == 2
     assert "bubblewrap (bwrap) is not installed" in capsys.readouterr().err
     assert not (tmp_path / "b.json").exists()
+
+
+@pytest.mark.runs
+def test_grading_from_a_copy_of_the_course_imports_the_package_where_it_is_installed(tmp_path):
+    """`tpucourse grade` run in another folder than the one the package imports from (an editable
+    install of this checkout, whose finder no sys.path entry names; a clone graded from): every
+    sandbox shows the package's own folder, so each tree's run and its trusted worker import it."""
+    _bubblewrap()
+    clone = tmp_path / "clone"
+    clone.mkdir()
+    for name in ("course.toml", "pyproject.toml", "conftest.py"):
+        shutil.copyfile(REPO / name, clone / name)
+    shutil.copytree(REPO / "exercises", clone / "exercises", ignore=shutil.ignore_patterns("__pycache__"))
+    assert not (clone / "pytest_tpucourse").exists()
+    tree = tmp_path / "class" / "stubs" / "ch01"
+    tree.mkdir(parents=True)
+    for module in ("softmax", "norms", "attention"):
+        shutil.copyfile(REPO / "exercises" / "ch01" / f"{module}.py", tree / f"{module}.py")
+    out = tmp_path / "out" / "book.json"
+    command = [sys.executable, "-c", "import sys; from pytest_tpucourse.commands.main import main; sys.exit(main())",
+               "grade", str(tree.parent), "--chapters", "ch01", "--jax-cache", "none", "-q", "--out", str(out)]
+    done = subprocess.run(command, cwd=clone, capture_output=True, text=True, timeout=1200)
+    assert done.returncode == 0, done.stderr[-3000:]
+    book = gradebook.read(out)
+    run, entries = book["runs"][str(tree.parent)], book["trees"][str(tree.parent)]
+    assert run["outcome"] == "finished", run
+    assert {e["status"] for e in entries.values()} == {"todo"}
+    assert all(e["trusted"]["verdict"] == "disagrees" and "TODO" in e["trusted"]["reason"] for e in entries.values())
+
+
+def test_a_sandbox_shows_the_folder_the_package_imports_from_and_no_other_checkout_whole(monkeypatch, tmp_path):
+    """Wherever the course is graded from, its sandboxes show the running package's folder; a course
+    checkout on sys.path (an older editable install's entry) is not shown whole, solutions/ and all."""
+    other = tmp_path / "other-checkout"
+    (other / "solutions").mkdir(parents=True)
+    (other / "course.toml").write_text("")
+    monkeypatch.syspath_prepend(str(other))
+    view = sandbox.CourseView.of(tmp_path / "clone")
+    package = Path(sandbox.__file__).resolve().parents[1]
+    assert any(package == s or s in package.parents for s in view.shown)
+    assert not any(other == s or s in other.parents or other in s.parents for s in view.shown)

@@ -262,6 +262,46 @@ THROUGH_PUBLIC_KERNELS = """
 """
 
 
+# Read by another process (no open() of this one's to audit), executed under the learner's file name one line
+# lower, or renamed: code that claims the learner's file and is not its compilation.
+_READ_ELSEWHERE = """
+    import pathlib
+    import subprocess
+
+    _path = pathlib.Path(__file__).resolve().parents[2] / "solutions" / "ch11" / "double.py"
+    _source = subprocess.run(["cat", str(_path)], capture_output=True, text=True, check=True).stdout
+"""
+SHIFTED_BY_ANOTHER_PROCESS = _READ_ELSEWHERE + """
+    exec(compile("\\n" + _source, __file__, "exec"))
+"""
+RENAMED_BY_ANOTHER_PROCESS = _READ_ELSEWHERE + """
+    exec(compile(_source.replace("def double(", "def _twice("), __file__, "exec"))
+    double = _twice
+"""
+# Executed under no file's name, renamed and a line lower, behind a function of the learner's own.
+RENAMED_WITHOUT_A_FILE = _READ_ELSEWHERE + """
+    _namespace = {}
+    exec(compile("\\n" + _source.replace("def double(", "def _twice("), "<kept>", "exec"), _namespace)
+
+    def double(x):
+        return _namespace["_twice"](x)
+"""
+# The read audit's re-entry flag set first, where it had one: the read is recorded all the same.
+MUTED_HOOK = """
+    import pathlib
+
+    from pytest_tpucourse.grading import solution_reads
+
+    _flag = getattr(solution_reads, "_inside_hook", None)
+    if _flag is not None:
+        _flag.busy = True
+    _text = (pathlib.Path(__file__).resolve().parents[2] / "solutions" / "ch11" / "double.py").read_text()
+
+    def double(x):
+        return x * 2
+"""
+
+
 # Nothing at import: the first call loads the solution and keeps it for the calls after it.
 WIRED_IN_BY_ITS_FIRST_CALL = """
     _IMPL = []
@@ -284,6 +324,10 @@ WIRED_IN_BY_ITS_FIRST_CALL = """
     ("read-in-the-call", "reads solutions/ch11/double.py (at exercises/ch11/double.py:6)"),
     ("moved-into-the-tree", "runs double() of exercises/ch11/kept/double.py, a copy of solutions/ch11/double.py "
                             "(as committed)"),
+    ("shifted-by-another-process", "runs the code of double() in solutions/ch11/double.py"),
+    ("renamed-by-another-process", "runs the code of double() in solutions/ch11/double.py"),
+    ("renamed-without-a-file", "runs the code of double() in solutions/ch11/double.py"),
+    ("with-the-read-audit-muted", "reads solutions/ch11/double.py (at exercises/ch11/double.py:9)"),
     ("hardlink", "is a copy of solutions/ch11/double.py"),
     ("copy", "is a copy of solutions/ch11/double.py"),
     ("symlink", "is a link to solutions/ch11/double.py"),
@@ -297,7 +341,10 @@ def test_the_shipped_solution_is_recognised_however_it_arrives(fake_course, arri
     sources = {"kept-in-a-list": LOADED, "executed": EXECUTED, "runpy": RUN_BY_RUNPY,
                "rewritten-then-executed": REWRITTEN, "read-in-the-call": READ_IN_THE_CALL,
                "moved-into-the-tree": MOVED_INTO_THE_TREE, "course_solution": THROUGH_PUBLIC_KERNELS,
-               "wired-in-by-its-first-call": WIRED_IN_BY_ITS_FIRST_CALL}
+               "wired-in-by-its-first-call": WIRED_IN_BY_ITS_FIRST_CALL,
+               "shifted-by-another-process": SHIFTED_BY_ANOTHER_PROCESS,
+               "renamed-by-another-process": RENAMED_BY_ANOTHER_PROCESS,
+               "renamed-without-a-file": RENAMED_WITHOUT_A_FILE, "with-the-read-audit-muted": MUTED_HOOK}
     if arrives == "moved-into-the-tree":
         _git_commit(fake_course.pytester.path)
         (learner.parent / "kept").mkdir()
@@ -313,6 +360,37 @@ def test_the_shipped_solution_is_recognised_however_it_arrives(fake_course, arri
     result.stdout.fnmatch_lines([f"exercises/ch11/double.py (or a module it imports) uses the shipped solution: it "
                                  f"{how}. Your exercises are graded on your own code*", "*FAIL  double*"])
     assert "must be written in solutions/" not in result.stdout.str()
+
+
+def test_code_compiled_from_other_text_under_the_learners_file_name_is_refused(fake_course):
+    """Whatever its text (here none of the solutions'), code that claims the learner's file and is not
+    that file's compilation is not the learner's file's code: refused, saying so."""
+    _course(fake_course, textwrap.dedent("""
+        exec(compile("def double(x):\\n    return x * 2\\n", __file__, "exec"))
+    """))
+    result = fake_course.run()
+    result.assert_outcomes(failed=2)
+    result.stdout.fnmatch_lines(["exercises/ch11/double.py (or a module it imports) runs code that is not compiled "
+                                 "from its own file: double() claims exercises/ch11/double.py, line 1, but that "
+                                 "file does not compile to it*", "*FAIL  double*"])
+
+
+def test_a_helper_saved_during_the_run_is_still_the_learners_own(fake_course):
+    """A module of the tree is judged by the bytes this run imported it from: saving it again
+    mid-run (an editor's autosave) leaves its code the learner's."""
+    fake_course.write("exercises", "helper", "def twice(x):\n    return x * 2\n")
+    _course(fake_course, textwrap.dedent("""
+        import pathlib
+
+        from . import helper
+
+        def double(x):
+            pathlib.Path(helper.__file__).write_text("\\n\\ndef twice(x):\\n    return x + x\\n")
+            return helper.twice(x)
+    """))
+    result = fake_course.run()
+    result.assert_outcomes(passed=2)
+    assert "compiled from its own file" not in result.stdout.str()
 
 
 def test_a_test_walks_each_graded_function_once(fake_course, monkeypatch):

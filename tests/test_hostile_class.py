@@ -7,7 +7,9 @@ the grader's alone; 200 MB of output leave a gradebook under 1 MB. The trees who
 their own process (their results rewritten in memory, the checker's tolerance replaced, a
 kernel with two faces, the expected value taken off the test's stack) pass their own pytest
 run and are caught by the trusted check, whose worker runs in the same sandbox and whose
-verdicts the grader computes; honest trees pass both."""
+verdicts the grader computes; honest trees pass both. What a tree sends back that cannot be read
+(a record or an answer nested 200,000 deep, a file in no text encoding) is its own row, and the
+gradebook, its JUnit files and the similarity report are written whatever the trees did."""
 
 import hashlib
 import json
@@ -29,7 +31,8 @@ from .hostile_class import ESCAPE_NAME, FAULTY, HONEST, HOSTILE, SURVIVOR, survi
 pytestmark = pytest.mark.runs
 
 REPO = Path(__file__).resolve().parents[1]
-IN_PROCESS = ("h-results", "h-in-process")  # what only a check outside the tree's process can catch
+IN_PROCESS = ("h-results", "h-in-process", "h-hollow")  # what only a check outside the tree's process can catch
+EVIDENCE = ("h-oracle",)  # right values from the course's own oracles: done, and in the similarity report
 GRADE = ("--chapters", "ch01", "--jobs", "2", "--timeout", "600")
 
 
@@ -86,7 +89,7 @@ def _entries(graded, name: str) -> dict:
 
 def test_every_hostile_tree_is_not_done_and_says_why(graded):
     for name in HOSTILE:
-        if name in IN_PROCESS:
+        if name in IN_PROCESS or name in EVIDENCE:
             continue
         for key, entry in _entries(graded, name).items():
             assert entry["status"] != "done" and entry["message"], (name, key, entry)
@@ -99,6 +102,15 @@ def test_every_hostile_tree_is_not_done_and_says_why(graded):
     linked = _entries(graded, "h-symlink")["ch01.softmax"]
     assert linked["status"] == "failed" and linked["message"].startswith("not graded: ch01 is a link to ../alice/ch01")
     assert _book(graded)["runs"][str(graded["trees"]["h-symlink"])]["outcome"] == "refused"
+
+
+def test_a_record_nested_too_deep_is_its_trees_own_crashed_row(graded):
+    """200,000 nested lists for an end-of-run record (json.loads raises RecursionError): h-deep's
+    row, crashed, saying why; the class's gradebook is written and exits 0."""
+    deep = _entries(graded, "h-deep")
+    assert {e["status"] for e in deep.values()} == {"crashed"}
+    assert "unreadable end-of-run record: nested deeper than the 8 levels read" in deep["ch01.norms"]["message"]
+    assert _book(graded)["runs"][str(graded["trees"]["h-deep"])]["outcome"] == "crashed"
 
 
 def test_lies_in_the_trees_own_process_pass_their_run_and_are_not_done_by_the_trusted_check(graded):
@@ -115,6 +127,17 @@ def test_lies_in_the_trees_own_process_pass_their_run_and_are_not_done_by_the_tr
     assert "output is wrong" in lies["ch01.softmax"]["message"]
 
 
+def test_answers_that_carry_no_values_are_not_answers(graded):
+    """h-hollow's run says in memory that it passed; its worker answers with parts that cover nothing
+    (an object of its own making, `plain` replaced to give arrays over no device) and with 200,000
+    nested lists: each disagrees, saying why, and the class's grading goes on."""
+    hollow = _entries(graded, "h-hollow")
+    assert "returned what the trusted check cannot read: a types.SimpleNamespace is not plain data" in \
+        hollow["ch01.softmax"]["message"]
+    assert "carries no values: no device holds any of it" in hollow["ch01.norms"]["message"]
+    assert "does not read: the header is not JSON within limits: nested deeper" in hollow["ch01.attention"]["message"]
+
+
 def test_honest_trees_agree_with_the_trusted_check(graded):
     for name in ("alice", "bob"):
         assert {e["trusted"]["verdict"] for e in _entries(graded, name).values()} == {"agrees"}
@@ -127,6 +150,7 @@ def test_every_classmates_files_are_untouched_and_graded_as_before(graded):
     statuses = {name: {k: e["status"] for k, e in _entries(graded, name).items()} for name in (*HONEST, *FAULTY)}
     assert statuses == {
         "alice": dict.fromkeys(statuses["alice"], "done"), "bob": dict.fromkeys(statuses["bob"], "done"),
+        "bob!": dict.fromkeys(statuses["bob!"], "todo"),
         "carol": {"ch01.softmax": "failed", "ch01.norms": "done", "ch01.attention": "done"},
         "dave": dict.fromkeys(statuses["dave"], "todo"),
         "exits": dict.fromkeys(statuses["exits"], "crashed"), "thread": dict.fromkeys(statuses["thread"], "timeout"),
@@ -145,8 +169,10 @@ def test_the_gradebook_and_its_junit_files_are_the_graders_alone(graded):
     assert book["course"]["isolation"] == "bubblewrap" and book["course"]["hypothesis_profile"] == "ci"
     junit = graded["out"].parent / "junit"
     files = {path.name: ElementTree.parse(path).getroot()[0] for path in junit.iterdir()}
-    assert len(files) == len(graded["trees"])
+    assert len(files) == len(graded["trees"])  # bob's and bob!'s among them: a file each
     by_tree = {suite.get("name"): suite for suite in files.values()}
+    assert by_tree[str(graded["trees"]["bob"])].get("failures") == "0"
+    assert by_tree[str(graded["trees"]["bob!"])].get("failures") == "3"
     suite = by_tree[str(graded["trees"]["h-gradebook"])]
     assert (suite.get("tests"), suite.get("failures")) == ("3", "3")  # not the 23 passed the tree wrote
     thread = by_tree[str(graded["trees"]["thread"])]
@@ -183,6 +209,13 @@ def test_the_merged_shards_equal_the_whole_run_and_a_forged_shard_is_refused(gra
                 "runs": {t: {**r, "seconds": None, "log": None} for t, r in book["runs"].items()}}
 
     assert without_times(gradebook.read(merged)) == without_times(_book(graded))
+    assert gradebook.read(merged)["class"] == _book(graded)["class"] and gradebook.read(merged)["shard"] is None
+    alone = _grade("--merge", graded["halves"][1], "--key", graded["key"], "-q", "--out", tmp_path / "alone.json")
+    assert alone.returncode == 2 and "shard 2 of 2 given, of one grading: 1/2 missing" in alone.stderr
+    mixed = _grade("--merge", graded["out"], graded["halves"][0], "--key", graded["key"], "-q",
+                   "--out", tmp_path / "mixed.json")
+    assert mixed.returncode == 2 and "is the whole class's gradebook: it merges with no other" in mixed.stderr
+    assert not (tmp_path / "alone.json").exists() and not (tmp_path / "mixed.json").exists()
     forged = tmp_path / "shard-2.json"
     text = graded["halves"][1].read_text()
     forged.write_text(text.replace('"status": "todo"', '"status": "done"'))
@@ -199,3 +232,10 @@ def test_the_similarity_report_beside_the_gradebook_is_evidence_not_a_verdict(gr
     pairs = {tuple(sorted(tree[str(Path(f).parents[1])] for f in p["files"])) for p in report["pairs"]}
     assert ("alice", "bob") in pairs and not any("h-symlink" in pair for pair in pairs)
     assert {tree[str(Path(p["file"]).parents[1])] for p in report["like_solutions"]} >= {"alice", "bob"}
+    reaching = {tree[str(Path(p["file"]).parents[1])]: p["how"] for p in report["reach_the_course"]}
+    assert any("names pytest_tpucourse.references" in how for how in reaching["h-oracle"])  # done in the gradebook
+    assert _entries(graded, "h-oracle")["ch01.softmax"]["status"] == "done"
+    assert {"h-in-process", "h-results", "h-hollow"} <= set(reaching) and not {"alice", "bob", "dave"} & set(reaching)
+    assert report["not_read"] == [{"file": str(graded["trees"]["h-deep"] / "ch01" / "softmax.py"),
+                                   "why": "Python cannot read it as source (LookupError: 'rot13' is not a text "
+                                          "encoding; use codecs.decode() to handle arbitrary codecs)"}]

@@ -102,6 +102,70 @@ def test_a_done_exercise_says_it_is_done_instead_of_a_hint(course, capsys):
     assert "hint 1/2: multiply by two" in tpucourse(capsys, "hint", "ch11.double", "--all")[1]
 
 
+# The graded tests, and the trusted cases `tpucourse confirm` checks outside the run's process.
+CHECKED_TEST = GRADED_TEST + """
+
+    def _trusted(rng):
+        x = rng.standard_normal(16).astype(np.float32)
+        return [checks.trusted.exact("double", (x,), expected=lambda x: x * 2)]
+
+    TRUSTED = checks.trusted.Cases(_trusted)
+"""
+# Right where a graded test is on the stack (in its own run), zeros anywhere else.
+TWO_FACES = """
+import sys
+import traceback
+
+import numpy as np
+
+
+def double(x):
+    tested = any(frame.name.startswith("test_") for stack in sys._current_frames().values()
+                 for frame in traceback.extract_stack(stack))
+    return np.asarray(x) * 2 if tested else np.zeros_like(x)
+"""
+
+
+@pytest.mark.runs
+def test_progress_says_which_done_the_trusted_check_confirmed(fake_course, monkeypatch, capsys):
+    """A done by the learner's own run only, one the trusted check disagrees with (a double right only
+    where a graded test calls it) and one it confirmed (`pytest --isolated`), each said as such; the
+    solution is shown for a confirmed done."""
+    fake_course.test_file(CHECKED_TEST)
+    fake_course.write("solutions", "double", "def double(x):\n    return x * 2\n")
+    monkeypatch.chdir(fake_course.pytester.path)
+    fake_course.write("exercises", "double", TWO_FACES)
+    fake_course.run().assert_outcomes(passed=2)
+    out = tpucourse(capsys, "progress")[1]
+    assert "1/1 exercises, 0 confirmed" in out
+    assert ("      done  double  (your run only: `tpucourse confirm ch11` checks it outside your run's process)"
+            in out)
+    assert "your progress: 1/15 chapters (0 confirmed by the trusted check" in out
+    code, _, err = tpucourse(capsys, "solution", "ch11.double")
+    assert code == 2 and "done by your own run, not yet confirmed: `tpucourse confirm ch11`" in err
+    code, out, _ = tpucourse(capsys, "confirm", "ch11")
+    assert code == 1 and "ch11.double: not confirmed: the trusted check disagrees (1 cases): double(" in out
+    out = tpucourse(capsys, "progress")[1]
+    assert "done  double  (your run only; the trusted check disagrees: double(" in out
+    fake_course.write("exercises", "double", "def double(x):\n    return x * 2\n")
+    fake_course.run("--isolated").assert_outcomes(passed=2)
+    out = tpucourse(capsys, "progress")[1]
+    assert "1/1 exercises, 1 confirmed" in out and "done  double  (confirmed: the trusted check agrees)" in out
+    assert "your progress: 1/15 chapters (1 confirmed by the trusted check" in out
+    code, out, _ = tpucourse(capsys, "solution", "ch11.double")
+    assert code == 0 and out.startswith("# solutions/ch11/double.py\n")
+    fake_course.write("exercises", "double", "def double(x):\n    return x + x\n")  # other bytes: not confirmed
+    fake_course.run().assert_outcomes(passed=2)
+    assert "done  double  (your run only: `tpucourse confirm ch11`" in tpucourse(capsys, "progress")[1]
+
+
+def test_confirm_checks_only_what_runs_found_done(course, capsys):
+    code, out, err = tpucourse(capsys, "confirm", "ch11")
+    assert code == 2 and "ch11.double: not run yet: not checked" in out
+    assert "ch11: nothing done to confirm: run pytest on it first" in err
+    assert "ch99: no chapter" in tpucourse(capsys, "confirm", "ch99")[2]
+
+
 @pytest.mark.parametrize("target, message", [
     ("ch99", "no chapter 'ch99'"),
     ("ch11.triple", "ch11 has no exercise 'triple'; it has double"),

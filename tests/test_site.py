@@ -75,9 +75,11 @@ def test_the_build_writes_every_page_and_fetches_nothing(site):
 
 
 def test_the_home_page_counts_what_the_state_file_says(clone, tmp_path):
-    """A chapter whose every exercise the state file shows done counts, as in `tpucourse progress`."""
+    """A chapter whose every exercise the state file shows done counts, as in `tpucourse progress`; each
+    done exercise says whether the trusted check confirmed it or it is the learner's own run only."""
     from pytest_tpucourse.core.course import load_course
-    from pytest_tpucourse.site.learner_view import course_view
+    from pytest_tpucourse.site import pages
+    from pytest_tpucourse.site.learner_view import course_view, status_counts
 
     course = load_course(clone)
     chapter = course.chapter("ch10")
@@ -87,6 +89,15 @@ def test_the_home_page_counts_what_the_state_file_says(clone, tmp_path):
         assert view.chapters_complete == 1 and view.chapter("ch10").complete
         assert view.next_exercise.key == "ch01.softmax"
         assert view.chapter("ch10").gate_label == criteria.AWAITING
+        html = pages.chapter(view.chapter("ch10"), "# ch10", [])  # done by the learner's own runs only
+        assert "your run only · tpucourse confirm ch10 checks it outside your run" in html
+        first = chapter.exercises[0]
+        state.record_confirmations(clone, {first.key: {"verdict": "agrees", "cases": 3, "reason": ""}},
+                                   {first.key: state.file_digest(clone / first.module_path)}, "a test")
+        view = course_view(course)
+        html = pages.chapter(view.chapter("ch10"), "# ch10", [])
+        assert 'class="confirmation c-confirmed">confirmed by the trusted check</span>' in html
+        assert status_counts(view.chapter("ch10")) == f"{len(chapter.exercises)}/{len(chapter.exercises)} exercises, 1 confirmed"
     finally:
         (clone / state.STATE_DIR / state.STATE_FILE).unlink()
 

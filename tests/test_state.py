@@ -53,16 +53,20 @@ def test_a_writer_killed_mid_write_leaves_a_whole_file(tmp_path):
     assert len(leftovers) <= 3  # at most one temp file per killed write; never the state itself
 
 
-def test_a_corrupt_state_file_is_named_not_guessed(tmp_path):
+@pytest.mark.parametrize("text, why", [("{oops", "Expecting property name"),
+                                       ("[" * 200_000 + "]" * 200_000, "nested deeper than the 16 levels read")],
+                         ids=["not-json", "nested-200000-deep"])
+def test_a_corrupt_state_file_is_named_not_guessed(tmp_path, text, why):
     (tmp_path / ".tpucourse").mkdir()
-    (tmp_path / ".tpucourse" / "state.json").write_text("{oops")
-    with pytest.raises(state.CorruptState, match=r"state.json is not valid JSON.*delete it"):
+    (tmp_path / ".tpucourse" / "state.json").write_text(text)
+    with pytest.raises(state.CorruptState, match=rf"state.json is not valid JSON \(.*{why}.*delete it"):
         state.read(tmp_path)
 
 
 @pytest.mark.parametrize("fields", [
     {"exercises": []}, {"exercises": {"ch11.double": "done"}}, {"exercises": {"ch11.double": {"status": "great"}}},
     {"hints": {"ch11.double": "2"}}, {"hints": {"ch11.double": True}}, {"hints": []},
+    {"confirmed": []}, {"confirmed": {"ch11.double": "agrees"}},
 ])
 def test_a_wrongly_typed_state_file_is_named_not_a_traceback(tmp_path, fields):
     (tmp_path / ".tpucourse").mkdir()

@@ -6,7 +6,6 @@ import hashlib
 import io
 import json
 import pickle
-import shutil
 import subprocess
 import sys
 import textwrap
@@ -126,6 +125,34 @@ def test_judge_array_judges_every_devices_buffer():
     assert "on device 1" in tc.judge_array(shards, oracle, right)
     split = plain_data.Shards((8,), ((0, ((0, 4),), right[:4]), (1, ((4, 8),), right[4:])))
     assert tc.judge_array(split, oracle, right) is None
+
+
+@pytest.mark.parametrize("pieces, why", [
+    ([], "carries no values"),
+    ([(0, ((0, 0),), np.zeros(0, np.float32)), (1, ((0, 8),), None)], "empty or outside the shape"),
+    ([(0, ((4, 12),), np.zeros(8, np.float32))], "empty or outside the shape"),
+    ([(0, ((0, 4),), None), (1, ((0, 4),), None)], "leaves 4 of its 8 elements on no device"),
+    ([(0, ((0, 6),), None), (1, ((4, 8),), None)], "overlaps another device's part"),
+], ids=["no-parts", "an-empty-part", "outside", "a-gap", "overlap"])
+def test_judge_array_judges_only_the_values_an_answer_carries(pieces, why):
+    """Every element held once, or whole by each device: parts that cover nothing (the worker's
+    answer is the tree's to shape) are no answer, whatever their values."""
+    oracle = np.arange(8.0)
+    right = oracle.astype(np.float32)
+    parts = tuple((device, index, right[index[0][0]:index[0][1]] if part is None else part)
+                  for device, index, part in pieces)
+    assert why in tc.judge_array(plain_data.Shards((8,), parts), oracle, right)
+
+
+def test_plain_takes_only_jax_arrays_for_arrays_over_devices():
+    """An object with a shape and shards of its own choosing is not a JAX array."""
+    import types
+
+    empty = types.SimpleNamespace(index=(slice(0, 0),), data=np.zeros(0, np.float32),
+                                  device=types.SimpleNamespace(id=0))
+    hollow = types.SimpleNamespace(shape=(8,), addressable_shards=[empty, empty])
+    with pytest.raises(TypeError, match="not plain data"):
+        plain_data.plain(hollow)
 
 
 def _exact(expected, compare=None):

@@ -1,8 +1,10 @@
 """The gradebook: every tree's exercises, as JSON (or CSV), merged from shards, summarised.
 
-    {"format": 2,
+    {"format": 3,
      "course": {"commit": "<git HEAD of the course>", "chapters": ["ch01", ...],
                 "isolation": "bubblewrap" | "none", "hypothesis_profile": "ci"},
+     "class": {"trees": n, "digest": "<sha256 of the sorted names of every tree named>"},
+     "shard": null | {"parts": [k, ...], "of": n},
      "trees": {TREE: {"ch01.softmax": {"status": "done" | "failed" | "todo" | "crashed" | "timeout",
                                       "passed": n, "total": n, "seconds": s, "message": "...",
                                       "trusted": {"verdict": "agrees" | "disagrees" | "not checkable",
@@ -18,8 +20,9 @@ exercise done, whatever it printed. Where the grading ran the trusted check (tru
 passed but whose values, judged outside the tree's process, disagree is "failed", its message
 saying so and why; `trusted` keeps each exercise's verdict. Trees are in sorted order and
 exercises in course order, so a gradebook is the same text whichever way it was put together:
-merging the shards'
-gradebooks gives exactly the unsharded one.
+merging the shards' gradebooks gives exactly the unsharded one. `class` and `shard` say which
+grading a gradebook is part of (shards.py): merging takes one grading's shards, every one of them
+(or a partial merge that names those left out), never a gradebook of another grading.
 
 Only the grader writes it, after every tree's processes have ended; what a tree said is
 bounded there (a message: MESSAGE_CHARS; a crashed run's log: its first and last lines,
@@ -36,17 +39,19 @@ import json
 import subprocess
 from pathlib import Path
 
+from ..core import untrusted_json
 from ..core.course import Course
 from ..learner.status import Status
-from . import signing
+from . import shards, signing
 from .escaping import for_csv, for_terminal
 from .runner import TreeRun
 
-FORMAT = 2
+FORMAT = 3
 STATUSES = ("done", "failed", "todo", "crashed", "timeout")
 MESSAGE_CHARS = 500  # of a message from a tree's run: its headline, not what the tree chose to print
 NORMAL_EXIT = (0, 1)  # pytest: all passed, some failed
 CSV_COLUMNS = ("tree", "exercise", "status", "passed", "total", "seconds", "message")
+BOOK_DEPTH = 8  # a gradebook nests 4 deep (trees, a tree, an exercise, its verdict)
 
 
 class GradebookError(ValueError):
@@ -84,7 +89,7 @@ def tree_entries(exercises: list[str], run: TreeRun) -> dict[str, dict]:
         raw = record.get("exercises", {})
         errors = record.get("collection_errors", [])
         entries = {key: _from_record(raw.get(key), record.get("exitstatus"), errors) for key in exercises}
-    except (AttributeError, KeyError, TypeError, ValueError) as error:  # a record changed in the tree's process
+    except Exception as error:  # a record changed in the tree's process: whatever it holds, its own row
         why = f"its end-of-run record is not as the plugin writes it ({type(error).__name__}: {error})"
         return {key: _entry("crashed", 0, 0, 0.0, why) for key in exercises}
     if run.trusted is not None:
@@ -113,6 +118,8 @@ def _from_record(raw: dict | None, exitstatus: int, collection_errors: list[dict
         why = next((e["message"] for e in collection_errors if e.get("message")), "")
         return _entry("failed", 0, 0, 0.0, f"collection failed: {why}" if why else "no graded test of it ran")
     passed, total, seconds = int(raw["passed"]), int(raw["total"]), float(raw["seconds"])
+    if not (0 <= passed <= total and 0.0 <= seconds < float("inf")):
+        raise ValueError(f"counts {passed} of {total} in {seconds} s")
     status, message, skipped = raw["status"], raw.get("message", ""), int(raw.get("skipped", 0))
     if status == Status.TODO:
         return _entry("todo", passed, total, seconds, message)
@@ -147,9 +154,12 @@ def run_entry(run: TreeRun) -> dict:
             "log": [bounded(line) for line in run.log] if not run.finished else []}
 
 
-def build(course: dict, exercises: list[str], runs: dict[str, TreeRun]) -> dict:
-    """The gradebook of these trees' runs (course: course_facts)."""
-    return normalised({"format": FORMAT, "course": course,
+def build(course: dict, exercises: list[str], runs: dict[str, TreeRun], *, of_class: dict | None = None,
+          shard: dict | None = None) -> dict:
+    """The gradebook of these trees' runs (course: course_facts). of_class: shards.class_facts of every
+    tree named (default: these); shard: shards.held(K, N) for one shard (None: the whole class)."""
+    return normalised({"format": FORMAT, "course": course, "class": of_class or shards.class_facts(runs),
+                       "shard": shard,
                        "trees": {name: tree_entries(exercises, run) for name, run in runs.items()},
                        "runs": {name: run_entry(run) for name, run in runs.items()}})
 
@@ -157,33 +167,48 @@ def build(course: dict, exercises: list[str], runs: dict[str, TreeRun]) -> dict:
 def normalised(book: dict) -> dict:
     """Trees sorted; the same object whatever order they were graded or merged in (unsigned)."""
     trees, runs = book["trees"], book["runs"]
-    return {"format": book["format"], "course": book["course"],
+    return {"format": book["format"], "course": book["course"], "class": book["class"], "shard": book["shard"],
             "trees": {name: trees[name] for name in sorted(trees)},
             "runs": {name: runs[name] for name in sorted(runs)}}
 
 
-def merge(books: list[dict], secret: bytes | None = None, names: list[str] | None = None) -> dict:
-    """One gradebook of the shards' gradebooks: same course and chapters, no tree twice; with the
-    instructor's key (`secret`), each must verify (names: the files, for the message)."""
+def merge(books: list[dict], secret: bytes | None = None, names: list[str] | None = None,
+          without: tuple[tuple[int, int], ...] = ()) -> dict:
+    """One gradebook of one grading's shards: the same course, chapters and grading, the same class,
+    each shard once and every shard of it, or those left out named in `without` ((K, N) each: a
+    partial merge), no tree twice; with the instructor's key (`secret`), each must verify (names:
+    the files, for the messages)."""
     if not books:
         raise GradebookError("nothing to merge")
     names = names or [f"gradebook {i + 1}" for i in range(len(books))]
     first = books[0]
-    trees, runs = {}, {}
     for name, book in zip(names, books):
         if secret is not None and (why := signing.problem(book, secret)):
             raise GradebookError(f"{name}: refused: {why}")
         if book.get("format") != FORMAT:
-            raise GradebookError(f"{name}: gradebook format {book.get('format')!r}: this version reads {FORMAT}")
+            raise GradebookError(f"{name}: gradebook format {book.get('format')!r}: this version reads {FORMAT} "
+                                 f"(grade again with this version)")
         if book["course"] != first["course"]:
             raise GradebookError(f"gradebooks of different courses, chapters or grading: {first['course']} and "
                                  f"{book['course']}")
+        if book["class"] != first["class"]:
+            raise GradebookError(f"gradebooks of two gradings: {names[0]} is of a class of {first['class']['trees']} "
+                                 f"trees ({first['class']['digest'][:12]}), {name} of {book['class']['trees']} "
+                                 f"({book['class']['digest'][:12]})")
+    try:
+        shard = shards.merged_set([(name, book["shard"]) for name, book in zip(names, books)], first["class"],
+                                  {name: list(book["trees"]) for name, book in zip(names, books)}, without)
+    except shards.ShardSetError as error:
+        raise GradebookError(str(error)) from None
+    trees, runs = {}, {}
+    for book in books:
         twice = sorted(set(trees) & set(book["trees"]))
         if twice:
             raise GradebookError(f"trees graded in two gradebooks: {', '.join(twice)}")
         trees.update(book["trees"])
         runs.update(book["runs"])
-    return normalised({"format": FORMAT, "course": first["course"], "trees": trees, "runs": runs})
+    return normalised({"format": FORMAT, "course": first["course"], "class": first["class"], "shard": shard,
+                       "trees": trees, "runs": runs})
 
 
 def dumps(book: dict, path: Path | str = "gradebook.json") -> str:
@@ -213,11 +238,13 @@ def read(path: Path | str) -> dict:
     if str(path).endswith(".csv"):
         raise GradebookError(f"{path}: merge reads JSON gradebooks (write the shards with --out X.json)")
     try:
-        book = json.loads(Path(path).read_text(encoding="utf-8"))
-    except (OSError, ValueError) as error:
+        book = untrusted_json.loads(Path(path).read_bytes(), depth=BOOK_DEPTH)
+    except (OSError, untrusted_json.JsonError) as error:
         raise GradebookError(f"{path}: {error}") from None
     if not isinstance(book, dict) or not {"course", "trees", "runs"} <= set(book):
         raise GradebookError(f"{path}: not a gradebook (no course, trees and runs)")
+    if book.get("format") == FORMAT and not ({"class", "shard"} <= set(book) and isinstance(book["class"], dict)):
+        raise GradebookError(f"{path}: not a gradebook (no class and shard)")
     return book
 
 

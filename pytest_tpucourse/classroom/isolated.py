@@ -1,10 +1,16 @@
-"""`pytest --isolated`: the trusted check of `tpucourse grade`, on one's own tree, after the run.
+"""`pytest --isolated` and `tpucourse confirm`: the trusted check of `tpucourse grade`, on one's own tree.
 
 When the run's tests are through, every exercise that passed is checked again as a grader
 checks it (trusted_check.py): a process that never imports the tree draws inputs afresh and
 computes what they must give, a worker process that imports the tree answers, and an
 exercise whose answers disagree is "not counted", saying why, in the summary and the state
 file. The plain `pytest` a learner runs does none of this and keeps its speed.
+
+For the learner's own exercises/, each verdict is kept in the state file for the module bytes
+it was given (`confirm`, state.record_confirmations): `tpucourse progress` then says which
+"done" the trusted check confirmed and which are the learner's own run only. `tpucourse confirm
+chNN` runs the same check on the chapter's done exercises without running their tests again,
+from a process that never imports the tree at all.
 
 What it shows is read back into this run's process, which is the tree's: it tells an honest
 learner what a grader's check will say (a kernel right only on the tested shapes, a result
@@ -23,6 +29,8 @@ from pathlib import Path
 
 import pytest
 
+from ..core.course import EXERCISES, Course
+from ..learner import shipped, state
 from ..learner.status import Status
 
 SECONDS_PER_CHAPTER = 600.0
@@ -45,6 +53,8 @@ class IsolatedCheck:
         done = [key for key, entry in progress.results.items() if entry.status == Status.DONE]
         if not done:
             return
+        learners = self.session.tree.is_learners  # their verdicts are kept: progress says what is confirmed
+        digests = module_digests(self.session.course, done) if learners else {}
         try:
             self.verdicts = run_check(self.session.course.root, self.session.tree.root, done,
                                       self.session.options.jax_cache)
@@ -55,6 +65,8 @@ class IsolatedCheck:
             verdict = self.verdicts.get(key) or {"verdict": "disagrees", "reason": "no verdict came back"}
             if verdict["verdict"] == "disagrees":
                 progress.results[key].not_counted = f"the trusted check disagrees: {verdict['reason']}"
+        if learners and not self.problem:
+            keep(self.session.course, self.verdicts, digests, "pytest --isolated")
 
     def pytest_terminal_summary(self, terminalreporter) -> None:
         if not self.verdicts:
@@ -85,3 +97,46 @@ def run_check(course_root: Path, tree: Path, exercises: list[str], jax_cache: st
             last = next((line for line in reversed(done.stderr.splitlines()) if line.strip()), "")
             raise ValueError(f"its process ended with exit status {done.returncode}" + (f": {last}" if last else ""))
         return json.loads(out.read_text(encoding="utf-8"))
+
+
+def module_digests(course: Course, keys) -> dict[str, str | None]:
+    """The sha256 of each exercise's module in exercises/ as it is now."""
+    return {key: state.file_digest(course.root / course.exercise(key).module_path) for key in keys}
+
+
+def keep(course: Course, verdicts: dict[str, dict], before: dict[str, str | None], how: str) -> None:
+    """The verdicts in the learner's state file, each for the module bytes it was given: those of an
+    exercise whose module changed while it was checked are not kept (nothing says which bytes
+    answered)."""
+    now = module_digests(course, before)
+    modules = {key: digest for key, digest in before.items() if digest is not None and now[key] == digest}
+    try:
+        state.record_confirmations(course.root, {k: v for k, v in verdicts.items() if k in modules}, modules, how)
+    except (OSError, state.CorruptState):
+        pass  # the state file is the learner's to break: the verdicts are printed all the same
+
+
+def test_files_changed(course: Course, keys) -> dict[str, str]:
+    """Exercise key -> its graded test file where that file differs from the course's (git HEAD): its
+    trusted cases are not the course's. Empty outside a git checkout (nothing to compare with)."""
+    blobs = shipped.head_blobs(course.root, (EXERCISES,))
+    changed = {}
+    for key in keys:
+        test_path = course.exercise(key).test_path
+        try:
+            data = (course.root / test_path).read_bytes()
+        except OSError:
+            changed[key] = test_path
+            continue
+        if shipped.changed_from_shipped({test_path: data}, blobs):
+            changed[key] = test_path
+    return changed
+
+
+def confirm(course: Course, keys: list[str], jax_cache: str, how: str = "tpucourse confirm") -> dict[str, dict]:
+    """The trusted check of these done exercises of the learner's exercises/, run from a process that
+    never imports the tree, each verdict kept in the state file for the module bytes it was given."""
+    before = module_digests(course, keys)
+    verdicts = run_check(course.root, course.root / EXERCISES, keys, jax_cache)
+    keep(course, verdicts, before, how)
+    return verdicts

@@ -9,22 +9,40 @@ terminal first (escaping.py): XML 1.0 cannot hold control characters.
 
 from __future__ import annotations
 
-import re
+import hashlib
 from pathlib import Path
 from xml.sax.saxutils import escape, quoteattr
 
 from .escaping import for_terminal
 
 ERRORS = ("crashed", "timeout")
+NAME_CHARS = 200  # of a file name, before .xml (file systems allow 255 bytes)
+
+
+def file_name(tree: str) -> str:
+    """The tree's file name in DIR, one of its own whatever the other trees are called (so shards
+    writing into one folder never collide): its path with each `/` made `_`, letters, digits, `.`
+    and `-` kept, and every other byte (of its UTF-8) written `%XX`, a leading `.` too; a name
+    longer than NAME_CHARS keeps its start and ends in `~` and a digest of the whole path."""
+    encoded = "".join(_encoded(c) for c in tree)
+    if encoded.startswith("."):
+        encoded = "%2E" + encoded[1:]
+    if len(encoded) > NAME_CHARS:
+        encoded = f"{encoded[:NAME_CHARS - 17]}~{hashlib.sha256(tree.encode('utf-8', 'surrogatepass')).hexdigest()[:16]}"
+    return f"{encoded}.xml"
+
+
+def _encoded(character: str) -> str:
+    if character == "/":
+        return "_"
+    if character.isascii() and (character.isalnum() or character in ".-"):
+        return character
+    return "".join(f"%{byte:02X}" for byte in character.encode("utf-8", "surrogatepass"))
 
 
 def file_names(names: list[str]) -> dict[str, str]:
-    """Each tree's file name in DIR: its path, each run of characters outside [A-Za-z0-9._-] made one `_`."""
-    files = {name: re.sub(r"[^A-Za-z0-9._-]+", "_", name).strip("._") + ".xml" for name in names}
-    clash = sorted(n for n in names if list(files.values()).count(files[n]) > 1)
-    if clash:
-        raise ValueError(f"--junitxml: these trees would share a file name: {', '.join(map(for_terminal, clash))}")
-    return files
+    """Each tree's file name in DIR (file_name): no two trees share one."""
+    return {name: file_name(name) for name in names}
 
 
 def text(tree: str, entries: dict[str, dict], run: dict) -> str:

@@ -14,6 +14,10 @@ gave this run alone. How a run ends:
   end within EXIT_GRACE_SECONDS after it (a thread or child process that never ends);
 - refused: the tree was not run (a link out of the tree, a tree too large to copy).
 
+Whatever a tree hands back is read within bounds (its record: JSON nested at most RECORD_DEPTH
+deep), and an error grading one tree that nothing foresaw is that tree's crashed row
+(`unforeseen`; trees.py), never the class's grading.
+
 Where the grading has the trusted check (`GradingRun.trusted`, trusted_check.TrustedCheck), its
 worker runs after the pytest run, in the same sandbox (the runner `check_tree` is given: a
 fresh process, the tree's private copy as its pytest run left it); its verdicts are computed
@@ -24,7 +28,6 @@ plugin ended for a thread that never ends, gets none (it is not done whatever it
 from __future__ import annotations
 
 import dataclasses
-import json
 import os
 import secrets
 import shutil
@@ -33,6 +36,7 @@ import threading
 from dataclasses import dataclass, field
 from pathlib import Path
 
+from ..core import untrusted_json
 from .record import FORMAT, RESULTS_OPTION, TOKEN_FD_ENV
 from .sandbox import CourseView, Isolation, SandboxedRun, TreeSandbox
 
@@ -40,6 +44,7 @@ EXIT_GRACE_SECONDS = 30.0  # from the record's writing to the process's end: shu
 RECORD = "results.json"
 HYPOTHESIS_PROFILE = "ci"  # every option drawn, derandomized: what a learner's `dev` runs skip
 OUTCOMES = ("finished", "crashed", "timeout", "refused")
+RECORD_DEPTH = 8  # the plugin's record nests 4 deep (exercises, an exercise, its fields)
 
 
 @dataclass(frozen=True)
@@ -106,9 +111,26 @@ def grade_tree(run: GradingRun, tree_name: str, tree: Path, folder: Path,
                           ended_when=RECORD, exit_grace=run.exit_grace)
         tree_run = how_it_ended(tree_name, ran, token)
         if run.trusted is not None and _checkable(tree_run) and not (stop is not None and stop.is_set()):
-            verdicts = run.trusted.check_tree(sandbox, timeout=run.timeout)
-            tree_run = dataclasses.replace(tree_run, trusted={k: v.as_dict() for k, v in verdicts.items()})
+            tree_run = dataclasses.replace(tree_run, trusted=_trusted_verdicts(run.trusted, sandbox, run.timeout))
         return tree_run
+
+
+def _trusted_verdicts(check, sandbox: TreeSandbox, timeout: float) -> dict[str, dict]:
+    """The trusted check's verdicts for the tree in `sandbox`; where judging what its worker handed back
+    fails for a reason nothing foresaw, every exercise disagrees, saying why (never the class's grading)."""
+    try:
+        verdicts = check.check_tree(sandbox, timeout=timeout)
+    except Exception as error:  # what the tree handed back broke the judging: its own verdicts, not the class's
+        why = f"its worker's answers could not be judged ({type(error).__name__}: {error})"[:600]
+        return {key: {"verdict": "disagrees", "cases": 0, "reason": why} for key in check.exercises}
+    return {key: verdict.as_dict() for key, verdict in verdicts.items()}
+
+
+def unforeseen(tree_name: str, error: Exception) -> TreeRun:
+    """A tree whose grading failed for a reason nothing here foresaw: its own crashed row, saying
+    why, so that one tree never costs the class its gradebook."""
+    return TreeRun(tree_name, "crashed", 0.0, None,
+                   message=f"grading this tree failed: {type(error).__name__}: {error}"[:500])
 
 
 def _checkable(tree_run: TreeRun) -> bool:
@@ -176,8 +198,8 @@ def read_record(data: bytes | None, why_missing: str, token: str, returncode: in
             return None, f"the process ended ({how}) with an unreadable end-of-run record: {why_missing}"
         return None, f"the process ended ({how}) without the run's end-of-run record"
     try:
-        record = json.loads(data.decode("utf-8"))
-    except ValueError as error:
+        record = untrusted_json.loads(data, depth=RECORD_DEPTH)
+    except untrusted_json.JsonError as error:
         return None, f"the process ended ({how}) with an unreadable end-of-run record: {error}"
     if not isinstance(record, dict) or record.get("format") != FORMAT or record.get("token") != token:
         return None, f"the process ended ({how}) with an end-of-run record the plugin did not write"

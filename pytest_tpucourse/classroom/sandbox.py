@@ -7,7 +7,9 @@ Every process of a tree (its pytest run, the value check's worker) runs through
   of the grader's or of another tree, reaches no network, and when its command ends the
   kernel ends every process it started, detached ones included, before `run` returns;
 - a file system of its own: the system (/usr, /etc, /sys) and Python read-only; of the course,
-  only what a graded run reads (COURSE_SHOWN: not solutions/, tests/ nor .git); a private
+  only what a graded run reads (COURSE_SHOWN: not solutions/, tests/ nor .git), and the folders
+  the running package imports from, however it was installed (an editable install of another
+  checkout: its pytest_tpucourse/ alone, never that checkout's solutions/); a private
   copy of the tree at the tree's own path, and a private folder (its working directory, home,
   TMPDIR, a copy of the compile cache, the files it hands back), both writable; /tmp and
   /dev/shm empty. Other trees, the grader's outputs and keys are not there at all;
@@ -115,9 +117,9 @@ def _namespaces(isolation: Isolation) -> list[str]:
 class CourseView:
     """What of the machine every sandbox sees read-only, and what it must not see at all.
 
-    shown: the system's folders, Python's, and the course's COURSE_SHOWN entries; hidden:
-    paths inside those that a sandbox must not see (every tree of the class, the grader's
-    outputs), each covered by an empty folder or file.
+    shown: the system's folders, Python's, the course's COURSE_SHOWN entries and the running
+    package's own folder (package_folders); hidden: paths inside those that a sandbox must not
+    see (every tree of the class, the grader's outputs), each covered by an empty folder or file.
     """
 
     course_root: Path
@@ -130,15 +132,30 @@ class CourseView:
         hidden = tuple(sorted({Path(p).resolve() for p in hidden}))
         course = [course_root / name for name in COURSE_SHOWN if (course_root / name).exists()]
         installs, entries = _python_paths()
-        python = [p for p in [*installs, *(e for e in entries if not _inside(e, course_root))]
+        python = [p for p in [*installs, *(e for e in entries if not _inside(e, course_root) and not _a_course(e))]
                   if not _inside(course_root, p) and not any(_inside(h, p) for h in hidden)]
         system = [Path(p) for p in SYSTEM_SHOWN if os.path.lexists(p)]
-        return cls(course_root, tuple(_outermost([*system, *python, *course])), hidden)
+        return cls(course_root, tuple(_outermost([*system, *python, *course, *package_folders()])), hidden)
 
     def covered(self) -> list[Path]:
         """The hidden paths that lie inside a shown one (the others are not there anyway), as they are
         now: one made later (the gradebook, after every sandbox) is made where no sandbox looks."""
         return [h for h in self.hidden if os.path.lexists(h) and any(_inside(h, s) for s in self.shown)]
+
+
+def package_folders() -> list[Path]:
+    """The folders the running package is imported from, as given and resolved: what every sandboxed
+    `python -m pytest` and trusted worker imports too, whether it lies in site-packages, in this
+    course's checkout, or in another checkout an editable install's finder points at (no sys.path
+    entry names it)."""
+    package = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))  # this module is classroom/sandbox.py
+    return sorted({Path(package), Path(os.path.realpath(package))})
+
+
+def _a_course(folder: Path) -> bool:
+    """A course checkout on sys.path (an older editable install's entry): shown whole, it would show
+    its solutions/ and tests/; its package is shown by package_folders instead."""
+    return (folder / "course.toml").is_file()
 
 
 def _python_paths() -> tuple[list[Path], list[Path]]:

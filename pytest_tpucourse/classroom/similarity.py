@@ -12,37 +12,40 @@ and layout are set aside) or similar; and each file alike to the course's own so
 with fewer than MIN_PRINTS fingerprints of its own (a few lines) is too short to compare, and a
 file reached through a link out of its tree is not the tree's.
 
+A file Python cannot read as source (an encoding it lacks) is not compared: the report lists it
+under `not_read`, saying why. Beside the pairs, the report lists the tree's files that reach into
+the course's package or the process around them (course_reach.py): a tree that answers with the
+course's own oracles gives right values, and only its source shows it.
+
 This is evidence for a person to read beside the files, never a verdict: two learners may
 write the same short kernel, and a course's idiom leaves little room. Nothing here changes
-the gradebook. The grader reads the files without following links, at most FILE_BYTES each.
+the gradebook. The grader reads the files without following links, at most
+python_source.FILE_BYTES each (python_source.py).
 """
 
 from __future__ import annotations
 
 import hashlib
-import io
 import json
 import keyword
-import os
-import stat
 import token
-import tokenize
 from dataclasses import dataclass
 from pathlib import Path
 
 from ..core.course import Course, module_in_tree
+from . import course_reach, python_source
 from .escaping import for_terminal
 
-FORMAT = 1
+FORMAT = 2
 K = 12  # tokens per fingerprinted run
 WINDOW = 6  # runs per winnowing window: every shared run of K + WINDOW - 1 tokens is found
 THRESHOLD = 0.8
 MIN_PRINTS = 8  # a file with fewer fingerprints of its own is too short to be anybody's in particular
-FILE_BYTES = 1 << 20
 NOTE = ("Evidence for a person to read, never a verdict: files of different trees (or a tree and "
-        "solutions/) whose code is alike once names, strings, comments and layout are set aside. Two "
-        "learners may write the same short kernel; read the files before concluding anything. The "
-        "gradebook does not use this report.")
+        "solutions/) whose code is alike once names, strings, comments and layout are set aside, and "
+        "files that reach into the course's package or the process around them where the chapter's own "
+        "stubs and solutions do not. Two learners may write the same short kernel; read the files before "
+        "concluding anything. The gradebook does not use this report.")
 
 
 @dataclass(frozen=True)
@@ -58,7 +61,7 @@ class Fingerprinted:
 def report(course: Course, chapters, trees: list[str]) -> dict:
     """The class's report: `trees` as the gradebook names them, their graded files compared."""
     modules = [(c.id, e.name) for c in course.chapters if c.id in chapters for e in c.exercises]
-    pairs, like_solutions, files = [], [], 0
+    pairs, like_solutions, not_read, files = [], [], [], 0
     for chapter, module in modules:
         stub = _fingerprint(Path(module_in_tree(course.root / "exercises", chapter, module)), "")
         base = stub.prints if stub else frozenset()
@@ -67,9 +70,13 @@ def report(course: Course, chapters, trees: list[str]) -> dict:
         graded = []
         for tree in sorted(trees):
             shown = module_in_tree(tree, chapter, module)
-            if not _inside_tree(Path(shown), Path(tree)):
+            if not python_source.inside(Path(shown), Path(tree)):
                 continue  # reached through a link out of the tree: not the tree's file
-            found = _fingerprint(Path(shown), shown, base)
+            try:
+                found = _fingerprint(Path(shown), shown, base)
+            except python_source.UnreadableSource as error:
+                not_read.append({"file": shown, "why": str(error)})
+                continue
             if found is None or (stub is not None and found.code == stub.code) or len(found.prints) < MIN_PRINTS:
                 continue  # no such file, the stub as shipped, or too short to tell
             graded.append(found)
@@ -88,7 +95,15 @@ def report(course: Course, chapters, trees: list[str]) -> dict:
             "method": f"winnowed {K}-token fingerprints (window {WINDOW}) of each graded file, the "
                       f"shipped stub's left out; pairs at {THRESHOLD:.0%} or more of the smaller file",
             "chapters": list(chapters), "files_compared": files,
-            "pairs": sorted(pairs, key=order), "like_solutions": sorted(like_solutions, key=order)}
+            "pairs": sorted(pairs, key=order), "like_solutions": sorted(like_solutions, key=order),
+            "not_read": not_read, "reach_the_course": course_reach.findings(course, trees)}
+
+
+def unmade(chapters, why: str) -> dict:
+    """The report where it could not be made, saying why: still written beside the gradebook."""
+    return {"format": FORMAT, "note": NOTE, "error": f"the report could not be made: {why}"[:1000],
+            "chapters": list(chapters), "files_compared": 0, "pairs": [], "like_solutions": [], "not_read": [],
+            "reach_the_course": []}
 
 
 def write(data: dict, path: Path) -> None:
@@ -106,12 +121,9 @@ def path_beside(gradebook: Path | str) -> Path:
 
 def summary_line(data: dict, path: Path) -> str:
     return (f"similarity: {len(data['pairs'])} pairs of alike files, {len(data['like_solutions'])} files "
-            f"alike to solutions/, of {data['files_compared']} compared (evidence for a person, not a "
-            f"verdict): {for_terminal(str(path))}")
-
-
-def _inside_tree(path: Path, tree: Path) -> bool:
-    return Path(os.path.realpath(tree)) in Path(os.path.realpath(path)).parents
+            f"alike to solutions/, of {data['files_compared']} compared; {len(data['reach_the_course'])} files "
+            f"reach into the course or the process around them; {len(data['not_read'])} not readable as Python "
+            f"(evidence for a person, not a verdict): {for_terminal(str(path))}")
 
 
 def _alike(one: Fingerprinted, other: Fingerprinted) -> dict | None:
@@ -127,7 +139,8 @@ def _alike(one: Fingerprinted, other: Fingerprinted) -> dict | None:
 
 
 def _fingerprint(path: Path, shown: str, base: frozenset[int] = frozenset()) -> Fingerprinted | None:
-    data = _read(path)
+    """The file's fingerprints (None: no such regular file); UnreadableSource where Python cannot read it."""
+    data = python_source.read(path)
     if data is None:
         return None
     tokens = normalised_tokens(data)
@@ -135,49 +148,31 @@ def _fingerprint(path: Path, shown: str, base: frozenset[int] = frozenset()) -> 
     return Fingerprinted(shown, hashlib.sha256(data).hexdigest(), code, winnow(tokens) - base)
 
 
-def _read(path: Path) -> bytes | None:
-    """A regular file's bytes (never through a link), or None."""
-    try:
-        fd = os.open(path, os.O_RDONLY | os.O_NOFOLLOW | os.O_NONBLOCK)
-    except OSError:
-        return None
-    try:
-        info = os.fstat(fd)
-        if not stat.S_ISREG(info.st_mode) or info.st_size > FILE_BYTES:
-            return None
-        with os.fdopen(os.dup(fd), "rb") as handle:
-            return handle.read(FILE_BYTES)
-    finally:
-        os.close(fd)
-
-
 def normalised_tokens(source: bytes) -> list[str]:
     """The file's tokens as compared: keywords and operators as written, every other name `N`,
-    strings `S`, numbers `0`; comments, docstrings and layout left out."""
+    strings `S`, numbers `0`; comments, docstrings and layout left out. UnreadableSource where
+    Python cannot read the file as source."""
     out: list[str] = []
     previous = token.NEWLINE
-    try:
-        for tok in tokenize.tokenize(io.BytesIO(source).readline):
-            kind = tok.type
-            if kind in (token.COMMENT, token.NL, token.NEWLINE, token.INDENT, token.DEDENT, token.ENCODING,
-                        token.ENDMARKER):
-                if kind in (token.NEWLINE, token.INDENT, token.DEDENT):
-                    previous = kind
-                continue
-            if kind == token.STRING and previous in (token.NEWLINE, token.INDENT, token.DEDENT):
+    for tok in python_source.tokens(source):  # what could be read is compared
+        kind = tok.type
+        if kind in (token.COMMENT, token.NL, token.NEWLINE, token.INDENT, token.DEDENT, token.ENCODING,
+                    token.ENDMARKER):
+            if kind in (token.NEWLINE, token.INDENT, token.DEDENT):
                 previous = kind
-                continue  # a docstring, or a string standing alone
+            continue
+        if kind == token.STRING and previous in (token.NEWLINE, token.INDENT, token.DEDENT):
             previous = kind
-            if kind == token.NAME:
-                out.append(tok.string if keyword.iskeyword(tok.string) else "N")
-            elif kind == token.STRING or kind == getattr(token, "FSTRING_START", -1):
-                out.append("S")
-            elif kind == token.NUMBER:
-                out.append("0")
-            else:
-                out.append(tok.string)
-    except (tokenize.TokenError, SyntaxError, UnicodeDecodeError):
-        pass  # what could be read is compared
+            continue  # a docstring, or a string standing alone
+        previous = kind
+        if kind == token.NAME:
+            out.append(tok.string if keyword.iskeyword(tok.string) else "N")
+        elif kind == token.STRING or kind == getattr(token, "FSTRING_START", -1):
+            out.append("S")
+        elif kind == token.NUMBER:
+            out.append("0")
+        else:
+            out.append(tok.string)
     return out
 
 

@@ -12,7 +12,7 @@ from concurrent.futures import FIRST_COMPLETED, ThreadPoolExecutor, wait
 from pathlib import Path
 
 from .progress_line import ProgressLine
-from .runner import GradingRun, TreeRun, grade_tree
+from .runner import GradingRun, TreeRun, grade_tree, unforeseen
 
 
 def grade_trees(grading: GradingRun, names: list[str], *, jobs: int, progress: ProgressLine) -> dict[str, TreeRun]:
@@ -22,7 +22,10 @@ def grade_trees(grading: GradingRun, names: list[str], *, jobs: int, progress: P
 
     def one(index: int, name: str) -> TreeRun:
         progress.started(name)
-        run = grade_tree(grading, name, Path(name), work / f"tree-{index:04d}", stop)
+        try:
+            run = grade_tree(grading, name, Path(name), work / f"tree-{index:04d}", stop)
+        except Exception as error:  # anything a tree sends or holds ends as its own row, never the class's
+            run = unforeseen(name, error)
         progress.finished(name, run.outcome)
         return run
 

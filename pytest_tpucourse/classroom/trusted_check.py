@@ -29,7 +29,7 @@ from pathlib import Path
 
 import numpy as np
 
-from ..core import plain_data, tolerance
+from ..core import plain_data
 from ..core import trusted_cases as tc
 from ..core.course import Course
 

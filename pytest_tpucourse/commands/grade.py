@@ -3,6 +3,7 @@
     tpucourse grade trees/* --chapters ch01,ch11 --jobs 2 --key ~/grading.key --out gradebook.json
     tpucourse grade trees/* --shard 2/4 --key ~/grading.key --out shard-2.json   # one of four machines
     tpucourse grade --merge shard-*.json --key ~/grading.key --out gradebook.json
+    tpucourse grade --merge shard-1.json shard-2.json --without-shard 3/4 --without-shard 4/4 ...   # a partial merge
 
 Run from the course checkout (its course.toml and graded tests grade every tree). What
 each tree's processes may and may not see is classroom/sandbox.py's to say (no sandbox, no
@@ -55,8 +56,10 @@ def add_parser(subcommands):
                    "then count)")
     g.add_argument("--no-sandbox", action="store_true", help="grade without a sandbox per tree (each tree's code "
                    "then runs as you, and can read and write what you can): only for trees you trust")
-    g.add_argument("--merge", nargs="+", metavar="GRADEBOOK", help="merge the shards' JSON gradebooks into --out "
-                   "(with --key: each must verify)")
+    g.add_argument("--merge", nargs="+", metavar="GRADEBOOK", help="merge one grading's shards' JSON gradebooks "
+                   "into --out: every shard, each verified with --key")
+    g.add_argument("--without-shard", action="append", default=[], metavar="K/N", help="with --merge: a partial "
+                   "merge, without shard K of N (each shard left out named by one --without-shard)")
     g.add_argument("-q", "--quiet", action="store_true", help="no progress line and no summary table")
     return g
 
@@ -69,11 +72,15 @@ def run(args) -> int:
         if secret is None:
             raise ValueError("--merge takes only gradebooks that verify: give --key FILE, the key they were "
                              "graded with")
-        merged = gradebook.merge([gradebook.read(path) for path in args.merge], secret, names=args.merge)
+        without = tuple(shards.parse(text) for text in args.without_shard)
+        merged = gradebook.merge([gradebook.read(path) for path in args.merge], secret, names=args.merge,
+                                 without=without)
         gradebook.write(_signed(merged, secret, args.out), args.out)
         if not args.quiet:
-            print(f"wrote {args.out}: {len(merged['trees'])} trees from {len(args.merge)} gradebooks, each verified")
+            print(_merged_line(merged, args.out, len(args.merge), without))
         return 0
+    if args.without_shard:
+        raise ValueError("--without-shard names the shards a --merge leaves out")
     root = find_course_root(Path.cwd())
     if root is None:
         raise ValueError("run it in the course checkout (no course.toml here or above)")
@@ -87,8 +94,6 @@ def run(args) -> int:
     if timeout <= 0:
         raise ValueError("--timeout must be positive")
     junit_dir = Path(args.junitxml) if args.junitxml else None
-    if junit_dir is not None:
-        junit.file_names(names)  # two trees that would share a file: refused before grading
     report = similarity.path_beside(args.out)
     unseen = [*class_names, args.out, report, *([junit_dir] if junit_dir else []), *([args.key] if args.key else [])]
     if secret is not None:
@@ -112,11 +117,16 @@ def run(args) -> int:
         return 130
     facts = gradebook.course_facts(course, chapters, isolation=isolation.kind, hypothesis_profile=HYPOTHESIS_PROFILE,
                                    trusted_check=trusted is not None)
-    book = gradebook.build(facts, gradebook.graded_exercises(course, chapters), runs)
+    book = gradebook.build(facts, gradebook.graded_exercises(course, chapters), runs,
+                           of_class=shards.class_facts(class_names),
+                           shard=shards.held(*shards.parse(args.shard)) if args.shard else None)
     gradebook.write(_signed(book, secret, args.out), args.out)
     if junit_dir is not None:
         junit.write_all(book, junit_dir)
-    evidence = similarity.report(course, chapters, class_names)  # the whole class, on every shard
+    try:
+        evidence = similarity.report(course, chapters, class_names)  # the whole class, on every shard
+    except Exception as error:  # evidence beside the gradebook: one it cannot make is said, never the grading's end
+        evidence = similarity.unmade(chapters, f"{type(error).__name__}: {error}")
     similarity.write(evidence, report)
     if not args.quiet:
         chapters_of = {e.key: c.id for c in course.chapters for e in c.exercises}
@@ -124,6 +134,17 @@ def run(args) -> int:
         print(similarity.summary_line(evidence, report))
         print(f"wrote {for_terminal(args.out)}")
     return 0
+
+
+def _merged_line(book: dict, out: str, books: int, without) -> str:
+    """What a merge wrote: which shards of which grading, of how many trees."""
+    course = book["course"]
+    held = shards.describe(book["shard"])
+    left_out = (f", without {', '.join(f'{k}/{n}' for k, n in without)} (a partial merge, as asked)"
+                if without else "")
+    return (f"wrote {for_terminal(out)}: {len(book['trees'])} trees of a class of {book['class']['trees']}, "
+            f"{held}{left_out}, from {books} gradebooks of one grading (course {str(course.get('commit'))[:12]}, "
+            f"{', '.join(course.get('chapters', []))}), each verified")
 
 
 def _fill_the_cache(grading: GradingRun, *, quiet: bool) -> None:

@@ -26,7 +26,8 @@ def run(args) -> int:
     if not args.all and state.exercise_status(course.root, data, exercise) == Status.DONE:
         upcoming = next_exercise(course, data)
         print(f"{exercise.key} is done: its tests passed. `tpucourse hint {exercise.key} --all` still lists "
-              f"its {total} hints; `tpucourse solution {exercise.key}` shows the course's solution.")
+              f"its {total} hints; `tpucourse solution {exercise.key}` shows the course's solution once "
+              f"`tpucourse confirm {exercise.chapter}` has confirmed it.")
         if upcoming is not None:
             print(f"next: {upcoming.key}: tpucourse hint {upcoming.key}")
         return 0

@@ -9,6 +9,7 @@
     tpucourse blockspec --shape 1000x384 --block 128x128 --dtype bfloat16   # the BlockSpec sandbox
     tpucourse timeline exchange-deadlock --devices 4       # a schedule's semaphore timeline
     tpucourse progress | hint ch11.matmul | solution ch11.matmul | reset ch11.matmul | watch ch11
+    tpucourse confirm ch11                                 # done exercises checked outside your run's process
     tpucourse tick ch15 3                                                    # a self-test item, your word
     tpucourse xray model.py:loss --shapes 8x128 128x10:bfloat16 [--html xray.html] [--chip v5e]   # the IR x-ray
     tpucourse site [--out DIR] [--serve [--port N]]        # the course site: stack, chapters, bench, instruments
@@ -30,12 +31,12 @@ import os
 import sys
 
 from ..learner.requests import RequestError
-from . import (bench, blockspec, compile, grade, hint, mesh, new_chapter, progress, records, reset, roofline, site,
-               solution, tick, timeline, watch, xray)
+from . import (bench, blockspec, compile, confirm, grade, hint, mesh, new_chapter, progress, records, reset, roofline,
+               site, solution, tick, timeline, watch, xray)
 
 # In the order `tpucourse --help` lists them; a module with LISTED = False (an author's tool) runs
 # but is left out of that list.
-COMMANDS = (roofline, bench, records, mesh, blockspec, progress, hint, tick, solution, reset, watch, xray,
+COMMANDS = (roofline, bench, records, mesh, blockspec, progress, confirm, hint, tick, solution, reset, watch, xray,
             timeline, compile, site, grade, new_chapter)
 
 

@@ -2,7 +2,10 @@
 
 Results come only from the state file the plugin writes after each pytest run of
 the learner's exercises/ tree (state.py); gate statuses only from the gate records
-(gates/records.py, gates/report.py). Nothing here runs a test or infers a pass.
+(gates/records.py, gates/report.py). Nothing here runs a test or infers a pass. A done
+exercise says whether the trusted check confirmed it (`tpucourse confirm`, `pytest
+--isolated`: its values judged outside the process the learner's code ran in) or whether it is
+the learner's own run's word only (state.confirmation).
 """
 
 from __future__ import annotations
@@ -15,7 +18,7 @@ from ..learner import run_markers, self_test, state
 from ..learner.next_up import next_exercise, shipped
 from ..learner.progress import compiler_unchecked_note
 from ..learner.requests import course_here, read_state
-from ..learner.status import Status
+from ..learner.status import Confirmation, Status
 
 
 def add_parser(subcommands):
@@ -29,9 +32,19 @@ def run(args) -> int:
     return 0
 
 
+def confirmation_words(course_root, data: dict, exercise) -> str:
+    """How far a done exercise is confirmed, in a few words."""
+    confirmation, reason = state.confirmation(course_root, data, exercise)
+    if confirmation == Confirmation.CONFIRMED:
+        return "confirmed: the trusted check agrees"
+    if confirmation == Confirmation.DISAGREES:
+        return f"your run only; the trusted check disagrees: {reason}"
+    return f"your run only: `tpucourse confirm {exercise.chapter}` checks it outside your run's process"
+
+
 def progress_lines(course: Course, data: dict, gates: report.LearnerGates) -> list[str]:
     lines = [f"{course.title}  (from your pytest runs of exercises/; gates from {rec.DEFAULT_PATH})", ""]
-    complete = 0
+    complete = confirmed_chapters = 0
     for chapter in course.chapters:
         kind = "layer" if chapter.kind == "layer" else f"stage {chapter.stage}"
         head = f"{chapter.id}  {chapter.title:<28} {kind:<8}"
@@ -41,9 +54,12 @@ def progress_lines(course: Course, data: dict, gates: report.LearnerGates) -> li
         else:
             statuses = [state.exercise_status(course.root, data, e) for e in graded]
             done = statuses.count(Status.DONE)
-            head += f"  {done}/{len(graded)} exercises"
+            confirmed = sum(1 for e, s in zip(graded, statuses)
+                            if s == Status.DONE and state.confirmation(course.root, data, e)[0] == Confirmation.CONFIRMED)
+            head += f"  {done}/{len(graded)} exercises" + (f", {confirmed} confirmed" if done else "")
             if done == len(graded):
                 complete += 1
+                confirmed_chapters += confirmed == done
         if chapter.gate is not None:
             head += f"  gate {chapter.gate:02d}: {gates.label(chapter.gate)}"
         lines.append(head)
@@ -63,8 +79,10 @@ def progress_lines(course: Course, data: dict, gates: report.LearnerGates) -> li
                          else f": not counted: {entry.get('message')}")
             elif status == Status.DONE and entry.get("compiler_unchecked", [0])[0]:
                 line += f": {compiler_unchecked_note(*entry['compiler_unchecked'])}"
+            if status == Status.DONE:
+                line += f"  ({confirmation_words(course.root, data, exercise)})"
             if data.get("solutions_read", {}).get(exercise.key, {}).get("before_done"):
-                line += "  (its solution was read before it was done)"
+                line += "  (its solution was read before it was confirmed done)"
             elif status == Status.PARTIAL:
                 line += f": {entry.get('tests_passed')}/{entry.get('tests_total')} tests passed, the rest not run"
             lines.append(line)
@@ -72,7 +90,8 @@ def progress_lines(course: Course, data: dict, gates: report.LearnerGates) -> li
             lines.append(f"      {self_test.summary(chapter, data)}")
     lines.append("")
     lines += [f"WARNING: {run.describe()}" for run in run_markers.ended_without_summary(course.root)]
-    lines.append(f"your progress: {complete}/{course.chapters_total} chapters")
+    lines.append(f"your progress: {complete}/{course.chapters_total} chapters ({confirmed_chapters} confirmed by the "
+                 f"trusted check: tpucourse confirm chNN)")
     lines.append(f"gates: {gates.passed()}/{len(criteria.GATES)} gates passed (measured on hardware)")
     lines += gates.notes()
     upcoming = next_exercise(course, data)

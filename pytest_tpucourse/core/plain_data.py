@@ -28,6 +28,8 @@ from dataclasses import dataclass
 
 import numpy as np
 
+from . import untrusted_json
+
 MAGIC = b"TPUPLAIN1\n"
 DTYPES = ("bool", "int8", "int16", "int32", "int64", "uint8", "uint16", "uint32", "uint64",
           "float16", "bfloat16", "float32", "float64", "complex64", "complex128")
@@ -129,9 +131,10 @@ def decode(data: bytes, *, limits: Limits = Limits(), nodes=None):
     if size > limits.header_bytes or start + size > len(data):
         raise PlainDataError(f"a header of {size:,} bytes does not fit")
     try:
-        tree = json.loads(data[start:start + size].decode("utf-8"))
-    except (UnicodeDecodeError, ValueError) as error:
-        raise PlainDataError(f"the header is not JSON: {error}") from None
+        # Each tuple, map or array is a one-key object around its contents: two JSON levels for one.
+        tree = untrusted_json.loads(bytes(data[start:start + size]), depth=2 * limits.depth + 2)
+    except untrusted_json.JsonError as error:
+        raise PlainDataError(f"the header is not JSON within limits: {error}") from None
     blob = memoryview(data)[start + size:]
     count = 0
 
@@ -221,7 +224,7 @@ def plain(obj, *, depth: int = 0):
         return np.asarray(obj) if obj.dtype.name == "bfloat16" else obj.item()
     if isinstance(obj, np.ndarray):
         return obj
-    if hasattr(obj, "addressable_shards") and hasattr(obj, "shape"):  # a jax.Array
+    if _is_jax_array(obj):
         shards = obj.addressable_shards
         if len(shards) > 1:
             return Shards(tuple(obj.shape), tuple(
@@ -239,6 +242,15 @@ def plain(obj, *, depth: int = 0):
     if dataclasses.is_dataclass(obj) and not isinstance(obj, type):
         return {f.name: plain(getattr(obj, f.name), depth=depth + 1) for f in dataclasses.fields(obj)}
     raise TypeError(f"a {type(obj).__module__}.{type(obj).__qualname__} is not plain data")
+
+
+def _is_jax_array(obj) -> bool:
+    """A jax.Array itself, never an object that only looks like one (a `shape` and
+    `addressable_shards` of its own choosing)."""
+    import sys
+
+    jax = sys.modules.get("jax")
+    return jax is not None and isinstance(obj, jax.Array)
 
 
 def _bounds(index: slice, size: int) -> tuple[int, int]:

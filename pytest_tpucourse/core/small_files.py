@@ -1,4 +1,4 @@
-"""Reading the course's own files in .tpucourse/ (state, records, run markers) with a limit.
+"""Reading the course's own files in .tpucourse/ (state, records, run markers), and the files of a tree, with a limit.
 
 Those files are the learner's to break: a directory in their place, binary garbage, a
 symlink to /dev/zero or to a FIFO. Each read here checks that the path is a regular file,
@@ -48,3 +48,24 @@ def read_text(path: Path, limit: int) -> str | None:
         return data.decode("utf-8")
     except UnicodeDecodeError as error:
         raise UnreadableFile(f"{path} is not UTF-8 text (byte {error.start} is {data[error.start]:#04x})") from None
+
+
+def read_own_file(path: Path, limit: int) -> bytes | None:
+    """The bytes of the regular file at `path`, never through a link; None where there is none, it is
+    a link, a folder, a device or a FIFO, cannot be read, or holds more than `limit` bytes (a file of
+    a tree someone else made: what it is not, it says nothing about)."""
+    try:
+        fd = os.open(path, os.O_RDONLY | os.O_NOFOLLOW | os.O_NONBLOCK)
+    except OSError:
+        return None
+    try:
+        facts = os.fstat(fd)
+        if not stat.S_ISREG(facts.st_mode) or facts.st_size > limit:
+            return None
+        with os.fdopen(os.dup(fd), "rb") as handle:
+            data = handle.read(limit + 1)
+        return data if len(data) <= limit else None
+    except OSError:
+        return None
+    finally:
+        os.close(fd)

@@ -248,6 +248,9 @@ def judge_array(got, oracle, floor, *, kind: str = "forward", tol=None, what: st
     if isinstance(got, plain_data.Shards):
         if tuple(got.shape) != tuple(oracle.shape):
             return f"{what} has shape {tuple(got.shape)}, expected {tuple(oracle.shape)}"
+        why = _not_covered(got, what)
+        if why:
+            return why
         for device, index, part in got.pieces:
             region = tuple(slice(a, b) for a, b in index)
             why = judge_array(part, oracle[region], None if floor is None else floor[region], kind=kind, tol=tol,
@@ -289,6 +292,45 @@ def judge_array(got, oracle, floor, *, kind: str = "forward", tol=None, what: st
         return (f"{what} is wrong: relative error {error:.2e} > bound {bound:.2e}; worst element {list(worst)}: "
                 f"got {got64[worst]:.6g}, expected {reference[worst]:.6g}")
     return None
+
+
+def _not_covered(got, what: str) -> str | None:
+    """Why the devices' parts of `got` (Shards) do not hold every element of its shape exactly once,
+    or None. A part held whole by several devices (a replicated output) is one region. An answer
+    is judged only on the values it carries: no parts, a part empty or outside the shape, two
+    parts overlapping, or elements on no device are not an answer."""
+    import math
+
+    import numpy as np
+
+    shape = tuple(got.shape)
+    described = f"{what} (an array {list(shape)} over {len(got.pieces)} devices)"
+    if not got.pieces:
+        return f"{described} carries no values: no device holds any of it"
+    if math.prod(shape) == 0:
+        return None
+    regions: dict = {}
+    for device, index, _part in got.pieces:
+        if len(index) != len(shape) or not all(0 <= a < b <= n for (a, b), n in zip(index, shape)):
+            return (f"{described}: device {device} holds {_region(index)}, which is empty or outside the "
+                    f"shape; an answer is judged only on the values it carries")
+        regions.setdefault(tuple(index), device)
+    held = np.zeros(shape, dtype=bool)
+    for index, device in regions.items():
+        region = tuple(slice(a, b) for a, b in index)
+        if held[region].any():
+            return (f"{described}: device {device} holds {_region(index)}, which overlaps another device's "
+                    f"part; every element must be held once (or whole, by each device)")
+        held[region] = True
+    missing = held.size - int(np.count_nonzero(held))
+    if missing:
+        return (f"{described} leaves {missing:,} of its {held.size:,} elements on no device; an answer is "
+                f"judged only on the values it carries")
+    return None
+
+
+def _region(index) -> str:
+    return "[" + ", ".join(f"{a}:{b}" for a, b in index) + "]"
 
 
 def _is_float(dtype) -> bool:

@@ -47,6 +47,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from urllib.parse import urlparse
 
+from ..core import untrusted_json
 from ..core.small_files import UnreadableFile, read_bytes
 from .criteria import GATE_NUMBERS, gate_range
 from .json_lines import append_line, locked
@@ -73,6 +74,7 @@ TIMED_OUTPUT_CHECK = "timed-output-check"  # statistic of a row whose timed outp
 OWN_WORK = "own-work"  # statistic of a fail row whose kernel is not the graded tree's own (gates/own_work.py)
 PUBLIC_LINK = "public-link"  # statistic of a self-reported link row
 MAX_BYTES = 512 * 1024 * 1024  # a records file larger than this is read as one bad line, not loaded
+ROW_DEPTH = 8  # a row nests 3 deep (its shapes)
 
 DEFAULT_PATH = Path(".tpucourse") / "records.jsonl"  # rows of every run; the learner's progress reads it
 PUBLISHED_PATH = Path("bench") / "records.jsonl"  # the course's rows of its reference solutions
@@ -403,8 +405,8 @@ def read(path) -> Readout:
             bad.append(BadLine(path, number, "the last line has no newline: a write was cut short", raw))
             continue
         try:
-            record = Record.from_dict(json.loads(raw))
-        except (ValueError, UnicodeDecodeError) as error:  # JSONDecodeError is a ValueError
+            record = Record.from_dict(untrusted_json.loads(raw, depth=ROW_DEPTH))
+        except (ValueError, UnicodeDecodeError) as error:  # JSONDecodeError and JsonError are ValueErrors
             bad.append(BadLine(path, number, f"not a valid row: {_short(error)}", raw))
             continue
         if record.id in seen:

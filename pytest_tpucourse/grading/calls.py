@@ -324,6 +324,7 @@ class LearnerFunction(GradedFunction):
             found = self._provenance(function)
             self._tree_files = found.tree_files
             self._refuse_the_shipped_solution(found.shipped)
+            self._refuse_code_not_its_own(found.not_own)
         origin = defined_in(function)
         if origin is not None and not _inside(origin, root):
             raise LearnerCodeError(
@@ -340,11 +341,11 @@ class LearnerFunction(GradedFunction):
         walked = context.provenances.get(key)
         if walked is None or walked[0] is not function:
             found = shipped_solution_in(function, self.path, self.module.imported_source, self.module.tree_root,
-                                        solutions_dir, reads)
+                                        solutions_dir, reads, context.imported_sources)
             context.provenances[key] = (function, found)
             return found
         found = walked[1]
-        if found.shipped is None and reads is not None:
+        if found.shipped is None and found.not_own is None and reads is not None:
             found = Provenance(read_verdict(reads, found.tree_files, course_root, solutions_dir), found.tree_files)
         return found
 
@@ -365,6 +366,13 @@ class LearnerFunction(GradedFunction):
                 f"it {used}. Your exercises are graded on your own code; `tpucourse solution "
                 f"{self.module.chapter_id}.{self.module._name}` shows a solution once the exercise is done.",
                 inputs_matter=False)
+
+    def _refuse_code_not_its_own(self, not_own: str | None) -> None:
+        if not_own is not None:
+            raise LearnerCodeError(
+                f"{shown(self.path, self.module.course_root)} (or a module it imports) runs code that is not "
+                f"compiled from its own file: {not_own}. Your exercises are graded on the code your files "
+                f"compile to.", inputs_matter=False)
 
     def _outcome(self, error: Exception) -> Exception:
         if isinstance(error, NotImplementedError) and raised_in(error, self.path):

@@ -14,9 +14,13 @@ compilation, arriving in what the graded tree runs:
   the tree). A file shorter than MIN_FILE_BYTES can be anybody's and is not compared;
 - loaded: a module, or a function's code, whose file is under solutions/ (an import,
   importlib by path, runpy, `public_kernels.course_solution`);
-- executed: a function's code that claims a file of the graded tree (or no file) but is not
-  the compilation of that file's source at its line, and is the compilation of a shipped
-  solution's (`exec(compile(open(solution).read(), __file__, "exec"))`);
+- executed: a function's code that claims a file of the graded tree but is not the compilation
+  of that file's source (as imported, or as it is now) at its line, whatever it was compiled
+  from: a solution read in another process (`git show`, `cat`) and executed under the learner's
+  file name, one line lower or renamed, is refused as not the file's own code (`not_own`), and
+  named as the solution's where its code is a solution's, its first line and names aside. Code
+  that claims no file, or a file outside the tree (a library's), is refused where it is a
+  solution's compilation, first line and function names aside, and is not its claimed file's own;
 - read: a file under solutions/ opened by the graded tree's code during its import or calls
   (solution_reads.py).
 
@@ -59,26 +63,32 @@ class Provenance:
 
     shipped: str | None  # how it uses the shipped solutions, in words ("loads solutions/ch11/x.py"), or None
     tree_files: frozenset[str]  # the graded tree's files it runs (resolved paths), whose reads count
+    # Code that claims a file of the tree and is not that file's compilation, in words, or None: compiled
+    # from other text under the file's name (where that text is a solution's, `shipped` says so instead)
+    not_own: str | None = None
 
 
 def shipped_solution_in(function, module_path: Path, imported_source: bytes | None, tree_root: Path,
-                        solutions_dir: Path, reads=None) -> Provenance:
+                        solutions_dir: Path, reads=None, imported_sources: dict | None = None) -> Provenance:
     """How the graded function or its module uses the shipped solutions, and the tree's files it
     runs. imported_source: the bytes the module was imported from (None: read it now); reads: the
-    run's solution_reads.SolutionReads, or None."""
+    run's solution_reads.SolutionReads, or None; imported_sources: {resolved path: bytes} of the
+    tree's other modules as this run imported them."""
     module_path, solutions_dir, tree_root = Path(module_path), Path(solutions_dir), Path(tree_root)
     resolved = str(module_path.resolve())
     if module_path.is_symlink() or _inside(module_path, solutions_dir):
         return Provenance(f"is a link to {_shown(module_path.resolve(), solutions_dir)}", frozenset({resolved}))
     source = imported_source if imported_source is not None else _read(module_path)
-    walk = _Walk(tree_root, solutions_dir, {resolved: source})
+    walk = _Walk(tree_root, solutions_dir, {**(imported_sources or {}), resolved: source})
     copied = walk.solutions.copy_of(source)
     if copied is not None:
         return Provenance(f"is a copy of {copied}", frozenset({resolved}))
     found = walk.find(function)
     files = frozenset(walk.tree_files | {resolved})
-    if found is None and reads is not None:
-        found = read_verdict(reads, files, tree_root.parent, solutions_dir)
+    if (found is None or isinstance(found, _NotOwn)) and reads is not None:  # a solution read says more
+        found = read_verdict(reads, files, tree_root.parent, solutions_dir) or found
+    if isinstance(found, _NotOwn):
+        return Provenance(None, files, str(found))
     return Provenance(found, files)
 
 
@@ -100,20 +110,48 @@ def code_key(code: types.CodeType) -> tuple:
             code.co_posonlyargcount, code.co_kwonlyargcount, code.co_flags, consts)
 
 
+def content_key(code: types.CodeType) -> tuple:
+    """A code object as its source's text gives it wherever that text stands and whatever its
+    functions are called: code_key without the first line and the qualified names."""
+    consts = tuple(content_key(c) if isinstance(c, types.CodeType) else (type(c).__name__, repr(c))
+                   for c in code.co_consts)
+    return (code.co_code, code.co_linetable, code.co_exceptiontable, code.co_names, code.co_varnames,
+            code.co_freevars, code.co_cellvars, code.co_argcount, code.co_posonlyargcount, code.co_kwonlyargcount,
+            code.co_flags, consts)
+
+
 def _compiled_from(path: str, source: bytes | None) -> frozenset:
-    """The keys of every code object compiling `source` (the file at `path`) gives."""
+    """The keys of every code object compiling `source` (the file at `path`) gives: as Python
+    imports it, and for a test file or conftest as pytest's assertion rewriting imports it."""
     if source is None:
         return frozenset()
     cache_key = (path, hashlib.sha256(source).hexdigest())
     if cache_key not in _compiled_keys:
-        try:
-            module_code = compile(source, path, "exec", dont_inherit=True)
-        except (SyntaxError, ValueError):
-            keys = frozenset()
-        else:
-            keys = frozenset(code_key(code) for code in _nested_codes(module_code))
-        _compiled_keys[cache_key] = keys
+        keys = set()
+        for module_code in _compilations(path, source):
+            keys |= {code_key(code) for code in _nested_codes(module_code)}
+        _compiled_keys[cache_key] = frozenset(keys)
     return _compiled_keys[cache_key]
+
+
+def _compilations(path: str, source: bytes):
+    """The module code objects the file's source gives where Python, or pytest, imports it."""
+    try:
+        yield compile(source, path, "exec", dont_inherit=True)
+    except (SyntaxError, ValueError):
+        return
+    name = os.path.basename(path)
+    if name.startswith("test_") or name.endswith("_test.py") or name == "conftest.py":
+        try:
+            import ast
+
+            from _pytest.assertion.rewrite import rewrite_asserts
+
+            tree = ast.parse(source, filename=path)
+            rewrite_asserts(tree, source, path, None)
+            yield compile(tree, path, "exec", dont_inherit=True)
+        except Exception:  # pytest's internals moved: the plain compilation is still known
+            return
 
 
 def _nested_codes(code: types.CodeType):
@@ -179,7 +217,8 @@ class _Solutions:
 
     @functools.cached_property
     def code(self) -> dict:
-        """{code key: (path, qualname)} of every function compiled from the shipped solutions:
+        """{code key: (path, qualname)} of every function compiled from the shipped solutions, and
+        {content key: (path, qualname)} of the same (content_key: its first line and names aside):
         what code that is not its own file's is identified by."""
         cached = _solution_code.get(self.dir)
         if cached is None or cached[0] != self.signature:
@@ -191,6 +230,7 @@ class _Solutions:
                     continue
                 for code in _nested_codes(module_code):
                     index.setdefault(code_key(code), (path, code.co_qualname))
+                    index.setdefault(("content", content_key(code)), (path, code.co_qualname))
             cached = _solution_code[self.dir] = (self.signature, index)
         return cached[1]
 
@@ -213,8 +253,13 @@ class _Solutions:
         return set(self.by_size) | set(self.committed_by_size)
 
 
+class _NotOwn(str):
+    """What the walk found: code that claims a file of the tree and is not that file's compilation."""
+
+
 class _Walk:
-    """Follows what a graded function holds, looking for code that comes from the solutions."""
+    """Follows what a graded function holds, looking for code that comes from the solutions, or that
+    claims a file of the tree without being that file's compilation."""
 
     def __init__(self, tree_root: Path, solutions_dir: Path, sources: dict):
         self.tree_root = tree_root
@@ -229,6 +274,7 @@ class _Walk:
         self._solutions_prefix = os.path.realpath(solutions_dir) + os.sep
         self._tree_prefix = os.path.realpath(tree_root) + os.sep
         self._files_checked: dict[str, str | None] = {}
+        self._own_keys: dict[str, frozenset] = {}  # a tree file -> the keys of its own compilation
         self._sizes: set[int] | None = None  # the sizes of the solution files, checkout and HEAD
 
     def find(self, function) -> str | None:
@@ -298,16 +344,40 @@ class _Walk:
         where = self._file(file)
         if where is not None:
             return f"runs {code.co_qualname}() of {where}"
-        kind = self._kind(file)
-        if kind in ("tree", "none"):
-            own = _compiled_from(file, self._source(file)) if kind == "tree" else frozenset()
-            key = code_key(code)
-            if key not in own:  # not its file's own code: the compilation of some other source
-                match = self.solutions.code.get(key)
-                if match is not None:
-                    path, qualname = match
-                    return f"runs the code of {qualname}() in {_shown(path, self.solutions_dir)}"
+        kind, key = self._kind(file), code_key(code)
+        if kind == "tree":
+            if key in self._own(file):
+                return None
+            match = self.solutions.code.get(key) or self.solutions.code.get(("content", content_key(code)))
+            if match is not None:
+                return self._solutions_code(match)
+            return _NotOwn(f"{code.co_qualname}() claims {_relative(Path(file), self.course_root)}, line "
+                           f"{code.co_firstlineno}, but that file does not compile to it: code compiled from "
+                           f"other text under the file's name")
+        if kind in ("none", "outside"):
+            match = self.solutions.code.get(key)
+            if match is None:
+                match = self.solutions.code.get(("content", content_key(code)))
+                if match is not None and kind == "outside" and key in _compiled_from(file, _read(Path(file))):
+                    match = None  # a library's own code, as its file compiles (it reads like a solution's)
+            if match is not None:
+                return self._solutions_code(match)
         return None
+
+    def _own(self, file: str) -> frozenset:
+        """The keys of the code a file of the tree compiles to: as this run imported it, or as it is now
+        (a file saved between its reading and its import)."""
+        if file not in self._own_keys:
+            own = _compiled_from(file, self._source(file))
+            now = _read(Path(file))
+            if now is not None and now != self._source(file):
+                own = own | _compiled_from(file, now)
+            self._own_keys[file] = own
+        return self._own_keys[file]
+
+    def _solutions_code(self, match) -> str:
+        path, qualname = match
+        return f"runs the code of {qualname}() in {_shown(path, self.solutions_dir)}"
 
     def _file(self, file: str) -> str | None:
         """The file, shown, where it is under solutions/ or a copy of a solution file; else None."""

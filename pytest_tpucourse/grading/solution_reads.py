@@ -11,20 +11,20 @@ that calls a helper that reads), and the innermost is named. The course's own gr
 files (test_*.py, conftest.py) in the tree are not graded code: a graded test may load a
 shipped solution as a given program.
 
-The hook costs one comparison for every other audit event, and a `stat` for each `open`.
+The hook costs one comparison for every other audit event, and a `stat` for each `open`. It
+keeps no state of its own that graded code could set to mute it (a re-entry flag): recording a
+read opens no file, so the hook is never entered again from within itself.
 """
 
 from __future__ import annotations
 
 import os
 import sys
-import threading
 from pathlib import Path
 
 from .context import active
 
 _installed = False
-_inside_hook = threading.local()
 
 
 class SolutionReads:
@@ -100,15 +100,12 @@ def _hook(event: str, args: tuple) -> None:
     if event != "open":
         return
     reads = active().solution_reads
-    if reads is None or getattr(_inside_hook, "busy", False) or not args:
+    if reads is None or not args:
         return
-    _inside_hook.busy = True
     try:
         reads._opened(args[0])
     except Exception:  # an audit hook that raises would fail the open itself
         pass
-    finally:
-        _inside_hook.busy = False
 
 
 def _prefixes(folder: Path) -> tuple[str, ...]:

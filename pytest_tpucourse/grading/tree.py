@@ -144,12 +144,16 @@ class LearnerModule:
             )
         package = _chapter_package(self._tree, self._chapter_id)
         qualified = f"{package}.{self._name}"
-        if qualified not in sys.modules:  # what is imported is what the run records (state, gate rows)
+        fresh = qualified not in sys.modules
+        if fresh:  # what is imported is what the run records (state, gate rows)
             context, source = self._context or active(), self.path.read_bytes()
             context.imported[str(self.path.resolve())] = hashlib.sha256(source).hexdigest()
             context.imported_sources[str(self.path.resolve())] = source
         try:
-            return importlib.import_module(qualified)
+            module = importlib.import_module(qualified)
+            if fresh:
+                self._keep_sources_imported(package)
+            return module
         except PYTEST_OUTCOMES as error:  # pytest.skip() at import: a failure, never a skip
             sys.modules.pop(qualified, None)
             shown_as = shown(self.path, self.course_root)
@@ -163,6 +167,22 @@ class LearnerModule:
                 headline=exception_headline(f"importing {shown(self.path, self.course_root)}", error,
                                             self.path, self.course_root).replace(" raised ", " failed: ", 1),
             ) from None
+
+
+    def _keep_sources_imported(self, package: str) -> None:
+        """The bytes of the chapter's other modules this import brought in (`from . import helper`), read
+        as soon as it returns: what solution_code.py tells their own code by, whatever the files hold
+        later in the run."""
+        context = self._context or active()
+        for name, module in list(sys.modules.items()):
+            file = getattr(module, "__file__", None)
+            if name.startswith(package + ".") and isinstance(file, str):
+                resolved = str(Path(file).resolve())
+                if resolved not in context.imported_sources:
+                    try:
+                        context.imported_sources[resolved] = Path(file).read_bytes()
+                    except OSError:
+                        pass
 
 
 def import_file(path: Path) -> types.ModuleType:

@@ -26,11 +26,13 @@ import os
 from dataclasses import dataclass
 from pathlib import Path
 
+from ..core import untrusted_json
 from ..core.small_files import UnreadableFile, read_text
 from .state import STATE_DIR, atomic_write_text, now
 
 RUNS_DIR = "runs"
 MAX_BYTES = 1024 * 1024
+MARKER_DEPTH = 8  # a marker nests 2 deep (its test files)
 
 
 @dataclass(frozen=True)
@@ -129,7 +131,7 @@ def _alive(pid: int) -> bool:
 def _read(path: Path) -> dict | None:
     try:
         text = read_text(path, MAX_BYTES)
-        data = json.loads(text) if text is not None else None
+        data = untrusted_json.loads(text, depth=MARKER_DEPTH) if text is not None else None
     except (UnreadableFile, ValueError):
         return None
     return data if isinstance(data, dict) else None

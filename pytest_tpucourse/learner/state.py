@@ -15,6 +15,12 @@ Each exercise entry a run writes names its run (`run`, listed under "runs"), the
 the graded test files it ran and of the module bytes it imported, its counts, and a seal
 over all of those. A done entry that does not add up (no such run, counts that are not a
 pass, a seal that does not match: an entry written by hand) is "not counted" (docs/earned.md).
+
+A done entry says what the learner's own run saw, in the process their code ran in, which that
+code can lie to. `confirmed` holds, per exercise, the trusted check's verdict on the module bytes
+it was given (`tpucourse confirm chNN`, `pytest --isolated`: values judged outside that process,
+docs/grading.md), sealed as entries are: `confirmation` says whether a done exercise is confirmed,
+disagreed with, or done by the learner's own run only.
 """
 
 from __future__ import annotations
@@ -27,15 +33,17 @@ import os
 import tempfile
 from pathlib import Path
 
+from ..core import untrusted_json
 from ..core.course import EXERCISES
 from ..core.small_files import UnreadableFile, read_text
-from .status import Status
+from .status import Confirmation, Status
 
 STATE_DIR = ".tpucourse"
 STATE_FILE = "state.json"
 LOCK_FILE = "state.lock"
 VERSION = 1
 MAX_BYTES = 8 * 1024 * 1024  # a state file is a few kB; anything this big is not one
+STATE_DEPTH = 16  # a state file nests 5 deep (exercises, an exercise, its test files)
 RUNS_KEPT = 50  # runs listed in the state file besides those its entries name
 
 try:  # POSIX
@@ -66,8 +74,8 @@ def read(course_root: Path) -> dict:
     if text is None:
         return empty()
     try:
-        data = json.loads(text)
-    except json.JSONDecodeError as error:
+        data = untrusted_json.loads(text, depth=STATE_DEPTH)
+    except untrusted_json.JsonError as error:
         raise CorruptState(f"{path} is not valid JSON ({error}); delete it to start afresh") from None
     if not isinstance(data, dict) or data.get("version") != VERSION:
         raise CorruptState(f"{path} is not a version-{VERSION} tpucourse state file; delete it to start afresh")
@@ -75,6 +83,7 @@ def read(course_root: Path) -> dict:
     data.setdefault("hints", {})
     data.setdefault("ticks", {})
     data.setdefault("runs", {})
+    data.setdefault("confirmed", {})
     statuses = {status.value for status in Status}
     if not (isinstance(data["exercises"], dict)
             and all(isinstance(e, dict) and e.get("status") in statuses for e in data["exercises"].values())
@@ -82,7 +91,9 @@ def read(course_root: Path) -> dict:
             and all(isinstance(n, int) and not isinstance(n, bool) for n in data["hints"].values())
             and isinstance(data["ticks"], dict)
             and all(isinstance(items, list) for items in data["ticks"].values())
-            and isinstance(data["runs"], dict)):
+            and isinstance(data["runs"], dict)
+            and isinstance(data["confirmed"], dict)
+            and all(isinstance(c, dict) for c in data["confirmed"].values())):
         raise CorruptState(f"{path} has fields of the wrong type (exercises, hints and ticks are objects); "
                            f"delete it to start afresh")
     return data
@@ -254,6 +265,40 @@ def exercise_status(course_root: Path, data: dict, exercise) -> Status:
         if current != entry.get("module_sha256"):
             return Status.CHANGED
     return Status(entry["status"])
+
+
+def record_confirmations(course_root: Path, verdicts: dict[str, dict], modules: dict[str, str], how: str) -> dict:
+    """Keep the trusted check's verdicts ({exercise key: {"verdict", "cases", "reason"}}) for the
+    module bytes each was given (modules: exercise key -> sha256; a key without one is not kept).
+    how: what ran the check, in words ("tpucourse confirm")."""
+    def change(data):
+        confirmed = data.setdefault("confirmed", {})
+        for key, verdict in verdicts.items():
+            if key not in modules:
+                continue
+            entry = {"verdict": str(verdict.get("verdict")), "cases": int(verdict.get("cases") or 0),
+                     "reason": str(verdict.get("reason") or "")[:600], "module_sha256": modules[key],
+                     "by": how, "date": now()}
+            entry["seal"] = seal(key, entry)
+            confirmed[key] = entry
+
+    return update(course_root, change)
+
+
+def confirmation(course_root: Path, data: dict, exercise) -> tuple[Confirmation, str]:
+    """(how far a done exercise's done is confirmed, the trusted check's reason where it disagrees):
+    CONFIRMED where the trusted check agreed on the very bytes it is done with, DISAGREES where it
+    disagreed with them, else OWN_RUN (never checked, or checked on other bytes)."""
+    entry = data["exercises"].get(exercise.key) or {}
+    checked = data.get("confirmed", {}).get(exercise.key)
+    if (not isinstance(checked, dict) or checked.get("seal") != seal(exercise.key, checked)
+            or checked.get("module_sha256") != entry.get("module_sha256")):
+        return Confirmation.OWN_RUN, ""
+    if checked.get("verdict") == "agrees":
+        return Confirmation.CONFIRMED, ""
+    if checked.get("verdict") == "disagrees":
+        return Confirmation.DISAGREES, str(checked.get("reason", ""))
+    return Confirmation.OWN_RUN, ""
 
 
 def hints_shown(data: dict, key: str) -> int:

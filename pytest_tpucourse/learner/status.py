@@ -27,6 +27,15 @@ class Status(StrEnum):
         return _WORDS[self]
 
 
+class Confirmation(StrEnum):
+    """How far an exercise's done is confirmed: by the trusted check, which judges its values outside
+    the process the learner's code ran in (docs/grading.md), or by the learner's own run only."""
+
+    CONFIRMED = "confirmed"  # the trusted check agreed, on the module bytes it is done with
+    DISAGREES = "disagrees"  # the trusted check disagreed, on those bytes
+    OWN_RUN = "your run only"  # never checked outside the run's process, or checked on other bytes
+
+
 _MARKS = {Status.DONE: "done", Status.FAILED: "FAIL", Status.TODO: "TODO", Status.PARTIAL: "part",
           Status.CHANGED: "edit", Status.NOT_COUNTED: "void", Status.NOT_RUN: "----"}
 _WORDS = {Status.DONE: "done", Status.FAILED: "failing", Status.TODO: "not written yet",

@@ -1,6 +1,7 @@
 """What the learner's state and records say, as plain data for the site's pages.
 
 Nothing here judges anything: exercise statuses come from the state file (learner/state.py),
+with whether the trusted check confirmed each done one (state.confirmation),
 "next" from learner/next_up.py, ticks from learner/self_test.py and gate statuses from the
 learner's own re-judged gate records (gates/report.py), exactly as `tpucourse progress` shows
 them. Gate rows say what they are: awaiting hardware, off-chip verified, or measured with chip,
@@ -14,7 +15,7 @@ from dataclasses import dataclass
 from ..core.course import Chapter, Course
 from ..gates import criteria, report
 from ..learner import next_up, self_test, state
-from ..learner.status import Status
+from ..learner.status import Confirmation, Status
 
 METHOD_WORDS = {"roofline-predicted": "roofline-predicted", "off-chip-verified": "off-chip verified",
                 "measured": "measured", "self-reported": "self-reported"}
@@ -32,6 +33,8 @@ class ExerciseView:
     test_path: str
     hints: tuple[str, ...]
     hints_shown: int
+    confirmation: str = ""  # for a done exercise, a Confirmation value: confirmed, disagrees, your run only
+    confirmation_reason: str = ""  # why the trusted check disagrees
 
 
 @dataclass(frozen=True)
@@ -92,10 +95,12 @@ def _chapter_view(course: Course, data: dict, gates: report.LearnerGates, chapte
     for exercise in graded:
         status = state.exercise_status(course.root, data, exercise)
         entry = data["exercises"].get(exercise.key, {})
+        confirmation, reason = (state.confirmation(course.root, data, exercise) if status == Status.DONE
+                                else ("", ""))
         views.append(ExerciseView(exercise.key, exercise.name, exercise.summary, status.value, status.words,
                                   entry.get("message", "") if status in (Status.FAILED, Status.TODO) else "",
                                   exercise.module_path, exercise.test_path, exercise.hints,
-                                  state.hints_shown(data, exercise.key)))
+                                  state.hints_shown(data, exercise.key), str(confirmation), reason))
     done = sum(1 for v in views if v.status == Status.DONE)
     gate_rows: tuple[CriterionView, ...] = ()
     label = None
@@ -142,4 +147,7 @@ def row_words(rows) -> str:
 
 
 def status_counts(view: ChapterView) -> str:
-    return f"{view.done}/{view.shipped} exercises" if view.shipped else "no exercises yet"
+    if not view.shipped:
+        return "no exercises yet"
+    confirmed = sum(1 for x in view.exercises if x.confirmation == Confirmation.CONFIRMED)
+    return f"{view.done}/{view.shipped} exercises" + (f", {confirmed} confirmed" if view.done else "")

@@ -12,7 +12,7 @@ from pathlib import Path
 from ..chips import DEFAULT_CHIP
 from ..core.course import Course
 from ..learner import next_up
-from ..learner.status import Status
+from ..learner.status import Confirmation, Status
 from . import markdown
 from .learner_view import ChapterView, CourseView, ExerciseView, status_counts
 
@@ -163,7 +163,8 @@ to a chapter above; press <kbd>⌘K</kbd> (<kbd>Ctrl-K</kbd>) to jump anywhere.<
 <p><a href="bench.html">the full bench →</a></p></section>
 <section class="notes"><h2>where these figures come from</h2><ul>
 <li>exercise statuses: your pytest runs of <code>exercises/</code> (<code>.tpucourse/state.json</code>), as
-<code>tpucourse progress</code> shows them</li><li>gates: your gate records, re-judged (<code>.tpucourse/records.jsonl</code>)</li>{notes}</ul></section>
+<code>tpucourse progress</code> shows them; "confirmed": the trusted check judged a done exercise's values outside
+your run's process (<code>tpucourse confirm chNN</code>)</li><li>gates: your gate records, re-judged (<code>.tpucourse/records.jsonl</code>)</li>{notes}</ul></section>
 """
     return shell("the stack", body, index, page_class="home", data=live[2] if live else None,
                  scripts=(live[3],) if live else ())
@@ -178,10 +179,22 @@ def _exercise(x: ExerciseView) -> str:
                     for n, h in enumerate(x.hints))
     message = f'<p class="message">{e(x.message)}</p>' if x.message else ""
     return (f'<li class="exercise" id="{anchor}"><div class="ex-head"><span class="badge s-{e(x.status.replace(" ", "-"))}">'
-            f'{e(STATUS_WORDS[x.status])}</span><b>{e(x.key)}</b></div><p>{markdown.inline(x.summary)}</p>{message}'
+            f'{e(STATUS_WORDS[x.status])}</span><b>{e(x.key)}</b>{_confirmation(x)}</div>'
+            f'<p>{markdown.inline(x.summary)}</p>{message}'
             f'<p class="cmd">edit <code>{e(x.module_path)}</code> · run <code>pytest {e(x.test_path)}</code></p>'
             f'<div class="hints"><ol class="hint-list">{hints}</ol><button type="button" class="hint-next" '
             f'data-total="{len(x.hints)}">show a hint</button> <span class="hint-count"></span></div></li>')
+
+
+def _confirmation(x: ExerciseView) -> str:
+    """A done exercise's word on whether the trusted check confirmed it (empty for the others)."""
+    if not x.confirmation:
+        return ""
+    chapter = x.key.split(".")[0]
+    words = {Confirmation.CONFIRMED.value: "confirmed by the trusted check",
+             Confirmation.DISAGREES.value: f"your run only · the trusted check disagrees: {x.confirmation_reason}",
+             Confirmation.OWN_RUN.value: f"your run only · tpucourse confirm {chapter} checks it outside your run"}
+    return f' <span class="confirmation c-{e(x.confirmation.replace(" ", "-"))}">{e(words[x.confirmation])}</span>'
 
 
 def chapter(view: ChapterView, readme: str, index: list[dict], previous=None, following=None) -> str:
@@ -217,7 +230,8 @@ def chapter(view: ChapterView, readme: str, index: list[dict], previous=None, fo
 <p class="tally">mastery work · this chapter <b>{view.done}/{view.shipped}</b> exercises done
 {f'· gate {c.gate:02d}: {e(view.gate_label)}' if c.gate is not None else ''}</p></section>
 <section class="work"><p class="kicker">mastery work</p><h2>Exercises</h2><ol class="exercises">{exercises}</ol>
-<p class="note">statuses from your pytest runs of <code>exercises/</code>; hints open one at a time
+<p class="note">statuses from your pytest runs of <code>exercises/</code>; a done exercise is confirmed once the
+trusted check (<code>tpucourse confirm {c.id}</code>) judged its values outside your run's process; hints open one at a time
 (<code>tpucourse hint {c.id}</code> does the same in a terminal).</p></section>
 <article class="readme">{readme}</article>
 {ticks}
