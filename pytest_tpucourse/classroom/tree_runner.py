@@ -47,13 +47,15 @@ class Ran:
 
 def clean_environment() -> dict[str, str]:
     """This process's environment, without what would reconfigure a child's pytest; every run a
-    process of its own, never answered by a warm process (learner/served_runs.py)."""
+    process of its own, never answered by a warm process (learner/served_runs.py), on the CPU."""
     from ..learner.served_runs import ENV as WARM_ENV
     from .record import TOKEN_FD_ENV
 
+    # JAX_PLATFORMS=cpu: a class is graded under TPU interpret mode, on a TPU host's CPU too, where the
+    # process that started this one (a `pytest --isolated` run, say) may hold the chip (docs/tpu.md).
     return {**{k: v for k, v in os.environ.items()
                if k not in ("PYTEST_ADDOPTS", "PYTEST_PLUGINS", "PYTEST_CURRENT_TEST", TOKEN_FD_ENV)
-               and not k.startswith("PYTEST_XDIST")}, WARM_ENV: "0"}
+               and not k.startswith("PYTEST_XDIST")}, WARM_ENV: "0", "JAX_PLATFORMS": "cpu"}
 
 
 class Unisolated:
