@@ -24,7 +24,7 @@ import numpy as np
 from .core import tolerance
 from .core import trusted_cases as trusted  # the cases `tpucourse grade` checks outside the tree's process
 from .readers import traced_program
-from .grading import backend
+from .grading import context
 from .grading.calls import GradedFunction
 from .grading.compiled import CompiledPrograms
 from .grading.deadline import DeadlineExceeded
@@ -296,7 +296,7 @@ def assert_matches_reference(fn, args, *, reference, kwargs=None, names=None,
         traced_program.assert_uses_pallas(fn, *args, **kwargs)
     got = fn(*args, **kwargs)
     programs = fn.context.programs
-    with backend.graded_precision(args):  # the precision the graded call ran at
+    with context.graded_precision(args):  # the precision the graded call ran at
         floor_out = _run_test_code("floor", _compiled(programs, reference.floor), args, {})
     expected = _run_oracle(programs, reference.oracle, args, {})
     _compare_trees(fn, got, expected, floor_out, names=names, tol=tol, kind="forward",
@@ -361,7 +361,7 @@ def assert_grads_match(fn, args, *, reference, argnames, kwargs=None, seed: int 
     if len(argnames) != len(args):
         raise CheckerError(f"argnames {argnames} must name each of the {len(args)} inputs (or None)")
     programs = fn.context.programs
-    with backend.graded_precision(args):  # the precision the graded call ran at
+    with context.graded_precision(args):  # the precision the graded call ran at
         floor_out = _run_test_code("floor", _compiled(programs, reference.floor), args, {})
     cotangents = cotangents_like(floor_out, seed)
     _, got = fn.vjp(tuple(args), cotangents, **kwargs)
@@ -372,7 +372,7 @@ def assert_grads_match(fn, args, *, reference, argnames, kwargs=None, seed: int 
     def oracle_grads():
         return _pullback(programs, reference.oracle)(_as_float64(tuple(args)), _as_float64(cotangents))
 
-    with backend.graded_precision(args):
+    with context.graded_precision(args):
         floor_g = _run_test_code("floor's VJP", floor_grads, (), {})
     with jax.enable_x64(True), on_the_hosts_cpu():
         oracle_g = _run_test_code("oracle's VJP", oracle_grads, (), {})

@@ -12,7 +12,7 @@ from jax.experimental.pallas import tpu as pltpu
 from pytest_tpucourse.readers import block_skipping, blockspecs
 from pytest_tpucourse.checking.block_rules import assert_rule_matches_lowering
 from pytest_tpucourse.compiler.block_verdict import compiler_verdict
-from pytest_tpucourse import checks, chips
+from pytest_tpucourse import checks, chips, public_kernels
 from pytest_tpucourse.commands import main
 from pytest_tpucourse.checking import tpu_rules
 from pytest_tpucourse.compiler import libtpu
@@ -126,8 +126,8 @@ def test_the_compiler_facts_chapter_6_states():
     assert compiler_verdict((1024, 1024), (8, 128), "bfloat16") is None
     assert compiler_verdict((1024, 1024), (32, 128), "int8") is None
     x = jax.ShapeDtypeStruct((2048, 2048), jnp.float32)
-    with pytest.raises(libtpu.TpuCompileError) as caught:  # chapter 11's matmul, 1024 blocks
-        libtpu.compile_for(_ch11_matmul().resolve(), x, x, chip=chips.get_chip("v5e"), bm=1024, bk=1024, bn=1024)
+    with pytest.raises(libtpu.TpuCompileError) as caught:  # chapter 11's matmul as first written, 1024 blocks
+        libtpu.compile_for(public_kernels.tiled_matmul, x, x, chip=chips.get_chip("v5e"), bm=1024, bk=1024, bn=1024)
     assert (caught.value.code, caught.value.vmem_needed_bytes, caught.value.vmem_limit_bytes) == (
         "E1001", 28 * 2 ** 20, 16 * 2 ** 20)  # 3 blocks x 2 buffers x 4 MiB + a 4 MiB f32 accumulator
 

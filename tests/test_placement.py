@@ -210,3 +210,27 @@ def test_a_run_on_a_tpu_host_sends_what_only_the_cpu_can_run_there_and_logs_it_a
     assert "host_interpret('the race check (2 TensorCores per device)')" in out
     assert "on this TPU host, 2 tests ran natively and again under TPU interpret mode" in out
     assert "2 multi-device tests ran on this host's CPU devices" in out
+
+
+def test_on_a_native_tpu_float32_calls_are_judged_at_highest_and_bf16_ones_at_the_default():
+    """grading/context.py's graded_precision: f32 products at f32's precision on a TPU (its default is one
+    bf16 pass); bf16 and mixed inputs at the default (Mosaic refuses a bf16 dot at HIGHEST); a no-op off it."""
+    import jax
+    import jax.numpy as jnp
+
+    f32, bf16 = jnp.ones((2, 2), jnp.float32), jnp.ones((2, 2), jnp.bfloat16)
+
+    def precision_inside(*args):
+        with context.graded_precision(args):
+            return jax.config.jax_default_matmul_precision
+
+    run = context.GradingContext(native_tpu=True)
+    context.activate(run)
+    try:
+        assert precision_inside(f32, (f32, 3)) == "highest"
+        assert precision_inside(bf16, bf16) is None and precision_inside(f32, bf16) is None
+        assert precision_inside(jnp.arange(3)) is None  # no float input
+        run.native_tpu = False
+        assert precision_inside(f32) is None
+    finally:
+        context.deactivate(run)

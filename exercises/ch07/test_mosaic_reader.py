@@ -15,7 +15,7 @@ from jax.experimental import pallas as pl
 from jax.experimental.pallas import tpu as pltpu
 from jax.experimental.pallas.ops.tpu.paged_attention import paged_attention
 
-from pytest_tpucourse import checks, ir, public_kernels, specimens, tpu
+from pytest_tpucourse import checks, ir, public_kernels, tpu
 
 MLIR_TYPES = {"float32": "f32", "bfloat16": "bf16", "int32": "i32", "int8": "i8", "int16": "i16",
               "dma_sem": "!tpu.dma_semaphore", "semaphore": "!tpu.semaphore"}
@@ -67,7 +67,7 @@ def check(impl, fn, args, what, kwargs=None):
 def course_kernels(request):
     """Chapter 11's matmul and chapter 13's forward as those chapters first write them (the course's
     specimens, which stay as they are while the solutions are tuned), and chapter 6's gather."""
-    return {"ch11.matmul.matmul": specimens.tiled_matmul, "ch13.forward.flash_forward": specimens.plain_flash_forward,
+    return {"ch11.matmul.matmul": public_kernels.tiled_matmul, "ch13.forward.flash_forward": public_kernels.plain_flash_forward,
             "ch06.index_maps.gather_rows": public_kernels.course_solution(request.path, "ch06.index_maps.gather_rows")}
 
 

@@ -135,38 +135,6 @@ def select(requested: str) -> Backend:
     )
 
 
-GRADED_PRECISION = "highest"
-
-
-def graded_precision(*trees):
-    """The matmul precision a graded call, and its floor, run at: `jax.default_matmul_precision("highest")`
-    where kernels run natively on a TPU and every float input is float32; JAX's default otherwise.
-
-    At JAX's default a TPU computes an f32 product in one bf16 pass, Mosaic and XLA alike: an f32
-    matmul is off by 2.3e-3 relative, an f32 attention by 3.3e-3 (v5e, bench/tpu/precision.json),
-    over two hundred times the course's f32 margin and larger than what an f32 bug adds. At
-    "highest" (six passes) the same products agree with float64 to about 1e-7, and the setting
-    reaches inside a Pallas kernel's `jnp.dot` too. bf16 (and mixed) inputs keep the default: their
-    products are exact in one pass, and Mosaic refuses a bf16 dot asked for at HIGHEST ("Bad lhs
-    type", seen on a v5e). A no-op off a native TPU (a CPU computes f32 in f32). docs/checking.md,
-    "Precision".
-    """
-    import contextlib
-
-    import jax
-    import jax.numpy as jnp
-
-    from . import context
-
-    if not context.active().native_tpu:
-        return contextlib.nullcontext()
-    floats = [leaf for leaf in jax.tree.leaves(trees)
-              if hasattr(leaf, "dtype") and jnp.issubdtype(leaf.dtype, jnp.floating)]
-    if floats and all(jnp.dtype(leaf.dtype) == jnp.float32 for leaf in floats):
-        return jax.default_matmul_precision(GRADED_PRECISION)
-    return contextlib.nullcontext()
-
-
 def use_compilation_cache(directory: Path | None) -> Path | None:
     """Keep compiled XLA programs on disk across pytest runs; returns the directory used.
 

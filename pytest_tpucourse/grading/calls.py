@@ -19,7 +19,7 @@ from ..core.outcomes import LearnerCodeError, Todo
 from . import backend
 from ..readers.reproduction import last_call, remember, reproduction
 from .compiled import compiled_or_eager
-from .context import GradingContext, active
+from .context import GradingContext, active, graded_precision
 from .deadline import DeadlineExceeded
 from .messages import (
     deadline_message,
@@ -111,7 +111,7 @@ class GradedFunction:
             context.vmem.check(function, args, kwargs)
             return function(*args, **kwargs)
 
-        with self._guarded(), backend.graded_precision(args):
+        with self._guarded(), graded_precision(args):
             return self._run(lambda: context.programs.get(function, kwargs, "call"), args, eager,
                              check=lambda: context.vmem.check(function, args, kwargs), function=function)
 
@@ -137,7 +137,7 @@ class GradedFunction:
             outputs, pullback = jax.vjp(lambda *a: function(*a, **kwargs), *args)
             return outputs, pullback(cotangents)
 
-        with self._guarded(), backend.graded_precision(args):
+        with self._guarded(), graded_precision(args):
             return self._run(lambda: context.programs.get(function, kwargs, "vjp"), (tuple(args), cotangents),
                              eager, check=lambda: context.vmem.check(function, args, kwargs), function=function)
 

@@ -17,7 +17,7 @@ from jax.experimental import pallas as pl
 from jax.experimental.pallas import tpu as pltpu
 
 from pytest_tpucourse.checking import tpu_rules
-from pytest_tpucourse.public_kernels import course_solution
+from pytest_tpucourse.public_kernels import course_solution, tiled_matmul
 from pytest_tpucourse.compiler import block_verdict
 from pytest_tpucourse.readers import blockspecs, mosaic
 from pytest_tpucourse.run.mutants import load_mutants
@@ -116,7 +116,7 @@ def test_a_pipelined_operand_takes_two_buffers_of_vmem():
 
 @pytest.fixture(scope="module")
 def matmul():
-    return course_solution(REPO, "ch11.matmul.matmul")
+    return tiled_matmul  # chapter 11's matmul as it first writes it, the default scoped VMEM
 
 
 def test_a_2048_f32_matmul_fits_16_mib_with_512_blocks_not_with_1024(matmul):

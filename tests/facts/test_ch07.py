@@ -13,7 +13,7 @@ import pytest
 from jax.experimental.pallas.ops.tpu.paged_attention import paged_attention
 
 from pytest_tpucourse.checking.compiler_figures import vmatmuls
-from pytest_tpucourse import specimens
+from pytest_tpucourse import public_kernels
 from pytest_tpucourse.readers import mosaic
 
 from .toolchain import compiler, course_file, for_this_libtpu, one_block
@@ -29,12 +29,12 @@ def verdicts():
 
 @pytest.fixture(scope="module")
 def matmul():
-    return specimens.tiled_matmul  # chapter 11's matmul as it first writes it
+    return public_kernels.tiled_matmul  # chapter 11's matmul as it first writes it
 
 
 @pytest.fixture(scope="module")
 def flash_forward():
-    return specimens.plain_flash_forward  # chapter 13's forward as its README first writes it
+    return public_kernels.plain_flash_forward  # chapter 13's forward as its README first writes it
 
 
 # ------------------------------------------------------------------ the Mosaic module
