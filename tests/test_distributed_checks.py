@@ -63,6 +63,9 @@ def test_semaphores_left_non_zero_are_read_from_what_the_interpreter_printed():
     assert left == [jax_internals.LeftSemaphore(2001, 1, 4096), jax_internals.LeftSemaphore(0, 3, 1, barrier=True)]
     assert [s.scratch_index for s in left] == [1, None]
     assert jax_internals.semaphores_left_nonzero("nothing of the kind") == []
+    printed += "\nSemaphore 2001 has non-zero count for 0 (global core 0) at kernel exit: 4096"
+    assert jax_internals.left_semaphores_text(jax_internals.semaphores_left_nonzero(printed)) == (
+        "scratch semaphore 1 = 4096 on devices 0-1; the barrier semaphore = 1 on device 3")
 
 
 def _ring_mesh():

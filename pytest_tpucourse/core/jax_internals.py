@@ -1065,6 +1065,17 @@ def semaphores_left_nonzero(printed: str) -> list[LeftSemaphore]:
             for sem, device, count in _LEFT_NONZERO.findall(printed)]
 
 
+def left_semaphores_text(left: list[LeftSemaphore]) -> str:
+    """Semaphores left counting, condensed by device: 'the barrier semaphore = 1 on devices 0-7;
+    scratch semaphore 1 = 4096 on devices 0-1', or '' for none."""
+    found: dict[tuple[str, int], list[int]] = {}
+    for semaphore in left:
+        index = semaphore.scratch_index
+        name = "the barrier semaphore" if index is None else f"scratch semaphore {index}"
+        found.setdefault((name, semaphore.count), []).append(semaphore.device)
+    return "; ".join(f"{name} = {count} on {devices_text(devices)}" for (name, count), devices in sorted(found.items()))
+
+
 @contextlib.contextmanager
 def semaphores_left_at_kernel_end():
     """Within the block, every semaphore that is not back at zero once all devices have ended a
