@@ -244,7 +244,8 @@ def test_a_device_id_outside_the_mesh_is_named_with_its_fix():
 
 
 def test_a_copy_into_a_device_outside_the_mesh_is_named_not_the_interpreters_key_error():
-    fn = _ring(_send, right=lambda me: lax.rem(me - 1, 4))
+    # copies to the left, so the barrier signals the right: the device that writes into me
+    fn = _ring(_send, right=lambda me: lax.rem(me - 1, 4), left=lambda me: lax.rem(me + 1, 4))
     with pytest.raises(WrongResult) as raised, tpu_rules.interpret_setting("eager", fn):
         jax.block_until_ready(fn(X))
     message = raised.value.render()
