@@ -70,11 +70,14 @@ def outside_the_mesh(events: list[DeviceEvent]) -> list[tuple[DeviceEvent, str]]
 
 def _wrapping(peer: int, devices: int) -> str:
     """How a ring's neighbour is written so that it stays on the ring."""
-    if peer < 0:
-        return (f"lax.rem of a negative number is negative (lax.rem({peer}, {devices}) == {peer}); write the "
-                f"device k places to the left as lax.rem(me + n - k, n). (TPU interpret mode reads {peer} as "
-                f"device {peer % devices}, the way Python reads a list's index {peer}; a TPU does not.)")
-    return f"write the device k places to the right as lax.rem(me + k, n), so that it wraps to 0."
+    if peer >= devices:
+        return "write the device k places to the right as lax.rem(me + k, n), so that it wraps to 0."
+    fix = "write the device k places to the left as lax.rem(me + n - k, n)"
+    if peer <= -devices:  # lax.rem gives neither: the id is not a remainder at all
+        return f"lax.rem of a negative number is negative; {fix}."
+    return (f"lax.rem of a negative number is negative (lax.rem({peer}, {devices}) == {peer}); {fix}. (TPU "
+            f"interpret mode reads {peer} as device {peer % devices}, the way Python reads a list's index "
+            f"{peer}; a TPU does not.)")
 
 
 def _unguarded_first_copies(by_device) -> list[str]:

@@ -320,6 +320,7 @@ def _unclean_exit(fn, params, text: str, why: str, *, events=(), left=()) -> Wro
     """A semaphore left counting or a race the interpreter reported, as fn's mistake. left: the
     semaphores every device left counting (jax_internals.semaphores_left_at_kernel_end); where the
     run recorded none, those the interpreter printed at each device's exit."""
+    when = "when every device had ended its kernel" if left else "as each device left its kernel"
     left = list(left) or jax_internals.semaphores_left_nonzero(text)
     if left:
         named = _left_semaphores(fn, left, events)
@@ -329,7 +330,7 @@ def _unclean_exit(fn, params, text: str, why: str, *, events=(), left=()) -> Wro
             + "; ".join(f"{what} = {count} on {jax_internals.devices_text(devices)}" for what, _, count, devices in named)
             + ".\n  " + ".\n  ".join(_LEFT_BY[kind][0].upper() + _LEFT_BY[kind][1:] for kind in kinds)
             + ". A TPU reports this as an error when the kernel ends."
-            + f"\n  (read when every device had ended its kernel, under TPU interpret mode with {_described(params)})",
+            + f"\n  (read {when}, under TPU interpret mode with {_described(params)})",
             suffix=_reproduction(fn))
     if (params.detect_races and jax_internals.races_found()) or "RACE DETECTED" in text:
         from ..grading.messages import parallel_axes_outputs_ignore
@@ -352,7 +353,7 @@ def _left_semaphores(fn, left, events) -> list[tuple[str, str, str, list[int]]]:
     by its number, its kind read from what the devices did with it (copied, or signalled)."""
     names = _scratch_semaphore_names(fn)
     copied = {sem for e in events if e.op in ("copy", "copy_wait") for sem in (e.sem, e.send_sem)}
-    grouped: dict[tuple[str, str, int], list[int]] = {}
+    grouped: dict[tuple[str, str, str], list[int]] = {}
     for semaphore in left:
         index = semaphore.scratch_index
         if index is None:
