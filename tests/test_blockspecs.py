@@ -265,7 +265,7 @@ def test_a_copy_never_waited_for_is_caught_by_the_eager_setting_alone():
     never_waited = graded(functools.partial(_column_sums, prefetch_first=True, wait=False))
     with tpu_rules.interpret_setting("eager"):  # values alone: right, the bug hidden
         assert (never_waited(x) == 32.0).all()
-    with pytest.raises(WrongResult, match="left a DMA semaphore counting at kernel exit"):
+    with pytest.raises(WrongResult, match="A copy started and never waited for leaves its DMA semaphores counting"):
         with tpu_rules.interpret_setting("eager", never_waited):
             never_waited(x)
     pipeline = graded(functools.partial(_column_sums, prefetch_first=True))

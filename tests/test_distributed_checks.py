@@ -54,31 +54,35 @@ def test_the_generic_interpreter_is_replaced_by_tpu_interpret_mode_for_dma_check
     assert [p.dma_execution_mode for p in seen] == ["on_wait", "eager"]
 
 
-def test_semaphores_left_non_zero_are_condensed_by_device():
+def test_semaphores_left_non_zero_are_read_from_what_the_interpreter_printed():
     printed = "\n".join([
         "Semaphore 2001 has non-zero count for 1 (global core 1) at kernel exit: 4096",
         "Semaphore 0 has non-zero count for 3 (global core 3) at kernel exit: 1",
-        "Semaphore 2001 has non-zero count for 0 (global core 0) at kernel exit: 4096",
-        "Semaphore 0 has non-zero count for 2 (global core 2) at kernel exit: 1",
     ])
-    assert jax_internals.semaphores_left_nonzero(printed) == (
-        "scratch semaphore 1 = 4096 on devices 0-1; the barrier semaphore = 1 on devices 2-3")
-    assert jax_internals.semaphores_left_nonzero("nothing of the kind") == ""
+    left = jax_internals.semaphores_left_nonzero(printed)
+    assert left == [jax_internals.LeftSemaphore(2001, 1, 4096), jax_internals.LeftSemaphore(0, 3, 1, barrier=True)]
+    assert [s.scratch_index for s in left] == [1, None]
+    assert jax_internals.semaphores_left_nonzero("nothing of the kind") == []
+    printed += "\nSemaphore 2001 has non-zero count for 0 (global core 0) at kernel exit: 4096"
+    assert jax_internals.left_semaphores_text(jax_internals.semaphores_left_nonzero(printed)) == (
+        "scratch semaphore 1 = 4096 on devices 0-1; the barrier semaphore = 1 on device 3")
 
 
 def _ring_mesh():
     return jax.make_mesh((4,), ("x",), devices=jax.devices()[:4], axis_types=(jax.sharding.AxisType.Auto,))
 
 
-def _ring(body, *, handshake=True, compiler_params=pltpu.CompilerParams(collective_id=0)):
-    """A one-kernel ring program over 4 devices whose kernel body is `body(x_ref, o_ref, buf, sems)`."""
+def _ring(body, *, handshake=True, compiler_params=pltpu.CompilerParams(collective_id=0),
+          left=lambda me: lax.rem(me + 3, 4), right=lambda me: lax.rem(me + 1, 4)):
+    """A one-kernel ring program over 4 devices whose kernel body is `body(x_ref, o_ref, buf, sems,
+    right)`; the handshake signals `left(me)`."""
     def kernel(x_ref, o_ref, buf, sems):
         me = lax.axis_index("x")
         if handshake:
             barrier = pltpu.get_barrier_semaphore()
-            pl.semaphore_signal(barrier, 1, device_id=(lax.rem(me + 3, 4),))
+            pl.semaphore_signal(barrier, 1, device_id=(left(me),))
             pl.semaphore_wait(barrier, 1)
-        body(x_ref, o_ref, buf, sems, lax.rem(me + 1, 4))
+        body(x_ref, o_ref, buf, sems, right(me))
 
     def per_device(shard):
         return pl.pallas_call(kernel, out_shape=jax.ShapeDtypeStruct(shard.shape, shard.dtype),
@@ -221,3 +225,73 @@ def test_the_recording_reads_a_real_kernels_operations():
     ops = sorted({(e.device, e.op, e.barrier, e.peer) for e in events if e.op in ("signal", "copy")})
     assert ops == sorted([(d, "signal", True, (d + 3) % 4) for d in range(4)]
                          + [(d, "copy", False, (d + 1) % 4) for d in range(4)])
+
+
+# ---------------------------------------------------------------- what a report names
+
+
+def test_a_device_id_outside_the_mesh_is_named_with_its_fix():
+    """lax.rem(me - 1, n) is -1 on device 0: TPU interpret mode signals device n-1 for it (a
+    Python index), so the run's values come out right; the device's own operations say -1."""
+    fn = _ring(_send, left=lambda me: lax.rem(me - 1, 4))
+    with pytest.raises(WrongResult) as raised, tpu_rules.interpret_setting("on_wait", fn):
+        jax.block_until_ready(fn(X))
+    message = raised.value.render()
+    assert raised.value.headline == ("kernel() in test names device -1, which its mesh of 4 devices does not have: "
+                                     "a device id must be in 0 .. n-1.")
+    assert "device 0 signals the barrier semaphore of device -1 (at " in message
+    assert "lax.rem(-1, 4) == -1); write the device k places to the left as lax.rem(me + n - k, n)" in message
+
+
+def test_a_copy_into_a_device_outside_the_mesh_is_named_not_the_interpreters_key_error():
+    # copies to the left, so the barrier signals the right: the device that writes into me
+    fn = _ring(_send, right=lambda me: lax.rem(me - 1, 4), left=lambda me: lax.rem(me + 1, 4))
+    with pytest.raises(WrongResult) as raised, tpu_rules.interpret_setting("eager", fn):
+        jax.block_until_ready(fn(X))
+    message = raised.value.render()
+    assert "device 0 copies into device -1 (at " in message and "KeyError" not in message, message
+
+
+def _credit_left_over():
+    """Each device signals its left neighbour's REGULAR semaphore `credit`, which nobody waits for."""
+    def kernel(x_ref, o_ref, credit):
+        pl.semaphore_signal(credit, 1, device_id=(lax.rem(lax.axis_index("x") + 3, 4),))
+        o_ref[...] = x_ref[...]
+
+    def per_device(shard):
+        return pl.pallas_call(kernel, out_shape=jax.ShapeDtypeStruct(shard.shape, shard.dtype),
+                              scratch_shapes=[pltpu.SemaphoreType.REGULAR])(shard)
+
+    return graded(jax.shard_map(per_device, mesh=_ring_mesh(), in_specs=jax.P("x"), out_specs=jax.P("x"),
+                                check_vma=False))
+
+
+def test_a_semaphore_left_counting_is_named_by_kind_on_every_device_in_every_setting():
+    """Read once every device has ended its kernel: a signal that lands after its receiver's own
+    exit counts too, so the devices named do not depend on the thread schedule; and the headline
+    is the same whichever setting showed it, so the run's summary says it once."""
+    from pytest_tpucourse.grading.messages import same_failure
+
+    fn = _credit_left_over()
+    headlines = []
+    for setting in ("on_wait", "eager", "races"):
+        with pytest.raises(WrongResult) as raised, tpu_rules.interpret_setting(setting, fn, cores=1):
+            checks.assert_close(fn(X), np.asarray(X), fn=fn, dtype=np.float32)
+        assert raised.value.headline == (
+            "kernel() in test ends its kernel with semaphores that are not back at zero: `credit` (a REGULAR "
+            "semaphore, scratch semaphore 0) = 1 on devices 0-3."), setting
+        assert "A signal nobody waits for leaves a regular semaphore counting" in raised.value.render()
+        headlines.append(same_failure(raised.value.headline))
+    assert len(set(headlines)) == 1
+
+
+def test_the_race_detector_names_copies_by_what_they_copy_not_by_the_interpreters_dma_number():
+    printed = ("RACE DETECTED\n  write of ('hbm', 101, 3, 0)[(slice(8, 16, None), slice(0, 128, None))] from (111, 0), "
+               "all_gather.py:41:8 (kernel)\n  clock: [1]\n  read of ('hbm', 101, 3, 0)[(slice(8, 16, None), "
+               "slice(0, 128, None))] from (3, 0), all_gather.py:45:8 (kernel)\n  clock: [2]\n")
+    copies = {111: "device 2's copy into device 3 (at all_gather.py:41:8 (kernel))"}
+    assert jax_internals.race_summary(printed, copies) == (
+        "The race detector saw 1 race; the first: a write and a read of one HBM block [8:16, 0:128] of device 3, "
+        "by device 2's copy into device 3 (at all_gather.py:41:8 (kernel)) and core 0 of device 3, neither "
+        "ordered before the other.")
+    assert "by a copy (the interpreter's DMA 111) and core 0 of device 3" in jax_internals.race_summary(printed)

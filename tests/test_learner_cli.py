@@ -166,6 +166,15 @@ def test_confirm_checks_only_what_runs_found_done(course, capsys):
     assert "ch99: no chapter" in tpucourse(capsys, "confirm", "ch99")[2]
 
 
+def test_a_done_chapter_says_it_is_done_instead_of_naming_one_of_its_exercises(course, capsys):
+    course.write("exercises", "double", "def double(x):\n    return x * 2\n")
+    course.run().assert_outcomes(passed=2)
+    out = tpucourse(capsys, "hint", "ch11")[1]
+    assert "ch11 (chapter 11 Pallas fundamentals) is done: the tests of its 1 exercise passed (double)" in out
+    assert "ch11.double is done" not in out and "hint 1/2" not in out
+    assert state.read(course.pytester.path)["hints"] == {}
+
+
 @pytest.mark.parametrize("target, message", [
     ("ch99", "no chapter 'ch99'"),
     ("ch11.triple", "ch11 has no exercise 'triple'; it has double"),

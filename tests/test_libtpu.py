@@ -323,6 +323,52 @@ def test_the_compile_command_prints_static_output_labelled_as_such(tmp_path, cap
     assert "stub raised while it was traced: NotImplementedError: write stub()" in capsys.readouterr().out
 
 
+RING_COPY = """
+    import functools
+    import jax
+    from jax import lax
+    from jax.experimental import pallas as pl
+    from jax.experimental.pallas import tpu as pltpu
+
+    def _kernel(x_ref, o_ref, send, recv, *, axis_name):
+        me, n = lax.axis_index(axis_name), lax.axis_size(axis_name)
+        copy = pltpu.make_async_remote_copy(x_ref, o_ref, send, recv, device_id=(lax.rem(me + 1, n),))
+        copy.start()
+        copy.wait()
+
+    def ring_copy(x, *, mesh, axis_name="x"):
+        def per_device(shard):
+            return pl.pallas_call(
+                functools.partial(_kernel, axis_name=axis_name), out_shape=jax.ShapeDtypeStruct(shard.shape, shard.dtype),
+                in_specs=[pl.BlockSpec(memory_space=pl.ANY)], out_specs=pl.BlockSpec(memory_space=pl.ANY),
+                scratch_shapes=[pltpu.SemaphoreType.DMA, pltpu.SemaphoreType.DMA])(shard)
+        return jax.shard_map(per_device, mesh=mesh, in_specs=jax.P(axis_name), out_specs=jax.P(axis_name),
+                             check_vma=False)(x)
+"""
+
+
+@needs_libtpu
+def test_the_compile_command_compiles_a_kernel_that_takes_a_mesh(tmp_path, capsys):
+    """--mesh N: the function gets a 1-D mesh of N devices, its arguments split as --split says, and
+    the program is compiled over N chips of the topology (the exported shardings kept)."""
+    module = tmp_path / "ring.py"
+    module.write_text(textwrap.dedent(RING_COPY))
+    target = f"{module}:ring_copy"
+    assert main.main(["compile", target, "--shape", "64x256", "--dtype", "bfloat16"]) == 1
+    out = capsys.readouterr().out
+    assert "missing 1 required keyword-only argument: 'mesh'" in out and "with --mesh N" in out, out
+    assert main.main(["compile", target, "--mesh", "4", "--split", "0", "--shape", "64x256", "--dtype",
+                      "bfloat16"]) == 0
+    out = capsys.readouterr().out
+    assert "ring_copy(bfloat16[64x256], mesh=<4 devices, axis 'x'>) for v5e" in out, out
+    assert "kernel _kernel" in out and "over 4 v5e chips" in out, out
+    assert "bundles: 0 in the kernel" not in out, out  # the kernel's code read from the dumps of a sharded program
+    assert main.main(["compile", target, "--mesh", "8", "--shape", "64x256"]) == 2
+    assert "--mesh 8: the v5e compile topology (v5e:2x2) has 4 chips" in capsys.readouterr().err
+    assert main.main(["compile", target, "--mesh", "4", "--split", "0,1", "--shape", "64x256"]) == 2
+    assert "--split names 2 arguments, --shape 1" in capsys.readouterr().err
+
+
 @needs_libtpu
 def test_the_compile_command_explains_register_spills(tmp_path, capsys):
     """Four (512, 512) f32 values live at once do not fit in the vector registers: the VMEM report's

@@ -207,6 +207,18 @@ def test_ctrl_c_at_the_client_interrupts_the_served_run_and_a_busy_process_is_no
     state.read(root)  # still a whole state file
 
 
+def test_a_run_that_ends_the_warm_process_itself_is_logged(course):
+    """A graded call that cannot be stopped (a sleep in C, as a compiled loop would be) keeps its
+    thread running: the run answers its client and ends the process, which logs the run first."""
+    root = left_warm(course)
+    course.write("exercises", "double", "import time\n\n\ndef double(x):\n    time.sleep(60)\n")
+    served = run_pytest(root, "--kernel-timeout", "1")
+    assert served.returncode == 1 and "did not finish within 1 s" in served.stdout, served.stdout
+    assert logged(root, "run 1: pytest -p no:cacheprovider exercises --kernel-timeout 1 exited 1; this process ends: "
+                        "a graded call that passed its deadline is still running"), log(root)
+    wait_until(lambda: not served_runs.listening(root), "the warm process still listens")
+
+
 def test_a_warm_process_ends_after_its_idle_time(course):
     root = course.pytester.path
     course.test_file(GRADED_TEST)

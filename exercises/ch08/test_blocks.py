@@ -109,6 +109,9 @@ def _check(impl, chip, m, k, n, dtype, limit):
 @example(chip=TPUS[6], m=1536, k=384, n=384, limit=4 * MiB)  # v7x: (768, 384, 384), no power of two; 384 pads to 512
 @example(chip=TPUS[5], m=512, k=384, n=384, limit=1 * MiB)  # v6e: (512, 128, 128), off its MXU's multiples of 256
 @example(chip=TPUS[6], m=8, k=384, n=8, limit=None)  # v7x: 8 bf16 rows fill half a push, compute-bound: bk = 384
+@example(chip=TPUS[1], m=4096, k=1536, n=512, limit=None)  # v3: every TPU of the registry in every profile
+@example(chip=TPUS[2], m=1536, k=4096, n=4096, limit=16 * MiB)  # v4
+@example(chip=TPUS[4], m=512, k=8192, n=1536, limit=4 * MiB)  # v5p
 def test_pick_is_legal_fits_and_is_near_the_best(impl, chip, m, k, n, limit):
     _check(impl, chip, m, k, n, "bfloat16", chip.vmem_bytes if limit is None else limit)
 

@@ -51,6 +51,12 @@ def test_bottleneck_against_the_roofline(impl, chip, intensity, nbytes):
     _close(fn, factor, slower / faster, "how many times longer the slower unit takes", note)
 
 
+for _chip in ALL_CHIPS:  # every chip of the registry in every profile: a third of its ridge, and three times it
+    for _times in (1 / 3, 3):
+        test_bottleneck_against_the_roofline = example(chip=_chip, intensity=_chip.ridge * _times, nbytes=10**6)(
+            test_bottleneck_against_the_roofline)
+
+
 MATMULS = [  # (m, k, n, bm, bk, bn): unequal blocks, a single k step, k steps > 1
     (256, 1024, 384, 128, 256, 384), (512, 512, 512, 512, 128, 256), (128, 4096, 256, 128, 512, 128),
     (1024, 256, 1024, 256, 256, 512),

@@ -35,10 +35,10 @@ def test_add_matches_reference(impl, data, dtype, seed):
 
 
 @pytest.mark.parametrize("dtype", ["float32", "bfloat16"])
-@pytest.mark.parametrize("kind", ["ragged", "degenerate"])
-def test_add_corner_shapes(impl, kind, dtype):
-    """Partial last blocks, and arrays with a length-1 axis. Run as the race test runs (two
-    cores, race detector), whose ragged f32 case is one of these programs."""
+@pytest.mark.parametrize("kind", ["single", "multi", "ragged", "degenerate"])
+def test_add_tile_shapes(impl, kind, dtype):
+    """A single tile, 2 x 3 tiles, partial last blocks, and arrays with a length-1 axis. Run as the
+    race test runs (two cores, race detector), whose ragged f32 case is one of these programs."""
     with tpu.checking_races(impl.elementwise_add.add):
         for shape in tst.shapes_2d(dtype, kind):
             _check(impl, shape, dtype, BLOCK[dtype], seed=0)

@@ -16,6 +16,7 @@ CASES = (
     ((ROWS["ragged"], 512), 16),  # ragged: the last row block is partial
     ((ROWS["equal"], 256), 16),  # one block
     ((ROWS["below"], 256), 16),  # fewer rows than a block: the block shrinks to them
+    ((ROWS["ragged"], 512), 8),  # block_rows given: 5 blocks of 8 rows
 )
 EPS = 1e-5
 
@@ -28,13 +29,13 @@ def _inputs(shape, dtype, seed):
     return x, gamma, beta
 
 
-def _check(impl, shape, block_rows, dtype, seed, kind="normal"):
+def _check(impl, shape, block_rows, dtype, seed, kind="normal", eps=EPS):
     x, gamma, beta = _inputs(shape, dtype, seed)
     if kind != "normal":
         x = tst.random_array(shape, dtype, seed, kind=kind)
     checks.assert_matches_reference(
         impl.layernorm.layernorm, (x, gamma, beta),
-        kwargs=dict(eps=EPS, block_rows=block_rows), reference=references.LAYERNORM.bind(eps=EPS))
+        kwargs=dict(eps=eps, block_rows=block_rows), reference=references.LAYERNORM.bind(eps=eps))
 
 
 @pytest.mark.parametrize("dtype", ["float32", "bfloat16"])
@@ -45,6 +46,8 @@ def test_layernorm_lowers_for_tpu(impl, dtype):
 @given(case=tst.few(*CASES), dtype=tst.dtypes(), seed=tst.seeds())
 @example(case=CASES[1], dtype="bfloat16", seed=0)  # CASES[0] f32 at seed 0: the race test
 @example(case=CASES[3], dtype="float32", seed=0)
+@example(case=CASES[2], dtype="bfloat16", seed=1)
+@example(case=CASES[4], dtype="float32", seed=1)
 def test_layernorm_matches_reference(impl, case, dtype, seed):
     _check(impl, *case, dtype, seed)
 
@@ -54,6 +57,12 @@ def test_layernorm_rows_with_variance_near_eps(impl, dtype):
     """Rows spread by about 3e-3 (variance about 1e-5, as large as eps): where eps goes,
     inside the square root or outside it, changes the result by tens of percent."""
     _check(impl, (48, 128), 16, dtype, 0, kind="low_variance")
+
+
+def test_layernorm_uses_the_eps_it_is_given(impl):
+    """eps=1e-3 on rows whose variance is about 1e-5: a hundred times the variance, so the result
+    is about a tenth of the one at the default eps, and an eps left at 1e-5 is far off."""
+    _check(impl, (48, 128), 16, "float32", 0, kind="low_variance", eps=1e-3)
 
 
 def test_layernorm_is_one_kernel(impl):

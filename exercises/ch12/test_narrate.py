@@ -41,6 +41,7 @@ def _narrate(impl, hlo, what):
 
 @given(length=st.integers(2, 12), width=st.sampled_from((8, 16, 128)), loop=st.sampled_from(("scan", "fori_loop")))
 @example(length=7, width=16, loop="scan")
+@example(length=5, width=128, loop="fori_loop")
 def test_narrate_a_loop(impl, length, width, loop):
     if loop == "scan":
         def program(x):
@@ -140,6 +141,9 @@ COLLECTIVES = {
 @pytest.mark.devices(8)
 @given(collective=st.sampled_from(sorted(COLLECTIVES)), devices=st.sampled_from((2, 4, 8)))
 @example(collective="psum", devices=8)
+@example(collective="all_gather", devices=4)
+@example(collective="ppermute", devices=2)
+@example(collective="psum_scatter", devices=4)
 @settings(suppress_health_check=[HealthCheck.function_scoped_fixture])  # mesh is a factory: nothing to reset
 def test_narrate_a_sharded_program(impl, mesh, collective, devices):
     body, opcode = COLLECTIVES[collective]

@@ -57,6 +57,7 @@ def test_forward_lowers_for_tpu(impl, dtype):
 @example(cfg=dataclasses.replace(WIDE, causal=False), scale=0.3, blocks=KV_TWICE_Q, seed=0)
 @example(cfg=TALL, scale=None, blocks=BLOCKS, seed=1)
 @example(cfg=dataclasses.replace(SQUARE, dtype="float32"), scale=None, blocks=Q_TWICE_KV, seed=0)
+@example(cfg=DEEP, scale=0.3, blocks=BLOCKS, seed=2)
 def test_forward_matches_reference(impl, cfg, scale, blocks, seed):
     """out and lse, causal or not, f32 and bf16 (f32 accumulation), head_dim 64/128/256,
     equal and unequal block sizes."""

@@ -24,9 +24,9 @@ CASES = (
 )
 
 
-def check_all_gather(impl, mesh, case, seed):
+def check_all_gather(impl, mesh, case, seed, axis="x"):
     devices, shape, dtype = case
-    kwargs = dict(mesh=mesh(devices), axis_name="x")
+    kwargs = dict(mesh=mesh(devices, axis=axis), axis_name=axis)
     x = tst.random_array(shape, dtype, seed, scale=100.0 if dtype == "int32" else 1.0)
     fn = impl.all_gather.all_gather
     tpu.assert_correct_in_each_dma_mode(fn, lambda: checks.assert_matches_reference(
@@ -35,6 +35,8 @@ def check_all_gather(impl, mesh, case, seed):
 
 @given(case=tst.few(*CASES), seed=tst.seeds())
 @example(case=CASES[0], seed=0)
+@example(case=CASES[1], seed=1)
+@example(case=CASES[2], seed=2)
 def test_all_gather_equals_lax_all_gather(impl, mesh, case, seed):
     """Every device's gathered copy, in both DMA execution modes, against x itself."""
     check_all_gather(impl, mesh, case, seed)
@@ -43,8 +45,9 @@ def test_all_gather_equals_lax_all_gather(impl, mesh, case, seed):
 @pytest.mark.parametrize("shape", [(256,), (4, 4, 128)], ids=["rank-1", "rank-3"])
 def test_all_gather_of_two_devices(impl, mesh, shape):
     """One step: each device forwards only its own shard. x may have any rank: a vector and a
-    rank-3 array here, matrices in the cases above."""
-    check_all_gather(impl, mesh, (2, shape, "float32"), 1)
+    rank-3 array here, matrices in the cases above; and the mesh axis is named "ring", passed as
+    axis_name."""
+    check_all_gather(impl, mesh, (2, shape, "float32"), 1, axis="ring")
 
 
 def test_all_gather_moves_data_by_remote_dma(impl, mesh):

@@ -100,7 +100,7 @@ def test_pair_exchange_predicted_then_fixed(impl, mesh):
     pair_exchange() must equal ppermute with pairs (0, 1), (2, 3), ..., in both DMA execution
     modes, move its data by remote DMA and have no race."""
     check_simulation(impl, semaphore_timeline.exchange_deadlock(4), "the shipped pair exchange, 4 devices")
-    kwargs = dict(mesh=mesh(8), axis_name="x")
+    kwargs = dict(mesh=mesh(8, axis="ring"), axis_name="ring")  # an axis not named "x": axis_name is used
     x = tst.random_array((64, 128), "float32", 0)
     fn = impl.timeline.pair_exchange
     tpu.assert_correct_in_each_dma_mode(fn, lambda: checks.assert_matches_reference(

@@ -1,4 +1,5 @@
-"""What a distributed kernel's signals and waits prove about the order of its copies.
+"""What a distributed kernel's signals and waits prove about the order of its copies, and the
+devices they name.
 
 TPU interpret mode runs one thread per simulated device, in whatever order the OS
 schedules them, so a copy that can land too early shows in one run and hides in the
@@ -22,6 +23,11 @@ that schedule. Two orderings every ring kernel needs, read from them:
 
 Both are sufficient conditions read from the operations, not a model of every schedule:
 an ordering proved through a third device is not seen, and is reported as missing.
+
+Before either: every device a signal or a copy names must be one of the mesh's, 0 .. n-1
+(`outside_the_mesh`). TPU interpret mode reads a negative id the way Python reads a list's
+index (-1 is device n-1), so `lax.rem(me - 1, n)`, which is -1 on device 0, runs as if it were
+right there; on a TPU an id outside the mesh names no device.
 """
 
 from __future__ import annotations
@@ -43,6 +49,35 @@ def problems(events: list[DeviceEvent]) -> list[str]:
             by_device[event.device].append(event)
         found += _unguarded_first_copies(by_device) + _reused_receive_semaphores(by_device)
     return found
+
+
+def outside_the_mesh(events: list[DeviceEvent]) -> list[tuple[DeviceEvent, str]]:
+    """Each signal or copy that names a device the kernel run does not have, with its line, one
+    per (kind of operation, device id), in the order they ran (device by device)."""
+    found, seen = [], set()
+    for e in sorted(events, key=lambda e: e.device):
+        if e.op not in ("signal", "copy") or not e.devices or 0 <= e.peer < e.devices:
+            continue
+        what = ("signals the barrier semaphore of" if e.barrier else "signals a semaphore of") \
+            if e.op == "signal" else "copies into"
+        if (what, e.peer) in seen:
+            continue
+        seen.add((what, e.peer))
+        found.append((e, f"device {e.device} {what} device {e.peer}{_at(e)}, and the mesh has devices "
+                         f"0-{e.devices - 1}: {_wrapping(e.peer, e.devices)}"))
+    return found
+
+
+def _wrapping(peer: int, devices: int) -> str:
+    """How a ring's neighbour is written so that it stays on the ring."""
+    if peer >= devices:
+        return "write the device k places to the right as lax.rem(me + k, n), so that it wraps to 0."
+    fix = "write the device k places to the left as lax.rem(me + n - k, n)"
+    if peer <= -devices:  # lax.rem gives neither: the id is not a remainder at all
+        return f"lax.rem of a negative number is negative; {fix}."
+    return (f"lax.rem of a negative number is negative (lax.rem({peer}, {devices}) == {peer}); {fix}. (TPU "
+            f"interpret mode reads {peer} as device {peer % devices}, the way Python reads a list's index "
+            f"{peer}; a TPU does not.)")
 
 
 def _unguarded_first_copies(by_device) -> list[str]:

@@ -27,7 +27,7 @@ import io
 from ..chips import Chip
 from ..core import jax_internals
 from ..readers.mosaic import lowering_for
-from ..core.outcomes import WrongResult
+from ..core.outcomes import LearnerCodeError, WrongResult
 from ..grading import placement
 
 MAX_LINES = 6
@@ -219,9 +219,11 @@ def interpret_setting(name: str, fn=None, *, base=None, cores: int | None = None
     base: the InterpretParams the setting changes (InterpretParams(random_seed=0) by default);
     cores: the simulated cores per device, in place of the setting's.
     With `fn` (the graded function the block calls), the block is also judged on what the
-    interpreter printed: a semaphore still counting at kernel exit (a copy started and never
-    waited for) or a race (`why` says what it usually is) fails as fn's mistake. They name
-    the cause, so they are reported in place of a wrong value the block found, which is only
+    interpreter did: a device id outside the mesh (which the interpreter runs as another device,
+    or fails on with its own KeyError or IndexError), a semaphore still counting at kernel exit (a
+    copy started and never waited for), a race (`why` says what it usually is), or copies the
+    kernel's signals and waits do not order fail as fn's mistake. They name the cause, so they are
+    reported in place of a wrong value (or the interpreter's error) the block found, which is only
     its symptom; a wrong value with no such cause says which setting showed it.
     """
     import dataclasses
@@ -241,16 +243,42 @@ def interpret_setting(name: str, fn=None, *, base=None, cores: int | None = None
     pltpu.reset_tpu_interpret_mode_state()  # no race found by an earlier kernel is read as this one's
     try:
         with (pltpu.force_tpu_interpret_mode(params), contextlib.redirect_stdout(printed),
-              jax_internals.race_reports_into(printed), jax_internals.recording_device_events() as events):
+              jax_internals.race_reports_into(printed), jax_internals.recording_device_events() as events,
+              jax_internals.semaphores_left_at_kernel_end() as left):
             yield params
-    except WrongResult as failure:
-        cause = fn and (_unclean_exit(fn, params, printed.getvalue(), why) or _unordered(fn, params, events))
+    except (WrongResult, LearnerCodeError) as failure:
+        cause = fn and _outside_the_mesh(fn, params, events)
+        if cause is None and fn and isinstance(failure, WrongResult):
+            cause = (_unclean_exit(fn, params, printed.getvalue(), why, events=events, left=left)
+                     or _unordered(fn, params, events))
         if cause:
             raise cause from None
+        if isinstance(failure, LearnerCodeError):
+            raise
         raise failure.with_suffix(f"\n  (under TPU interpret mode with {_described(params)})") from None
-    cause = fn and (_unclean_exit(fn, params, printed.getvalue(), why) or _unordered(fn, params, events))
+    cause = fn and (_outside_the_mesh(fn, params, events)
+                    or _unclean_exit(fn, params, printed.getvalue(), why, events=events, left=left)
+                    or _unordered(fn, params, events))
     if cause:
         raise cause
+
+
+def _outside_the_mesh(fn, params, events) -> WrongResult | None:
+    """A signal or copy to a device id the mesh does not have, read from what each device ran."""
+    from . import device_order
+
+    found = device_order.outside_the_mesh(events)
+    if not found:
+        return None
+    first = found[0][0]
+    lines = [line for _, line in found]
+    return WrongResult(
+        f"{fn.display} names device {first.peer}, which its mesh of {first.devices} devices does not have: "
+        f"a device id must be in 0 .. n-1.\n  "
+        + "\n  ".join(lines[:SYNC_LINES])
+        + (f"\n  ... and {len(lines) - SYNC_LINES} more" if len(lines) > SYNC_LINES else "")
+        + f"\n  (read from each device's signals and copies under TPU interpret mode with {_described(params)})",
+        suffix=_reproduction(fn))
 
 
 def _unordered(fn, params, events) -> WrongResult | None:
@@ -261,17 +289,23 @@ def _unordered(fn, params, events) -> WrongResult | None:
     found = device_order.problems(events)
     if not found:
         return None
-    copies = f"{len(found)} copies" if len(found) != 1 else "1 copy"
     return WrongResult(
-        f"{fn.display} lets a copy land before the device it depends on is ready ({copies} of the "
-        f"kind, read from each device's signals, waits and copies under TPU interpret mode with "
-        f"{_described(params)}; the verdict does not depend on the order the devices happened to run "
-        f"in).\n  "
+        f"{fn.display} lets a copy land before the device it depends on is ready.\n  "
         + "\n  ".join(found[:SYNC_LINES])
-        + (f"\n  ... and {len(found) - SYNC_LINES} more of the kind" if len(found) > SYNC_LINES else ""))
+        + (f"\n  ... and {len(found) - SYNC_LINES} more of the kind" if len(found) > SYNC_LINES else "")
+        + f"\n  (read from each device's signals, waits and copies in its own program order, under TPU "
+          f"interpret mode with {_described(params)}: the verdict does not depend on the order the devices "
+          f"happened to run in)", suffix=_reproduction(fn))
 
 
 SYNC_LINES = 2  # a ring kernel's mistake repeats on every device: two say it
+
+
+def _reproduction(fn) -> str:
+    """The lines that make fn's latest call again, for a cause found in place of a check's verdict."""
+    from ..readers.reproduction import reproduction
+
+    return reproduction(fn) if hasattr(fn, "resolve") else ""
 
 
 def _described(params) -> str:
@@ -283,27 +317,84 @@ def _described(params) -> str:
     return f"dma_execution_mode={mode!r}, {DMA_EXECUTION_MODES.get(mode, '')}".rstrip(", ")
 
 
-def _unclean_exit(fn, params, text: str, why: str) -> WrongResult | None:
-    """A semaphore left counting or a race the interpreter reported, as fn's mistake."""
-    left = jax_internals.semaphores_left_nonzero(text)
+# What each kind of semaphore left counting says about the kernel.
+_LEFT_BY = {
+    "DMA": "a copy started and never waited for leaves its DMA semaphores counting (bytes): every "
+           ".start() needs its .wait() before the kernel ends, and before its buffer is read",
+    "REGULAR": "a signal nobody waits for leaves a regular semaphore counting: give only the signals "
+               "that will be waited for, and wait for every one",
+    "barrier": "a barrier signal nobody waits for leaves the barrier semaphore counting, where the next "
+               "kernel that shares its collective_id would read it: wait for as many signals as are sent",
+}
+
+
+def _unclean_exit(fn, params, text: str, why: str, *, events=(), left=()) -> WrongResult | None:
+    """A semaphore left counting or a race the interpreter reported, as fn's mistake. left: the
+    semaphores every device left counting (jax_internals.semaphores_left_at_kernel_end); where the
+    run recorded none, those the interpreter printed at each device's exit."""
+    when = "when every device had ended its kernel" if left else "as each device left its kernel"
+    left = list(left) or jax_internals.semaphores_left_nonzero(text)
     if left:
+        named = _left_semaphores(fn, left, events)
+        kinds = [kind for kind in ("DMA", "REGULAR", "barrier") if any(k == kind for _, k, _, _ in named)]
         return WrongResult(
-            f"{fn.display} ends its kernel with semaphores that are not back at zero (TPU interpret "
-            f"mode, {_described(params)}): {left}. A copy started and never waited for left a DMA "
-            f"semaphore counting at kernel exit, a signal without its wait a regular one: every "
-            f".start() needs its .wait() before the kernel ends (and before its buffer is read), "
-            f"every signal its wait. A TPU reports this as an error when the kernel ends.")
+            f"{fn.display} ends its kernel with semaphores that are not back at zero: "
+            + "; ".join(f"{what} = {count} on {jax_internals.devices_text(devices)}" for what, _, count, devices in named)
+            + ".\n  " + ".\n  ".join(_LEFT_BY[kind][0].upper() + _LEFT_BY[kind][1:] for kind in kinds)
+            + ". A TPU reports this as an error when the kernel ends."
+            + f"\n  (read {when}, under TPU interpret mode with {_described(params)})",
+            suffix=_reproduction(fn))
     if (params.detect_races and jax_internals.races_found()) or "RACE DETECTED" in text:
         from ..grading.messages import parallel_axes_outputs_ignore
 
         course_root = getattr(getattr(fn, "module", None), "course_root", None)
         program = fn._program_of_last_call() if hasattr(fn, "_program_of_last_call") else None
         semantics = parallel_axes_outputs_ignore(program, course_root)
-        seen = jax_internals.race_summary(text)  # the detector's dump, said once in the course's words
+        copies = {e.dma: f"device {e.device}'s copy into device {e.peer}" + (f" (at {e.where})" if e.where else "")
+                  for e in events if e.op == "copy" and e.dma is not None}
+        seen = jax_internals.race_summary(text, copies)  # the detector's dump, said once in the course's words
         return WrongResult(
             f"{fn.display} has a data race under TPU interpret mode with {_described(params)}: "
             f"{why}" + "".join(f"\n  {line}" for line in [*semantics, seen] if line))
     return None
+
+
+def _left_semaphores(fn, left, events) -> list[tuple[str, str, str, list[int]]]:
+    """(what it is, its kind, its count, its devices) of each semaphore left counting: named by the
+    kernel's parameter where the program says which it is (`credit`, a REGULAR semaphore), else
+    by its number, its kind read from what the devices did with it (copied, or signalled)."""
+    names = _scratch_semaphore_names(fn)
+    copied = {sem for e in events if e.op in ("copy", "copy_wait") for sem in (e.sem, e.send_sem)}
+    grouped: dict[tuple[str, str, str], list[int]] = {}
+    for semaphore in left:
+        index = semaphore.scratch_index
+        if index is None:
+            what, kind = "the barrier semaphore", "barrier"
+        elif names is not None and index < len(names):
+            name, kind = names[index]
+            what = f"`{name}` (a {kind} semaphore, scratch semaphore {index})"
+        else:
+            kind = "DMA" if semaphore.sem in copied else "REGULAR"
+            what = f"scratch semaphore {index} (a {kind} semaphore)"
+        unit = " bytes" if kind == "DMA" else ""
+        grouped.setdefault((what, kind, f"{semaphore.count:,}{unit}"), []).append(semaphore.device)
+    return [(what, kind, count, devices) for (what, kind, count), devices in grouped.items()]
+
+
+def _scratch_semaphore_names(fn) -> list[tuple[str, str]] | None:
+    """The scratch semaphores of fn's kernel, where its last call runs one pallas_call (or several
+    that agree on them), else None."""
+    from ..readers import traced_program
+
+    program = fn._program_of_last_call() if hasattr(fn, "_program_of_last_call") else None
+    if program is None:
+        return None
+    try:
+        kernels = [jax_internals.scratch_semaphore_names(eqn) for eqn in traced_program.pallas_call_eqns(program)]
+    except Exception:
+        return None
+    kernels = [k for k in kernels if k]
+    return kernels[0] if kernels and all(k == kernels[0] for k in kernels) else None
 
 
 def recorded_grid_points(fn, *args, **kwargs) -> list[tuple[tuple[int, ...], int]]:

@@ -2,6 +2,13 @@
 
     tpucourse compile exercises/ch11/matmul.py:matmul --chip v5e --shape 1024x1024,1024x1024 \\
         --dtype bfloat16 --kw bm=256 --kw bk=256 --kw bn=256
+    tpucourse compile exercises/ch14/collective_matmul.py:all_gather_matmul --mesh 4 --split 0,1 \\
+        --shape 1024x512,512x65536 --dtype bfloat16
+
+A kernel that takes a mesh (chapter 14's) is compiled over N chips of the chip's topology with
+`--mesh N`: the function gets `mesh=`, a 1-D mesh of N devices whose axis is `--mesh-axis` ("x"), and
+each argument is split over it along the dimension `--split` gives (`-`, the default: replicated), as
+the graded tests shard them.
 
 Prints, per kernel: the scoped VMEM its windows and scratch take against the
 limit, the vector layouts Mosaic chose for its values (and how many vregs each
@@ -12,6 +19,7 @@ timed, and none of it is a speed.
 
 from __future__ import annotations
 
+import math
 import re
 import sys
 from collections import Counter
@@ -32,6 +40,11 @@ def add_parser(subcommands):
     c.add_argument("--dtype", default="float32", help="one dtype for all arguments, or one per argument")
     c.add_argument("--kw", action="append", default=[], metavar="NAME=VALUE",
                    help="a keyword argument (repeatable): --kw bm=256 --kw causal=True")
+    c.add_argument("--mesh", type=int, metavar="N", help="for a kernel that takes mesh=: compile it over N chips, "
+                   "passing a 1-D mesh of N devices as mesh=")
+    c.add_argument("--mesh-axis", default="x", metavar="NAME", help="with --mesh: the mesh axis's name (default x)")
+    c.add_argument("--split", metavar="DIMS", help="with --mesh: per argument, the dimension split over the mesh "
+                   "axis, comma-separated, - for replicated (default: all replicated), e.g. 0,1")
     return c
 
 
@@ -40,9 +53,21 @@ def run(args) -> int:
         print(f"tpucourse compile {libtpu.missing_line()}", file=sys.stderr)
         return 2
     chip = registered_chips.named(args.chip)  # built in, or registered by a plugin or conftest here
+    if args.mesh is not None and args.mesh < 1:
+        raise ValueError(f"--mesh takes a number of devices, got {args.mesh}")
+    if args.split is not None and args.mesh is None:
+        raise ValueError("--split says how arguments are split over a mesh: give --mesh N too")
+    chips_there = topology_chips(chip.compile_topology)
+    if args.mesh and chips_there is not None and args.mesh > chips_there:
+        raise ValueError(f"--mesh {args.mesh}: the {chip.name} compile topology ({chip.compile_topology}) has "
+                         f"{chips_there} chips")
     with libtpu.quiet_libtpu_startup():  # JAX's backends start, and libtpu with them
         import jax
 
+        from ..core import jax_internals
+
+        if args.mesh and not jax_internals.backends_started():  # the mesh is made of this host's devices:
+            jax.config.update("jax_num_cpu_devices", args.mesh)  # as many simulated CPUs, where none are yet
         jax.devices()
     function = load_function(args.target)
     shapes = [tuple(int(d) for d in part.split("x")) for part in args.shape.split(",")]
@@ -51,10 +76,17 @@ def run(args) -> int:
         dtypes = dtypes * len(shapes)
     if len(dtypes) != len(shapes):
         raise ValueError(f"{len(shapes)} shapes but {len(dtypes)} dtypes")
-    structs = [jax.ShapeDtypeStruct(s, d) for s, d in zip(shapes, dtypes)]
     kwargs = dict(_keyword(item) for item in args.kw)
+    if args.mesh:
+        mesh = device_mesh(args.mesh, args.mesh_axis)
+        structs = [jax.ShapeDtypeStruct(s, d, sharding=jax.NamedSharding(mesh, spec))
+                   for s, d, spec in zip(shapes, dtypes, partition_specs(args.split, shapes, args.mesh_axis))]
+        kwargs["mesh"] = mesh
+    else:
+        structs = [jax.ShapeDtypeStruct(s, d) for s, d in zip(shapes, dtypes)]
     call = (f"{args.target}({', '.join(f'{d}[{_dims(s)}]' for s, d in zip(shapes, dtypes))}"
-            + "".join(f", {k}={v!r}" for k, v in kwargs.items()) + ")")
+            + "".join(f", {k}={v!r}" for k, v in kwargs.items() if k != "mesh")
+            + (f", mesh=<{args.mesh} devices, axis {args.mesh_axis!r}>" if args.mesh else "") + ")")
     print(f"{call} for {chip.name} (topology {chip.compile_topology or '?'})")
     import jax
 
@@ -66,12 +98,16 @@ def run(args) -> int:
         print(f"\nthe compiler refuses it: {error}")
         return 1
     except Exception as error:  # the function itself failed while JAX traced it
-        print(f"\n{args.target} raised while it was traced: {type(error).__name__}: {error}")
+        wants_mesh = not args.mesh and isinstance(error, TypeError) and "'mesh'" in str(error)
+        print(f"\n{args.target} raised while it was traced: {type(error).__name__}: {error}"
+              + ("\n(it takes a mesh: compile it over N chips with --mesh N, and --split to say how each "
+                 "argument is split over them)" if wants_mesh else ""))
         return 1
     for kernel in compiled.kernels:
         print()
         print("\n".join(kernel_report(kernel, chip)))
-    print(f"\ncompiled in {compiled.compile_seconds:.2f} s")
+    chips_used = f" over {compiled.devices} {chip.name} chips" if compiled.devices > 1 else ""
+    print(f"\ncompiled in {compiled.compile_seconds:.2f} s{chips_used}")
     return 0
 
 
@@ -107,6 +143,44 @@ def kernel_report(kernel: libtpu.KernelOnTpu, chip: chips.Chip) -> list[str]:
         lines.append(f"    {f'vector<{_dims(shape)}x{dtype}>':<26} {text:<22} {vregs:>5} vregs"
                      + (f"  ({count} values)" if count > 1 else ""))
     return lines
+
+
+def topology_chips(topology: str | None) -> int | None:
+    """How many chips a compile topology ("v5e:2x2", "v4:2x2x1") has; None where it does not say."""
+    dims = (topology or "").partition(":")[2].split("x")
+    return math.prod(int(d) for d in dims) if all(d.isdigit() for d in dims) else None
+
+
+def device_mesh(devices: int, axis: str):
+    """A 1-D mesh of this host's first `devices` devices (compile_for compiles the program over as
+    many of the chip's)."""
+    import jax
+
+    available = jax.devices()
+    if devices > len(available):
+        raise ValueError(f"--mesh {devices}: this host has {len(available)} {available[0].platform} device(s)")
+    return jax.make_mesh((devices,), (axis,), devices=available[:devices],
+                         axis_types=(jax.sharding.AxisType.Auto,))
+
+
+def partition_specs(split: str | None, shapes: list[tuple], axis: str) -> list:
+    """Each argument's PartitionSpec: split along the dimension `split` names for it over `axis`,
+    or replicated ("-", or no --split)."""
+    import jax
+
+    parts = split.split(",") if split else ["-"] * len(shapes)
+    if len(parts) != len(shapes):
+        raise ValueError(f"--split names {len(parts)} arguments, --shape {len(shapes)}")
+    specs = []
+    for part, shape in zip(parts, shapes):
+        if part.strip() in ("-", ""):
+            specs.append(jax.P())
+            continue
+        dim = int(part)
+        if not 0 <= dim < len(shape):
+            raise ValueError(f"--split {dim}: an argument of shape {_dims(shape)} has no dimension {dim}")
+        specs.append(jax.P(*([None] * dim), axis))
+    return specs
 
 
 def load_function(target: str):

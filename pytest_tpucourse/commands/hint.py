@@ -21,6 +21,18 @@ def run(args) -> int:
     course = course_here()
     data = read_state(course)
     exercise = resolve_exercise(course, data, args.exercise)
+    chapter = course.chapter(args.exercise or "")  # a chapter named, not one of its exercises
+    if chapter is not None and not args.all and chapter.exercises and all(
+            state.exercise_status(course.root, data, e) == Status.DONE for e in chapter.exercises):
+        upcoming = next_exercise(course, data)
+        count = len(chapter.exercises)
+        names = ", ".join(e.name for e in chapter.exercises)
+        print(f"{chapter.id} ({chapter.label}) is done: the tests of its {count} exercise{'s' if count != 1 else ''} "
+              f"passed ({names}). `tpucourse hint {chapter.id}.NAME --all` still lists an exercise's hints; "
+              f"`tpucourse solution {chapter.id}.NAME` shows the course's solution.")
+        if upcoming is not None:
+            print(f"next: {upcoming.key}: tpucourse hint {upcoming.key}")
+        return 0
     hints = exercise.hints
     total = len(hints)
     if not args.all and state.exercise_status(course.root, data, exercise) == Status.DONE:

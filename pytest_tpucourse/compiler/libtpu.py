@@ -984,6 +984,14 @@ def _read_kernels(dump_dir: Path, optimized_hlo: str) -> list[KernelOnTpu]:
     return kernels
 
 
+# A tpu_custom_call instruction and its Mosaic body, within the one instruction: its attributes may
+# span lines (a kernel inside shard_map carries a frontend attribute with newlines), never the next
+# instruction's `  %name = ` or `  ROOT %name = `.
+_WITHIN_ONE_INSTRUCTION = r"(?:(?!\n\s*(?:ROOT\s+)?%[\w.\-]+ = )[\s\S])*?"
+_KERNEL_INSTRUCTION = re.compile(r'%([\w.\-]+) = ' + _WITHIN_ONE_INSTRUCTION + r'custom_call_target="tpu_custom_call"'
+                                 + _WITHIN_ONE_INSTRUCTION + r'"body":\s*"([A-Za-z0-9+/=]+)"')
+
+
 def _kernel_instructions(optimized_hlo: str) -> dict[str, str]:
     """Mosaic kernel name -> the name of the custom-call instruction that runs it."""
     import base64
@@ -991,8 +999,7 @@ def _kernel_instructions(optimized_hlo: str) -> dict[str, str]:
     from ..readers import mosaic
 
     found = {}
-    for match in re.finditer(r'%([\w.\-]+) = [^\n]*custom_call_target="tpu_custom_call"[^\n]*?'
-                             r'"body":\s*"([A-Za-z0-9+/=]+)"', optimized_hlo):
+    for match in re.finditer(_KERNEL_INSTRUCTION, optimized_hlo):
         body = base64.b64decode(match.group(2))
         found[mosaic.decode_body(body).name] = match.group(1)
     return found

@@ -370,15 +370,19 @@ def race_reports_into(printed):
             logger.removeFilter(reports)
 
 
-_RACE = re.compile(r"RACE DETECTED\s+(?P<first>read|write) of \((?P<memory>'?\w+'?)[^)]*\)\[(?P<range>.*?)\] "
-                   r"from (?P<by>[^\n]*)\n[^\n]*\n\s*(?P<second>read|write) of [^\[]*\[.*?\] from "
-                   r"(?P<other>[^\n]*)")
+_RACE = re.compile(r"RACE DETECTED\s+(?P<first>read|write) of \((?P<memory>'?\w+'?)(?:,\s*\d+,\s*(?P<device>-?\d+))?"
+                   r"[^)]*\)\[(?P<range>.*?)\] from (?P<by>[^\n]*)\n[^\n]*\n\s*(?P<second>read|write) of [^\[]*\[.*?\] "
+                   r"from (?P<other>[^\n]*)")
 _SLICE = re.compile(r"slice\((-?\d+), (-?\d+), (?:1|None)\)")
+# The interpreter numbers its DMAs from 100 (its `dma_id_counter`), and its race detector names a
+# copy's read or write by that number where it names a device's core by the device's.
+_FIRST_DMA_ID = 100
 
 
-def race_summary(printed: str) -> str:
+def race_summary(printed: str, copies: dict[int, str] | None = None) -> str:
     """The race detector's reports in one line: how many, and the first in words ("a write and a
-    write of one HBM block [0, 0, 0:128, 0:64], by core 0 and core 1 of device 0"); "" for none."""
+    write of one HBM block [0, 0, 0:128, 0:64], by core 0 and core 1 of device 0"); "" for none.
+    copies: what each DMA the detector may name did (`device 2's copy into device 3`), by its id."""
     count = printed.count("RACE DETECTED")
     if not count:
         return ""
@@ -388,23 +392,39 @@ def race_summary(printed: str) -> str:
         return f"The race detector saw {what}."
     where = _SLICE.sub(lambda m: f"{m[1]}:{m[2]}", found["range"]).strip("()")
     memory = found["memory"].strip("'").upper()
+    on = f" of device {found['device']}" if found["device"] is not None else ""
     by = [_who(found["by"]), _who(found["other"])]
-    if all(by) and by[0][1] == by[1][1]:
-        who = f", by cores {by[0][0]} and {by[1][0]} of device {by[0][1]}"
+    copies = copies or {}
+    if all(by) and not any(_is_copy(who, copies) for who in by) and by[0][1] == by[1][1]:
+        who, on = f", by cores {by[0][0]} and {by[1][0]} of device {by[0][1]}", ""
     elif all(by):
-        who = f", by core {by[0][0]} of device {by[0][1]} and core {by[1][0]} of device {by[1][1]}"
+        who = f", by {_accessor(by[0], copies)} and {_accessor(by[1], copies)}"
     else:
         who = ""
     both = (f"two {found['first']}s" if found["first"] == found["second"]
             else f"a {found['first']} and a {found['second']}")
-    return (f"The race detector saw {what}; the first: {both} of one {memory} block [{where}]{who}, "
+    return (f"The race detector saw {what}; the first: {both} of one {memory} block [{where}]{on}{who}, "
             f"neither ordered before the other.")
 
 
 def _who(text: str):
-    """(core, device) from the detector's "0, 1, <where>" (0.10.2) or "(0, 1), <where>" (0.12)."""
+    """(core, device or DMA id) from the detector's "0, 1, <where>" (0.10.2) or "(0, 1), <where>" (0.12)."""
     found = re.match(r"\s*\(?\s*(\d+),\s*(\d+)", text)
     return (found[2], found[1]) if found else None
+
+
+def _is_copy(who, copies: dict[int, str]) -> bool:
+    return int(who[1]) in copies or int(who[1]) >= _FIRST_DMA_ID
+
+
+def _accessor(who, copies: dict[int, str]) -> str:
+    """A reader or writer the race detector names: a core of a device, or a copy."""
+    core, number = who
+    if int(number) in copies:
+        return copies[int(number)]
+    if int(number) >= _FIRST_DMA_ID:
+        return f"a copy (the interpreter's DMA {number})"
+    return f"core {core} of device {number}"
 
 
 def races_found() -> bool:
@@ -830,7 +850,12 @@ STABLE_SECONDS = 1.0
 FINISHED = "end-of-kernel barrier"
 ENTERING = "entry barrier"  # waiting for every device to enter a kernel that has no barrier semaphore
 BUSY = "running"  # inside another interpreter step (a load, a store, an allocation)
+CORE_FINISHED = "core finished"  # one simulated core of a device ran its kernel to the end
 _BARRIERS = {"_barrier": ENTERING, "_clean_up_shared_memory": FINISHED}  # interpreter callback -> kind
+_NOT_A_WAIT = (FINISHED, ENTERING, BUSY, CORE_FINISHED)
+# Where the interpreter runs the simulated cores of a device, one thread each
+# (`InterpretParams(num_cores_or_threads=N)`), and waits for them all.
+_CORES_FILE, _CORES_FUNCTION = "thread_map.py", "_thread_map_callback"
 
 
 @dataclass(frozen=True)
@@ -843,17 +868,24 @@ class BlockedWait:
     holds: int | None = None  # what the semaphore holds now
     where: str = ""  # the kernel's line, where the interpreter knows it (DMA waits)
     queued: int = 0  # DMAs queued on the semaphore that a wait would run (dma_execution_mode on_wait)
+    core: int | None = None  # the simulated core, where a device has several; None: the device's own wait
 
     @property
     def hopeless(self) -> bool:
         """Nothing this device can do alone will ever satisfy the wait."""
-        return self.kind in (FINISHED, ENTERING) or (
+        return self.kind in (FINISHED, ENTERING, CORE_FINISHED) or (
             self.holds is not None and self.wants is not None and self.holds < self.wants
             and self.queued == 0)
+
+    @property
+    def who(self) -> str:
+        return f"device {self.device}" if self.core is None else f"device {self.device} core {self.core}"
 
     def describe(self) -> str:
         if self.kind == FINISHED:
             return "finished its kernel and waits for the other devices"
+        if self.kind == CORE_FINISHED:
+            return "finished its kernel and waits for the device's other cores"
         if self.kind == ENTERING:
             return "waits for the other devices to enter the kernel"
         if self.kind == BUSY:
@@ -876,25 +908,29 @@ def snapshot() -> list[BlockedWait]:
     found = []
     for frame in frames:
         try:
-            wait = _wait_in(frame, memory)
+            found.extend(_waits_in(frame, memory))
         except Exception:
-            wait = None
-        if wait is not None:
-            found.append(wait)
-    return sorted(found, key=lambda w: (w.device, w.kind, w.where))
+            pass
+    waiting_cores = {w.device for w in found if w.core is not None and w.kind != CORE_FINISHED}
+    found = [w for w in found if w.kind != CORE_FINISHED or w.device in waiting_cores]
+    return sorted(found, key=lambda w: (w.device, -1 if w.core is None else w.core, w.kind, w.where))
 
 
 def is_deadlock(waits: list[BlockedWait]) -> bool:
-    """Every device of the running kernel blocked for good, and at least one not finished."""
+    """Every core of every device of the running kernel blocked for good (or finished), and at
+    least one of them in a wait."""
     try:
         from jax._src.pallas.mosaic.interpret import interpret_pallas_call as interpreter
         memory = interpreter._shared_memory
         devices, cores = memory.num_devices, memory.num_cores_per_device
     except Exception:
         return False
-    if cores != 1 or len(waits) != devices or {w.device for w in waits} != set(range(devices)):
-        return False  # several cores per device share a device id: do not guess
-    return all(w.hopeless for w in waits) and any(w.kind not in (FINISHED, ENTERING, BUSY) for w in waits)
+    if not all(w.hopeless for w in waits) or all(w.kind in _NOT_A_WAIT for w in waits):
+        return False
+    if cores == 1:
+        return len(waits) == devices and {w.device for w in waits} == set(range(devices))
+    return all(any(w.device == device and w.core in (None, core) for w in waits)
+               for device in range(devices) for core in range(cores))
 
 
 def join_watching(thread, seconds: float, between=None) -> list[BlockedWait] | None:
@@ -924,35 +960,50 @@ def join_watching(thread, seconds: float, between=None) -> list[BlockedWait] | N
 
 
 def summary_lines(waits: list[BlockedWait], limit: int = 6) -> list[str]:
-    """One line per distinct wait, devices with the same wait grouped: 'devices 0-3: waits ...'."""
-    groups: dict[str, list[int]] = {}
+    """One line per distinct wait, devices with the same wait grouped: 'devices 0-3: waits ...'
+    (where a device has several simulated cores, each core's: 'device 0 core 1: ...')."""
+    groups: dict[str, list[BlockedWait]] = {}
     for wait in waits:
-        groups.setdefault(wait.describe(), []).append(wait.device)
-    lines = [f"{_devices(devices)}: {text}" for text, devices in
-             sorted(groups.items(), key=lambda item: min(item[1]))]
+        groups.setdefault(wait.describe(), []).append(wait)
+    lines = []
+    for text, group in sorted(groups.items(), key=lambda item: min((w.device, w.core or 0) for w in item[1])):
+        if all(w.core is None for w in group):
+            who = devices_text([w.device for w in group])
+        else:
+            who = ", ".join(dict.fromkeys(w.who for w in group))
+        lines.append(f"{who}: {text}")
     return lines[:limit] + ([f"... and {len(lines) - limit} more"] if len(lines) > limit else [])
 
 
-
-def _wait_in(frame, memory) -> BlockedWait | None:
-    """The interpreter wait this thread's stack is blocked in, if any."""
+def _waits_in(frame, memory) -> list[BlockedWait]:
+    """What this thread's stack is blocked in: an interpreter wait (of the running kernel; a thread
+    of an abandoned one is left out), or the cores of a device that have finished their kernel."""
     while frame is not None:
         code = frame.f_code
         if code.co_filename.endswith(_INTERPRETER_FILE):
+            if frame.f_locals.get("shared_memory", memory) is not memory:
+                return []  # a kernel stopped earlier, whose thread has not unwound yet
             if code.co_name in _WAITS:
-                return _semaphore_wait(frame.f_locals, memory, dma=code.co_name == "dma_wait")
+                return [_semaphore_wait(frame.f_locals, memory, dma=code.co_name == "dma_wait")]
             if code.co_name in _BARRIERS:  # they drop their device_id: read their wrapper's arguments
                 caller = frame.f_back.f_locals.get("args", ()) if frame.f_back is not None else ()
-                return BlockedWait(int(caller[1]), _BARRIERS[code.co_name]) if len(caller) > 1 else None
+                return [BlockedWait(int(caller[1]), _BARRIERS[code.co_name])] if len(caller) > 1 else []
             if "device_id" in frame.f_locals:
-                return BlockedWait(int(frame.f_locals["device_id"]), BUSY, where=code.co_name)
+                return [BlockedWait(int(frame.f_locals["device_id"]), BUSY, where=code.co_name)]
+        if code.co_filename.endswith(_CORES_FILE) and code.co_name == _CORES_FUNCTION:
+            variables = frame.f_locals
+            device = variables.get("device_id")
+            return [BlockedWait(int(device), CORE_FINISHED, core=core)
+                    for core, future in enumerate(variables.get("threads", ())) if future.done()
+                    ] if device is not None else []
         frame = frame.f_back
-    return None
+    return []
 
 
 def _semaphore_wait(variables, memory, *, dma: bool) -> BlockedWait:
     device, sem_id = int(variables["device_id"]), int(variables["sem_id"])
-    core = memory.get_global_core_id(device, int(variables.get("local_core_id", 0)))
+    local_core = int(variables.get("local_core_id", 0))
+    core = memory.get_global_core_id(device, local_core)
     wants = int(variables["size"] if dma else variables["value"])
     barrier = sem_id in memory.fixed_id_sem
     semaphore = memory.fixed_id_sem.get(sem_id) if barrier else memory.sem.get(sem_id)
@@ -960,7 +1011,8 @@ def _semaphore_wait(variables, memory, *, dma: bool) -> BlockedWait:
     if semaphore is not None:
         holds, queued = int(semaphore.count_by_core[core]), len(semaphore.tasks[core])
     kind = "barrier semaphore" if barrier else "DMA semaphore" if dma else "semaphore"
-    return BlockedWait(device, kind, wants, holds, _where(variables.get("source_info")), queued)
+    return BlockedWait(device, kind, wants, holds, _where(variables.get("source_info")), queued,
+                       core=local_core if memory.num_cores_per_device > 1 else None)
 
 
 def _where(source_info) -> str:
@@ -974,7 +1026,7 @@ def _where(source_info) -> str:
         return ""
 
 
-def _devices(devices: list[int]) -> str:
+def devices_text(devices: list[int]) -> str:
     devices = sorted(set(devices))
     if len(devices) == 1:
         return f"device {devices[0]}"
@@ -990,16 +1042,110 @@ _LEFT_NONZERO = re.compile(r"Semaphore (\d+) has non-zero count for (\d+) \(glob
 _FIRST_ALLOCATED_SEMAPHORE = 2000
 
 
-def semaphores_left_nonzero(printed: str) -> str:
-    """What TPU interpret mode printed about semaphores left non-zero at kernel exit, condensed:
-    'the barrier semaphore = 1 on devices 0-7', or '' when it printed nothing of the kind."""
+@dataclass(frozen=True)
+class LeftSemaphore:
+    """A semaphore not back at zero on one device when every device had ended its kernel."""
+
+    sem: int  # the interpreter's id: a scratch semaphore's is _FIRST_ALLOCATED_SEMAPHORE + its index
+    device: int
+    count: int
+    barrier: bool = False
+
+    @property
+    def scratch_index(self) -> int | None:
+        """Its place among the kernel's scratch semaphores (arrays flattened), None for the barrier."""
+        return None if self.barrier or self.sem < _FIRST_ALLOCATED_SEMAPHORE else self.sem - _FIRST_ALLOCATED_SEMAPHORE
+
+
+def semaphores_left_nonzero(printed: str) -> list[LeftSemaphore]:
+    """What TPU interpret mode printed about semaphores left non-zero at kernel exit. Each device
+    prints its own as it leaves its kernel, the first one only, while other devices may still
+    signal it: what `semaphores_left_at_kernel_end` records says the same without the timing."""
+    return [LeftSemaphore(int(sem), int(device), int(count), barrier=int(sem) < _FIRST_ALLOCATED_SEMAPHORE)
+            for sem, device, count in _LEFT_NONZERO.findall(printed)]
+
+
+def left_semaphores_text(left: list[LeftSemaphore]) -> str:
+    """Semaphores left counting, condensed by device: 'the barrier semaphore = 1 on devices 0-7;
+    scratch semaphore 1 = 4096 on devices 0-1', or '' for none."""
     found: dict[tuple[str, int], list[int]] = {}
-    for sem, device, count in _LEFT_NONZERO.findall(printed):
-        name = ("the barrier semaphore" if int(sem) < _FIRST_ALLOCATED_SEMAPHORE
-                else f"scratch semaphore {int(sem) - _FIRST_ALLOCATED_SEMAPHORE}")
-        found.setdefault((name, int(count)), []).append(int(device))
-    return "; ".join(f"{name} = {count} on {_devices(devices)}"
-                     for (name, count), devices in sorted(found.items()))
+    for semaphore in left:
+        index = semaphore.scratch_index
+        name = "the barrier semaphore" if index is None else f"scratch semaphore {index}"
+        found.setdefault((name, semaphore.count), []).append(semaphore.device)
+    return "; ".join(f"{name} = {count} on {devices_text(devices)}" for (name, count), devices in sorted(found.items()))
+
+
+@contextlib.contextmanager
+def semaphores_left_at_kernel_end():
+    """Within the block, every semaphore that is not back at zero once all devices have ended a
+    kernel run is appended to the list this yields (LeftSemaphore, by device): read at the
+    interpreter's clean-up barrier, when no device can signal any more, so the list does not
+    depend on the order the device threads ran in. Under another JAX version it stays empty."""
+    left: list[LeftSemaphore] = []
+    try:
+        from jax._src.pallas.mosaic.interpret import interpret_pallas_call as interpreter
+        original = interpreter._clear_shared_memory
+    except Exception:
+        yield left
+        return
+
+    def clear():
+        # The clean-up barrier's action (it is created with this function, module global, when a
+        # kernel run starts) runs once every device has arrived; a reset after a hung call calls
+        # it too, with the barrier aborted: nothing is read then.
+        memory = interpreter._shared_memory
+        try:
+            if memory is not None and memory.clean_up_barrier.n_waiting == memory.num_devices:
+                left.extend(_nonzero_semaphores(memory))
+        except Exception:
+            pass
+        return original()
+
+    interpreter._clear_shared_memory = clear
+    try:
+        yield left
+    finally:
+        interpreter._clear_shared_memory = original
+
+
+def _nonzero_semaphores(memory) -> list[LeftSemaphore]:
+    found = []
+    semaphores = [(sem, False) for sem in memory.sem.values()] + [(sem, True) for sem in memory.fixed_id_sem.values()]
+    for sem, barrier in semaphores:
+        for device in range(memory.num_devices):
+            for core in memory.get_global_core_ids(device):
+                count = int(sem.count_by_core[core])
+                if count:
+                    found.append(LeftSemaphore(int(sem.id), device, count, barrier=barrier))
+    return sorted(set(found), key=lambda s: (s.sem, s.device))
+
+
+def scratch_semaphore_names(eqn) -> list[tuple[str, str]]:
+    """(name, kind) of each scratch semaphore of a pallas_call equation, in the order the
+    interpreter numbers them (scratch_shapes, arrays flattened): the kernel's parameter name
+    (`send_sems[1]` for an element of an array) and "DMA" or "REGULAR"."""
+    import itertools
+
+    kernel = kernel_jaxpr(eqn)
+    count = eqn.params["grid_mapping"].num_scratch_operands
+    names = tuple(getattr(getattr(kernel, "debug_info", None), "arg_names", None) or ())
+    invars = kernel.invars[len(kernel.invars) - count:] if count else []
+    found = []
+    for position, var in enumerate(invars, start=len(kernel.invars) - count):
+        inner = getattr(var.aval, "inner_aval", var.aval)
+        dtype = str(getattr(inner, "dtype", ""))
+        if "sem" not in dtype:
+            continue
+        name = names[position] if position < len(names) and names[position] else f"scratch operand {position}"
+        kind = "DMA" if "dma" in dtype else "REGULAR"
+        shape = tuple(inner.shape)
+        if not shape:
+            found.append((name, kind))
+            continue
+        for index in itertools.product(*(range(n) for n in shape)):
+            found.append((f"{name}[{', '.join(map(str, index))}]", kind))
+    return found
 
 
 # ---------------------------------------------------------------- source locations and the compilation cache
@@ -1260,6 +1406,8 @@ class DeviceEvent:
     value: int = 0  # signal: the increment; wait: the count waited for
     send_sem: int | None = None  # copy: its send semaphore
     where: str = ""
+    devices: int = 0  # how many devices the kernel run has: a peer outside 0 .. devices-1 names none
+    dma: int | None = None  # copy: the interpreter's id of the DMA (the race detector names it)
 
 
 @contextlib.contextmanager
@@ -1292,8 +1440,8 @@ def recording_device_events():
             memory = self.shared_memory
             add(DeviceEvent(id(memory), int(variables["device_id"]), "signal", self.id,
                             barrier=memory.fixed_id_sem.get(self.id) is self,
-                            peer=int(global_core_id) // memory.num_cores_per_device, value=int(inc),
-                            where=_where(variables.get("source_info"))))
+                            peer=int(variables["target_device_id"]), value=int(inc),
+                            where=_where(variables.get("source_info")), devices=memory.num_devices))
         return originals[0](self, inc, global_core_id, clock, logging_info=logging_info)
 
     def wait(self, value, global_core_id, **kwargs):
@@ -1303,15 +1451,16 @@ def recording_device_events():
             add(DeviceEvent(id(memory), int(variables["device_id"]),
                             "wait" if name == "semaphore_wait" else "copy_wait", self.id,
                             barrier=memory.fixed_id_sem.get(self.id) is self, value=int(value),
-                            where=_where(variables.get("source_info"))))
+                            where=_where(variables.get("source_info")), devices=memory.num_devices))
         return originals[1](self, value, global_core_id, **kwargs)
 
     def construct(self, *args, **kwargs):
         originals[2](self, *args, **kwargs)
-        add(DeviceEvent(id(self.dst_sem.shared_memory), int(self.src_device_id), "copy", self.dst_sem.id,
+        memory = self.dst_sem.shared_memory
+        add(DeviceEvent(id(memory), int(self.src_device_id), "copy", self.dst_sem.id,
                         peer=int(self.dst_device_id),
                         send_sem=None if self.src_sem is None else self.src_sem.id,
-                        where=_where(self.source_info)))
+                        where=_where(self.source_info), devices=memory.num_devices, dma=int(self.id)))
 
     semaphore.signal, semaphore.wait, dma.__init__ = signal, wait, construct
     try:

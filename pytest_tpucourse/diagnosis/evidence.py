@@ -175,7 +175,8 @@ class _Case:
                 eager = self.replay.run(dma_execution_mode="eager")
             except ReplayFailed:
                 eager = None
-            left = jax_internals.semaphores_left_nonzero(self.replay.printed) if eager is not None else ""
+            left = (jax_internals.left_semaphores_text(jax_internals.semaphores_left_nonzero(self.replay.printed))
+                    if eager is not None else "")
             if left:
                 cured = f"{self.what} has no NaN, and " if np.isfinite(eager[self.bad]).all() else ""
                 return Finding("copy never waited", (

@@ -156,8 +156,8 @@ class GradedFunction:
         compiled = self._compiled_ahead(program, call_args, check, key)
         if compiled is None:
             return deadline.call(lambda: jax.block_until_ready(eager()), key=key)
-        return deadline.call(lambda: jax.block_until_ready(compiled_or_eager(compiled, eager, call_args)),
-                             key=key)
+        return deadline.call(lambda: jax.block_until_ready(
+            compiled_or_eager(compiled, deadline.unless_stopped(eager), call_args)), key=key)
 
     def _compiled_ahead(self, program, call_args, check, key):
         """A thunk running the compiled program, or None where the call must run eagerly."""

@@ -92,6 +92,7 @@ class Deadline:
         self._hung: dict = {}
         # Worker threads that could not be stopped (compiled loops), still running.
         self._left_behind: list[threading.Thread] = []
+        self._stopping: set[int] = set()  # the worker threads being stopped, by ident
 
     @property
     def left_running(self) -> bool:
@@ -157,8 +158,20 @@ class Deadline:
                 del error
         return outcome.get("value")
 
+    def unless_stopped(self, function):
+        """`function` for a second attempt inside one call (the eager run after a compiled
+        program failed): refused once the deadline is stopping the call, whose first attempt
+        failed because it was stopped, so the hang does not start again inside the stop."""
+        def attempt(*args, **kwargs):
+            if threading.get_ident() in self._stopping:
+                raise _Stop()
+            return function(*args, **kwargs)
+
+        return attempt
+
     def _stop(self, worker: threading.Thread, grace: float) -> bool:
         """Stop a graded call's thread; whether it is still running (it is then left behind)."""
+        self._stopping.add(worker.ident)
         jax_internals.abort_tpu_interpreter()
         worker.join(1.0)
         if worker.is_alive() and grace > 0:
@@ -167,6 +180,8 @@ class Deadline:
         still_running = worker.is_alive()
         if still_running:
             self._left_behind.append(worker)
+        else:
+            self._stopping.discard(worker.ident)
         jax_internals.forget_abandoned_calls()
         return still_running
 

@@ -28,7 +28,8 @@ def deadline_message(display: str, error: deadline.DeadlineExceeded) -> str:
             f"signal), a loop (pl.loop, lax.while_loop) that never ends, or a computation that runs "
             f"longer than {error.seconds:g} s.",
         ]
-    waits = jax_internals.summary_lines(error.waits)
+    # A repeated report's call was not run: the waits it carries are the first call's, of another case.
+    waits = [] if error.repeated else jax_internals.summary_lines(error.waits)
     if waits:
         lines.append("  What the simulated devices were doing:")
         lines.extend(f"    {line}" for line in waits)

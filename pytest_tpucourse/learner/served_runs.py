@@ -111,17 +111,18 @@ def backend_options(config) -> dict:
 
 
 def answer_before_exit(answer) -> None:
-    """(The warm process) `answer(code)` tells the client its run's exit code; None: no run."""
+    """(The warm process) `answer(code, why)` tells the client its run's exit code and logs why the
+    process ends with it; None: no run."""
     global _answer_before_exit
     _answer_before_exit = answer
 
 
-def before_process_exit(code: int) -> None:
-    """A run is about to end its process (os._exit: a graded call still running): a warm
-    process tells its client the exit code first, as the client would have had it."""
+def before_process_exit(code: int, why: str) -> None:
+    """A run is about to end its process (os._exit: a graded call still running, `why`): a warm
+    process tells its client the exit code first, as the client would have had it, and logs the run."""
     if _answer_before_exit is not None:
         try:
-            _answer_before_exit(code)
+            _answer_before_exit(code, why)
         except OSError:
             pass
 

@@ -189,9 +189,11 @@ class WarmProcess:
         except OSError:
             pass
         reasons = self.after_run(code)  # the client has its answer: the rest is off its clock
-        log(self.root, f"run {self.runs}: pytest {' '.join(request['args'])} exited {code}"
-            + (f"; this process ends: {'; '.join(reasons)}" if reasons else ""))
+        log(self.root, self._run_line(request, code) + (f"; this process ends: {'; '.join(reasons)}" if reasons else ""))
         return bool(reasons)
+
+    def _run_line(self, request: dict, code: int) -> str:
+        return f"run {self.runs}: pytest {' '.join(request['args'])} exited {code}"
 
     def between_runs(self) -> None:
         """What the next run is checked against, taken while no run waits: the checkout's modules
@@ -215,8 +217,14 @@ class WarmProcess:
         linecache.checkcache()
         interrupts = _Interrupts(connection)
         code = 3
+        def answer_and_end(exit_code: int, why: str) -> None:  # the run ends this process itself
+            try:
+                send_message(connection, {"exit": exit_code})
+            finally:
+                log(self.root, f"{self._run_line(request, exit_code)}; this process ends: {why}")
+
         with _terminal(fds, request.get("encodings")):
-            served_runs.answer_before_exit(lambda exit_code: send_message(connection, {"exit": exit_code}))
+            served_runs.answer_before_exit(answer_and_end)
             try:
                 started = {k: v for k, v in os.environ.items() if self.environ_at_start.get(k) != v}
                 os.environ.clear()

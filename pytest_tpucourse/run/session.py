@@ -193,7 +193,9 @@ class CourseSession:
 
             sys.stdout.flush()
             sys.stderr.flush()
-            served_runs.before_process_exit(int(self.exitstatus))
+            why = ("a graded call that passed its deadline is still running (a kernel or loop that could not "
+                   "be stopped)" if self.grading.deadline.left_running else f"threads still running: {', '.join(left)}")
+            served_runs.before_process_exit(int(self.exitstatus), why)
             os._exit(int(self.exitstatus))
 
     def take_worker_output(self, output: dict) -> None:

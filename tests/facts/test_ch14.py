@@ -7,6 +7,7 @@ from __future__ import annotations
 import contextlib
 import inspect
 import io
+import re
 import warnings
 
 import jax
@@ -19,24 +20,29 @@ from jax.experimental.pallas import tpu as pltpu
 from jax.sharding import NamedSharding
 from jax.sharding import PartitionSpec as P
 
+from pytest_tpucourse.core import jax_internals
 from pytest_tpucourse.readers import mosaic, traced_program
 
-from .toolchain import compiler, course_file, for_this_jax, interpreted, tpu_interpret
+from .toolchain import compiler, course_file, for_this_jax, interpreted, refusal, tpu_interpret
 
 S = jax.ShapeDtypeStruct
 
 
-def ring_permute(x, mesh, params, *, handshake, **copy_options):
-    """Each device's shard to its right neighbour by one remote DMA, with or without its own barrier."""
+def ring_permute(x, mesh, params, *, handshake, left=None, right=None, **copy_options):
+    """Each device's shard to its right neighbour by one remote DMA, with or without its own barrier.
+    left, right: the neighbours as functions of (me, n), in place of lax.rem(me + n - 1, n) and
+    lax.rem(me + 1, n)."""
     n = mesh.devices.size
+    left = left or (lambda me, n: lax.rem(me + n - 1, n))
+    right = right or (lambda me, n: lax.rem(me + 1, n))
 
     def kernel(x_ref, o_ref, send, recv):
         me = lax.axis_index("x")
         if handshake:
             barrier = pltpu.get_barrier_semaphore()
-            pl.semaphore_signal(barrier, 1, device_id=(lax.rem(me + n - 1, n),))
+            pl.semaphore_signal(barrier, 1, device_id=(left(me, n),))
             pl.semaphore_wait(barrier, 1)
-        copy = pltpu.make_async_remote_copy(x_ref, o_ref, send, recv, device_id=(lax.rem(me + 1, n),), **copy_options)
+        copy = pltpu.make_async_remote_copy(x_ref, o_ref, send, recv, device_id=(right(me, n),), **copy_options)
         copy.start()
         copy.wait()
 
@@ -65,6 +71,52 @@ def test_mesh_coordinates_are_the_default_device_ids_and_jax_0_12_deprecates_nam
 
 def test_lax_rem_of_a_negative_number_is_negative():
     assert int(lax.rem(jnp.int32(-1), jnp.int32(8))) == -1
+
+
+def test_tpu_interpret_mode_reads_a_negative_device_id_as_a_python_index(mesh):
+    """lax.rem(me - 1, n) is -1 on device 0: TPU interpret mode signals device n - 1 for it, so the
+    permute's values come out right; a copy into device -1 looks up a buffer keyed by -1 and fails."""
+    ring = mesh(4)
+    x = jnp.arange(32 * 128, dtype=jnp.float32).reshape(32, 128)
+    params = pltpu.CompilerParams(collective_id=0)
+    def permute(**neighbour):
+        return jax.jit(lambda x: ring_permute(x, ring, params, handshake=True, **neighbour))(x)
+
+    with interpreted(tpu_interpret()):
+        signalled = permute(left=lambda me, n: lax.rem(me - 1, n))
+        np.testing.assert_array_equal(np.asarray(signalled), np.roll(np.asarray(x), 8, axis=0))
+    try:
+        with interpreted(tpu_interpret(dma_execution_mode="eager")), pytest.raises(Exception, match=r"\('hbm', \d+, -1, 0\)"):
+            # to the left, the barrier signalled to the right (the device that writes into me)
+            jax.block_until_ready(permute(right=lambda me, n: lax.rem(me - 1, n), left=lambda me, n: lax.rem(me + 1, n)))
+    finally:  # the other devices' threads fail after device 0's: their errors must not reach the next kernel
+        jax_internals.forget_abandoned_calls()
+
+
+def resident_matmul(x, w, mesh, params):
+    """x @ w with w split by columns over the ring and each chip's w_j whole in VMEM (no grid)."""
+    def kernel(x_ref, w_ref, o_ref):
+        o_ref[...] = jnp.dot(x_ref[...], w_ref[...], preferred_element_type=jnp.float32)
+
+    def per_device(x, w):
+        return pl.pallas_call(kernel, out_shape=S((x.shape[0], w.shape[1]), jnp.float32), compiler_params=params)(x, w)
+
+    return jax.shard_map(per_device, mesh=mesh, in_specs=(P(), P(None, "x")), out_specs=P(None, "x"),
+                         check_vma=False)(x, w)
+
+
+def test_held_to_16_mib_the_v5e_compiler_refuses_a_kernel_whose_w_j_alone_is_20_mib(mesh):
+    """The interpreter does not model VMEM; the compiler counts it, and raising vmem_limit_bytes lets
+    the same kernel compile (the collective matmul's compile check, at its size: 4 chips, f32 w_j
+    (128, 40960))."""
+    ring = mesh(4)
+    x = S((32, 128), jnp.float32, sharding=NamedSharding(ring, P()))
+    w = S((128, 4 * 40960), jnp.float32, sharding=NamedSharding(ring, P(None, "x")))
+    compile_for = compiler()
+    refused = refusal(lambda x, w: resident_matmul(x, w, ring, pltpu.CompilerParams()), x, w)
+    assert refused is not None and refused.code == "E1001" and "over the compiler's limit of 16.00 MiB" in str(refused), refused
+    assert float(re.search(r"needs ([\d.]+) MiB", str(refused)).group(1)) > 20.0
+    compile_for(lambda x, w: resident_matmul(x, w, ring, pltpu.CompilerParams(vmem_limit_bytes=64 * 2 ** 20)), x, w)
 
 
 def kernel_primitives(eqn) -> list[str]:
