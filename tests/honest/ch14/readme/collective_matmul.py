@@ -50,6 +50,9 @@ def all_gather_matmul(x: jax.Array, w: jax.Array, *, mesh: jax.sharding.Mesh,
     if m % n or cols % n:
         raise ValueError(f"M={m} and N={cols} must divide by {n} devices")
     rows = m // n
+    itemsize = jnp.dtype(x.dtype).itemsize
+    vmem = (2 * rows * k + k * (cols // n) + m * (cols // n)) * itemsize + rows * (cols // n) * 4
+    vmem_limit = min(max(16 * 2**20, int(vmem * 1.25)), 100 * 2**20)  # raise the default limit when needed
 
     def per_device(x_shard, w_shard):
         out = pl.pallas_call(
@@ -58,7 +61,7 @@ def all_gather_matmul(x: jax.Array, w: jax.Array, *, mesh: jax.sharding.Mesh,
             scratch_shapes=[pltpu.VMEM((2, rows, k), x.dtype), pltpu.SemaphoreType.DMA,
                             pltpu.SemaphoreType.DMA((n - 1,)), pltpu.SemaphoreType.DMA((n - 1,)),
                             pltpu.SemaphoreType.REGULAR],
-            compiler_params=pltpu.CompilerParams(collective_id=0),
+            compiler_params=pltpu.CompilerParams(collective_id=0, vmem_limit_bytes=vmem_limit),
         )(x_shard, w_shard)
         return out.reshape(m, cols // n)
 
