@@ -81,3 +81,8 @@ def test_docs_tpu_shows_the_latest_runs_of_the_file():
     assert bad == []
     text = (REPO / device_runs.DOCS).read_text(encoding="utf-8")
     assert device_runs.docs_with_table(text, runs) == text, "python bench/device_runs.py writes docs/tpu.md's table"
+
+
+def test_a_commit_the_local_git_does_not_hold_is_taken_as_stated(capsys):
+    script._check_commit("f" * 40)  # a copy sent with a .git older than its files: nothing to check, no refusal
+    assert "does not hold ffffffffff" in capsys.readouterr().err

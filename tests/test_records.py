@@ -300,12 +300,20 @@ def test_a_copy_of_the_checkout_without_git_records_the_commit_it_is_told_and_sa
     assert provenance.stated_commit() == (None, None)
     assert provenance.provenance("tpu", "TPU v5 lite", copy, "solutions", {}).git_commit is None
     monkeypatch.setenv(provenance.COMMIT_VARIABLE, "b" * 40)
-    from .support import REPO
-
-    if provenance.git_state(REPO)[0] is None:  # this copy of the course has no git of its own to ask
-        return
-    in_git = provenance.provenance("tpu", "TPU v5 lite", REPO, "solutions", {})
-    assert in_git.git_commit != "b" * 40 and not in_git.commit_stated  # git's own answer wins
+    repo = tmp_path / "repo"  # a checkout with git of its own
+    repo.mkdir()
+    (repo / "kernel.py").write_text("v = 1\n")
+    for command in (["init", "-q"], ["add", "kernel.py"],
+                    ["-c", "user.name=t", "-c", "user.email=t@t", "commit", "-q", "-m", "one"]):
+        subprocess.run(["git", *command], cwd=repo, check=True, capture_output=True)
+    in_git = provenance.provenance("tpu", "TPU v5 lite", repo, "solutions", {})
+    assert in_git.git_commit != "b" * 40 and not in_git.commit_stated  # a clean tree at HEAD: git's answer
+    (repo / "kernel.py").write_text("v = 2\n")  # a copy whose .git is older than its files
+    sent = provenance.provenance("tpu", "TPU v5 lite", repo, "solutions", {})
+    assert (sent.git_commit, sent.git_dirty, sent.commit_stated) == ("b" * 40, False, True)
+    monkeypatch.delenv(provenance.COMMIT_VARIABLE)
+    unsaid = provenance.provenance("tpu", "TPU v5 lite", repo, "solutions", {})
+    assert unsaid.git_commit == in_git.git_commit and unsaid.git_dirty and not unsaid.commit_stated
     run = gate_run(tmp_path, gate=1)
     run.provenance = stated
     slot = criteria.gate(1).criterion("correct").slots[0]

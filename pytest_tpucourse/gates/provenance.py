@@ -6,8 +6,9 @@ is named by a label, and `core.paths.shown_in_text` strips the course root and t
 free text before it lands in a row.
 
 The commit is the checkout's HEAD, flagged dirty when tracked files differ from it. A copy of the
-checkout made without its .git (a machine the tree was sent to) cannot read it: there the commit
-is the one TPUCOURSE_GIT_COMMIT states ("<sha>", or "<sha>-dirty" as `git describe --dirty`
+checkout made without its .git (a machine the tree was sent to), or with a .git older than its files
+(HEAD another commit than TPUCOURSE_GIT_COMMIT states, and the tree differing from it), cannot read
+it: there the commit is the one TPUCOURSE_GIT_COMMIT states ("<sha>", or "<sha>-dirty" as `git describe --dirty`
 marks a changed tree), and the rows say it was stated. Either way `code_at_commit` lets a reader
 with the repository check that the commit holds the code whose hashes a row names.
 """
@@ -52,12 +53,20 @@ def provenance(platform: str, device_kind: str, root: Path, tree: str, modules: 
     import jaxlib
 
     commit, dirty = git_state(root)
-    stated = commit is None and stated_commit() != (None, None)
+    stated = _stated_wins(commit, dirty, stated_commit()[0])
     if stated:
         commit, dirty = stated_commit()
     return Provenance(platform=platform, device_kind=device_kind, jax=jax.__version__,
                       jaxlib=jaxlib.__version__, libtpu=libtpu_version(), git_commit=commit,
                       git_dirty=dirty, tree=tree, modules=dict(modules), commit_stated=stated)
+
+
+def _stated_wins(head: str | None, dirty: bool | None, stated: str | None) -> bool:
+    """Whether the commit TPUCOURSE_GIT_COMMIT states is the row's rather than git's own answer: where
+    there is no git, or where the checkout's git is not the tree's (its HEAD another commit and the
+    tree differing from it: a copy sent with a .git older than its files). A clean tree at HEAD is
+    HEAD's, whatever is stated."""
+    return stated is not None and (head is None or (head != stated and bool(dirty)))
 
 
 def tree_label(kind: str, tree_root: Path, course_root: Path) -> str:
