@@ -59,10 +59,10 @@ WORKED = (  # (shape, dtype, tiling, vregs, elements over slots)
 
 @pytest.mark.parametrize("shape, dtype, tiling, count, used", WORKED, ids=lambda v: str(v))
 def test_worked_cases(impl, shape, dtype, tiling, count, used):
-    got = impl.vregs.vregs(shape, dtype, tiling)
+    got = impl.vregs.vregs(shape, dtype, tiling=tiling)
     display = impl.vregs.vregs.display
     assert got == count, f"{display}: vregs({shape}, {dtype!r}, {tiling}) returned {got!r}, expected {count}"
-    waste = impl.vregs.padding_waste(shape, dtype, tiling)
+    waste = impl.vregs.padding_waste(shape, dtype, tiling=tiling)
     assert math.isclose(waste, float(1 - used), rel_tol=0, abs_tol=1e-12), (
         f"{impl.vregs.padding_waste.display}: padding_waste({shape}, {dtype!r}, {tiling}) returned "
         f"{waste!r}, expected 1 - {used} = {float(1 - used)!r}")
@@ -75,10 +75,10 @@ def test_worked_cases(impl, shape, dtype, tiling, count, used):
 def test_against_an_enumeration_of_where_each_element_lands(impl, value):
     shape, dtype, tiling = value
     want = enumerated_vregs(shape, dtype, tiling)
-    got = impl.vregs.vregs(shape, dtype, tiling)
+    got = impl.vregs.vregs(shape, dtype, tiling=tiling)
     assert got == want, f"{impl.vregs.vregs.display}: vregs({shape}, {dtype!r}, {tiling}) returned {got!r}, expected {want}"
     slots = want * 1024 * packing(dtype)
-    waste = impl.vregs.padding_waste(shape, dtype, tiling)
+    waste = impl.vregs.padding_waste(shape, dtype, tiling=tiling)
     assert math.isclose(waste, float(1 - Fraction(math.prod(shape), slots)), rel_tol=0, abs_tol=1e-12), (
         f"{impl.vregs.padding_waste.display}: padding_waste({shape}, {dtype!r}, {tiling}) returned {waste!r}")
 

@@ -57,6 +57,7 @@ def test_backward_lowers_for_tpu(impl, dtype):
 @example(cfg=SQUARE, causal=True, dtype="bfloat16", scale=None, blocks=BLOCKS, seed=0)
 @example(cfg=WIDE, causal=False, dtype="float32", scale=0.3, blocks=KV_TWICE_Q, seed=0)
 @example(cfg=TALL, causal=True, dtype="float32", scale=None, blocks=BLOCKS, seed=1)
+@example(cfg=SQUARE, causal=False, dtype="bfloat16", scale=0.3, blocks=Q_TWICE_KV, seed=2)
 def test_grads_match_reference(impl, cfg, causal, dtype, scale, blocks, seed):
     """dq, dk and dv each against the float64 oracle's VJP, bf16 and f32, causal or not."""
     check_grads(impl, dataclasses.replace(cfg, causal=causal, dtype=dtype), seed, scale=scale,

@@ -61,6 +61,16 @@ def test_grads_match_oracle(impl, case):
     check_grads(impl, case, SLIDING_WINDOW)
 
 
+def test_grads_take_their_scale(impl):
+    """An explicit scale (0.3), every profile: dq, dk and dv all carry it."""
+    case = capstone._window_case("an explicit scale, 0.3", 256, 256, 64, "float32", 128, 64, 160)
+    q, k, v = case.arrays(0)
+    checks.assert_grads_match(
+        impl.backward.window_attention, (q, k, v), kwargs=dict(blocks=_blocks(impl, case), window=160, scale=0.3),
+        reference=SLIDING_WINDOW.bind(window=160, scale=0.3), argnames=("dq", "dk", "dv"), seed=0,
+        note=f"q, k, v = capstone case ({case}).arrays(0)")
+
+
 def test_grads_manifest_cases(impl):
     """Every further case the manifest marks `grads = true`, against its own oracle."""
     manifest = impl.manifest.manifest()

@@ -50,6 +50,19 @@ def test_forward_matches_oracle(impl, case):
     check_forward(impl, case, references.SLIDING_WINDOW_ATTENTION_WITH_LSE)
 
 
+# An explicit scale (not the default 1/sqrt(D)), every profile: a kernel that ignores it is off by
+# the difference in temperature. Blocks (128, 64), window 160: a band of 2-4 kv blocks a q block.
+SCALED = capstone._window_case("an explicit scale, 0.3", 256, 256, 64, "float32", 128, 64, 160)
+
+
+def test_forward_takes_its_scale(impl):
+    q, k, v = SCALED.arrays(0)
+    checks.assert_matches_reference(
+        impl.forward.window_forward, (q, k, v), kwargs=dict(blocks=_blocks(impl, SCALED), window=160, scale=0.3),
+        reference=references.SLIDING_WINDOW_ATTENTION_WITH_LSE.bind(window=160, scale=0.3), names=("out", "lse"),
+        note=f"q, k, v = capstone case ({SCALED}).arrays(0)")
+
+
 def test_forward_manifest_cases(impl):
     """Every further case the manifest enumerates, against the manifest's own oracle."""
     manifest = impl.manifest.manifest()
