@@ -68,7 +68,10 @@ def test_grads_take_their_scale(impl):
     checks.assert_grads_match(
         impl.backward.window_attention, (q, k, v), kwargs=dict(blocks=_blocks(impl, case), window=160, scale=0.3),
         reference=SLIDING_WINDOW.bind(window=160, scale=0.3), argnames=("dq", "dk", "dv"), seed=0,
-        note=f"q, k, v = capstone case ({case}).arrays(0)")
+        # against the oracle only: the custom_vjp's agreement with its own forward is checked on the
+        # f32 cases above; here numerical differentiation of a correct forward is 0.025 off (honest
+        # kernels, tests/honest/ch15), over check_grads' 0.01
+        check_custom_vjp=False, note=f"q, k, v = capstone case ({case}).arrays(0)")
 
 
 def test_grads_manifest_cases(impl):
