@@ -110,7 +110,7 @@ class FakeStore:
 def gate_run(tmp_path, gate=3, platform="tpu", device_kind=V5E_KIND, chip="v5e", seconds=None,
              harness=None, marker_cost=None, tree="exercises", kernels_native=False,
              interpret_requested=False, devices=1, live_device=None, modules=None, tree_root=None,
-             rehearsal=None, sweeps_path=None, resweep=False, jax="0.10.2") -> GateRun:
+             rehearsal=None, sweeps_path=None, resweep=False, jax="0.10.2", unconfirmed=()) -> GateRun:
     """A GateRun writing to tmp_path/r.jsonl, judged by the real thresholds, timed by a fake."""
     context = GateContext(registry=chips.ChipRegistry(), chip=chips.get_chip(chip),
                           device=DeviceFacts(platform, device_kind, devices),
@@ -121,7 +121,7 @@ def gate_run(tmp_path, gate=3, platform="tpu", device_kind=V5E_KIND, chip="v5e",
         context, gate=gate, chapter=criteria.gate(gate).chapter, test_id="t::gate",
         provenance=Provenance(platform, device_kind, jax, "0.10.2", None, None, None, tree, modules or {}),
         harness=harness or FakeHarness(seconds or {}), store=FakeStore(), marker_cost=marker_cost,
-        live_device=live_device, tree_root=tree_root)
+        live_device=live_device, tree_root=tree_root, unconfirmed=unconfirmed)
 
 
 def make_record(**kw) -> rec.Record:

@@ -80,3 +80,98 @@ def test_a_gate_that_judges_own_work_needs_the_programs_to_check(tmp_path):
     slot = criteria.gate(3).criterion("correct").slots[0]
     with pytest.raises(ValueError, match="gate 03 judges the learner's own kernel: pass work="):
         run.verify("correct", slot.op, slot.shapes, slot.dtype, check=lambda: None)
+
+
+# ------------------------------------------------------------ confirmed by the trusted check
+
+
+def _own_copy_kernel(tree_root: Path):
+    """A Pallas copy defined in a module of `tree_root`: the graded tree's own kernel."""
+    import importlib.util
+
+    module = tree_root / "own_copy.py"
+    module.write_text("import jax\nfrom jax.experimental import pallas as pl\n\n"
+                      "def _copy(x_ref, o_ref):\n    o_ref[...] = x_ref[...]\n\n"
+                      "def copy(x):\n    return pl.pallas_call(_copy, out_shape=jax.ShapeDtypeStruct(x.shape, x.dtype),"
+                      " interpret=True)(x)\n")
+    spec = importlib.util.spec_from_file_location("own_copy_for_confirmation", module)
+    loaded = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(loaded)
+    return loaded.copy
+
+
+@pytest.mark.parametrize("platform, counts", [("tpu", True), ("cpu", False)])
+def test_an_unconfirmed_kernel_is_not_the_learners_on_the_chip(tmp_path, platform, counts):
+    """On the chip a gate times the learner's kernel only once `tpucourse confirm` agreed on its
+    bytes; off the chip nothing is measured, so nothing waits on it."""
+    import jax.numpy as jnp
+
+    copy = _own_copy_kernel(tmp_path)
+    why = "exercises/ch13/forward.py: the trusted check has not confirmed it; run `tpucourse confirm ch13` first"
+    where = {} if platform == "tpu" else {"device_kind": "cpu"}
+    run = gate_run(tmp_path, gate=3, platform=platform, kernels_native=platform == "tpu", tree_root=tmp_path,
+                   unconfirmed=(why,), **where)
+    slot = criteria.gate(3).criterion("correct").slots[0]
+    x = jnp.ones((8, 128), jnp.float32)
+    result = run.verify("correct", slot.op, slot.shapes, slot.dtype, check=lambda: None,
+                        work=[own_work.of_call(copy, (x,), flops=0.0, what="flash_forward()")])
+    assert (result.status == "fail") is counts
+    assert (why in result.message) is counts
+    confirmed = gate_run(tmp_path, gate=3, kernels_native=True, tree_root=tmp_path).verify(
+        "correct", slot.op, slot.shapes, slot.dtype, check=lambda: None,
+        work=[own_work.of_call(copy, (x,), flops=0.0, what="flash_forward()")])
+    assert confirmed.status == "pass"
+
+
+def test_the_confirmation_names_the_bytes_it_judged(tmp_path):
+    from pytest_tpucourse.learner import state
+
+    assert state.why_not_confirmed(state.read(tmp_path), "ch11.matmul", "ab" * 32) == \
+        "the trusted check has not confirmed it"
+    state.record_confirmations(tmp_path, {"ch11.matmul": {"verdict": "agrees", "cases": 3},
+                                          "ch11.fused_matmul": {"verdict": "disagrees", "reason": "off at 256x384"}},
+                               {"ch11.matmul": "ab" * 32, "ch11.fused_matmul": "cd" * 32}, "tpucourse confirm")
+    data = state.read(tmp_path)
+    assert state.why_not_confirmed(data, "ch11.matmul", "ab" * 32) is None
+    assert "other bytes" in state.why_not_confirmed(data, "ch11.matmul", "ef" * 32)
+    assert state.why_not_confirmed(data, "ch11.fused_matmul", "cd" * 32) == \
+        "the trusted check disagrees: off at 256x384"
+    data["confirmed"]["ch11.fused_matmul"]["verdict"] = "agrees"  # written by hand: the seal no longer holds
+    assert state.why_not_confirmed(data, "ch11.fused_matmul", "cd" * 32) == "the trusted check has not confirmed it"
+
+
+def test_a_gate_run_on_the_chip_names_the_learners_unconfirmed_kernels(tmp_path):
+    """run/gate_tests.py reads the state for the bytes the run imported, for the learner's tree only."""
+    from types import SimpleNamespace
+
+    from pytest_tpucourse.core.course import load_course
+    from pytest_tpucourse.learner import state
+    from pytest_tpucourse.run.gate_tests import _unconfirmed_kernels
+
+    course = load_course(HERE.parent)
+    chapter = tmp_path / "exercises" / "ch11"
+    chapter.mkdir(parents=True)
+    for name in ("matmul", "fused_matmul"):
+        (chapter / f"{name}.py").write_text(f"# {name}\n")
+    imported = {str((chapter / "matmul.py").resolve()): "11" * 32}  # the bytes the run imported
+
+    def session(learners=True, accelerator=True):
+        return SimpleNamespace(
+            tree=SimpleNamespace(is_learners=learners, chapter_dir=lambda chapter_id: tmp_path / "exercises" / chapter_id),
+            gates=SimpleNamespace(on_accelerator=accelerator, rehearsal=None),
+            course=SimpleNamespace(root=tmp_path, exercise=course.exercise),
+            grading=SimpleNamespace(imported=imported))
+
+    assert _unconfirmed_kernels(session(), 1) == tuple(
+        f"exercises/ch11/{name}.py: the trusted check has not confirmed it; run `tpucourse confirm ch11` first"
+        for name in ("matmul", "fused_matmul"))
+    state.record_confirmations(tmp_path, {"ch11.matmul": {"verdict": "agrees"}, "ch11.fused_matmul": {"verdict": "agrees"}},
+                               {"ch11.matmul": "11" * 32,
+                                "ch11.fused_matmul": state.file_digest(chapter / "fused_matmul.py")}, "tpucourse confirm")
+    assert _unconfirmed_kernels(session(), 1) == ()
+    imported[str((chapter / "matmul.py").resolve())] = "22" * 32  # edited after it was confirmed
+    [why] = _unconfirmed_kernels(session(), 1)
+    assert why.startswith("exercises/ch11/matmul.py: the trusted check confirmed other bytes")
+    assert _unconfirmed_kernels(session(learners=False), 1) == ()  # --solutions, --impl-root: no state of theirs
+    assert _unconfirmed_kernels(session(accelerator=False), 1) == ()  # nothing measured off the chip
+    assert _unconfirmed_kernels(session(), 0) == ()  # gate 00 times XLA, not the learner

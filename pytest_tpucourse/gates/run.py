@@ -81,7 +81,7 @@ class GateRun:
 
     def __init__(self, context: GateContext, *, gate: int, chapter: str, test_id: str, provenance: Provenance,
                  harness=None, store=None, marker_cost: Cost | None = None, live_device=None,
-                 tree_root: Path | None = None):
+                 tree_root: Path | None = None, unconfirmed: tuple[str, ...] = ()):
         self.context = context  # what every gate test of the run shares: chip, device, where rows go
         self.gate = context.gates[gate]  # from the thresholds captured when the run started
         self.chapter = chapter
@@ -94,6 +94,9 @@ class GateRun:
         self.tree_root = tree_root  # the graded tree: a gate's kernel must be defined in it
         self.results: list[GateResult] = []
         self._off_chip_because: str | None = None  # inside devices(): checked off the chip, and why
+        # The learner's gate kernels the trusted check has not confirmed for the bytes this run
+        # imports, and why: on the chip they are not timed as the learner's (docs/earned.md).
+        self.unconfirmed = tuple(unconfirmed)
 
     # The run's shared facts, read from its GateContext.
     chip = property(lambda self: self.context.chip)
@@ -145,7 +148,10 @@ class GateRun:
         """What shows these programs are not the graded tree's own kernels doing the op."""
         if not self.gate.times_own_kernel or self.tree_root is None:
             return []
-        return own_work.find(works, self.tree_root, self.root)
+        found = own_work.find(works, self.tree_root, self.root)
+        if self.device.is_accelerator and self.rehearsal is None:  # a measured row: its code was judged outside
+            found += list(self.unconfirmed)
+        return found
 
     def _timed_kernel_work(self, fn, args, cost: Cost, what: str = "the timed kernel") -> own_work.Work:
         return own_work.of_call(fn, args, flops=cost.flops, what=what)

@@ -301,5 +301,18 @@ def confirmation(course_root: Path, data: dict, exercise) -> tuple[Confirmation,
     return Confirmation.OWN_RUN, ""
 
 
+def why_not_confirmed(data: dict, key: str, module_sha256: str | None) -> str | None:
+    """Why the trusted check has not confirmed these bytes of exercise `key` (None: it agreed on
+    exactly them). A gate on the chip times a learner's kernel only once it is confirmed."""
+    checked = data.get("confirmed", {}).get(key)
+    if not isinstance(checked, dict) or checked.get("seal") != seal(key, checked):
+        return "the trusted check has not confirmed it"
+    if module_sha256 is None or checked.get("module_sha256") != module_sha256:
+        return "the trusted check confirmed other bytes of it (it was edited since)"
+    if checked.get("verdict") != "agrees":
+        return f"the trusted check disagrees: {checked.get('reason') or 'no reason kept'}"
+    return None
+
+
 def hints_shown(data: dict, key: str) -> int:
     return int(data["hints"].get(key, 0))

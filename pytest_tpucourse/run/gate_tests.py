@@ -21,6 +21,7 @@ from ..gates.rehearsal import KeptFromBenchmark
 from ..gates.run import GateRun
 from ..grading import backend
 from ..grading.tree import Implementation
+from ..learner import state
 from .options import OPTIONS
 from .session import GATE_RESULTS, SESSION, CourseSession, run_chip
 
@@ -86,7 +87,33 @@ def _gate_run(session: CourseSession, item: pytest.Item, path: Path, store) -> G
     return GateRun(gates, gate=number, chapter=chapter_id, test_id=item.nodeid,
                    provenance=provenance(gates.platform, gates.device_kind, session.course.root, label, modules),
                    harness=session.harness, store=store, marker_cost=markers.roofline_cost(item),
-                   live_device=backend.device_facts, tree_root=session.tree.root)
+                   live_device=backend.device_facts, tree_root=session.tree.root,
+                   unconfirmed=_unconfirmed_kernels(session, number))
+
+
+def _unconfirmed_kernels(session: CourseSession, number: int) -> tuple[str, ...]:
+    """On the chip, for the learner's own exercises/: each module of the gate's kernels that the
+    trusted check (`tpucourse confirm`) has not confirmed for the bytes this run imports, and why.
+    Their own run's process could lie about what it computes; the confirmation was judged outside it."""
+    judged = gate(number)
+    if not (judged.times_own_kernel and session.tree.is_learners and session.gates.on_accelerator
+            and session.gates.rehearsal is None):
+        return ()
+    try:
+        data = state.read(session.course.root)
+    except state.CorruptState as error:
+        return (f"the state file cannot be read ({error})",)
+    found = []
+    for module in dict.fromkeys(kernel.partition(".")[0] for kernel in judged.kernels):
+        exercise = session.course.exercise(f"{judged.chapter}.{module}")
+        if exercise is None:
+            continue
+        path = Path(session.tree.chapter_dir(judged.chapter)) / f"{module}.py"
+        digest = session.grading.imported.get(str(path.resolve())) or state.file_digest(path)
+        why = state.why_not_confirmed(data, exercise.key, digest)
+        if why:
+            found.append(f"{exercise.module_path}: {why}; run `tpucourse confirm {judged.chapter}` first")
+    return tuple(found)
 
 
 def _imported_hashes(session: CourseSession, chapter_id: str, label: str) -> dict[str, str]:
