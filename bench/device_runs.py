@@ -3,6 +3,7 @@ bench/device_runs.jsonl (pytest_tpucourse/gates/device_runs.py has the format).
 
     python bench/device_runs.py --commit $(git rev-parse HEAD)                  all four kinds
     python bench/device_runs.py --kinds solutions stubs --commit ...            some of them
+    python bench/device_runs.py --kinds gates --chapters ch13 --budget 480 ...  a slice, in a time limit
     python bench/device_runs.py --dry-run                                       the commands only
 
 Kinds, each one pytest process (one program holds a TPU at a time):
@@ -19,6 +20,12 @@ Each line records the date, the device kind, JAX's and libtpu's versions, the co
 HEAD where it can read git, and a tree with changes) and per chapter passed, failed, skipped and
 seconds, read off pytest's JUnit XML. Logs and JUnit files go to --logs. Then docs/tpu.md's table
 of the latest runs is written again from the file.
+
+A device session may be shorter than the whole: `--chapters` runs a slice (the table takes each
+chapter from the latest line that ran it), and `--budget SECONDS` starts no run once they are spent
+and interrupts one still going at them (pytest's own Ctrl-C: its JUnit file and the gate run's line
+are written, and the line says `stopped`). After a gate run the ceiling sweeps it made on the chip
+join bench/tpu/ceiling-sweeps.jsonl (bench/course_sweeps.py), for later runs to reuse.
 """
 
 from __future__ import annotations
@@ -28,6 +35,7 @@ import datetime
 import os
 import re
 import shutil
+import signal
 import subprocess
 import sys
 import tempfile
@@ -51,8 +59,17 @@ def main(argv=None) -> int:
     parser.add_argument("--out", type=Path, default=REPO / device_runs.PATH)
     parser.add_argument("--logs", type=Path, default=None, help="folder for each run's log and JUnit XML")
     parser.add_argument("--records", type=Path, default=None, help="the gate run's records (default: in --logs)")
+    parser.add_argument("--chapters", nargs="+", default=None, metavar="chNN",
+                        help="only these chapters (a slice of the whole, for a short device session)")
+    parser.add_argument("--budget", type=float, default=None, metavar="SECONDS",
+                        help="start no run after this many seconds, and interrupt one still going then")
     parser.add_argument("--dry-run", action="store_true", help="print the commands; run and write nothing")
     args = parser.parse_args(argv)
+    if args.chapters:
+        unknown = [c for c in args.chapters if not (REPO / "exercises" / c).is_dir()]
+        if unknown:
+            parser.error(f"--chapters: no exercises/ folder for {', '.join(unknown)}")
+    deadline = None if args.budget is None else time.monotonic() + args.budget
     logs = args.logs or Path(tempfile.mkdtemp(prefix="tpucourse-device-runs-"))
     logs.mkdir(parents=True, exist_ok=True)
     commit = args.commit or _git_head()
@@ -66,11 +83,15 @@ def main(argv=None) -> int:
             print("+", " ".join(command), f"(in {cwd})" if cwd != REPO else "", flush=True)
             if args.dry_run:
                 continue
+            left = None if deadline is None else deadline - time.monotonic()
+            if left is not None and left < MINIMUM_RUN:
+                print(f"{name}: not started, {args.budget:.0f} s budget spent", flush=True)
+                continue
             junit = logs / f"{name}.xml"
             started = time.monotonic()
             with open(logs / f"{name}.log", "wb") as log:
-                code = subprocess.call([*command, f"--junitxml={junit}"], cwd=cwd, stdout=log,
-                                       stderr=subprocess.STDOUT, env=_environment(commit))
+                code, stopped = run_within([*command, f"--junitxml={junit}"], left, cwd=cwd, stdout=log,
+                                           stderr=subprocess.STDOUT, env=_environment(commit))
             seconds = time.monotonic() - started
             chapters = chapter_counts(junit, stubs=kind == "stubs")
             if kind != device_runs.GATES:  # a gate run adds its own line (run/gate_progress.py)
@@ -78,8 +99,12 @@ def main(argv=None) -> int:
                     date=datetime.datetime.now(datetime.timezone.utc).isoformat(timespec="seconds"),
                     device_kind=facts["device_kind"], jax=facts["jax"], libtpu=facts["libtpu"], commit=commit,
                     kind=kind, seconds=round(seconds, 1), chapters=chapters,
-                    variant=name.split("-", 1)[1] if kind == "honest" else None))
-            print(f"{name}: exit {code}, {seconds:.0f} s; " + ", ".join(
+                    variant=name.split("-", 1)[1] if kind == "honest" else None,
+                    stopped=f"interrupted at the {args.budget:.0f} s budget" if stopped else None))
+            else:
+                _keep_the_runs_sweeps(cwd)
+            print(f"{name}: exit {code}{' (interrupted: budget spent)' if stopped else ''}, {seconds:.0f} s; "
+                  + ", ".join(
                 f"{c} {v['passed']}/{v['failed']}/{v['skipped']}" + (f" ({v['not_todo']} not TODO)"
                                                                      if "not_todo" in v else "")
                 for c, v in chapters.items()), flush=True)
@@ -92,32 +117,69 @@ def main(argv=None) -> int:
     return 0
 
 
+MINIMUM_RUN = 30.0  # seconds: less than this left of the budget, a run is not started (start-up alone)
+GRACE = 60.0  # seconds an interrupted pytest gets to write its JUnit file and lines before it is killed
+
+
+def run_within(command: list[str], seconds: float | None, **popen) -> tuple[int, bool]:
+    """Run a pytest command; past `seconds`, interrupt it as Ctrl-C would (pytest then finishes its
+    session: JUnit XML, the gate run's line) and kill it after GRACE. The exit code, and whether it was
+    interrupted."""
+    process = subprocess.Popen(command, **popen)
+    try:
+        return process.wait(timeout=seconds), False
+    except subprocess.TimeoutExpired:
+        process.send_signal(signal.SIGINT)
+        try:
+            return process.wait(timeout=GRACE), True
+        except subprocess.TimeoutExpired:
+            process.kill()
+            return process.wait(), True
+
+
+def _targets(args) -> list[str]:
+    return [f"exercises/{c}" for c in args.chapters] if args.chapters else ["exercises"]
+
+
 def _runs(kind: str, args, logs: Path):
     """(name, command, working directory) of each pytest run of a kind."""
     pytest = [sys.executable, "-m", "pytest", *_plugin_args(), "-p", "no:cacheprovider", "-q", "-rfE",
               "--tb=short"]
     if kind == "solutions":
-        yield kind, [*pytest, "exercises", "--solutions"], REPO
+        yield kind, [*pytest, *_targets(args), "--solutions"], REPO
     elif kind == "stubs":
-        yield kind, [*pytest, "exercises"], REPO
+        yield kind, [*pytest, *_targets(args)], REPO
     elif kind == "gates":
         records = args.records or logs / "gates.records.jsonl"
-        yield kind, [*pytest, "exercises", "--gates", "--solutions", f"--chip={args.chip}",
+        yield kind, [*pytest, *_targets(args), "--gates", "--solutions", f"--chip={args.chip}",
                      f"--records={records}", f"--device-runs={args.out}"], REPO
     else:
-        for variant in honest_variants():
+        for variant in honest_variants(args.chapters):
             course = logs / f"course-{variant}"
-            files = _place_variant(variant, course) if not args.dry_run else [f"exercises/chNN/test_<exercise>.py"]
+            files = (_place_variant(variant, course, args.chapters) if not args.dry_run
+                     else [f"exercises/chNN/test_<exercise>.py"])
             yield f"honest-{variant}", [*pytest, *files, "--jax-cache", str(REPO / ".tpucourse" / "jax-cache")], course
 
 
-def honest_variants() -> list[str]:
-    return sorted({p.name for p in (REPO / "tests" / "honest").glob("ch*/*") if p.is_dir()})
+def _keep_the_runs_sweeps(course: Path) -> None:
+    """The ceiling sweeps a gate run of the course's own made on the chip, into bench/tpu/ for later runs."""
+    import course_sweeps
+
+    kept = course / ".tpucourse" / "ceiling-sweeps.jsonl"
+    if kept.exists():
+        added = course_sweeps.add(course_sweeps.sweeps.read(kept)[0])
+        print(f"{len(added)} ceiling sweep{'s' if len(added) != 1 else ''} added to {course_sweeps.COURSE}",
+              flush=True)
 
 
-def _place_variant(variant: str, course: Path) -> list[str]:
-    """A copy of the course whose exercises/chNN/ holds every chapter's `variant` set; the test files
-    of the exercises it writes."""
+def honest_variants(chapters=None) -> list[str]:
+    return sorted({p.name for p in (REPO / "tests" / "honest").glob("ch*/*")
+                   if p.is_dir() and (not chapters or p.parent.name in chapters)})
+
+
+def _place_variant(variant: str, course: Path, chapters=None) -> list[str]:
+    """A copy of the course whose exercises/chNN/ holds every chapter's `variant` set (of `chapters`,
+    when given); the test files of the exercises it writes."""
     if course.exists():
         shutil.rmtree(course)
     course.mkdir(parents=True)
@@ -128,6 +190,8 @@ def _place_variant(variant: str, course: Path) -> list[str]:
     files = []
     for folder in sorted((REPO / "tests" / "honest").glob(f"ch*/{variant}")):
         chapter = folder.parent.name
+        if chapters and chapter not in chapters:
+            continue
         for path in sorted(folder.iterdir()):
             if path.is_file():
                 shutil.copy2(path, course / "exercises" / chapter / path.name)

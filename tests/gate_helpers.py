@@ -110,13 +110,15 @@ class FakeStore:
 def gate_run(tmp_path, gate=3, platform="tpu", device_kind=V5E_KIND, chip="v5e", seconds=None,
              harness=None, marker_cost=None, tree="exercises", kernels_native=False,
              interpret_requested=False, devices=1, live_device=None, modules=None, tree_root=None,
-             rehearsal=None, sweeps_path=None, resweep=False, jax="0.10.2", unconfirmed=()) -> GateRun:
+             rehearsal=None, sweeps_path=None, resweep=False, jax="0.10.2", unconfirmed=(),
+             course_sweeps_path=None) -> GateRun:
     """A GateRun writing to tmp_path/r.jsonl, judged by the real thresholds, timed by a fake."""
     context = GateContext(registry=chips.ChipRegistry(), chip=chips.get_chip(chip),
                           device=DeviceFacts(platform, device_kind, devices),
                           records_path=rehearsal.path if rehearsal else tmp_path / "r.jsonl", root=None,
                           interpret_requested=interpret_requested, kernels_native=kernels_native,
-                          rehearsal=rehearsal, sweeps_path=sweeps_path, resweep=resweep)
+                          rehearsal=rehearsal, sweeps_path=sweeps_path, resweep=resweep,
+                          course_sweeps_path=course_sweeps_path)
     return GateRun(
         context, gate=gate, chapter=criteria.gate(gate).chapter, test_id="t::gate",
         provenance=Provenance(platform, device_kind, jax, "0.10.2", None, None, None, tree, modules or {}),

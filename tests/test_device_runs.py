@@ -86,3 +86,79 @@ def test_docs_tpu_shows_the_latest_runs_of_the_file():
 def test_a_commit_the_local_git_does_not_hold_is_taken_as_stated(capsys):
     script._check_commit("f" * 40)  # a copy sent with a .git older than its files: nothing to check, no refusal
     assert "does not hold ffffffffff" in capsys.readouterr().err
+
+
+def _run(**changes):
+    return device_runs.DeviceRun(**_line(**changes))
+
+
+def _chapter(passed, seconds=1.0):
+    return {"passed": passed, "failed": 0, "skipped": 0, "seconds": seconds}
+
+
+def test_the_table_takes_each_chapter_from_the_latest_line_that_ran_it():
+    whole = _run(chapters={"ch11": _chapter(40), "ch13": _chapter(30)}, commit="a" * 40)
+    ch11 = _run(date="2026-12-07T01:00:00+00:00", chapters={"ch11": _chapter(49)}, commit="b" * 40)
+    lines = device_runs.table_lines([whole, ch11])
+    rows = [line for line in lines if line.startswith("| solutions")]
+    assert len(rows) == 2  # the whole run still holds ch13; the slice holds ch11
+    assert "aaaaaaaaaa" in rows[0] and rows[0].endswith("|  | 30/0/0 |")  # ch11's cell left to the slice
+    assert "bbbbbbbbbb" in rows[1] and rows[1].endswith("| 49/0/0 |  |")
+    again = _run(date="2026-12-08T01:00:00+00:00", chapters={"ch11": _chapter(49), "ch13": _chapter(31)})
+    assert [r for r in device_runs.table_lines([whole, ch11, again]) if r.startswith("| solutions")] == \
+        [r for r in device_runs.table_lines([again]) if r.startswith("| solutions")]  # a whole run replaces both
+    empty = _run(kind="gates", chapters={}, stopped="interrupted")
+    assert any(r.startswith("| gates, interrupted |") for r in device_runs.table_lines([whole, empty]))
+    later = _run(kind="gates", chapters={"ch13": _chapter(3)})
+    assert sum(r.startswith("| gates") for r in device_runs.table_lines([whole, empty, later])) == 1
+
+
+def test_a_line_says_why_a_run_stopped_early_and_only_in_words():
+    line = _run(stopped="interrupted at the 480 s budget")
+    assert json.loads(line.to_json())["stopped"] == "interrupted at the 480 s budget"
+    assert "stopped" not in json.loads(_run().to_json())
+    for bad in ("", 3):
+        with pytest.raises(ValueError, match="stopped says why"):
+            _run(stopped=bad)
+
+
+def test_a_slice_runs_only_its_chapters():
+    run = subprocess.run([sys.executable, str(REPO / "bench" / "device_runs.py"), "--dry-run", "--commit", SHA,
+                          "--chapters", "ch11", "ch13"], capture_output=True, text=True, cwd=REPO)
+    assert run.returncode == 0, run.stderr
+    commands = [line for line in run.stdout.splitlines() if line.startswith("+ ")]
+    assert all("exercises/ch11 exercises/ch13" in c or "(in " in c for c in commands)
+    assert not any(" exercises " in f"{c} " for c in commands)
+    assert len([c for c in commands if "(in " in c]) == len(script.honest_variants(["ch11", "ch13"])) >= 1
+    assert len(script.honest_variants(["ch11"])) <= len(script.honest_variants())
+    bad = subprocess.run([sys.executable, str(REPO / "bench" / "device_runs.py"), "--dry-run", "--chapters", "ch99"],
+                         capture_output=True, text=True, cwd=REPO)
+    assert bad.returncode == 2 and "no exercises/ folder for ch99" in bad.stderr
+
+
+def test_a_run_past_its_budget_is_interrupted_as_ctrl_c_would_and_said_so(tmp_path):
+    code = ("import time\ntry:\n    time.sleep(30)\nexcept KeyboardInterrupt:\n"
+            "    open('finished', 'w').write('session finished')\n    raise SystemExit(2)\n")
+    exit_code, stopped = script.run_within([sys.executable, "-c", code], 1.0, cwd=tmp_path)
+    assert (exit_code, stopped) == (2, True)
+    assert (tmp_path / "finished").read_text() == "session finished"  # it had its say before it ended
+    assert script.run_within([sys.executable, "-c", "pass"], 30.0, cwd=tmp_path) == (0, False)
+
+
+def test_an_interrupted_gate_run_says_so_in_its_line(tmp_path, monkeypatch):
+    from types import SimpleNamespace
+
+    from pytest_tpucourse.run.gate_progress import GateProgress, GateTally
+
+    monkeypatch.setenv("TPUCOURSE_GIT_COMMIT", SHA)
+    session = SimpleNamespace(
+        gates=SimpleNamespace(on_accelerator=True, rehearsal=None, interpret_requested=False,
+                              device_kind="TPU v5 lite"),
+        options=SimpleNamespace(solutions=True, device_runs=None), course=SimpleNamespace(root=tmp_path),
+        backend=SimpleNamespace(jax_version="0.10.2"), exitstatus=int(pytest.ExitCode.INTERRUPTED))
+    progress = GateProgress(session, config=None)
+    tally = GateTally(tests={"a"}, outcomes={"a": "passed"}, seconds=2.0)
+    progress.gates, progress.chapters = {3: tally}, {"ch13": tally}
+    assert progress.device_run().stopped == "interrupted"
+    session.exitstatus = int(pytest.ExitCode.OK)
+    assert progress.device_run().stopped is None

@@ -148,3 +148,59 @@ def test_a_rehearsal_keeps_its_sweep_beside_its_rows_and_reuses_it(fake_course):
     [sweep] = sweeps.read(kept)[0]
     assert sweep.rehearsal and set(sweep.candidates) == {"128x128", "256x256"}
     assert not (fake_course.pytester.path / sweeps.PATH).exists()  # nothing kept where a chip's run reads
+
+
+def _course_sweep(tmp_path, best="128"):
+    """The course's own sweep of the test slot, as bench/tpu/ceiling-sweeps.jsonl would hold it."""
+    course = tmp_path / "course-sweeps.jsonl"
+    key = gate_run(tmp_path)._sweep_key(SLOT.op, SLOT.shapes, SLOT.dtype)
+    sweeps.keep(course, sweeps.Sweep(key=key, candidates=("128", "512"), times={"128": 5e-5, "512": 7e-5},
+                                     best=best, date="2026-12-06T01:12:59+00:00"))
+    return course
+
+
+def test_without_a_sweep_of_its_own_a_run_takes_the_courses_choice_for_this_chip_and_versions(tmp_path):
+    course = _course_sweep(tmp_path)
+    own = tmp_path / "sweeps.jsonl"
+    asked, ceiling = _trio(tmp_path, own, course_sweeps_path=course)
+    assert asked == [("floor", "kernel", "ceiling")]  # no sweep: the course's choice, timed in this run's rounds
+    assert ("ceiling 128, the choice of a sweep the course made on a TPU v5 lite with these versions "
+            "(bench/tpu/ceiling-sweeps.jsonl) (swept 2026-12-06 over 2 block sizes") in ceiling.notes
+    assert not own.exists()  # nothing of the learner's was swept, so nothing is kept as theirs
+    asked, _ = _trio(tmp_path, own, course_sweeps_path=course, jax="0.11.0")  # other versions: swept here
+    assert asked[0] == ("128", "512") and len(sweeps.read(own)[0]) == 1
+    asked, ceiling = _trio(tmp_path, own, course_sweeps_path=course, jax="0.11.0")
+    assert asked == [("floor", "kernel", "ceiling")] and "kept from an earlier run" in ceiling.notes
+
+
+def test_a_runs_own_sweep_comes_before_the_courses_and_resweep_reads_neither(tmp_path):
+    course = _course_sweep(tmp_path, best="128")
+    own = tmp_path / "sweeps.jsonl"
+    _trio(tmp_path, own)  # its own sweep chose 512
+    _, ceiling = _trio(tmp_path, own, course_sweeps_path=course)
+    assert "ceiling 512, the choice of a sweep kept from an earlier run" in ceiling.notes
+    asked, ceiling = _trio(tmp_path, own, course_sweeps_path=course, resweep=True)
+    assert asked[0] == ("128", "512") and "reused" not in ceiling.notes
+    assert sweeps.course_path_for(tmp_path, None) == tmp_path / "bench" / "tpu" / "ceiling-sweeps.jsonl"
+    assert sweeps.course_path_for(tmp_path, tmp_path / f"t{rec.REHEARSAL_SUFFIX}") is None
+
+
+def test_the_courses_sweeps_are_measured_on_a_chip_and_match_what_its_gates_sweep_today():
+    """Each line of bench/tpu/ceiling-sweeps.jsonl is a chip's sweep of a slot a gate times today, over
+    the very candidates that gate offers: a line the gates would never match is dead weight."""
+    import importlib.util
+
+    from .support import REPO
+
+    found, bad = sweeps.read(REPO / sweeps.COURSE_PATH)
+    assert bad == [] and found
+    spec = importlib.util.spec_from_file_location("gate03", REPO / "exercises" / "ch13" / "test_gate03.py")
+    gate03 = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(gate03)
+    slots = {(s.op, s.shapes, s.dtype) for c in criteria.gate(3).criteria if c.slots for s in c.slots}
+    for sweep in found:
+        assert not sweep.rehearsal and sweep.key.device_kind.startswith("TPU")
+        assert sweep.key.gate == 3, "only gate 03's sweeps are kept so far; check gate 05's candidates here"
+        assert (sweep.key.op, sweep.key.shapes, sweep.key.dtype) in slots
+        seq = sweep.key.shapes[0][2]
+        assert set(sweep.candidates) == {f"{bq}x{bkv}" for bq, bkv in gate03.CEILING_BLOCKS if max(bq, bkv) <= seq}

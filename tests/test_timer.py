@@ -157,6 +157,96 @@ def test_device_seconds_sums_the_xla_modules_of_the_device_planes():
     assert timer.harness_for("tpu").device_clock is not None and timer.harness_for("cpu").device_clock is None
 
 
+class ProgramTrace(DeviceTrace):
+    """A fake profiler that also lists the programs the traced work ran, as the device's trace does."""
+
+    def __init__(self, device, stray_every=0):
+        super().__init__(device)
+        self.stray_every, self.cut = stray_every, 0
+
+    def events(self, work):
+        self.traces += 1
+        first = len(self.device.programs)
+        work()
+        return list(self.device.programs[first:])
+
+
+class ProgramDevice(BusyDevice):
+    """A fake device whose calls run named programs: op(name, seconds, programs=k) runs k of them."""
+
+    def __init__(self, stray_every=0, **kw):
+        super().__init__(**kw)
+        self.programs, self.stray_every, self.ran = [], stray_every, 0
+
+    def op(self, name, seconds, programs=1):
+        call = super().op(name, seconds)
+
+        def run(*args):
+            self.ran += 1
+            for i in range(programs):
+                self.programs.append((f"jit_{name}_{i}", seconds / programs))
+            if self.stray_every and self.ran % self.stray_every == 0:
+                self.programs.append(("jit_stray", 1e-3))  # a program no call of the op runs every time
+            return call(*args)
+        return run
+
+
+def test_rounds_are_traced_in_blocks_and_each_sample_cut_from_its_block():
+    device = ProgramDevice()
+    clock = ProgramTrace(device)
+    fns = {"floor": device.op("floor", 2e-4), "kernel": device.op("kernel", 1e-4, programs=3),
+           "ceiling": device.op("ceiling", 1.2e-4)}
+    timings = device.harness(device_clock=clock).measure(fns, [(1,), (2,)])
+    assert {name: t.summary.median for name, t in timings.items()} == pytest.approx(
+        {"floor": 2e-4, "kernel": 1e-4, "ceiling": 1.2e-4}, rel=1e-9)
+    assert all(t.method == timer.DEVICE_PROFILER and t.summary.rounds == stats.MIN_ROUNDS
+               and len(t.wall_per_call) == stats.MIN_ROUNDS for t in timings.values())
+    # the device check, one trace of a call of each implementation, then the first MIN_ROUNDS rounds in one
+    assert clock.traces == 1 + 3 + 1
+    again = device.harness(device_clock=ProgramTrace(device))
+    again.measure(fns, [(1,)])
+    traces = again.device_clock.traces
+    again.measure(fns, [(1,)])
+    assert again.device_clock.traces - traces == 3 + 1  # the device check is made once per harness
+
+
+def test_a_trace_that_cannot_be_cut_exactly_goes_back_to_one_trace_per_sample():
+    device = ProgramDevice(stray_every=7)  # now and then a program that is not one of a call's
+    clock = ProgramTrace(device)
+    fns = {"floor": device.op("floor", 2e-4), "kernel": device.op("kernel", 1e-4)}
+    timings = device.harness(device_clock=clock, warmup=0.0, sample=1e-4).measure(fns, [(1,)])
+    assert clock.traces == 1 + 2 + 1 + 2 * stats.MIN_ROUNDS  # the block, then every sample traced alone
+    assert timings["floor"].summary.median == pytest.approx(2e-4, rel=1e-9)  # the stray's time is not in a median
+
+
+def test_split_samples_takes_only_a_trace_that_is_exactly_the_calls_it_ran():
+    events = [("a", 1.0), ("b", 2.0), ("a", 1.0), ("b", 2.0), ("c", 5.0)]
+    assert timer.split_samples(events, [(("a", "b"), 2), (("c",), 1)]) == [3.0, 5.0]
+    assert timer.split_samples(events, [(("a", "b"), 2)]) is None  # a program left over
+    assert timer.split_samples(events, [(("a", "b"), 2), (("c",), 2)]) is None  # a call missing
+    assert timer.split_samples(events, [(("a",), 1), (("b", "a", "b"), 1), (("c",), 1)]) == [1.0, 5.0, 5.0]
+    assert timer.split_samples(events, [(("b", "a"), 2), (("c",), 1)]) is None  # another program's place
+    assert timer.split_samples(events, [((), 3)]) is None
+
+
+def test_device_events_are_the_one_device_planes_programs_in_the_order_they_ran():
+    from types import SimpleNamespace as NS
+
+    def event(name, start, ns):
+        return NS(name=name, start_ns=start, duration_ns=ns)
+
+    one = NS(planes=[NS(name="/host:CPU", lines=[NS(name="XLA Modules", events=[event("host", 0, 9)])]),
+                     NS(name="/device:TPU:0", lines=[NS(name="XLA Modules", events=[event("b", 20, 2000),
+                                                                                   event("a", 10, 1000)]),
+                                                     NS(name="XLA Ops", events=[event("op", 10, 500)])])])
+    assert [name for name, _ in timer.device_events(one)] == ["a", "b"]
+    assert [seconds for _, seconds in timer.device_events(one)] == pytest.approx([1e-6, 2e-6])
+    two = NS(planes=one.planes + [NS(name="/device:TPU:1", lines=[NS(name="XLA Modules",
+                                                                     events=[event("a", 10, 1000)])])])
+    assert timer.device_events(two) is None  # which device's events are whose sample: not guessed
+    assert timer.device_events(NS(planes=[])) is None
+
+
 def test_implementations_are_interleaved_round_by_round_with_gc_off():
     device = Device()
     fns = {name: device.op(name, s) for name, s in (("floor", 2e-3), ("kernel", 1e-3), ("ceiling", 1e-3))}

@@ -10,7 +10,12 @@ the solutions (`gates`, written by the run itself: run/gate_progress.py). bench/
 the other kinds on a chip and appends their lines; docs/tpu.md shows the latest of each. `commit`
 is the commit whose code ran, "<sha>-dirty" (as `git describe --dirty` marks it) when the checkout
 differed from it, null when unknown; `seconds` is the run's wall time, each chapter's the time of
-its tests.
+its tests. A run that did not end by itself says why in `stopped` (interrupted at a time budget:
+its counts are of the tests it reached).
+
+A run may hold some chapters only (a slice of the whole, bench/device_runs.py --chapters): docs/tpu.md
+takes each chapter of each kind from the latest line that ran it, and shows every line that is the
+latest for some chapter.
 
 `append` refuses a line that is not of this form and appends it atomically (json_lines.py); `read`
 validates every line and reports the ones that are not (path, line, why) instead of stopping at them.
@@ -30,7 +35,7 @@ from . import json_lines
 PATH = Path("bench") / "device_runs.jsonl"  # under the course root
 DOCS = Path("docs") / "tpu.md"  # its table of the latest runs (docs_with_table)
 FIELDS = ("date", "device_kind", "jax", "libtpu", "commit", "kind", "seconds", "chapters")
-OPTIONAL = ("variant",)  # the honest corpus's variant set
+OPTIONAL = ("variant", "stopped")  # the honest corpus's variant set; why a run ended early
 CHAPTER_FIELDS = ("passed", "failed", "skipped", "seconds")
 STUBS_FIELDS = CHAPTER_FIELDS + ("not_todo",)
 GATES = "gates"  # the kind a gate run writes
@@ -57,11 +62,13 @@ class DeviceRun:
     seconds: float
     chapters: dict  # chNN -> {"passed": n, "failed": n, "skipped": n, "seconds": s} (stubs: and "not_todo")
     variant: str | None = None  # an honest run's variant set
+    stopped: str | None = None  # why the run ended before its last test (a time budget), None when it did not
 
     def as_dict(self) -> dict:
         line = asdict(self)
-        if line["variant"] is None:
-            del line["variant"]
+        for name in OPTIONAL:
+            if line[name] is None:
+                del line[name]
         return line
 
     def __post_init__(self):
@@ -107,6 +114,8 @@ def _problems(line: dict) -> list[str]:
         problems.append(f"kind is one of {', '.join(KINDS)}, got {line['kind']!r}")
     if (line["kind"] == "honest") != bool(line.get("variant")):
         problems.append("an honest run names its variant set, and only an honest run names one")
+    if not (line.get("stopped") is None or (isinstance(line["stopped"], str) and line["stopped"])):
+        problems.append(f"stopped says why the run ended early, or is absent, got {line['stopped']!r}")
     if not _seconds(line["seconds"]):
         problems.append(f"seconds is a number of seconds, got {line['seconds']!r}")
     chapters = line["chapters"]
@@ -135,24 +144,37 @@ def read(path) -> tuple[list[DeviceRun], list[json_lines.BadObjectLine]]:
     return [run for _, run in found], bad
 
 
-def latest(runs: list[DeviceRun]) -> dict[tuple, dict]:
-    """The last line of each (kind, variant, device kind): what docs/tpu.md's table shows."""
-    found = {}
-    for run in runs:
-        found[(run.kind, run.variant or "", run.device_kind)] = run.as_dict()
-    return found
+def latest(runs: list[DeviceRun]) -> list[dict]:
+    """The lines docs/tpu.md's table shows, each with only the chapters it is the latest for: per
+    (kind, variant, device kind) and chapter, the last line that ran that chapter. A whole run's line
+    holds every chapter; after it, a slice's line takes over the chapters it ran. A line that ran no
+    chapter (a gate run stopped before its first test) is shown while nothing later replaces it."""
+    owner: dict[tuple, int] = {}
+    for index, run in enumerate(runs):
+        group = (run.kind, run.variant or "", run.device_kind)
+        if run.chapters:
+            owner.pop((*group, ""), None)
+        for chapter in run.chapters or {"": None}:
+            owner[(*group, chapter)] = index
+    shown = {}
+    for (*_, chapter), index in owner.items():
+        line = shown.setdefault(index, {**runs[index].as_dict(), "chapters": {}})
+        if chapter:
+            line["chapters"][chapter] = runs[index].chapters[chapter]
+    return [shown[index] for index in sorted(shown)]
 
 
 def table_lines(runs: list[DeviceRun]) -> list[str]:
-    """A Markdown table of the latest run of each kind: chapter by chapter, passed/failed/skipped."""
-    rows = sorted(latest(runs).values(), key=lambda e: (KINDS.index(e["kind"]), e.get("variant", "")))
+    """A Markdown table of the latest runs of each kind: chapter by chapter, passed/failed/skipped."""
+    rows = sorted(latest(runs), key=lambda e: (KINDS.index(e["kind"]), e.get("variant", "")))
     if not rows:
         return ["(no device runs recorded)"]
     chapters = sorted({c for e in rows for c in e["chapters"]})
     lines = ["| run | date | device | commit | seconds | " + " | ".join(chapters) + " |",
              "|---|---|---|---|---|" + "---|" * len(chapters)]
     for e in rows:
-        name = e["kind"] + (f" ({e['variant']})" if e.get("variant") else "")
+        name = e["kind"] + (f" ({e['variant']})" if e.get("variant") else "") + (
+            f", {e['stopped']}" if e.get("stopped") else "")
         cells = []
         for chapter in chapters:
             c = e["chapters"].get(chapter)

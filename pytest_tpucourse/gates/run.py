@@ -476,12 +476,12 @@ class GateRun:
         either way the ceiling is then timed in this run's rounds and checked like any other.
         """
         path = self.context.sweeps_path
-        earlier = None if path is None or self.context.resweep else sweeps.kept(path, key, candidates)
+        earlier, source = self._kept_sweep(key, candidates)
         if earlier is not None:
             wrong = _wrong_output(f"ceiling {earlier.best}", candidates[earlier.best], input_sets, expected, dtype)
             if not wrong:
-                return candidates[earlier.best], (f"ceiling {earlier.best}, the choice of a sweep kept from an earlier "
-                                                  f"run ({earlier.describe()}), reused: only the choice, timed in "
+                return candidates[earlier.best], (f"ceiling {earlier.best}, the choice of a sweep {source} "
+                                                  f"({earlier.describe()}), reused: only the choice, timed in "
                                                   f"this run's rounds (pytest --gates --resweep sweeps again)")
         correct, notes = {}, []
         for label, fn in candidates.items():
@@ -504,6 +504,18 @@ class GateRun:
         again = f"the kept choice {earlier.best} was wrong here, swept again; " if earlier is not None else ""
         return correct[best], (f"{again}ceiling tuned over {len(candidates)} block sizes ({'; '.join(notes)}): "
                                f"chose {best}")
+
+    def _kept_sweep(self, key: sweeps.SweepKey, candidates) -> tuple[sweeps.Sweep | None, str]:
+        """A sweep kept for this key, and where from: this course's own runs first, then the sweeps the
+        course made on this chip kind with these versions (sweeps.COURSE_PATH); none under --resweep."""
+        if self.context.resweep:
+            return None, ""
+        own, course = self.context.sweeps_path, self.context.course_sweeps_path
+        if own is not None and (found := sweeps.kept(own, key, candidates)) is not None:
+            return found, "kept from an earlier run"
+        if course is not None and (found := sweeps.kept(course, key, candidates)) is not None:
+            return found, f"the course made on a {key.device_kind} with these versions ({sweeps.COURSE_PATH})"
+        return None, ""
 
     @staticmethod
     def _keep_sweep(path, sweep: sweeps.Sweep) -> list[str]:
@@ -773,6 +785,7 @@ class GateContext:
     kernels_native: bool = False
     rehearsal: object = None  # a rehearsal.Rehearsal for `--rehearse`
     sweeps_path: Path | None = None  # where ceiling sweeps are kept between runs (sweeps.py); None: not kept
+    course_sweeps_path: Path | None = None  # the course's own sweeps, read after the run's (sweeps.COURSE_PATH)
     resweep: bool = False  # sweep every ceiling again, whatever is kept
 
     @property
@@ -791,7 +804,7 @@ class GateContext:
 def gate_context(registry: chips.ChipRegistry, requested: str | None, device: DeviceFacts,
                  records_path: Path, root: Path, *, strict: bool, interpret_requested: bool = False,
                  kernels_native: bool = False, rehearsal=None, sweeps_path: Path | None = None,
-                 resweep: bool = False) -> GateContext:
+                 course_sweeps_path: Path | None = None, resweep: bool = False) -> GateContext:
     """Resolve the run's chip. strict: a chip that cannot be named for this device is an error."""
     try:
         name = chips.chip_for_run(requested, device.platform, device.device_kind, registry)
@@ -804,4 +817,4 @@ def gate_context(registry: chips.ChipRegistry, requested: str | None, device: De
     return GateContext(registry=registry, chip=registry.get(name) if name else None, device=device,
                        records_path=records_path, root=root, interpret_requested=interpret_requested,
                        kernels_native=kernels_native, rehearsal=rehearsal, sweeps_path=sweeps_path,
-                       resweep=resweep)
+                       course_sweeps_path=course_sweeps_path, resweep=resweep)

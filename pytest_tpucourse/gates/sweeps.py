@@ -11,6 +11,13 @@ the kept choice and times only it, in the trio's interleaved rounds with the flo
 checked before and after timing like every ceiling: only the choice is reused, never a time, and
 the ceiling row's notes say which sweep it came from. `pytest --gates --resweep` sweeps again.
 
+Where a run has kept no sweep of its own for a key, the course's sweeps are read next:
+bench/tpu/ceiling-sweeps.jsonl, made by the course's own gate runs on the chips it was measured on
+(bench/device_runs.py adds the sweeps each such run kept). The key holds the device kind and every
+version, so a learner's first gate run on the same chip and versions takes the course's choice
+instead of compiling and timing every candidate; on any other chip or version it sweeps as before.
+Only the choice is reused, checked for correctness and timed in the learner's own rounds.
+
 A rehearsal keeps its sweeps in a throwaway file of its own (REHEARSAL_NAME, beside its rows): a
 choice made on the stand-in clock is never read by a run on the chip, and its lines say
 `rehearsal` (`kept` refuses one from a file that is not a rehearsal's).
@@ -25,6 +32,7 @@ from . import json_lines
 from .records import utc_now
 
 PATH = Path(".tpucourse") / "ceiling-sweeps.jsonl"  # under the course root
+COURSE_PATH = Path("bench") / "tpu" / "ceiling-sweeps.jsonl"  # the course's own sweeps on the chip, in its repo
 REHEARSAL_NAME = "ceiling-sweeps.rehearsal.jsonl"  # a rehearsal's, beside its throwaway rows
 
 
@@ -88,6 +96,11 @@ class Sweep:
 def path_for(course_root: Path, rehearsal_rows: Path | None) -> Path:
     """Where a run keeps its sweeps: beside a rehearsal's throwaway rows, else in the course's .tpucourse/."""
     return Path(rehearsal_rows).with_name(REHEARSAL_NAME) if rehearsal_rows is not None else Path(course_root) / PATH
+
+
+def course_path_for(course_root: Path, rehearsal_rows: Path | None) -> Path | None:
+    """The course's own sweeps, read after a run's own: never by a rehearsal, whose choices are its own."""
+    return None if rehearsal_rows is not None else Path(course_root) / COURSE_PATH
 
 
 def is_rehearsal_file(path) -> bool:

@@ -16,6 +16,14 @@ What each choice protects against (docs/gates.md says it at length):
     (no accelerator, or a profiler that records none), the method is "wall-calls": N calls per
     sync, one sync at the end, the cost of one empty sample (an empty jitted call and its sync)
     measured first and taken off every sample.
+  - Traced in blocks of rounds, not one trace per sample: starting and stopping JAX's profiler and
+    reading its trace cost about a second on a v5e host, against a few milliseconds of timed calls
+    (a gate 03 slot took 65-130 s, 70 traces of one sample each). Each implementation's calls
+    are traced once alone first, which gives the sequence of XLA programs one call runs; a block
+    of rounds is then one trace, whose device events are cut into the samples in the order they
+    ran, each sample exactly N repetitions of its implementation's sequence
+    (`split_samples`). A trace that is not exactly that (another program ran, events dropped,
+    more than one device) is not guessed at: the harness goes back to one trace per sample.
   - N calls per sample, N chosen so one sample lasts about SAMPLE_SECONDS of wall time. Each
     timing keeps the wall time per call beside the device time: where the host could not issue
     calls as fast as the device ran them (wall above DISPATCH_BOUND x device), the kernel is
@@ -55,6 +63,7 @@ TARGET_HALF_WIDTH = 0.01
 MAX_CALLS_PER_SAMPLE = 1000
 L2_FLUSH_BYTES = 256 * 2**20
 DISPATCH_BOUND = 1.5  # a per-call time under 1.5x an empty call's is dispatch, not the op
+ROUNDS_PER_TRACE = 5  # device-profiler rounds after the first MIN_ROUNDS, traced together (all first ones are)
 
 
 class TimingError(RuntimeError):
@@ -132,6 +141,7 @@ class Harness:
         self.max_rounds = MAX_ROUNDS if max_rounds is None else max_rounds
         self.budget = BUDGET_SECONDS if budget is None else budget
         self.target = TARGET_HALF_WIDTH if target is None else target
+        self._device_clock_seen = False  # the device clock has recorded device time here (then kept)
 
     def measure(self, fns: dict, input_sets: list[tuple]) -> dict[str, Timing]:
         """{name: Timing} for every implementation, timed in the same interleaved rounds, at JAX's default
@@ -154,33 +164,47 @@ class Harness:
         samples: dict[str, list[float]] = {name: [] for name in fns}
         walls: dict[str, list[float]] = {name: [] for name in fns}
         method = DEVICE_PROFILER if self._device_trace_records() else WALL_CALLS
+        # one trace per block of rounds where each call's programs are known and the trace can be cut
+        patterns = (self._call_patterns(fns, input_sets)
+                    if method == DEVICE_PROFILER and self.flush is None and hasattr(self.device_clock, "events")
+                    else None)
         names, stopped = list(fns), "max-rounds"
+
+        def order(round_: int) -> list[str]:
+            shift = round_ % len(names)
+            return names[shift:] + names[:shift]
+
+        def keep(name: str, per_call: float, wall: float | None) -> None:
+            if not per_call > 0:
+                raise TimingError(f"{name}: {calls[name]} calls timed at {per_call:.3g} s each once the "
+                                  f"empty sample's {overhead:.3g} s is taken off: nothing measurable")
+            samples[name].append(per_call)
+            if wall is not None:
+                walls[name].append(wall / calls[name])
+
         collecting = gc.isenabled()
         gc.collect()
         gc.disable()
         try:
             start = self.clock()
-            for round_ in range(self.max_rounds):
-                shift = round_ % len(names)
-                for name in names[shift:] + names[:shift]:
-                    if self.flush is not None:
-                        self.flush()
-                    if method == DEVICE_PROFILER:
-                        wall, device = _attributed(name, lambda: self._device_time_of_calls(
-                            fns[name], input_sets, round_, calls[name]))
-                        if device is None:
-                            raise TimingError(f"{name}: the profiler's trace holds no device time for its "
-                                              f"{calls[name]} calls")
-                        per_call = device / calls[name]
-                        walls[name].append(wall / calls[name])
-                    else:
-                        total = _attributed(name, lambda: self._time_calls(fns[name], input_sets, round_, calls[name]))
-                        per_call = (total - overhead) / calls[name]
-                    if not per_call > 0:
-                        raise TimingError(f"{name}: {calls[name]} calls timed at {per_call:.3g} s each once the "
-                                          f"empty sample's {overhead:.3g} s is taken off: nothing measurable")
-                    samples[name].append(per_call)
-                if round_ + 1 < self.min_rounds:
+            round_ = 0
+            while round_ < self.max_rounds:
+                first_block = round_ < self.min_rounds
+                block = min((self.min_rounds - round_) if first_block else ROUNDS_PER_TRACE if patterns else 1,
+                            self.max_rounds - round_)
+                traced = None if patterns is None else self._traced_rounds(
+                    fns, input_sets, calls, [(r, name) for r in range(round_, round_ + block) for name in order(r)],
+                    patterns)
+                if traced is not None:
+                    for name, per_call, wall in traced:
+                        keep(name, per_call, wall)
+                else:
+                    patterns = None  # a trace that could not be cut: one trace per sample from here on
+                    for r in range(round_, round_ + block):
+                        for name in order(r):
+                            keep(name, *self._sample(fns[name], name, input_sets, r, calls[name], method, overhead))
+                round_ += block
+                if round_ < self.min_rounds:
                     continue
                 if all(stats.summarize(s).relative_half_width <= self.target for s in samples.values()):
                     stopped = "interval"
@@ -194,6 +218,48 @@ class Harness:
         return {name: Timing(tuple(samples[name]), calls[name], overhead, dispatch, stopped, method,
                              tuple(walls[name])) for name in fns}
 
+    def _sample(self, fn, name: str, input_sets, round_: int, n: int, method: str,
+                overhead: float) -> tuple[float, float | None]:
+        """One sample of its own: (seconds per call, host wall seconds of the n calls or None)."""
+        if self.flush is not None:
+            self.flush()
+        if method == DEVICE_PROFILER:
+            wall, device = _attributed(name, lambda: self._device_time_of_calls(fn, input_sets, round_, n))
+            if device is None:
+                raise TimingError(f"{name}: the profiler's trace holds no device time for its {n} calls")
+            return device / n, wall
+        total = _attributed(name, lambda: self._time_calls(fn, input_sets, round_, n))
+        return (total - overhead) / n, None
+
+    def _call_patterns(self, fns: dict, input_sets) -> dict[str, tuple[str, ...]] | None:
+        """The XLA programs one call of each implementation runs on the device, in order (one trace
+        each); None where a trace cannot say (no event, or more than one device)."""
+        patterns = {}
+        for name, fn in fns.items():
+            events = _attributed(name, lambda: self.device_clock.events(
+                lambda: self._time_calls(fn, input_sets, 0, 1)))
+            if not events:
+                return None
+            patterns[name] = tuple(program for program, _ in events)
+        return patterns
+
+    def _traced_rounds(self, fns: dict, input_sets, calls: dict, plan: list[tuple[int, str]],
+                       patterns: dict) -> list[tuple[str, float, float]] | None:
+        """The samples of `plan` ((round, implementation) in the order they run) from one trace:
+        (name, device seconds per call, host wall seconds); None where the trace cannot be cut into them."""
+        walls = []
+
+        def work():
+            for round_, name in plan:
+                walls.append(_attributed(name, lambda: self._time_calls(fns[name], input_sets, round_, calls[name])))
+
+        events = self.device_clock.events(work)
+        per_call = None if events is None else split_samples(
+            events, [(patterns[name], calls[name]) for _, name in plan])
+        if per_call is None:
+            return None
+        return [(name, seconds, wall) for (_, name), seconds, wall in zip(plan, per_call, walls)]
+
     def _time_calls(self, fn, input_sets, first: int, n: int) -> float:
         """Seconds for n calls (input sets rotating) and one sync at the end."""
         start = self.clock()
@@ -204,12 +270,15 @@ class Harness:
         return self.clock() - start
 
     def _device_trace_records(self) -> bool:
-        """Whether the device clock sees device time here (an empty call traced once): a stand-in
-        accelerator, or a profiler that records no device events, times by the wall clock."""
+        """Whether the device clock sees device time here (an empty call traced once, the first time a
+        harness asks: one trace less per measurement): a stand-in accelerator, or a profiler that
+        records no device events, times by the wall clock."""
         if self.device_clock is None:
             return False
-        empty, args = self._empty or _empty_call()
-        return self.device_clock.time(lambda: self.sync(empty(*args))) is not None
+        if not self._device_clock_seen:
+            empty, args = self._empty or _empty_call()
+            self._device_clock_seen = self.device_clock.time(lambda: self.sync(empty(*args))) is not None
+        return self._device_clock_seen
 
     def _device_time_of_calls(self, fn, input_sets, first: int, n: int) -> tuple[float, float | None]:
         """(host wall seconds, device seconds) of n calls and one sync, traced by the device clock."""
@@ -295,6 +364,16 @@ class ProfilerDeviceClock:
     LINE = "XLA Modules"
 
     def time(self, work) -> float | None:
+        profile = self._trace(work)
+        return None if profile is None else device_seconds(profile, self.LINE)
+
+    def events(self, work) -> list[tuple[str, float]] | None:
+        """The device's XLA program events of the work, in the order they ran: (program, seconds)."""
+        profile = self._trace(work)
+        return None if profile is None else device_events(profile, self.LINE)
+
+    @staticmethod
+    def _trace(work):
         import tempfile
 
         import jax
@@ -308,7 +387,7 @@ class ProfilerDeviceClock:
             traces = sorted(Path(folder).rglob("*.xplane.pb"))
             if not traces:
                 return None
-            return device_seconds(jax.profiler.ProfileData.from_file(str(traces[-1])), self.LINE)
+            return jax.profiler.ProfileData.from_file(str(traces[-1]))
 
 
 def device_seconds(profile, line_name: str = ProfilerDeviceClock.LINE) -> float | None:
@@ -323,6 +402,36 @@ def device_seconds(profile, line_name: str = ProfilerDeviceClock.LINE) -> float 
                     total += event.duration_ns * 1e-9
                     found = True
     return total if found else None
+
+
+def device_events(profile, line_name: str = ProfilerDeviceClock.LINE) -> list[tuple[str, float]] | None:
+    """(program, seconds) of each event on the `line_name` line of the one device plane that has any, in
+    the order they started; None when no device plane or more than one has such events."""
+    planes = []
+    for plane in profile.planes:
+        if plane.name.startswith("/device:"):
+            events = [event for line in plane.lines if line.name == line_name for event in line.events]
+            if events:
+                planes.append(events)
+    if len(planes) != 1:
+        return None
+    return [(event.name, event.duration_ns * 1e-9) for event in sorted(planes[0], key=lambda e: e.start_ns)]
+
+
+def split_samples(events: list[tuple[str, float]], runs: list[tuple[tuple[str, ...], int]]) -> list[float] | None:
+    """Device seconds per call of each run, from one trace's events in order: run i is `calls`
+    repetitions of its `pattern` (the programs one call runs). None unless the events are exactly
+    the runs' patterns, one after another, with nothing left over: a trace is never guessed at."""
+    per_call, at = [], 0
+    for pattern, calls in runs:
+        size = len(pattern) * calls
+        chunk = events[at:at + size]
+        if not pattern or len(chunk) != size or any(program != pattern[i % len(pattern)]
+                                                    for i, (program, _) in enumerate(chunk)):
+            return None
+        per_call.append(sum(seconds for _, seconds in chunk) / calls)
+        at += size
+    return per_call if at == len(events) else None
 
 
 def harness_for(platform: str) -> Harness:

@@ -116,6 +116,7 @@ class GateProgress:
             date=utc_now(), device_kind=gates.device_kind, jax=run.backend.jax_version, libtpu=libtpu_version(),
             commit=device_runs.commit_label(commit, dirty), kind=device_runs.GATES,
             seconds=round(time.monotonic() - self.started, 3),
+            stopped="interrupted" if run.exitstatus == pytest.ExitCode.INTERRUPTED else None,
             chapters={chapter: {"passed": t.count("passed"), "failed": t.count("failed"),
                                 "skipped": t.count("skipped"), "seconds": round(t.seconds, 3)}
                       for chapter, t in sorted(self.chapters.items())})

@@ -140,6 +140,7 @@ class CourseSession:
                                  strict=options.chip_required, interpret_requested=options.interpret != "auto",
                                  kernels_native=run_backend.mode == "native", rehearsal=rehearsal,
                                  sweeps_path=sweeps.path_for(root, rehearsal.path if rehearsal else None),
+                                 course_sweeps_path=sweeps.course_path_for(root, rehearsal.path if rehearsal else None),
                                  resweep=options.resweep)
         except chips.ChipMismatch as error:
             raise pytest.UsageError(f"--chip: {error}") from None
