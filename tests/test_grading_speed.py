@@ -333,6 +333,56 @@ def test_the_interpreter_draws_its_grid_order_in_the_program_and_a_course_sessio
     assert all(without > with_ for without, with_ in zip(as_jax_has_it["whiles"], ahead["whiles"])), runs
 
 
+_GRID_ORDER_UNDER_SHARD_MAP = """
+import json
+import jax
+jax.config.update("jax_num_cpu_devices", 4)
+import jax.numpy as jnp
+import numpy as np
+from jax.experimental import pallas as pl
+from jax.experimental.pallas import tpu as pltpu
+from jax.sharding import Mesh, PartitionSpec as P
+from pytest_tpucourse.core import jax_internals
+
+AHEAD = jax_internals.grid_orders_computed_ahead() if COMPUTED_AHEAD else False
+
+def kernel(x_ref, o_ref, count_ref):  # each block of the output: when its grid point was visited
+    o_ref[...] = jnp.full(o_ref.shape, count_ref[0], jnp.int32)
+    count_ref[0] = count_ref[0] + 1
+
+def per_device(shard):  # the first kernel of the process, traced inside an eager shard_map's manual axes
+    return pl.pallas_call(kernel, out_shape=jax.ShapeDtypeStruct(shard.shape, jnp.int32), grid=(8,),
+                          in_specs=[pl.BlockSpec((8, 128), lambda i: (i, 0))],
+                          out_specs=pl.BlockSpec((8, 128), lambda i: (i, 0)),
+                          scratch_shapes=[pltpu.SMEM((1,), jnp.int32)],
+                          compiler_params=pltpu.CompilerParams(dimension_semantics=("parallel",)))(shard)
+
+mesh = Mesh(np.array(jax.devices()), ("x",))
+x = jnp.zeros((4 * 64, 128), jnp.float32)
+with pltpu.force_tpu_interpret_mode(pltpu.InterpretParams(random_seed=11)):
+    out = np.asarray(jax.shard_map(per_device, mesh=mesh, in_specs=P("x"), out_specs=P("x"), check_vma=False)(x))
+visits = []
+for device in out[::8, 0].reshape(4, 8).astype(np.int64) % 2**32:  # the count starts at whatever the memory held
+    first = [v for v in device if (v - 1) % 2**32 not in set(device)]
+    visits.append([int((v - first[0]) % 2**32) for v in device] if len(first) == 1 else None)
+print(json.dumps(dict(ahead=AHEAD, visits=visits)))
+"""
+
+
+def test_a_grid_order_is_computed_ahead_for_a_kernel_traced_inside_shard_map():
+    """The first kernel of a process traced inside an eager `jax.shard_map` (a learner's call): JAX
+    cannot make a random key eagerly under a mesh's manual axes, so the order is computed in a
+    thread of its own, and it is JAX's: each device visits its grid points in the same order."""
+    runs = {}
+    for ahead in (False, True):
+        program = _GRID_ORDER_UNDER_SHARD_MAP.replace("COMPUTED_AHEAD", str(ahead))
+        runs[ahead] = json.loads(_stdout_of_a_fresh_process(program).splitlines()[-1])
+    assert runs[True]["ahead"] is True
+    assert runs[True]["visits"] == runs[False]["visits"], "JAX's order, device by device"
+    assert all(sorted(device) == list(range(8)) for device in runs[True]["visits"])
+    assert runs[True]["visits"][0] != list(range(8)), "the seed draws the order (else nothing is read here)"
+
+
 def test_grid_orders_computed_ahead_is_idempotent_and_keeps_jaxs_errors():
     """Called twice, the second call does nothing; a parallel extent JAX cannot read at trace time
     still fails as JAX has it fail."""

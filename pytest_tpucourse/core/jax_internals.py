@@ -295,13 +295,50 @@ def grid_orders_computed_ahead() -> bool:
         except Exception:  # a parallel extent that is not concrete: JAX's own function says so
             return original(grid, mosaic_params, random_seed)
         if key not in orders:
-            with jax.ensure_compile_time_eval():
-                orders[key] = tuple(np.asarray(axis) for axis in original(grid, mosaic_params, random_seed))
+            found = _computed_eagerly(lambda: original(grid, mosaic_params, random_seed), key[2:])
+            if found is None:  # JAX's own function, traced into the program, as without the course
+                return original(grid, mosaic_params, random_seed)
+            orders[key] = found
         return tuple(jax.numpy.asarray(axis) for axis in orders[key])
 
     grid_order.tpucourse_ahead = True
     setattr(module, _GRID_ORDER, grid_order)
     return True
+
+
+def _computed_eagerly(order, settings: tuple):
+    """order()'s arrays as NumPy, computed now rather than traced; None where that cannot be done.
+
+    Eagerly in this thread first. Inside a trace that names a mesh's manual axes (a kernel under
+    `jax.shard_map`, the normal case in chapter 14), JAX cannot make the random key eagerly there
+    (an assertion in its sharding code), so the same function then runs in a thread of its own, whose
+    JAX context is the process's, provided the random-bit settings there are this thread's
+    (`settings`: JAX's default PRNG and `jax_threefry_partitionable`; a setting made for one thread
+    only would give other bits)."""
+    import threading
+
+    import jax
+    import numpy as np
+
+    try:
+        with jax.ensure_compile_time_eval():
+            return tuple(np.asarray(axis) for axis in order())
+    except Exception:
+        pass
+    found = []
+
+    def apart():
+        if (jax.config.jax_default_prng_impl, jax.config.jax_threefry_partitionable) != settings:
+            return
+        try:
+            found.append(tuple(np.asarray(axis) for axis in order()))
+        except Exception:
+            pass
+
+    thread = threading.Thread(target=apart, name="tpucourse-grid-order")
+    thread.start()
+    thread.join()
+    return found[0] if found else None
 
 
 def interpret_mode_in_effect():
