@@ -309,10 +309,10 @@ def grid_orders_computed_ahead() -> bool:
 def _computed_eagerly(order, settings: tuple):
     """order()'s arrays as NumPy, computed now rather than traced; None where that cannot be done.
 
-    Eagerly in this thread first. Inside a trace that names a mesh's manual axes (a kernel under
-    `jax.shard_map`, the normal case in chapter 14), JAX cannot make the random key eagerly there
-    (an assertion in its sharding code), so the same function then runs in a thread of its own, whose
-    JAX context is the process's, provided the random-bit settings there are this thread's
+    Eagerly in this thread first. Inside an eager `jax.shard_map` (a per-device function called
+    without jit), the trace names the mesh's manual axes and JAX cannot make the random key eagerly
+    there (an assertion in its sharding code), so the same function then runs in a thread of its own,
+    whose JAX context is the process's, provided the random-bit settings there are this thread's
     (`settings`: JAX's default PRNG and `jax_threefry_partitionable`; a setting made for one thread
     only would give other bits)."""
     import threading

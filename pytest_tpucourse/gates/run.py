@@ -506,8 +506,9 @@ class GateRun:
                                f"chose {best}")
 
     def _kept_sweep(self, key: sweeps.SweepKey, candidates) -> tuple[sweeps.Sweep | None, str]:
-        """A sweep kept for this key, and where from: this course's own runs first, then the sweeps the
-        course made on this chip kind with these versions (sweeps.COURSE_PATH); none under --resweep."""
+        """A sweep kept for this key, and where from: this checkout's own earlier runs first
+        (.tpucourse/), then the sweeps the course ships for this chip kind and these versions
+        (sweeps.COURSE_PATH); none under --resweep."""
         if self.context.resweep:
             return None, ""
         own, course = self.context.sweeps_path, self.context.course_sweeps_path
