@@ -407,6 +407,20 @@ def test_a_test_walks_each_graded_function_once(fake_course, monkeypatch):
     assert len(walked) == 2
 
 
+def test_a_course_run_inside_this_one_leaves_this_runs_interpret_mode_as_it_was(fake_course):
+    """A run in this process (pytester in-process) selects its backend and undoes it when it ends:
+    it puts back the interpret mode this run set, so the tests after it still run kernels that way."""
+    from pytest_tpucourse.core import jax_internals
+
+    ours = jax_internals.global_interpret_mode()
+    assert ours is not None, "this run sets an interpret mode on a CPU (else nothing is read here)"
+    _course(fake_course)
+    fake_course.pytester.runpytest_inprocess("-p", "no:cacheprovider").assert_outcomes(passed=2)
+    assert jax_internals.global_interpret_mode() == ours
+    assert getattr(__import__("jax._src.pallas.pallas_call", fromlist=["_pallas_call"])._pallas_call,
+                   "tpucourse_original", None) is not None, "pallas_call still reads the mode when called"
+
+
 def _function_of(path, name):
     """`name` from the file at `path`, compiled under the file's own name (its frames name it)."""
     namespace = {}

@@ -46,9 +46,21 @@ CALLBACK_LOGGER = "jax._src.callback"
 
 def clear_global_interpret_mode() -> None:
     """Undo `pltpu.set_tpu_interpret_mode` (JAX has no public way back to "not set")."""
+    set_global_interpret_mode(None)
+
+
+def global_interpret_mode():
+    """The Pallas TPU interpret mode set for the whole process (None, True or InterpretParams)."""
     from jax._src import config as jax_config
 
-    jax_config.pallas_tpu_interpret_mode_context_manager.set_global(None)
+    return jax_config.pallas_tpu_interpret_mode_context_manager.get_global()
+
+
+def set_global_interpret_mode(mode) -> None:
+    """Set the process's Pallas TPU interpret mode to a value global_interpret_mode() gave, None too."""
+    from jax._src import config as jax_config
+
+    jax_config.pallas_tpu_interpret_mode_context_manager.set_global(mode)
 
 
 def read_interpret_mode_when_called() -> None:

@@ -28,6 +28,9 @@ from ..core import jax_internals
 
 INTERPRET_MODES = ("auto", "tpu", "fast")
 ACCELERATORS = ("tpu", "gpu")
+# The global interpret mode before each select() that restore() has not undone yet, innermost last:
+# a course run inside another (pytester in-process) puts the outer run's mode back when it ends.
+_MODES_BEFORE: list = []
 
 
 @dataclass(frozen=True)
@@ -112,6 +115,7 @@ def select(requested: str) -> Backend:
     if requested not in INTERPRET_MODES:
         raise ValueError(f"interpret mode must be one of {INTERPRET_MODES}, got {requested!r}")
     platform = jax.default_backend()
+    _MODES_BEFORE.append(jax_internals.global_interpret_mode())
     jax_internals.read_interpret_mode_when_called()  # a kernel built at import obeys the mode too
     jax_internals.interpreter_callbacks_take_host_arrays()
     jax_internals.mlir_contexts_reused()
@@ -160,7 +164,13 @@ def use_compilation_cache(directory: Path | None) -> Path | None:
 
 
 def restore() -> None:
-    """Undo select(): kernels run as JAX runs them without this plugin."""
+    """Undo select(): kernels run as JAX runs them without this plugin. A run inside another one's
+    process (pytester in-process) puts back the interpret mode the outer run set and leaves its
+    patches in place: the outer run's later tests still run their kernels its way."""
+    before = _MODES_BEFORE.pop() if _MODES_BEFORE else None
+    if _MODES_BEFORE:
+        jax_internals.set_global_interpret_mode(before)
+        return
     jax_internals.clear_global_interpret_mode()
     jax_internals.restore_interpret_mode_reading()
     jax_internals.leave_out_gpu_interpreter(False)
