@@ -160,10 +160,6 @@ def test_device_seconds_sums_the_xla_modules_of_the_device_planes():
 class ProgramTrace(DeviceTrace):
     """A fake profiler that also lists the programs the traced work ran, as the device's trace does."""
 
-    def __init__(self, device, stray_every=0):
-        super().__init__(device)
-        self.stray_every, self.cut = stray_every, 0
-
     def events(self, work):
         self.traces += 1
         first = len(self.device.programs)

@@ -189,9 +189,11 @@ class Harness:
             start = self.clock()
             round_ = 0
             while round_ < self.max_rounds:
-                first_block = round_ < self.min_rounds
-                block = min((self.min_rounds - round_) if first_block else ROUNDS_PER_TRACE if patterns else 1,
-                            self.max_rounds - round_)
+                if round_ < self.min_rounds:  # the rounds before any stopping check: one block
+                    block = self.min_rounds - round_
+                else:  # then a check after every block: five rounds traced together, or one sample each
+                    block = ROUNDS_PER_TRACE if patterns else 1
+                block = min(block, self.max_rounds - round_)
                 traced = None if patterns is None else self._traced_rounds(
                     fns, input_sets, calls, [(r, name) for r in range(round_, round_ + block) for name in order(r)],
                     patterns)
