@@ -257,6 +257,13 @@ def assert_equal(actual, expected, *, fn, what: str, note: str = "") -> None:
     raise WrongResult(f"{fn.display}: {detail}" + reproduction(fn, note=note))
 
 
+def at_graded_precision(*trees):
+    """The matmul precision graded calls and their floors run at for these inputs (grading/context.py),
+    as a context: for a program a test traces itself (a jaxpr the graded code then evaluates), whose
+    dots keep the precision they were traced at. A no-op off a native TPU."""
+    return context.graded_precision(*trees)
+
+
 def fail(fn, message: str, *, note: str = "") -> None:
     """Fail the test as fn's mistake: `message` (naming fn) and fn's reproduction."""
     raise WrongResult(message + reproduction(fn, note=note))
@@ -437,8 +444,11 @@ def _assert_vjp_consistent_with_forward(fn, args, kwargs, suffix) -> None:
         return forward(*primals), vjp_of
 
     try:
-        check_vjp(forward, f_vjp, args32, eps=CHECK_GRADS_EPS, atol=CHECK_GRADS_TOL,
-                  rtol=CHECK_GRADS_TOL, err_msg="VJP")
+        # float32 at the graded precision: on a native TPU the default's one bf16 pass puts rounding noise
+        # of a few parts in a thousand into every forward value, which a central difference divides by eps
+        with context.graded_precision(args32):
+            check_vjp(forward, f_vjp, args32, eps=CHECK_GRADS_EPS, atol=CHECK_GRADS_TOL,
+                      rtol=CHECK_GRADS_TOL, err_msg="VJP")
     except AssertionError as error:
         first = "\n".join(str(error).strip().splitlines()[:4])
         raise WrongResult(

@@ -162,3 +162,30 @@ def test_an_interrupted_gate_run_says_so_in_its_line(tmp_path, monkeypatch):
     assert progress.device_run().stopped == "interrupted"
     session.exitstatus = int(pytest.ExitCode.OK)
     assert progress.device_run().stopped is None
+
+
+def test_a_gate_runs_line_names_the_stated_commit_where_the_copys_git_is_older_than_its_files(tmp_path, monkeypatch):
+    """A tree sent to a chip with the .git it started from (HEAD an older commit, the files changed
+    since) cannot name its commit itself: the gate run's line takes TPUCOURSE_GIT_COMMIT's, as the
+    gate rows do (gates/provenance.py), not the old HEAD marked dirty."""
+    from types import SimpleNamespace
+
+    from pytest_tpucourse.run.gate_progress import GateProgress, GateTally
+
+    (tmp_path / "kernel.py").write_text("v = 1\n")
+    for command in (["init", "-q"], ["add", "kernel.py"],
+                    ["-c", "user.name=t", "-c", "user.email=t@t", "commit", "-q", "-m", "old"]):
+        subprocess.run(["git", *command], cwd=tmp_path, check=True, capture_output=True)
+    (tmp_path / "kernel.py").write_text("v = 2\n")  # the files of a newer commit
+    monkeypatch.setenv("TPUCOURSE_GIT_COMMIT", SHA)
+    session = SimpleNamespace(
+        gates=SimpleNamespace(on_accelerator=True, rehearsal=None, interpret_requested=False,
+                              device_kind="TPU v5 lite"),
+        options=SimpleNamespace(solutions=True, device_runs=None), course=SimpleNamespace(root=tmp_path),
+        backend=SimpleNamespace(jax_version="0.10.2"), exitstatus=int(pytest.ExitCode.OK))
+    progress = GateProgress(session, config=None)
+    tally = GateTally(tests={"a"}, outcomes={"a": "passed"}, seconds=2.0)
+    progress.gates, progress.chapters = {3: tally}, {"ch13": tally}
+    assert progress.device_run().commit == SHA
+    monkeypatch.delenv("TPUCOURSE_GIT_COMMIT")  # nothing stated: git's own answer, marked dirty
+    assert progress.device_run().commit.endswith("-dirty") and not progress.device_run().commit.startswith(SHA)

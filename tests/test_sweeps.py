@@ -187,20 +187,37 @@ def test_a_runs_own_sweep_comes_before_the_courses_and_resweep_reads_neither(tmp
 
 def test_the_courses_sweeps_are_measured_on_a_chip_and_match_what_its_gates_sweep_today():
     """Each line of bench/tpu/ceiling-sweeps.jsonl is a chip's sweep of a slot a gate times today, over
-    the very candidates that gate offers: a line the gates would never match is dead weight."""
+    the very candidates that gate offers: a line the gates would never match is dead weight. Gate 03's
+    slots are its criteria's; gate 05's are the shipped manifest's targets (its ceiling's blocks)."""
     import importlib.util
+    import tomllib
 
     from .support import REPO
 
+    def gate_module(chapter, name):
+        spec = importlib.util.spec_from_file_location(name, REPO / "exercises" / chapter / f"test_{name}.py")
+        module = importlib.util.module_from_spec(spec)
+        spec.loader.exec_module(module)
+        return module
+
     found, bad = sweeps.read(REPO / sweeps.COURSE_PATH)
     assert bad == [] and found
-    spec = importlib.util.spec_from_file_location("gate03", REPO / "exercises" / "ch13" / "test_gate03.py")
-    gate03 = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(gate03)
-    slots = {(s.op, s.shapes, s.dtype) for c in criteria.gate(3).criteria if c.slots for s in c.slots}
+    gate03, gate05 = gate_module("ch13", "gate03"), gate_module("ch15", "gate05")
+    offered = {}  # (gate, op, shapes, dtype) -> the candidates the gate sweeps there
+    for c in criteria.gate(3).criteria:
+        for s in c.slots or ():
+            seq = s.shapes[0][2]
+            offered[(3, s.op, s.shapes, s.dtype)] = {f"{bq}x{bkv}" for bq, bkv in gate03.CEILING_BLOCKS
+                                                     if max(bq, bkv) <= seq}
+    manifest = tomllib.loads((REPO / "solutions" / "ch15" / "capstone.toml").read_text())
+    for t in manifest["targets"]:
+        shape = (t["batch"], t["heads"], t["seq"], t["head_dim"])
+        labels = set(gate05.ceiling_configs(manifest["baselines"]["ceiling_config"], t["seq"]))
+        for kind in ("fwd", "fwd-bwd"):
+            op = f"capstone-{kind}-" + "-".join(f"{k}{v}" for k, v in t["options"].items())
+            offered[(5, op, (shape,) * 3, t["dtype"])] = labels
     for sweep in found:
         assert not sweep.rehearsal and sweep.key.device_kind.startswith("TPU")
-        assert sweep.key.gate == 3, "only gate 03's sweeps are kept so far; check gate 05's candidates here"
-        assert (sweep.key.op, sweep.key.shapes, sweep.key.dtype) in slots
-        seq = sweep.key.shapes[0][2]
-        assert set(sweep.candidates) == {f"{bq}x{bkv}" for bq, bkv in gate03.CEILING_BLOCKS if max(bq, bkv) <= seq}
+        slot = (sweep.key.gate, sweep.key.op, sweep.key.shapes, sweep.key.dtype)
+        assert slot in offered, f"{slot} is no slot a gate times today"
+        assert set(sweep.candidates) == offered[slot]

@@ -45,6 +45,15 @@ def test_forward_lowers_for_tpu(impl, dtype):
     tpu.assert_lowers_for_tpu(impl.forward.window_forward, q, q, q, window=256, compile_ahead=True)
 
 
+def test_forward_lowers_for_tpu_with_small_q_blocks(impl):
+    """q blocks under 128 rows (the corner case with blocks the other way round) lower for a TPU too:
+    each output's block is one Mosaic takes, lse's included (its last dimension a multiple of 128 or
+    the whole array's). Read off the lowering here, so a CPU says what a chip would refuse."""
+    case = capstone.SMALL_Q_BLOCKS
+    q, k, v = case.arrays(0)
+    tpu.assert_lowers_for_tpu(impl.forward.window_forward, q, k, v, blocks=_blocks(impl, case), **case.kwargs)
+
+
 @pytest.mark.parametrize("case", CASES, ids=[c.name for c in CASES])
 def test_forward_matches_oracle(impl, case):
     check_forward(impl, case, references.SLIDING_WINDOW_ATTENTION_WITH_LSE)

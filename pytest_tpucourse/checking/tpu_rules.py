@@ -174,7 +174,7 @@ def _lowering_refused(fn, error, program, args, kwargs) -> str:
     from ..grading.messages import lowering_explanation, lowering_text
     from ..readers.reproduction import reproduction
 
-    course_root = getattr(getattr(fn, "module", None), "course_root", None)
+    course_root = getattr(fn, "_course_root", None)  # a derived function's (a gradient's) too
     explained = lowering_explanation(error, program, course_root)
     lines = explained or lowering_text(error, MAX_LINES)
     dtypes = sorted({str(getattr(a, "dtype", type(a).__name__)) for a in args})

@@ -52,13 +52,19 @@ def provenance(platform: str, device_kind: str, root: Path, tree: str, modules: 
     import jax
     import jaxlib
 
-    commit, dirty = git_state(root)
-    stated = _stated_wins(commit, dirty, stated_commit()[0])
-    if stated:
-        commit, dirty = stated_commit()
+    commit, dirty, stated = checkout_commit(root)
     return Provenance(platform=platform, device_kind=device_kind, jax=jax.__version__,
                       jaxlib=jaxlib.__version__, libtpu=libtpu_version(), git_commit=commit,
                       git_dirty=dirty, tree=tree, modules=dict(modules), commit_stated=stated)
+
+
+def checkout_commit(root: Path) -> tuple[str | None, bool | None, bool]:
+    """(commit, dirty, stated): the commit whose code the checkout at `root` holds, git's own answer
+    unless TPUCOURSE_GIT_COMMIT's wins (`_stated_wins`); `stated` says which."""
+    commit, dirty = git_state(root)
+    if _stated_wins(commit, dirty, stated_commit()[0]):
+        return (*stated_commit(), True)
+    return commit, dirty, False
 
 
 def _stated_wins(head: str | None, dirty: bool | None, stated: str | None) -> bool:

@@ -256,7 +256,7 @@ class DerivedFunction(GradedFunction):
     """make(base function), rebuilt when the base is reloaded; failures are the base's."""
 
     def __init__(self, base: GradedFunction, make, display: str):
-        super().__init__(None, display)
+        super().__init__(None, display, course_root=base._course_root)  # paths shown as the base's are
         self._base = base
         self._make = make
         self._made: tuple | None = None  # (base function, derived function)

@@ -106,12 +106,10 @@ class GateProgress:
         if not (options.solutions and gates.on_accelerator and gates.rehearsal is None
                 and not gates.interpret_requested and self.gates):
             return None
-        from ..gates.provenance import git_state, libtpu_version, stated_commit
+        from ..gates.provenance import checkout_commit, libtpu_version
         from ..gates.records import utc_now
 
-        commit, dirty = git_state(run.course.root)
-        if commit is None:
-            commit, dirty = stated_commit()
+        commit, dirty, _ = checkout_commit(run.course.root)
         return device_runs.DeviceRun(
             date=utc_now(), device_kind=gates.device_kind, jax=run.backend.jax_version, libtpu=libtpu_version(),
             commit=device_runs.commit_label(commit, dirty), kind=device_runs.GATES,

@@ -29,7 +29,8 @@ Decisions, each for a v5e:
     and q rows on lanes: dV = Pᵀ dO and dK = dSᵀ Q are then plain (keys, rows) x
     (rows, D) matmuls, with no transpose of a tile on the way to the MXU, and lse and
     Δ broadcast as rows.
-  - lse and Δ travel as lane-dense rows, arrays (B, H, 1, Sq). The dq kernel, whose
+  - lse and Δ travel as lane-dense rows, arrays (B, H, 1, Sq) (forward.StatRows: split
+    into (1, block_q) rows where Mosaic refuses such a block of one row). The dq kernel, whose
     tiles put the rows on sublanes, turns its block into (block_q, 128) columns once
     per q block (a transpose in VMEM at its first band step) and keeps them in scratch.
   - P = exp2(log2(e) · (scale · s - lse)): one multiply per score, lse · log2(e)
@@ -140,9 +141,10 @@ def window_backward(q, k, v, out, lse, do, *, window: int, scale: float | None =
     block_q, block_kv = blocks.block_q, blocks.block_kv
     scale = head_dim ** -0.5 if scale is None else scale
     n_q, n_kv = q_len // block_q, kv_len // block_kv
-    # Row statistics as lane-dense rows (B, H, 1, Sq): Δ = rowsum(dO ∘ O), and lse in base 2.
-    delta = jnp.sum(out.astype(jnp.float32) * do.astype(jnp.float32), axis=-1)[:, :, None, :]
-    operands = (q, k, v, do, (lse * LOG2_E)[:, :, None, :], delta)
+    # Row statistics as lane-dense rows: Δ = rowsum(dO ∘ O), and lse in base 2.
+    stat_rows = forward.StatRows(batch, heads, q_len, block_q)
+    delta = jnp.sum(out.astype(jnp.float32) * do.astype(jnp.float32), axis=-1)
+    operands = (q, k, v, do, stat_rows.of(lse * LOG2_E), stat_rows.of(delta))
     common = dict(scale=scale, window=window, block_q=block_q, block_kv=block_kv)
     by_q = dict(block_q=block_q, block_kv=block_kv, window=window, num_kv_blocks=n_kv)
     by_kv = dict(block_q=block_q, block_kv=block_kv, window=window, num_q_blocks=n_q)
@@ -151,8 +153,7 @@ def window_backward(q, k, v, out, lse, do, *, window: int, scale: float | None =
         """BlockSpecs of (q, k, v, dO, lse, Δ) for the two index maps."""
         q_rows = pl.BlockSpec((None, None, block_q, head_dim), q_index)
         kv_rows = pl.BlockSpec((None, None, block_kv, head_dim), kv_index)
-        stat = pl.BlockSpec((None, None, 1, block_q), lambda *ids: (*q_index(*ids)[:2], 0,
-                                                                     q_index(*ids)[2]))
+        stat = stat_rows.spec(lambda *ids: q_index(*ids)[:3])
         return [q_rows, kv_rows, kv_rows, q_rows, stat, stat]
 
     # dq: q block i resident, the kv blocks of its band stream past.

@@ -30,7 +30,10 @@ Decisions, each for a v5e (WRITEUP.md gives the compiler's figures behind them):
     scale, and the log2 e that exp takes before its exp2). This needs scale > 0.
   - lse leaves the kernel as a lane-dense row, an array (B, H, 1, Sq): a (B, H, Sq, 1)
     array pads each row's number to 128 lanes in HBM too, and taking the padding off
-    after the call is an XLA pass over 128 times the bytes.
+    after the call is an XLA pass over 128 times the bytes. Mosaic takes a (1, block_q)
+    block of that array only where block_q is a multiple of 128 or all of Sq; a smaller
+    block_q writes the (1, block_q) rows of a (B, H, Sq / block_q, 1, block_q) array
+    instead, whose last two dimensions the block spans (StatRows).
 
 Block sizes come as a frozen BlockSizes (hashable: a jax.custom_vjp non-diff
 argument), clamped to the lengths first; a length the block does not divide, a
@@ -63,6 +66,45 @@ class BlockSizes:
 
     block_q: int = 512
     block_kv: int = 512
+
+
+@dataclasses.dataclass(frozen=True)
+class StatRows:
+    """How one number per query row (lse, and the backward's Δ) travels between the kernels: as
+    (1, block_q) rows. Both layouts are reshapes of (B, H, Sq); each block is one row of block_q."""
+
+    batch: int
+    heads: int
+    q_len: int
+    block_q: int
+
+    @property
+    def split(self) -> bool:
+        """Whether block_q is a width Mosaic refuses as a block of one (B, H, 1, Sq) row (the last
+        dimension of a block is a multiple of 128 or the whole dimension), so the rows are split."""
+        return self.block_q % LANES != 0 and self.block_q != self.q_len
+
+    @property
+    def shape(self) -> tuple[int, ...]:
+        if self.split:
+            return (self.batch, self.heads, self.q_len // self.block_q, 1, self.block_q)
+        return (self.batch, self.heads, 1, self.q_len)
+
+    def spec(self, q_block) -> pl.BlockSpec:
+        """The BlockSpec of q block i's row, for q_block(*grid ids) = (b, h, i)."""
+        if self.split:
+            return pl.BlockSpec((None, None, None, 1, self.block_q),
+                                lambda *ids: (*q_block(*ids), 0, 0))
+        return pl.BlockSpec((None, None, 1, self.block_q),
+                            lambda *ids: (*q_block(*ids)[:2], 0, q_block(*ids)[2]))
+
+    def of(self, stats: jax.Array) -> jax.Array:
+        """(B, H, Sq) statistics in this layout."""
+        return stats.reshape(self.shape)
+
+    def unpack(self, rows: jax.Array) -> jax.Array:
+        """This layout's rows back as (B, H, Sq)."""
+        return rows.reshape(self.batch, self.heads, self.q_len)
 
 
 def check_shapes(q: jax.Array, k: jax.Array, window: int, blocks: BlockSizes,
@@ -181,15 +223,16 @@ def window_forward(q: jax.Array, k: jax.Array, v: jax.Array, *, window: int,
     in_band = lambda b, h, i, t: (b, h, band.clamped(band.kv_blocks, i, t, **sizes), 0)  # noqa: E731
     rows = pl.BlockSpec((None, None, block_q, head_dim), per_row)
     keys = pl.BlockSpec((None, None, block_kv, head_dim), in_band)
+    stat_rows = StatRows(batch, heads, q_len, block_q)
     out, lse = pl.pallas_call(
         functools.partial(forward_kernel, scale=scale, **sizes),
         grid=(batch, heads, q_len // block_q, steps),
         in_specs=[rows, keys, keys],
-        out_specs=(rows, pl.BlockSpec((None, None, 1, block_q), lambda b, h, i, t: (b, h, 0, i))),
+        out_specs=(rows, stat_rows.spec(lambda b, h, i, t: (b, h, i))),
         out_shape=(jax.ShapeDtypeStruct(q.shape, q.dtype),
-                   jax.ShapeDtypeStruct((batch, heads, 1, q_len), jnp.float32)),
+                   jax.ShapeDtypeStruct(stat_rows.shape, jnp.float32)),
         scratch_shapes=[pltpu.VMEM(shape, jnp.float32)
                         for shape in ((block_q, LANES), (block_q, LANES), (block_q, head_dim))],
         compiler_params=BAND_SEMANTICS,
     )(q, k, v)
-    return out, lse[:, :, 0, :]
+    return out, stat_rows.unpack(lse)
