@@ -321,3 +321,80 @@ def test_a_warm_process_stops_waiting_once_its_checkout_is_gone(tmp_path, monkey
             warm_process._next_client(listener, root, 0.3)
         root.rmdir()
         assert warm_process._next_client(listener, root, 30) is None
+
+
+def _request(key: str, backend: dict) -> dict:
+    return {"key": key, "args": ["exercises"], "cwd": "/", "env": {}, "argv": ["pytest"], "backend": backend,
+            "encodings": [["utf-8", "strict"]] * 3}
+
+
+@pytest.mark.parametrize("go", [True, False], ids=["the client says go", "the client gave up"])
+def test_a_warm_process_runs_a_request_only_once_its_client_says_go(tmp_path, monkeypatch, go):
+    """A client that waited too long for the accept runs the tests itself: the warm process, which may
+    have accepted meanwhile, must not run them as well (both would write the same state and records)."""
+    import socket
+    import threading
+
+    monkeypatch.setattr(warm_process, "REQUEST_SECONDS", 2.0)
+    served, client = socket.socketpair(socket.AF_UNIX, socket.SOCK_STREAM)
+    process = warm_process.WarmProcess(tmp_path, "k", {"cpu_devices": 8}, dict(os.environ))
+    ran = []
+    monkeypatch.setattr(process, "run", lambda request, fds, connection: ran.append(request["args"]) or 0)
+    monkeypatch.setattr(process, "after_run", lambda code: [])
+    answered = []
+    server = threading.Thread(target=lambda: answered.append(process.answer(served)))
+    server.start()
+    messages = served_runs.Messages(client)
+    assert messages.next()["key"] == "k"
+    served_runs.send_message(client, _request("k", {"cpu_devices": 8}), fds=[0, 1, 2])
+    assert messages.next() == {"accepted": True}
+    if go:
+        served_runs.send_message(client, {served_runs.GO: True})
+        assert messages.next() == {"exit": 0}
+    client.close()
+    server.join(10)
+    assert ran == ([["exercises"]] if go else [])
+    assert answered == [False]
+    assert go or "a client gave up before its run began: nothing ran here" in log(tmp_path)
+
+
+def test_a_client_whose_request_is_not_accepted_in_time_runs_here_and_says_no_go(tmp_path, monkeypatch):
+    """The client's side of the same agreement: no accept within ACCEPT_SECONDS, and it runs the tests
+    itself, having sent no GO."""
+    import socket
+
+    monkeypatch.setattr(served_runs, "ACCEPT_SECONDS", 0.2)
+    listener = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+    path = tmp_path / "warm.sock"
+    listener.bind(str(path))
+    listener.listen(1)
+    monkeypatch.setattr(served_runs, "why_not_served", lambda config: None)
+    monkeypatch.setattr(served_runs, "course_root_of", lambda config: tmp_path)
+    monkeypatch.setattr(served_runs, "socket_path", lambda root: path)
+    monkeypatch.setattr(served_runs, "process_key", lambda root: "k")
+    monkeypatch.setattr(served_runs, "_terminal_as_given", lambda config: None)
+    config = _config(tmp_path)
+    config.invocation_params.args = ("exercises",)
+    import threading
+
+    heard = []
+
+    def slow_warm_process():
+        connection, _ = listener.accept()
+        with connection:
+            messages = served_runs.Messages(connection)
+            served_runs.send_message(connection, {"key": "k", "pid": 1})
+            heard.append(messages.next(with_fds=3)["key"])
+            time.sleep(0.5)  # past the client's wait
+            try:
+                served_runs.send_message(connection, {"accepted": True})
+                heard.append(messages.next())
+            except OSError:
+                heard.append("closed")
+
+    warm_side = threading.Thread(target=slow_warm_process)
+    warm_side.start()
+    with listener:
+        assert served_runs.serve_run(config) is None  # run here
+        warm_side.join(10)
+    assert heard in (["k", None], ["k", "closed"])  # the client sent no GO

@@ -39,7 +39,11 @@ ENV = "TPUCOURSE_WARM"  # "0": every run in its own process, no warm one left be
 IDLE_ENV = "TPUCOURSE_WARM_IDLE"  # seconds a warm process waits for its next run (default IDLE_SECONDS)
 IDLE_SECONDS = 900.0
 ANSWER_SECONDS = 0.3  # how long a client waits for a warm process's hello before running here
-PROTOCOL = 1
+# Once greeted, how long a client waits for the warm process to accept its request. Either way nothing
+# runs twice: the warm process runs a request only after the client's GO, sent once it has the accept.
+ACCEPT_SECONDS = 5.0
+GO = "go"
+PROTOCOL = 2  # 2: a request runs only after the client's GO
 STOP = "stop"  # the key a client sends to end the warm process (stop_warm_process)
 
 # The environment a process's imports may read (JAX's flags, XLA's, the Python's own):
@@ -242,11 +246,15 @@ def serve_run(config) -> int | None:
             "encodings": [[getattr(s, "encoding", None) or "utf-8", getattr(s, "errors", None) or "strict"]
                           for s in streams],
         }, fds=[0, 1, 2])
+        connection.settimeout(ACCEPT_SECONDS)
         answer = messages.next()
+        if not answer or not answer.get("accepted"):
+            connection.close()
+            return None
+        # Committed from here: the warm process runs the request only once it reads this, so a
+        # client that gave up above (and runs here) never has its run made twice.
+        send_message(connection, {GO: True})
     except (OSError, ValueError):
-        connection.close()
-        return None
-    if not answer or not answer.get("accepted"):
         connection.close()
         return None
     connection.settimeout(None)

@@ -175,6 +175,10 @@ class WarmProcess:
                 send_message(connection, {"accepted": False, "why": "other backend options"})
                 return False
             send_message(connection, {"accepted": True})
+            go = messages.next()  # the client still waits for this run: it may have given up and run it itself
+            if not go or not go.get(served_runs.GO):
+                log(self.root, "a client gave up before its run began: nothing ran here")
+                return False
             connection.settimeout(None)
             accepted = True
         except (OSError, ValueError):
