@@ -34,7 +34,7 @@ from .readers.reproduction import remember, reproduction
 from .strategies import cotangents_like
 
 __all__ = [
-    "assert_close", "assert_equal", "assert_grads_match", "assert_matches_reference",
+    "assert_close", "assert_equal", "assert_grads_match", "assert_matches_reference", "at_graded_precision",
     "assert_one_kernel", "assert_rejects", "assert_uses_pallas", "CHECK_GRADS_EPS",
     "CHECK_GRADS_TOL", "CheckerError", "count_pallas_calls", "fail", "for_this_backend", "graded", "gradient",
     "toolchain_words", "trusted", "WrongResult",

@@ -234,3 +234,38 @@ def test_on_a_native_tpu_float32_calls_are_judged_at_highest_and_bf16_ones_at_th
         assert precision_inside(f32) is None
     finally:
         context.deactivate(run)
+
+
+def test_on_a_native_tpu_check_grads_differences_its_forward_at_the_graded_precision(monkeypatch):
+    """jax.test_util.check_grads divides the forward's rounding by its step: at a TPU's default one
+    bf16 pass an f32 forward's noise is a few parts in a thousand, and a right custom_vjp failed by 10.5
+    (chapter 13) and 147 (chapter 15) on a v5e. The check runs at the precision the graded call runs at."""
+    import jax
+    import jax.numpy as jnp
+    import jax.test_util
+
+    from pytest_tpucourse import checks, references
+
+    @jax.custom_vjp
+    def double(x):
+        return 2.0 * x
+
+    double.defvjp(lambda x: (2.0 * x, None), lambda _, g: (2.0 * g,))
+    seen = []
+    real_check_vjp = jax.test_util.check_vjp
+
+    def check_vjp(*args, **kwargs):
+        seen.append(jax.config.jax_default_matmul_precision)
+        return real_check_vjp(*args, **kwargs)
+
+    monkeypatch.setattr(jax.test_util, "check_vjp", check_vjp)
+    run = context.GradingContext(native_tpu=True)
+    context.activate(run)
+    try:
+        checks.assert_grads_match(
+            checks.graded(double, "double()"), (jnp.linspace(-1.0, 1.0, 8, dtype=jnp.float32),),
+            reference=references.Reference("2x", lambda x: 2.0 * x, lambda x: 2.0 * x), argnames=("dx",),
+            check_custom_vjp=True)
+    finally:
+        context.deactivate(run)
+    assert seen == ["highest"]

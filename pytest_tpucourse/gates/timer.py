@@ -95,6 +95,7 @@ class Timing:
     stopped: str  # "interval" (tight enough), "budget" or "max-rounds"
     method: str = WALL_CALLS
     wall_per_call: tuple[float, ...] = ()  # host wall seconds per call, one per sample (device-profiler)
+    traces: int = 0  # profiler traces the measurement took (device-profiler: blocks of rounds, or one per sample)
 
     @property
     def summary(self) -> stats.Summary:
@@ -112,6 +113,9 @@ class Timing:
         if self.method == DEVICE_PROFILER:
             text = (f"device time from the profiler's trace (XLA programs' durations on the device); {s.rounds} "
                     f"rounds of {self.calls_per_sample} calls, interleaved; stopped: {self.stopped}")
+            if self.traces:
+                text += (f"; {self.traces} traces for the measurement's samples "
+                         + ("(rounds traced together)" if self.traces < s.rounds else "(one per sample)"))
             if self.dispatch_bound:
                 wall = stats.median(self.wall_per_call)
                 text += (f"; dispatch-bound: the host issued a call every {wall * 1e6:.1f} us while the device "
@@ -169,6 +173,7 @@ class Harness:
                     if method == DEVICE_PROFILER and self.flush is None and hasattr(self.device_clock, "events")
                     else None)
         names, stopped = list(fns), "max-rounds"
+        traces = 0  # device-profiler traces of the rounds, shared by every implementation they hold
 
         def order(round_: int) -> list[str]:
             shift = round_ % len(names)
@@ -197,6 +202,7 @@ class Harness:
                 traced = None if patterns is None else self._traced_rounds(
                     fns, input_sets, calls, [(r, name) for r in range(round_, round_ + block) for name in order(r)],
                     patterns)
+                traces += patterns is not None
                 if traced is not None:
                     for name, per_call, wall in traced:
                         keep(name, per_call, wall)
@@ -205,6 +211,7 @@ class Harness:
                     for r in range(round_, round_ + block):
                         for name in order(r):
                             keep(name, *self._sample(fns[name], name, input_sets, r, calls[name], method, overhead))
+                            traces += method == DEVICE_PROFILER
                 round_ += block
                 if round_ < self.min_rounds:
                     continue
@@ -218,7 +225,7 @@ class Harness:
             if collecting:
                 gc.enable()
         return {name: Timing(tuple(samples[name]), calls[name], overhead, dispatch, stopped, method,
-                             tuple(walls[name])) for name in fns}
+                             tuple(walls[name]), traces if method == DEVICE_PROFILER else 0) for name in fns}
 
     def _sample(self, fn, name: str, input_sets, round_: int, n: int, method: str,
                 overhead: float) -> tuple[float, float | None]:
