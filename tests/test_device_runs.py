@@ -145,22 +145,28 @@ def test_a_run_past_its_budget_is_interrupted_as_ctrl_c_would_and_said_so(tmp_pa
     assert script.run_within([sys.executable, "-c", "pass"], 30.0, cwd=tmp_path) == (0, False)
 
 
-def test_an_interrupted_gate_run_says_so_in_its_line(tmp_path, monkeypatch):
+def _gate_progress(root, exitstatus):
+    """The gate progress of a native `--solutions` gate run in the course at `root` that ran gate 03."""
     from types import SimpleNamespace
 
     from pytest_tpucourse.run.gate_progress import GateProgress, GateTally
 
-    monkeypatch.setenv("TPUCOURSE_GIT_COMMIT", SHA)
     session = SimpleNamespace(
         gates=SimpleNamespace(on_accelerator=True, rehearsal=None, interpret_requested=False,
                               device_kind="TPU v5 lite"),
-        options=SimpleNamespace(solutions=True, device_runs=None), course=SimpleNamespace(root=tmp_path),
-        backend=SimpleNamespace(jax_version="0.10.2"), exitstatus=int(pytest.ExitCode.INTERRUPTED))
+        options=SimpleNamespace(solutions=True, device_runs=None), course=SimpleNamespace(root=root),
+        backend=SimpleNamespace(jax_version="0.10.2"), exitstatus=int(exitstatus))
     progress = GateProgress(session, config=None)
     tally = GateTally(tests={"a"}, outcomes={"a": "passed"}, seconds=2.0)
     progress.gates, progress.chapters = {3: tally}, {"ch13": tally}
+    return progress
+
+
+def test_an_interrupted_gate_run_says_so_in_its_line(tmp_path, monkeypatch):
+    monkeypatch.setenv("TPUCOURSE_GIT_COMMIT", SHA)
+    progress = _gate_progress(tmp_path, pytest.ExitCode.INTERRUPTED)
     assert progress.device_run().stopped == "interrupted"
-    session.exitstatus = int(pytest.ExitCode.OK)
+    progress.session.exitstatus = int(pytest.ExitCode.OK)
     assert progress.device_run().stopped is None
 
 
@@ -168,24 +174,13 @@ def test_a_gate_runs_line_names_the_stated_commit_where_the_copys_git_is_older_t
     """A tree sent to a chip with the .git it started from (HEAD an older commit, the files changed
     since) cannot name its commit itself: the gate run's line takes TPUCOURSE_GIT_COMMIT's, as the
     gate rows do (gates/provenance.py), not the old HEAD marked dirty."""
-    from types import SimpleNamespace
-
-    from pytest_tpucourse.run.gate_progress import GateProgress, GateTally
-
     (tmp_path / "kernel.py").write_text("v = 1\n")
     for command in (["init", "-q"], ["add", "kernel.py"],
                     ["-c", "user.name=t", "-c", "user.email=t@t", "commit", "-q", "-m", "old"]):
         subprocess.run(["git", *command], cwd=tmp_path, check=True, capture_output=True)
     (tmp_path / "kernel.py").write_text("v = 2\n")  # the files of a newer commit
     monkeypatch.setenv("TPUCOURSE_GIT_COMMIT", SHA)
-    session = SimpleNamespace(
-        gates=SimpleNamespace(on_accelerator=True, rehearsal=None, interpret_requested=False,
-                              device_kind="TPU v5 lite"),
-        options=SimpleNamespace(solutions=True, device_runs=None), course=SimpleNamespace(root=tmp_path),
-        backend=SimpleNamespace(jax_version="0.10.2"), exitstatus=int(pytest.ExitCode.OK))
-    progress = GateProgress(session, config=None)
-    tally = GateTally(tests={"a"}, outcomes={"a": "passed"}, seconds=2.0)
-    progress.gates, progress.chapters = {3: tally}, {"ch13": tally}
+    progress = _gate_progress(tmp_path, pytest.ExitCode.OK)
     assert progress.device_run().commit == SHA
     monkeypatch.delenv("TPUCOURSE_GIT_COMMIT")  # nothing stated: git's own answer, marked dirty
     assert progress.device_run().commit.endswith("-dirty") and not progress.device_run().commit.startswith(SHA)
