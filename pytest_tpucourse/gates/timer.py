@@ -399,29 +399,27 @@ class ProfilerDeviceClock:
             return jax.profiler.ProfileData.from_file(str(traces[-1]))
 
 
-def device_seconds(profile, line_name: str = ProfilerDeviceClock.LINE) -> float | None:
-    """The summed durations of the events on the `line_name` line of every device plane."""
-    total, found = 0.0, False
-    for plane in profile.planes:
-        if not plane.name.startswith("/device:"):
-            continue
-        for line in plane.lines:
-            if line.name == line_name:
-                for event in line.events:
-                    total += event.duration_ns * 1e-9
-                    found = True
-    return total if found else None
-
-
-def device_events(profile, line_name: str = ProfilerDeviceClock.LINE) -> list[tuple[str, float]] | None:
-    """(program, seconds) of each event on the `line_name` line of the one device plane that has any, in
-    the order they started; None when no device plane or more than one has such events."""
+def _device_plane_events(profile, line_name: str) -> list[list]:
+    """The events on the `line_name` line of each device plane that has any, one list per plane."""
     planes = []
     for plane in profile.planes:
         if plane.name.startswith("/device:"):
             events = [event for line in plane.lines if line.name == line_name for event in line.events]
             if events:
                 planes.append(events)
+    return planes
+
+
+def device_seconds(profile, line_name: str = ProfilerDeviceClock.LINE) -> float | None:
+    """The summed durations of the events on the `line_name` line of every device plane."""
+    planes = _device_plane_events(profile, line_name)
+    return sum(event.duration_ns * 1e-9 for events in planes for event in events) if planes else None
+
+
+def device_events(profile, line_name: str = ProfilerDeviceClock.LINE) -> list[tuple[str, float]] | None:
+    """(program, seconds) of each event on the `line_name` line of the one device plane that has any, in
+    the order they started; None when no device plane or more than one has such events."""
+    planes = _device_plane_events(profile, line_name)
     if len(planes) != 1:
         return None
     return [(event.name, event.duration_ns * 1e-9) for event in sorted(planes[0], key=lambda e: e.start_ns)]

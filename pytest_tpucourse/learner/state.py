@@ -290,9 +290,8 @@ def confirmation(course_root: Path, data: dict, exercise) -> tuple[Confirmation,
     CONFIRMED where the trusted check agreed on the very bytes it is done with, DISAGREES where it
     disagreed with them, else OWN_RUN (never checked, or checked on other bytes)."""
     entry = data["exercises"].get(exercise.key) or {}
-    checked = data.get("confirmed", {}).get(exercise.key)
-    if (not isinstance(checked, dict) or checked.get("seal") != seal(exercise.key, checked)
-            or checked.get("module_sha256") != entry.get("module_sha256")):
+    checked = _sealed_confirmation(data, exercise.key)
+    if checked is None or checked.get("module_sha256") != entry.get("module_sha256"):
         return Confirmation.OWN_RUN, ""
     if checked.get("verdict") == "agrees":
         return Confirmation.CONFIRMED, ""
@@ -304,14 +303,20 @@ def confirmation(course_root: Path, data: dict, exercise) -> tuple[Confirmation,
 def why_not_confirmed(data: dict, key: str, module_sha256: str | None) -> str | None:
     """Why the trusted check has not confirmed these bytes of exercise `key` (None: it agreed on
     exactly them). A gate on the chip times a learner's kernel only once it is confirmed."""
-    checked = data.get("confirmed", {}).get(key)
-    if not isinstance(checked, dict) or checked.get("seal") != seal(key, checked):
+    checked = _sealed_confirmation(data, key)
+    if checked is None:
         return "the trusted check has not confirmed it"
     if module_sha256 is None or checked.get("module_sha256") != module_sha256:
         return "the trusted check confirmed other bytes of it (it was edited since)"
     if checked.get("verdict") != "agrees":
         return f"the trusted check disagrees: {checked.get('reason') or 'no reason kept'}"
     return None
+
+
+def _sealed_confirmation(data: dict, key: str) -> dict | None:
+    """The trusted check's kept verdict on exercise `key`, where its seal holds; None otherwise."""
+    checked = data.get("confirmed", {}).get(key)
+    return checked if isinstance(checked, dict) and checked.get("seal") == seal(key, checked) else None
 
 
 def hints_shown(data: dict, key: str) -> int:
