@@ -208,3 +208,26 @@ def test_xla_tpu_fuses_the_bias_and_the_gelu_into_the_matmul_xla_cpu_does_not():
     assert [(kind, root) for _, kind, root in on_tpu["fusions"]] == [("kOutput", "convert")]
     on_cpu = hlo_text.summary(hlo_text.parse(jax.jit(unfused).lower(*args).compile().as_text()))
     assert len(on_cpu["fusions"]) >= 2  # the dot's, and the elementwise epilogue's
+
+
+def test_the_block_table_is_the_sweeps_and_1024_blocks_are_exactly_16_mib_before_the_product():
+    """The README's table of the solution's schedule ("zeroed") is bench/tpu/matmul_sweep.log's; the
+    blocks and accumulator at 1024 fill the v5e's 16 MiB default exactly, and the f32 product passes it."""
+    import re
+
+    from . import measured
+    from .reading import readme_prose
+
+    sweep = measured.matmul_sweep()
+    rows = re.findall(r"^\| \((\d+), (\d+), (\d+)\) \| (\d+) \| ([\d.]+) µs \| ([\d.]+) \|$",
+                      (measured.COURSE / "exercises" / "ch11" / "README.md").read_text(encoding="utf-8"), re.M)
+    assert len(rows) == 4
+    for bm, bk, bn, steps, time, ratio in rows:
+        measured_us = sweep[f"zeroed {bm}x{bk}x{bn}"]
+        assert (float(time), int(steps)) == (measured_us, (4096 // int(bm)) * (4096 // int(bk)) * (4096 // int(bn)))
+        assert float(ratio) == round(measured_us / sweep["xla"], 2)
+    bm = bk = bn = 1024
+    blocks = 2 * (bm * bk + bk * bn + bm * bn) * 2 + 4 * bm * bn
+    default = measured.V5E.scoped_vmem_bytes
+    assert blocks == default == 16 * 2 ** 20 and blocks + 4 * bm * bn > default
+    assert "exactly 16 MiB at 1024-blocks; the f32 product the MXU hands the accumulator, 4 MiB more" in readme_prose("ch11")
