@@ -38,10 +38,11 @@ def stub_samples(chapter: str) -> list[tuple[str, list[str]]]:
 
 
 def tests_per_file(output: str) -> dict[str, int]:
-    """How many tests of each graded file a verbose (-v) run reported."""
+    """How many tests of each graded file a verbose (-v) run reported (its paths relative to wherever it
+    ran: exercises/chNN/test_x.py, or ../../course/exercises/chNN/test_x.py)."""
     counts: dict[str, int] = {}
     for line in output.splitlines():
-        match = re.match(r"^(exercises/\S+\.py)::\S+ ", line)
+        match = re.match(r"^(?:\S*/)?(exercises/ch\d\d/test_\w+\.py)::\S+ ", line)
         if match:
             counts[match.group(1)] = counts.get(match.group(1), 0) + 1
     return counts
