@@ -10,9 +10,11 @@ computed on the host's CPU from the same f32 inputs (standard normal, seed 0):
   - XLA's f32 matmul (256 x K x 256, K = 128, 1024, 4096) at precision DEFAULT, HIGH and HIGHEST,
     and at DEFAULT under `jax.default_matmul_precision("highest")`;
   - f32 attention (softmax(q kᵀ/√D) v, the einsums at each precision) at the chapters' shapes;
-  - a Pallas kernel's f32 `jnp.dot` at each precision Mosaic accepts, and under the config;
+  - a Pallas kernel's f32 `jnp.dot` at each precision the Pallas lowering and Mosaic accept, and
+    under the config, and the same kernel's product split by hand into three bf16 passes (`dot_3pass`,
+    chapter 11 shows it);
   - the course's flash attention forward (solutions/ch13) natively, at the default and under the config.
-A precision Mosaic refuses is recorded with its error message.
+A precision refused (JAX's Pallas lowering refuses HIGH) is recorded with its error message.
 """
 
 from __future__ import annotations
@@ -24,10 +26,22 @@ import json
 import sys
 from pathlib import Path
 
+import jax.numpy as jnp
+
 REPO = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(REPO))
 
 PRECISIONS = ("DEFAULT", "HIGH", "HIGHEST")
+
+
+def dot_3pass(x, y):
+    """x @ y for f32 x and y in three bf16 MXU passes, accumulated in f32: HIGH, by hand."""
+    x_hi = x.astype(jnp.bfloat16)
+    x_lo = (x - x_hi.astype(jnp.float32)).astype(jnp.bfloat16)
+    y_hi = y.astype(jnp.bfloat16)
+    y_lo = (y - y_hi.astype(jnp.float32)).astype(jnp.bfloat16)
+    dot = functools.partial(jnp.dot, preferred_element_type=jnp.float32)
+    return dot(x_hi, y_hi) + (dot(x_hi, y_lo) + dot(x_lo, y_hi))
 
 
 def relative_error(out, reference) -> float:
@@ -97,8 +111,14 @@ def measure(small: bool) -> dict:
             out = pl.pallas_call(kernel, out_shape=jax.ShapeDtypeStruct((256, 256), jnp.float32),
                                  interpret=interpret)(a, b)
             figures[key] = relative_error(out, exact)
-        except Exception as error:  # noqa: BLE001 - a precision Mosaic refuses is a finding
+        except Exception as error:  # noqa: BLE001 - a refused precision is a finding
             figures[key] = f"refused: {type(error).__name__}: {str(error).splitlines()[0][:200]}"
+
+    def split_kernel(a_ref, b_ref, o_ref):
+        o_ref[...] = dot_3pass(a_ref[...], b_ref[...])
+    out = pl.pallas_call(split_kernel, out_shape=jax.ShapeDtypeStruct((256, 256), jnp.float32),
+                         interpret=interpret)(a, b)
+    figures["pallas dot_3pass f32 256x1024x256"] = relative_error(out, exact)
     with jax.default_matmul_precision("highest"):
         def kernel(a_ref, b_ref, o_ref):
             o_ref[...] = jnp.dot(a_ref[...], b_ref[...], preferred_element_type=jnp.float32)

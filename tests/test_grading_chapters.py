@@ -14,6 +14,7 @@ from pytest_tpucourse.run.mutants import build_tree, load_mutants, says_pattern
 
 from pytest_tpucourse.diagnosis import causes
 
+from . import readme_samples
 from .chapter_runs import ChapterJob, wait_for
 from .support import KERNEL_CHAPTERS, REPO, failed_files, first_failure, noise
 
@@ -86,6 +87,9 @@ def test_stubs_are_reported_todo(chapter_run, chapter):
     for exercise in chapter.exercises:
         assert f"{exercise.function}() in exercises/{chapter.id}/{exercise.module_file} is not written yet" in out
     assert "Traceback" not in out and "pytest_tpucourse/" not in out
+    # What the READMEs show such a run printing, counts included, is what this one printed.
+    for where, sample in readme_samples.stub_samples(chapter.id):
+        assert readme_samples.unprinted(sample, out) == [], f"{where}'s sample of this run"
 
 
 @pytest.mark.parametrize("chapter", BUILT, ids=lambda c: c.id)

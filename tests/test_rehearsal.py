@@ -93,3 +93,15 @@ def test_a_rehearsal_names_its_file_prints_each_test_and_writes_no_record(fake_c
     assert not (fake_course.pytester.path / rec.DEFAULT_PATH).exists()
     assert fake_course.run("--rehearse").ret == pytest.ExitCode.USAGE_ERROR
     assert fake_course.run("--gates", "--rehearse", "--records", "r.jsonl").ret == pytest.ExitCode.USAGE_ERROR
+
+
+def test_the_readme_quotes_the_rehearsals_logged_times():
+    """README.md's times for `pytest --gates --rehearse` are bench/rehearsal_times.log's."""
+    import re
+
+    from .support import REPO
+
+    logged = dict(re.findall(r"^all gates\s+(stubs|solutions)\s+([\d.]+ s)", (REPO / "bench" / "rehearsal_times.log")
+                             .read_text(encoding="utf-8"), re.M))
+    readme = " ".join((REPO / "README.md").read_text(encoding="utf-8").split())
+    assert f"it took {logged['stubs']} on untouched stubs and {logged['solutions']} with the shipped solutions" in readme

@@ -8,11 +8,12 @@ What each choice protects against (docs/gates.md says it at length):
     is the sum of the device's own durations of the XLA programs its calls ran ("XLA Modules" of
     the device's trace), per call (`ProfilerDeviceClock`, method "device-profiler"). A Python-side
     loop of calls cannot show a kernel shorter than a call's dispatch: on a v5e host a jitted call
-    and its sync cost 550-580 us, and XLA's 8x4096x4096 bf16 matmul, 46-50 us on the device, timed
-    at 120-135 us per call even with 200 calls per sync (docs/gates.md, "Device time"). A loop
-    on the device is no cure for every op either: inside one XLA program the operands of a
-    memory-bound op stay in the 128 MiB of VMEM between iterations (a 4096² bf16 add timed at
-    54 us in a `lax.fori_loop`, under half its HBM floor). Where no device trace is to be had
+    and its sync cost 741.6-3099.0 us, and XLA's 8x4096x4096 bf16 matmul, 46.1-50.7 us on the
+    device, timed at 119.7 us per call even with 200 calls per sync (docs/gates.md, "Device
+    time"). A loop on the device is no cure for every op either: inside one XLA program the
+    compiler may keep a memory-bound op's operands in the 128 MiB of VMEM between iterations (a
+    4096² bf16 add timed at 53.9 us in a `lax.fori_loop`, under half its HBM floor; the skinny
+    matmul's weight stayed in HBM). Where no device trace is to be had
     (no accelerator, or a profiler that records none), the method is "wall-calls": N calls per
     sync, one sync at the end, the cost of one empty sample (an empty jitted call and its sync)
     measured first and taken off every sample.

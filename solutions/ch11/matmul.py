@@ -10,14 +10,17 @@ Dimension semantics: i and j are independent ("parallel": the compiler may
 split them across TensorCores or reorder them); k carries the accumulator from
 step to step, so it must be "arbitrary" (run in order, on one core).
 
-Blocks. Each grid step costs about half a microsecond on a v5e beyond its
-work, so the defaults are large: (1024, 1024, 1024) is 64 steps for a 4096³
-matmul, against 512 at 512-blocks. Measured there, bf16 4096³, device time
-interleaved with XLA's (bench/tpu/matmul_sweep.log): 938 us at 512-blocks
-(1.30x XLA's 722 us), 756 us at (1024, 512, 1024), 738 us at 1024-blocks
-(1.02x). Their VMEM, x, y and output blocks double-buffered plus the f32
-accumulator and one f32 product in flight, is 20 MiB in bf16: over the v5e's
-16 MiB default scoped limit, so the kernel asks for what it needs
+Blocks. The kernel reads x once per column block and y once per row block,
+so bm and bn set its HBM traffic: at 512-blocks a 4096³ bf16 matmul moves
+570 MB, 241 FLOP/byte, under the ~300 FLOP/byte a v5e's achieved bandwidth
+(659 GB/s, 80% of the spec) puts its ridge at; at 1024-blocks 302 MB, 455
+FLOP/byte, compute-bound. Measured there, device time interleaved with XLA's
+721.7 us (bench/tpu/matmul_sweep.log): 942.8 us at 512-blocks, 755.5 us at
+(1024, 512, 1024), 737.8 us at 1024-blocks (1.02x). The last two move the
+same bytes in 128 and 64 grid steps: a step costs about 0.28 us of its own.
+At 1024-blocks the VMEM, x, y and output blocks double-buffered plus the f32 accumulator
+and one f32 product in flight, is 20 MiB in bf16: over the v5e's 16 MiB
+default scoped limit, so the kernel asks for what it needs
 (`vmem_limit_bytes`, with half again for what the estimate leaves out).
 """
 

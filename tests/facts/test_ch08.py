@@ -247,3 +247,53 @@ def test_the_mxus_padding_in_the_compilers_vmatmuls(m, k, v5e, v6e):
 def test_an_f32_push_takes_8_rows():
     compiler()
     assert [vmatmuls(m, 128, 128, chip="v5e", dtype="float32") for m in (8, 16, 32)] == [1, 2, 4]
+
+
+# What the chip measured, read off the committed rows and logs (tests/facts/measured.py).
+
+def test_the_chip_streams_at_80_percent_of_its_spec_and_its_ridge_is_near_300_flop_per_byte():
+    from . import measured
+    from .reading import readme_prose
+
+    reached = measured.achieved_bandwidths()
+    spec = measured.V5E.hbm_bandwidth
+    assert 0.78 < reached["add"] / spec < 0.82 and 0.86 < reached["skinny loop"] / spec < 0.9
+    ridge = measured.practical_ridge()
+    assert 290 < ridge < 310
+    add_us = min(measured.gate_us(0, "add", "floor"))
+    figures = [f"{reached['add'] / 1e9:.0f} GB/s", f"{reached['skinny loop'] / 1e9:.0f} GB/s", f"{ridge:.1f} FLOP/byte",
+               f"{measured.V5E.peak_flops / measured.V5E.hbm_bandwidth:.1f}", f"{add_us:.1f} µs"]
+    page = readme_prose("ch08")
+    assert [f for f in figures if f not in page] == []
+    assert [f for f in figures[2:4] + figures[:1] if f not in readme_prose("ch11")] == []
+
+
+def test_at_512_blocks_the_matmul_is_memory_bound_at_the_chips_bandwidth_and_a_step_costs_0_28_us():
+    from . import measured
+    from .reading import readme_prose
+
+    sweep, add = measured.matmul_sweep(), measured.achieved_bandwidths()["add"]
+    n = 4096
+    flops = 2 * n ** 3
+    small, large = measured.blocks_hbm_bytes(n, n, n, 512, 512), measured.blocks_hbm_bytes(n, n, n, 1024, 1024)
+    assert measured.blocks_hbm_bytes(n, n, n, 1024, 1024) == large  # (1024, 512, 1024): bk does not enter
+    compute_us = flops / measured.V5E.peak_flops * 1e6
+    memory_us = small / add * 1e6
+    assert memory_us > compute_us  # memory-bound on the chip, though over the spec's ridge
+    assert flops / small > measured.V5E.peak_flops / measured.V5E.hbm_bandwidth
+    assert flops / small < measured.practical_ridge() < flops / large
+    pair = sweep["zeroed 1024x512x1024"] - sweep["zeroed 1024x1024x1024"]
+    per_step = pair / (128 - 64)
+    assert 0.25 < per_step < 0.3  # the solution's schedule ("zeroed"); a step is not half a microsecond
+    figures = [f"{small:,} bytes", f"{flops / small:.1f} FLOP/byte", f"{memory_us:.1f} µs", f"{compute_us:.1f} µs",
+               f"{large:,} bytes", f"{flops / large:.1f} FLOP/byte", f"{pair:.1f} µs", f"{per_step:.2f} µs",
+               f"{sweep['zeroed 512x512x512']} µs", f"{sweep['zeroed 1024x512x1024']} µs",
+               f"{sweep['zeroed 1024x1024x1024']} µs", f"{sweep['xla']} µs"]
+    page = readme_prose("ch08")
+    assert [f for f in figures if f not in page] == []
+    ch11 = readme_prose("ch11").replace(",", "")
+    assert [f for f in figures if f.replace(",", "") not in ch11 and f != f"{large:,} bytes"] == []
+    assert "half a microsecond" not in page + readme_prose("ch11") + readme_prose("ch13")
+    solution = (measured.COURSE / "solutions" / "ch11" / "matmul.py").read_text(encoding="utf-8")
+    assert [f for f in (f"{sweep['zeroed 512x512x512']} us", f"{sweep['zeroed 1024x512x1024']} us",
+                        f"{sweep['zeroed 1024x1024x1024']} us", f"{per_step:.2f} us") if f not in solution] == []

@@ -208,3 +208,94 @@ def test_xla_tpu_fuses_the_bias_and_the_gelu_into_the_matmul_xla_cpu_does_not():
     assert [(kind, root) for _, kind, root in on_tpu["fusions"]] == [("kOutput", "convert")]
     on_cpu = hlo_text.summary(hlo_text.parse(jax.jit(unfused).lower(*args).compile().as_text()))
     assert len(on_cpu["fusions"]) >= 2  # the dot's, and the elementwise epilogue's
+
+
+def test_the_block_table_is_the_sweeps_and_1024_blocks_are_exactly_16_mib_before_the_product():
+    """The README's table of the solution's schedule ("zeroed") is bench/tpu/matmul_sweep.log's; the
+    blocks and accumulator at 1024 fill the v5e's 16 MiB default exactly, and the f32 product passes it."""
+    import re
+
+    from . import measured
+    from .reading import readme_prose
+
+    sweep = measured.matmul_sweep()
+    rows = re.findall(r"^\| \((\d+), (\d+), (\d+)\) \| (\d+) \| ([\d.]+) µs \| ([\d.]+) \|$",
+                      (measured.COURSE / "exercises" / "ch11" / "README.md").read_text(encoding="utf-8"), re.M)
+    assert len(rows) == 4
+    for bm, bk, bn, steps, time, ratio in rows:
+        measured_us = sweep[f"zeroed {bm}x{bk}x{bn}"]
+        assert (float(time), int(steps)) == (measured_us, (4096 // int(bm)) * (4096 // int(bk)) * (4096 // int(bn)))
+        assert float(ratio) == round(measured_us / sweep["xla"], 2)
+    bm = bk = bn = 1024
+    blocks = 2 * (bm * bk + bk * bn + bm * bn) * 2 + 4 * bm * bn
+    default = measured.V5E.scoped_vmem_bytes
+    assert blocks == default == 16 * 2 ** 20 and blocks + 4 * bm * bn > default
+    assert "exactly 16 MiB at 1024-blocks; the f32 product the MXU hands the accumulator, 4 MiB more" in readme_prose("ch11")
+
+
+def _pallas_dot(body, x, y):
+    """One kernel writing body(x, y) for whole (M, K) and (K, N) arrays, f32 out."""
+    def kernel(x_ref, y_ref, o_ref):
+        o_ref[...] = body(x_ref[...], y_ref[...])
+    return pl.pallas_call(kernel, out_shape=jax.ShapeDtypeStruct((x.shape[0], y.shape[1]), jnp.float32))(x, y)
+
+
+def _at(precision):
+    return lambda a, b: jnp.dot(a, b, precision=precision, preferred_element_type=jnp.float32)
+
+
+def test_jaxs_pallas_lowering_refuses_high_and_mosaic_a_bf16_dot_at_highest():
+    import traceback
+
+    f32 = jax.ShapeDtypeStruct((128, 128), jnp.float32)
+    with pytest.raises(NotImplementedError, match="^Unsupported dot precision: HIGH$") as refused:
+        mosaic.lower_for_tpu(lambda x, y: _pallas_dot(_at(jax.lax.Precision.HIGH), x, y), f32, f32)
+    raised_in = traceback.extract_tb(refused.tb)[-1].filename
+    assert raised_in.endswith(str(Path("jax", "_src", "pallas", "mosaic", "lowering.py"))), raised_in
+    page = " ".join((Path(__file__).resolve().parents[2] / "exercises" / "ch11" / "README.md").read_text().split())
+    assert "(`NotImplementedError: Unsupported dot precision: HIGH`, raised in `jax/_src/pallas/mosaic/lowering.py`)" in page
+    bf16 = jax.ShapeDtypeStruct((128, 128), jnp.bfloat16)
+    error = refusal(lambda x, y: _pallas_dot(_at(jax.lax.Precision.HIGHEST), x, y), bf16, bf16)
+    assert error is not None and "Mosaic failed to compile TPU kernel: Bad lhs type" in str(error)
+    assert "(`Mosaic failed to compile TPU kernel: Bad lhs type`)" in page
+
+
+def _dot_3pass():
+    """bench/tpu_precision.py's dot_3pass, which the README shows as it is."""
+    import inspect
+
+    from .reading import readme_block
+    from .toolchain import course_file
+
+    split = course_file("bench/tpu_precision.py").dot_3pass
+    assert readme_block("ch11", "def dot_3pass") == inspect.getsource(split)
+    return split
+
+
+def test_the_three_pass_product_errs_4_5e_6_against_float64_on_a_cpu():
+    from .reading import readme_prose
+
+    split = _dot_3pass()
+    rng = np.random.default_rng(0)
+    x = rng.standard_normal((256, 1024)).astype(np.float32)
+    y = rng.standard_normal((1024, 256)).astype(np.float32)
+    exact = x.astype(np.float64) @ y.astype(np.float64)
+    with interpreted(tpu_interpret()):
+        three = np.asarray(_pallas_dot(split, x, y), np.float64)
+        one = np.asarray(_pallas_dot(lambda a, b: jnp.dot(a.astype(jnp.bfloat16), b.astype(jnp.bfloat16),
+                                                          preferred_element_type=jnp.float32), x, y), np.float64)
+    errors = [np.linalg.norm(out - exact) / np.linalg.norm(exact) for out in (three, one)]
+    assert errors[0] < errors[1] / 100
+    three, one = (f"{e:.1e}".replace("e-0", "e-") for e in errors)  # 4.5e-6, as the pages write it
+    assert f"is {three}, against {one} for its first pass" in readme_prose("ch11")
+
+
+def test_on_a_v5e_the_three_pass_product_is_24_vmatmul_against_96_at_highest():
+    from .reading import readme_prose, v5e_kernel
+
+    split = _dot_3pass()
+    f32 = jax.ShapeDtypeStruct((128, 128), jnp.float32)
+    counts = [v5e_kernel(lambda x, y, body=body: _pallas_dot(body, x, y), f32, f32).mxu_ops
+              for body in (split, _at(jax.lax.Precision.HIGHEST), _at(None))]
+    assert counts == [24, 96, 16]
+    assert "compiles for a v5e to 24 `vmatmul`, a quarter of `HIGHEST`'s 96" in readme_prose("ch11")

@@ -143,3 +143,71 @@ def test_the_sources_the_chapter_points_to_are_where_it_says():
     assert callable(jax_flash._flash_attention_bwd_dq) and callable(jax_flash._flash_attention_bwd_dkv)
     assert callable(jax_flash._verify_block)
     from jax.experimental.pallas.ops.tpu.splash_attention import splash_attention_mask_info  # noqa: F401
+
+
+def _lse_row(block_q: int, q_len: int = 256):
+    """A kernel writing one (1, block_q) block of a (1, q_len) f32 row per q block: the lane-dense lse."""
+    def call(x):
+        def kernel(x_ref, o_ref):
+            o_ref[...] = jnp.sum(x_ref[...], axis=1)[None, :]
+        return pl.pallas_call(kernel, grid=(q_len // block_q,), in_specs=[pl.BlockSpec((block_q, 128), lambda i: (i, 0))],
+                              out_specs=pl.BlockSpec((1, block_q), lambda i: (0, i)),
+                              out_shape=S((1, q_len), jnp.float32))(x)
+    return call
+
+
+def test_a_lane_dense_lse_block_needs_block_q_a_multiple_of_128_and_a_column_pads_to_128_lanes():
+    from pytest_tpucourse.readers import mosaic, vmem_footprint
+
+    from .reading import readme_prose
+
+    x = S((256, 128), jnp.float32)
+    with pytest.raises(ValueError, match="last two dimensions of your block shape are divisible by 8 and 128"):
+        mosaic.lower_for_tpu(_lse_row(64), x)
+    for block_q in (128, 256):  # a multiple of 128, and all of Sq
+        mosaic.lower_for_tpu(_lse_row(block_q), x)
+    column, full = (vmem_footprint.padded_bytes(shape, jnp.float32) for shape in ((512, 1), (512, 128)))
+    assert column == full == 256 * 2 ** 10
+    page = readme_prose("ch13")
+    assert "(a (512, 1) f32 block takes 256 KiB, as much as (512, 128))" in page
+    assert "`requires that the last two dimensions of your block shape are divisible by 8 and 128`" in page
+
+
+def test_counted_on_the_matmuls_it_issues_the_backward_keeps_the_mxu_busier_than_the_forward():
+    """Model FLOPs (the roofline's 2 forward and 5 backward matmuls) against FLOPs executed (the
+    solution's 7 backward matmuls: tests above count them), from gate 03's non-causal rows."""
+    from . import measured
+    from .reading import readme_prose
+
+    peak = measured.V5E.peak_flops
+    page = readme_prose("ch13")
+    found = {}
+    for shape in ([2, 16, 4096, 128], [1, 8, 8192, 128]):
+        b, h, s, d = shape
+        one = 2 * b * h * s * s * d
+        forward = round(min(measured.gate_us(3, "attention-fwd", "kernel", shape)), 1)
+        both = round(min(measured.gate_us(3, "attention-fwd-bwd", "kernel", shape)), 1)
+        backward = round(both - forward, 1)
+        found[tuple(shape)] = (forward, backward, 2 * one / (forward * 1e-6) / peak,
+                               5 * one / (backward * 1e-6) / peak, 7 * one / (backward * 1e-6) / peak)
+        assert found[tuple(shape)][4] > found[tuple(shape)][2]  # executed: the backward busier than the forward
+        assert found[tuple(shape)][3] < found[tuple(shape)][2]  # model: further from its floor
+    (f1, b1, fwd1, model1, ran1), (f2, b2, fwd2, model2, ran2) = found.values()
+    one = 2 * 2 * 16 * 4096 ** 2 * 128
+    figures = [f"{one:,} FLOPs", f"{2 * one:,} FLOPs in {f1} µs", f"{2 * one / (f1 * 1e-6) / 1e12:.1f} TFLOP/s",
+               f"{fwd1:.1%} of the peak ({fwd2:.1%} at 1×8×8192×128)", f"{f1 + b1} − {f1} = {b1} µs",
+               f"{5 * one:,} FLOPs", f"{model1:.1%} of the peak", f"{7 * one:,} FLOPs", f"at {ran1:.1%}",
+               f"({b2} µs) at {model2:.1%} and {ran2:.1%}"]
+    assert [f for f in figures if f not in page] == []
+
+
+def test_every_gate_03_speed_row_times_backward_pys_flash_attention():
+    """The forward-only slots time the learner's forward through backward.py's custom_vjp function, so
+    a rehearsal or a run on the chip needs it written for any speed row."""
+    import inspect
+
+    from .reading import graded_tests, readme_prose
+
+    source = inspect.getsource(graded_tests("ch13", "test_gate03").test_flash_attention_speed)
+    assert "impl.backward.flash_attention" in source and "impl.forward" not in source
+    assert "every speed row times your `flash_attention` from backward.py" in readme_prose("ch13")

@@ -57,3 +57,32 @@ def test_splashs_forward_outputs_and_the_race_they_make_on_two_cores():
     except Exception as error:  # jax 0.12 raises on a race
         raced = "RACE DETECTED" in str(error)
     assert raced == for_this_jax({"0.10.2": True, "0.11.2": True, "0.12.0.1": False})
+
+
+def test_the_worked_write_up_quotes_gate_05s_measured_rows():
+    """solutions/ch15/WRITEUP.md's table and ratios are gate 05's measured rows (bench/records.jsonl), its
+    floors' multiples their predicted rows'."""
+    import json
+    import re
+
+    from . import measured
+
+    text = (measured.COURSE / "solutions" / "ch15" / "WRITEUP.md").read_text(encoding="utf-8")
+    prose = " ".join(text.split())
+    assert "There are no measured TPU rows" not in prose and "Measured rows: none" not in prose
+    predicted = {}
+    for line in (measured.BENCH / "records.jsonl").read_text(encoding="utf-8").splitlines():
+        row = json.loads(line)
+        if row.get("gate") == 5 and row.get("method") == "roofline-predicted" and row["implementation"] == "floor":
+            predicted[row["op"]] = row["value"] * 1e6
+    multiples = []
+    for step, window in (("fwd", 1024), ("fwd", 2048), ("fwd+bwd", 1024), ("fwd+bwd", 2048)):
+        op = f"capstone-{step.replace('+', '-')}-window{window}"
+        kernel, xla, splash = (round(min(measured.gate_us(5, op, which)), 1) for which in ("kernel", "floor", "ceiling"))
+        row = (rf"\| [^|]*window {window} \| {re.escape(step)} \| {kernel} µs \| {xla} µs \| {kernel / xla:.3f} \| "
+               rf"{splash} µs \| {kernel / splash:.3f} \|")
+        assert re.search(row, text), f"WRITEUP.md has no row {op}: {kernel}, {xla}, {splash}"
+        multiples.append(f"{kernel / predicted[op]:.1f}×")
+    assert f"the forward runs at {multiples[0]} and {multiples[1]} its floor" in prose
+    assert f"the forward + backward at {multiples[2]} and {multiples[3]}" in prose
+    assert "the forward measured 838.6 µs at 512 × 512" in prose
