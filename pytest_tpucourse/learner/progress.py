@@ -49,7 +49,7 @@ class ExerciseResults:
         return files.pop() if len(files) == 1 and None not in files else None
     skipped_elsewhere: set[str] = field(default_factory=set)  # skipped by code that is not the course's
     test_files: dict[str, str] = field(default_factory=dict)  # graded test file -> sha256 as collected
-    tests_shipped: bool | None = None  # the test files are the course's (git HEAD); None: unknown
+    tests_shipped: bool | None = None  # the test files are the course's (shipped.json); None: unknown
     not_counted: str = ""  # why passing tests of this run do not count
 
     def count_message(self, headline: str) -> None:
