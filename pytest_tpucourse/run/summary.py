@@ -115,5 +115,6 @@ def _summary(session: CourseSession, terminalreporter) -> None:
             terminalreporter.write_line(f"tpucourse: {error}", red=True)
     for line in session.progress.summary_lines(session.tree.describe(root),
                                                learner_state=learner_state, learner_tree=session.tree.is_learners,
-                                               gates_passed=passed, only_ran=options.gates):
+                                               gates_passed=passed, only_ran=options.gates,
+                                               native_chip=session.chip.name if session.grading.native_tpu else None):
         terminalreporter.write_line(line)
