@@ -130,3 +130,19 @@ def test_a_course_inside_another_repository_takes_no_commit_of_it(tmp_path, monk
     assert provenance.git_state(outer / "course") == (None, None)
     monkeypatch.setenv(provenance.COMMIT_VARIABLE, "c" * 40)
     assert provenance.checkout_commit(outer / "course") == ("c" * 40, False, True)
+
+
+def test_confirm_leaves_out_an_exercise_whose_test_file_is_not_the_courses(pytester):
+    """`tpucourse confirm` checks the trusted cases of the shipped test file only: a changed one is
+    named, with the advice that fits a folder with no git."""
+    from pytest_tpucourse.classroom import isolated
+    from pytest_tpucourse.core.course import load_course
+
+    FakeCourse(pytester).test_file(TESTS)
+    shipped.write(pytester.path)
+    course = load_course(pytester.path)
+    assert isolated.test_files_changed(course, ["ch11.double"]) == {}
+    (pytester.path / "exercises" / "ch11" / "test_double.py").write_text(CHANGED)
+    assert isolated.test_files_changed(course, ["ch11.double"]) == {"ch11.double": "exercises/ch11/test_double.py"}
+    assert shipped.restore_advice(pytester.path, ["exercises/ch11/test_double.py"]).startswith(
+        "copy it back from a fresh copy of the course")
