@@ -117,8 +117,8 @@ def test_the_course_grades_alike_wherever_it_is_unpacked(pytester, tmp_path, pla
 
 
 def test_a_course_inside_another_repository_takes_no_commit_of_it(tmp_path, monkeypatch):
-    """A gate row's commit is the course's own: a course folder inside another repository has none
-    (unless TPUCOURSE_GIT_COMMIT states it), never the enclosing repository's HEAD."""
+    """A gate row's and a gradebook's commit is the course's own: a course folder inside another
+    repository has none (unless TPUCOURSE_GIT_COMMIT states it), never the enclosing repository's HEAD."""
     monkeypatch.delenv(provenance.COMMIT_VARIABLE, raising=False)
     outer = tmp_path / "outer"
     (outer / "course").mkdir(parents=True)
@@ -130,6 +130,12 @@ def test_a_course_inside_another_repository_takes_no_commit_of_it(tmp_path, monk
     assert provenance.git_state(outer / "course") == (None, None)
     monkeypatch.setenv(provenance.COMMIT_VARIABLE, "c" * 40)
     assert provenance.checkout_commit(outer / "course") == ("c" * 40, False, True)
+    from types import SimpleNamespace
+
+    from pytest_tpucourse.classroom import gradebook
+
+    assert gradebook.course_facts(SimpleNamespace(root=outer / "course"), ["ch11"])["commit"] is None
+    assert gradebook.course_facts(SimpleNamespace(root=outer), ["ch11"])["commit"] == provenance.git_state(outer)[0]
 
 
 def test_confirm_leaves_out_an_exercise_whose_test_file_is_not_the_courses(pytester):
