@@ -56,12 +56,14 @@ def chapter_worked_in(course: Course, data: dict, touched: list[str]) -> str | N
     return touched[-1] if touched else None
 
 
-def next_on_chip(course: Course, data: dict, touched: list[str], chip: str) -> str | None:
+def next_on_chip(course: Course, data: dict, touched: list[str], chip: str,
+                 gates_passed: frozenset = frozenset()) -> str | None:
     """After a run natively on a TPU: of the chapters it touched (course order), the first that closes
-    a gate and has every shipped exercise done, its next step on the chip; None when there is none."""
+    a gate not yet passed and has every shipped exercise done, its next step on the chip; None when
+    there is none."""
     for chapter_id in touched:
         chapter = course.chapter(chapter_id)
-        if chapter is None or chapter.gate is None:
+        if chapter is None or chapter.gate is None or chapter.gate in gates_passed:
             continue
         exercises = [e for e in chapter.exercises if shipped(course, e)]
         if not exercises or any(unfinished(course, data, e) for e in exercises):

@@ -197,12 +197,14 @@ class RunProgress:
 
     def summary_lines(self, tree_description: str, *, learner_state: dict | None = None,
                       learner_tree: bool = False, gates_passed: int | None = None,
-                      only_ran: bool = False, native_chip: str | None = None) -> list[str]:
+                      only_ran: bool = False, native_chip: str | None = None,
+                      gates_done: frozenset = frozenset()) -> list[str]:
         """The closing summary. learner_state: the learner's state file after this run was
         written to it; chapter counts and "next" then come from it (next_up.py), as in
         `tpucourse progress`. only_ran (a --gates run): leave out exercises none of whose
         tests ran, and chapters with none left, instead of listing every one as not run.
-        native_chip: the chip this run's kernels ran on natively, whose next step is named too."""
+        native_chip: the chip this run's kernels ran on natively, whose next step is named too
+        (a chapter's gate, unless among gates_done, the numbers of the gates passed)."""
         from . import next_up, state
 
         merged = learner_state is not None
@@ -247,7 +249,7 @@ class RunProgress:
             else:
                 lines.append(f"next: {upcoming.key}: edit {self._to_edit(upcoming)}, then pytest {upcoming.test_path}")
             on_chip = (next_up.next_on_chip(self.course, learner_state, [c.id for c in self.chapters_seen()],
-                                            native_chip) if native_chip and not only_ran else None)
+                                            native_chip, gates_done) if native_chip and not only_ran else None)
             if on_chip:
                 lines.append(on_chip)
         return lines
