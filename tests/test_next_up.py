@@ -5,6 +5,7 @@ import textwrap
 
 import pytest
 
+from pytest_tpucourse import chips
 from pytest_tpucourse.commands import main
 from pytest_tpucourse.core.course import load_course
 from pytest_tpucourse.learner import next_up, state
@@ -167,7 +168,8 @@ def test_after_a_chapter_done_natively_on_a_tpu_the_summary_names_confirm_then_t
     summary = course.run("exercises/ch11").stdout.str()
     assert "next on this chip: pytest exercises/ch11 --gates --chip=v5e (gate 01)" in summary
     course_now, data = load_course(root), state.read(root)
-    assert next_up.next_on_chip(course_now, data, ["ch11"], "v5e") in summary
-    assert next_up.next_on_chip(course_now, data, ["ch11"], "v5e", frozenset({1})) is None  # its gate passed
+    v5e = chips.get_chip("v5e")
+    assert next_up.next_on_chip(course_now, data, ["ch11"], v5e) in summary
+    assert next_up.next_on_chip(course_now, data, ["ch11"], v5e, frozenset({1})) is None  # its gate passed
     course.write("exercises", "negate", "def negate(x):\n    return x\n")  # not done: no chip step yet
     assert "next on this chip" not in course.run("exercises/ch11").stdout.str()

@@ -13,6 +13,7 @@ where the gate times only kernels the trusted check has confirmed (README, "On a
 
 from __future__ import annotations
 
+from ..chips import Chip
 from ..core.course import Course, Exercise
 from ..gates import criteria
 from . import state
@@ -56,7 +57,7 @@ def chapter_worked_in(course: Course, data: dict, touched: list[str]) -> str | N
     return touched[-1] if touched else None
 
 
-def next_on_chip(course: Course, data: dict, touched: list[str], chip: str,
+def next_on_chip(course: Course, data: dict, touched: list[str], chip: Chip,
                  gates_passed: frozenset = frozenset()) -> str | None:
     """After a run natively on a TPU: of the chapters it touched (course order), the first that closes
     a gate not yet passed and has every shipped exercise done, its next step on the chip; None when
@@ -68,7 +69,7 @@ def next_on_chip(course: Course, data: dict, touched: list[str], chip: str,
         exercises = [e for e in chapter.exercises if shipped(course, e)]
         if not exercises or any(unfinished(course, data, e) for e in exercises):
             continue
-        gate = f"pytest exercises/{chapter.id} --gates --chip={chip}"
+        gate = f"pytest exercises/{chapter.id} --gates --chip={chip.name}"
         own = any(g.times_own_kernel for g in criteria.GATES if g.number == chapter.gate)
         if own and any(state.confirmation(course.root, data, e)[0] != Confirmation.CONFIRMED for e in exercises):
             return (f"next on this chip: tpucourse confirm {chapter.id}, then {gate} (gate {chapter.gate:02d} "

@@ -22,6 +22,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from pathlib import PurePosixPath
 
+from ..chips import Chip
 from ..core.course import EXERCISES, Course, Exercise
 from ..gates import criteria
 from . import telling
@@ -197,7 +198,7 @@ class RunProgress:
 
     def summary_lines(self, tree_description: str, *, learner_state: dict | None = None,
                       learner_tree: bool = False, gates_passed: int | None = None,
-                      only_ran: bool = False, native_chip: str | None = None,
+                      only_ran: bool = False, native_chip: Chip | None = None,
                       gates_done: frozenset = frozenset()) -> list[str]:
         """The closing summary. learner_state: the learner's state file after this run was
         written to it; chapter counts and "next" then come from it (next_up.py), as in

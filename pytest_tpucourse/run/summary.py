@@ -118,6 +118,6 @@ def _summary(session: CourseSession, terminalreporter) -> None:
     for line in session.progress.summary_lines(session.tree.describe(root),
                                                learner_state=learner_state, learner_tree=session.tree.is_learners,
                                                gates_passed=passed, only_ran=options.gates,
-                                               native_chip=session.chip.name if session.grading.native_tpu else None,
+                                               native_chip=session.chip if session.grading.native_tpu else None,
                                                gates_done=done):
         terminalreporter.write_line(line)
