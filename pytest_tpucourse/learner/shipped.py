@@ -41,7 +41,8 @@ def covered(course_root: Path) -> list[str]:
     found = {"conftest.py"} if (root / "conftest.py").is_file() else set()
     exercises = root / "exercises"
     if exercises.is_dir():
-        found |= {p.relative_to(root).as_posix() for p in exercises.rglob("test_*.py") if p.is_file()}
+        found |= {p.relative_to(root).as_posix() for p in exercises.rglob("test_*.py")
+                  if p.is_file() and not _ignored(p.relative_to(root))}
     for folder in _CONFTEST_FOLDERS:
         if (root / folder).is_dir():
             found |= {p.relative_to(root).as_posix() for p in (root / folder).rglob("conftest.py")
