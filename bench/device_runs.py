@@ -12,7 +12,8 @@ Kinds, each one pytest process (one program holds a TPU at a time):
   stubs      `pytest exercises`: the stubs as shipped; every failure must be TODO (`not_todo` counts
              the rest)
   honest     the honest corpus (tests/honest/chNN/<variant>/), each variant set placed whole in a
-             copy of the course as a learner's exercises/, its kernel chapters run natively
+             copy of the course as a learner's exercises/, the test files of the exercises it holds
+             run natively (not the tests of a write-up beside them: the corpus has none)
   gates      `pytest exercises --gates --solutions --chip CHIP`, its rows to --records; the run adds its
              own line (run/gate_progress.py), to --out
 Each line records the date, the device kind, JAX's and libtpu's versions, the commit whose code ran
@@ -158,7 +159,14 @@ def _runs(kind: str, args, logs: Path):
             course = logs / f"course-{variant}"
             files = (_place_variant(variant, course, args.chapters) if not args.dry_run
                      else [f"exercises/chNN/test_<exercise>.py"])
-            yield f"honest-{variant}", [*pytest, *files, "--jax-cache", str(REPO / ".tpucourse" / "jax-cache")], course
+            yield f"honest-{variant}", [*pytest, *files, *NOT_THE_CORPUS, "--jax-cache",
+                                        str(REPO / ".tpucourse" / "jax-cache")], course
+
+
+# A corpus holds kernels and the learner's files they need, never a write-up: the tests that grade a
+# file beside an exercise's module (@pytest.mark.edits, chapter 15's WRITEUP.md) are not its to pass,
+# and the course's stub of that file would fail them.
+NOT_THE_CORPUS = ("-m", "not edits")
 
 
 def _keep_the_runs_sweeps(course: Path) -> None:
@@ -183,7 +191,7 @@ def _place_variant(variant: str, course: Path, chapters=None) -> list[str]:
     if course.exists():
         shutil.rmtree(course)
     course.mkdir(parents=True)
-    for name in ("course.toml", "pyproject.toml", "conftest.py"):
+    for name in ("course.toml", "pyproject.toml", "conftest.py", "shipped.json"):
         shutil.copy2(REPO / name, course / name)
     for tree in ("exercises", "solutions"):
         shutil.copytree(REPO / tree, course / tree, ignore=shutil.ignore_patterns("__pycache__", ".tpucourse"))

@@ -679,7 +679,7 @@ def _instrument(clock: _Clock) -> None:
     _wrap(clock, solution_reads, "_hook", "plugin: audit hook (solution reads)")
     _wrap(clock, toolkit_guard.ToolkitGuard, "restore_changed", "plugin: toolkit guard, after each test")
     _wrap(clock, toolkit_guard.ToolkitGuard, "watch_loaded", "plugin: toolkit guard, snapshots")
-    _wrap(clock, shipped, "head_blobs", "plugin: git HEAD's test files (git ls-tree)")
+    _wrap(clock, shipped, "record", "plugin: the course's record of its shipped test files (shipped.json)")
     _wrap(clock, state, "record_results", "plugin: state file written")
     _wrap(clock, state, "read", "plugin: state file read")
     _wrap(clock, run_markers, "start", "plugin: run marker")

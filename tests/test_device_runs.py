@@ -76,6 +76,24 @@ def test_the_dry_run_names_every_run():
     assert out.count("(in ") == len(script.honest_variants()) >= 2
 
 
+def test_an_honest_run_runs_the_exercises_its_corpus_holds_and_nothing_else(tmp_path):
+    """Chapter 15's corpus holds its kernels, band.py, manifest.py and capstone.toml, not a write-up:
+    its run collects those exercises' tests but the WRITEUP.md test (the course's stub would fail it)."""
+    from types import SimpleNamespace
+
+    [(name, command, course)] = [run for run in script._runs("honest", SimpleNamespace(chapters=["ch15"],
+                                                                                        dry_run=False), tmp_path)
+                                 if run[0] == "honest-own"]
+    held = {path.stem for path in (REPO / "tests" / "honest" / "ch15" / "own").glob("*.py")}
+    collected = subprocess.run([*command, "--collect-only"], cwd=course, capture_output=True, text=True,
+                               timeout=600)
+    tests = [line for line in collected.stdout.splitlines() if "::" in line]
+    assert tests and collected.returncode == 0, collected.stdout[-3000:] + collected.stderr[-3000:]
+    assert {line.split("::")[0] for line in tests} == {f"exercises/ch15/test_{stem}.py" for stem in held}
+    assert not [line for line in tests if "writeup" in line]
+    assert (course / "shipped.json").read_bytes() == (REPO / "shipped.json").read_bytes()
+
+
 def test_docs_tpu_shows_the_latest_runs_of_the_file():
     runs, bad = device_runs.read(REPO / device_runs.PATH)
     assert bad == []

@@ -5,9 +5,12 @@ import textwrap
 
 import pytest
 
+from pytest_tpucourse import chips
 from pytest_tpucourse.commands import main
+from pytest_tpucourse.core.course import load_course
+from pytest_tpucourse.learner import next_up, state
 
-from .support import FAKE_COURSE_TOML, GRADED_TEST
+from .support import FAKE_COURSE_TOML, FAKE_TPU_CONFTEST, GRADED_TEST
 
 CH01 = """
 [[chapters]]
@@ -146,3 +149,27 @@ def test_when_only_a_file_beside_the_module_fails_next_names_that_file(course):
     course.write("exercises", "negate", "def negate(x):\n    return x\n")
     summary = course.run("exercises/ch11/test_negate.py").stdout.str()
     assert "next: ch11.negate: edit exercises/ch11/negate.py, then pytest exercises/ch11/test_negate.py" in summary
+
+
+def test_after_a_chapter_done_natively_on_a_tpu_the_summary_names_confirm_then_the_gate(course):
+    """The first TPU hour's sequence (README, "On a TPU VM"): the chapter natively, `tpucourse confirm`,
+    the gate. A run on a CPU names no chip step."""
+    course.write("exercises", "negate", "def negate(x):\n    return -x\n")
+    assert "next on this chip" not in course.run("exercises/ch11").stdout.str()  # a CPU: no chip step
+    course.pytester.makeconftest(FAKE_TPU_CONFTEST)  # JAX's default backend says a TPU v5e
+    summary = course.run("exercises/ch11").stdout.str()
+    assert "chapter 11 Pallas fundamentals: 2/2 exercises" in summary
+    assert ("next on this chip: tpucourse confirm ch11, then pytest exercises/ch11 --gates --chip=v5e (gate 01 "
+            "times only kernels the trusted check has confirmed)") in summary
+    root = course.pytester.path
+    modules = {key: state.file_digest(root / "exercises" / "ch11" / f"{key.split('.')[1]}.py")
+               for key in ("ch11.double", "ch11.negate")}
+    state.record_confirmations(root, {key: {"verdict": "agrees", "cases": 3} for key in modules}, modules, "a test")
+    summary = course.run("exercises/ch11").stdout.str()
+    assert "next on this chip: pytest exercises/ch11 --gates --chip=v5e (gate 01)" in summary
+    course_now, data = load_course(root), state.read(root)
+    v5e = chips.get_chip("v5e")
+    assert next_up.next_on_chip(course_now, data, ["ch11"], v5e) in summary
+    assert next_up.next_on_chip(course_now, data, ["ch11"], v5e, frozenset({1})) is None  # its gate passed
+    course.write("exercises", "negate", "def negate(x):\n    return x\n")  # not done: no chip step yet
+    assert "next on this chip" not in course.run("exercises/ch11").stdout.str()

@@ -300,7 +300,7 @@ TESTED_THROUGH = {
     "grading.solution_code": "test_earned.py", "grading.solution_reads": "test_earned.py",
     "grading.toolkit_guard": "test_earned.py",
     "learner.foreign_plugins": "test_earned.py", "learner.run_markers": "test_earned.py",
-    "learner.shipped": "test_earned.py",
+    "core.course_git": "test_shipped.py",
     "checking.compiler_figures": "test_libtpu.py", "checking.ir_answers": "test_xray.py",
     "checking.schedules": "test_blockspecs.py", "checking.tpu_rules": "test_distributed_checks.py",
     "checking.device_order": "test_distributed_checks.py",

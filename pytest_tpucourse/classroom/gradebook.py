@@ -1,7 +1,8 @@
 """The gradebook: every tree's exercises, as JSON (or CSV), merged from shards, summarised.
 
     {"format": 3,
-     "course": {"commit": "<git HEAD of the course>", "chapters": ["ch01", ...],
+     "course": {"commit": "<git HEAD of the course; null in a folder inside another repository>",
+                "chapters": ["ch01", ...],
                 "isolation": "bubblewrap" | "none", "hypothesis_profile": "ci"},
      "class": {"trees": n, "digest": "<sha256 of the sorted names of every tree named>"},
      "shard": null | {"parts": [k, ...], "of": n},
@@ -41,6 +42,7 @@ from pathlib import Path
 
 from ..core import untrusted_json
 from ..core.course import Course
+from ..core.course_git import is_repository_root
 from ..learner.status import Status
 from . import shards, signing
 from .escaping import for_csv, for_terminal
@@ -62,11 +64,13 @@ def course_facts(course: Course, chapters, **grading) -> dict:
     """What every shard's gradebook must agree on: the course's commit, the chapters graded, and
     how they were graded (`grading`: isolation, the sandbox.Isolation.kind; hypothesis_profile;
     trusted_check, whether the values were also judged outside each tree's process)."""
-    try:
-        commit = subprocess.run(["git", "rev-parse", "HEAD"], cwd=course.root, capture_output=True,
-                                text=True, timeout=30).stdout.strip() or None
-    except (OSError, subprocess.SubprocessError):
-        commit = None
+    commit = None
+    if is_repository_root(course.root):  # a course inside another repository has no commit of its own
+        try:
+            commit = subprocess.run(["git", "rev-parse", "HEAD"], cwd=course.root, capture_output=True,
+                                    text=True, timeout=30).stdout.strip() or None
+        except (OSError, subprocess.SubprocessError):
+            commit = None
     return {"commit": commit, "chapters": list(chapters), **grading}
 
 

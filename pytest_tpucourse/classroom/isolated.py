@@ -117,9 +117,10 @@ def keep(course: Course, verdicts: dict[str, dict], before: dict[str, str | None
 
 
 def test_files_changed(course: Course, keys) -> dict[str, str]:
-    """Exercise key -> its graded test file where that file differs from the course's (git HEAD): its
-    trusted cases are not the course's. Empty outside a git checkout (nothing to compare with)."""
-    blobs = shipped.head_blobs(course.root, (EXERCISES,))
+    """Exercise key -> its graded test file where that file differs from the course's as shipped
+    (learner/shipped.py): its trusted cases are not the course's. Empty where the course has no
+    record of its shipped files (nothing to compare with)."""
+    record = shipped.record(course.root)
     changed = {}
     for key in keys:
         test_path = course.exercise(key).test_path
@@ -128,7 +129,7 @@ def test_files_changed(course: Course, keys) -> dict[str, str]:
         except OSError:
             changed[key] = test_path
             continue
-        if shipped.changed_from_shipped({test_path: data}, blobs):
+        if shipped.changed_from_shipped({test_path: data}, record):
             changed[key] = test_path
     return changed
 

@@ -10,7 +10,7 @@ and the site say which "done" is confirmed and which is your run's alone.
 
 from __future__ import annotations
 
-from ..learner import state
+from ..learner import shipped, state
 from ..learner.requests import RequestError, course_here, read_state
 from ..learner.status import Status
 
@@ -37,8 +37,9 @@ def run(args) -> int:
     checked = [key for key in done if key not in changed]
     lines = [f"{e.key}: {statuses[e.key].words}: not checked (only what your runs found done is)"
              for e in exercises if statuses[e.key] != Status.DONE]
-    lines += [f"{key}: not checked: {path} differs from the course's (git HEAD), whose trusted cases are checked; "
-              f"git checkout -- {path}" for key, path in changed.items()]
+    lines += [f"{key}: not checked: {path} differs from the course's as shipped ({shipped.MANIFEST}), whose "
+              f"trusted cases are checked: {shipped.restore_advice(course.root, [path])}"
+              for key, path in changed.items()]
     if not checked:
         print("\n".join(lines))
         raise RequestError(f"{args.target}: nothing done to confirm: run pytest on it first "

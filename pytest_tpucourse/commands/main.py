@@ -32,12 +32,12 @@ import sys
 
 from ..learner.requests import RequestError
 from . import (bench, blockspec, compile, confirm, grade, hint, mesh, new_chapter, progress, records, reset, roofline,
-               site, solution, tick, timeline, watch, xray)
+               shipped, site, solution, tick, timeline, watch, xray)
 
 # In the order `tpucourse --help` lists them; a module with LISTED = False (an author's tool) runs
 # but is left out of that list.
 COMMANDS = (roofline, bench, records, mesh, blockspec, progress, confirm, hint, tick, solution, reset, watch, xray,
-            timeline, compile, site, grade, new_chapter)
+            timeline, compile, site, grade, new_chapter, shipped)
 
 
 def main(argv=None) -> int:

@@ -14,6 +14,7 @@ from pathlib import Path
 
 from ..authoring import scaffold
 from ..core.course import find_course_root
+from ..learner import shipped
 
 NAME = "new-chapter"
 LISTED = False  # left out of `tpucourse --help`: not a learner's command
@@ -46,6 +47,9 @@ def run(args) -> int:
     print(f"{what}: wrote {len(written)} places")
     for place in written:
         print(f"  {'created' if place.created else 'edited '}  {place.path}: {place.what}")
+    if (Path(root) / shipped.MANIFEST).is_file():  # the new graded tests are the course's as shipped
+        shipped.write(root)
+        print(f"  edited   {shipped.MANIFEST}: the new test files recorded as shipped (tpucourse shipped)")
     print("checks: pytest tests/test_course.py tests/test_package_shape.py && "
           f"pytest tests/test_grading_chapters.py -k {chapter.id}")
     print("only you can write (every TODO(author) marks one):")

@@ -5,7 +5,8 @@ no absolute path: module paths are relative to the graded tree's parent, an --im
 is named by a label, and `core.paths.shown_in_text` strips the course root and the home directory from
 free text before it lands in a row.
 
-The commit is the checkout's HEAD, flagged dirty when tracked files differ from it. A copy of the
+The commit is the checkout's HEAD, flagged dirty when tracked files differ from it; a course folder
+that is not its repository's root (unpacked into another repository) has no commit of its own. A copy of the
 checkout made without its .git (a machine the tree was sent to), or with a .git older than its files
 (HEAD another commit than TPUCOURSE_GIT_COMMIT states, and the tree differing from it), cannot read
 it: there the commit is the one TPUCOURSE_GIT_COMMIT states ("<sha>", or "<sha>-dirty" as `git describe --dirty`
@@ -22,6 +23,8 @@ import re
 import subprocess
 from dataclasses import dataclass, field
 from pathlib import Path
+
+from ..core.course_git import is_repository_root
 
 COMMIT_VARIABLE = "TPUCOURSE_GIT_COMMIT"  # the commit of a copy of the checkout made without its .git
 _STATED_COMMIT = re.compile(r"([0-9a-f]{40})(-dirty)?")
@@ -100,7 +103,10 @@ def sha256(path: Path) -> str:
 
 
 def git_state(root: Path) -> tuple[str | None, bool | None]:
-    """(HEAD's commit, whether tracked files differ from it), or (None, None) outside git."""
+    """(HEAD's commit, whether tracked files differ from it), or (None, None) outside git and where
+    the course is a folder inside another repository (core/course_git.py): that HEAD is not its."""
+    if not is_repository_root(root):
+        return None, None
     commit = _git(root, "rev-parse", "HEAD")
     if commit is None:
         return None, None

@@ -9,7 +9,7 @@ its progress is recorded as such, naming the plugin (docs/earned.md).
 Allowed: pytest's and pluggy's own modules, the course's package, a few plugins that hook
 reports or calls for their own bookkeeping (pytest-xdist, pytest-benchmark, hypothesis, anyio,
 pytest-asyncio, pytest-cov, pytest-timeout), and the
-course's conftest files as shipped (git HEAD, learner/shipped.py).
+course's conftest files as shipped (shipped.json, learner/shipped.py).
 """
 
 from __future__ import annotations

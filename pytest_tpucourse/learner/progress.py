@@ -22,6 +22,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from pathlib import PurePosixPath
 
+from ..chips import Chip
 from ..core.course import EXERCISES, Course, Exercise
 from ..gates import criteria
 from . import telling
@@ -49,7 +50,7 @@ class ExerciseResults:
         return files.pop() if len(files) == 1 and None not in files else None
     skipped_elsewhere: set[str] = field(default_factory=set)  # skipped by code that is not the course's
     test_files: dict[str, str] = field(default_factory=dict)  # graded test file -> sha256 as collected
-    tests_shipped: bool | None = None  # the test files are the course's (git HEAD); None: unknown
+    tests_shipped: bool | None = None  # the test files are the course's (shipped.json); None: unknown
     not_counted: str = ""  # why passing tests of this run do not count
 
     def count_message(self, headline: str) -> None:
@@ -197,11 +198,14 @@ class RunProgress:
 
     def summary_lines(self, tree_description: str, *, learner_state: dict | None = None,
                       learner_tree: bool = False, gates_passed: int | None = None,
-                      only_ran: bool = False) -> list[str]:
+                      only_ran: bool = False, native_chip: Chip | None = None,
+                      gates_done: frozenset = frozenset()) -> list[str]:
         """The closing summary. learner_state: the learner's state file after this run was
         written to it; chapter counts and "next" then come from it (next_up.py), as in
         `tpucourse progress`. only_ran (a --gates run): leave out exercises none of whose
-        tests ran, and chapters with none left, instead of listing every one as not run."""
+        tests ran, and chapters with none left, instead of listing every one as not run.
+        native_chip: the chip this run's kernels ran on natively, whose next step is named too
+        (a chapter's gate, unless among gates_done, the numbers of the gates passed)."""
         from . import next_up, state
 
         merged = learner_state is not None
@@ -245,6 +249,10 @@ class RunProgress:
                 lines.append("next: every shipped exercise is done")
             else:
                 lines.append(f"next: {upcoming.key}: edit {self._to_edit(upcoming)}, then pytest {upcoming.test_path}")
+            on_chip = (next_up.next_on_chip(self.course, learner_state, [c.id for c in self.chapters_seen()],
+                                            native_chip, gates_done) if native_chip and not only_ran else None)
+            if on_chip:
+                lines.append(on_chip)
         return lines
 
     def _to_edit(self, exercise: Exercise) -> str:

@@ -72,12 +72,13 @@ def collected(session: CourseSession, items: list[pytest.Item]) -> None:
         run_markers.collected(session.marker, [f for found in files.values() for f in found])
     if not (files and session.tree.is_learners):
         return
-    blobs = shipped.head_blobs(session.course.root, ("exercises",))
+    record = shipped.record(session.course.root)
     for key, found in files.items():
-        changed = shipped.changed_from_shipped(found, blobs)
+        changed = shipped.changed_from_shipped(found, record)
         session.test_files[key] = (
             {path: shipped.sha256(data) for path, data in found.items()},
             None if changed is None else not changed,
-            f"{', '.join(changed)} differ{'s' if len(changed or ()) == 1 else ''} from the course's "
-            f"(git HEAD): only the course's graded tests count (git checkout -- <file> restores them)"
+            f"{', '.join(changed)} differ{'s' if len(changed or ()) == 1 else ''} from the course's as shipped "
+            f"({shipped.MANIFEST}): only the course's graded tests count "
+            f"({shipped.restore_advice(session.course.root, changed)})"
             if changed else "")

@@ -99,7 +99,9 @@ def _summary(session: CourseSession, terminalreporter) -> None:
                                     f"not counted; see `tpucourse records check`", red=True)
     current = (report.current_modules(root, label)  # statuses follow the code
                if label in (EXERCISES, SOLUTIONS) else None)
-    passed = report.gates_passed(loaded.accepted, current=current, course_root=root, gates=gates.gates)
+    done = frozenset(g.number for g in gates.gates if report.passed_on(
+        loaded.accepted, g.number, current=current, course_root=root, gates=gates.gates))
+    passed = len(done)
     if show_gates:
         seconds = session.gate_progress.seconds_per_gate() if session.gate_progress is not None else {}
         for line in report.gate_table_lines(loaded.accepted, gates.chip.name, current=current,
@@ -115,5 +117,7 @@ def _summary(session: CourseSession, terminalreporter) -> None:
             terminalreporter.write_line(f"tpucourse: {error}", red=True)
     for line in session.progress.summary_lines(session.tree.describe(root),
                                                learner_state=learner_state, learner_tree=session.tree.is_learners,
-                                               gates_passed=passed, only_ran=options.gates):
+                                               gates_passed=passed, only_ran=options.gates,
+                                               native_chip=session.chip if session.grading.native_tpu else None,
+                                               gates_done=done):
         terminalreporter.write_line(line)
