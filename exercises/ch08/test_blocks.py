@@ -9,7 +9,8 @@ roofline time than the least of those that fit. The time counts the MXU's paddin
 block (k and n to its width, m to the rows of one push), so multiples of the MXU width
 win where they matter, without being a rule: any legal pick as fast passes.
 Shapes include dimensions below the MXU width and below the bf16 tile
-(a skinny m of 8); limits run from a chip's whole VMEM down to tight ones where a
+(a skinny m of 8), and ones where the biggest blocks lose to the padding (a 128-wide block or
+640 = 5 x 128 on a 256-wide MXU), so a count without it fails whichever blocks it prefers; limits run from a chip's whole VMEM down to tight ones where a
 footprint mistake picks blocks that do not fit. With the tpu-compile extra, the pick is also
 compiled for each chip under the limit it was picked for.
 """
