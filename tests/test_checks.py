@@ -268,6 +268,60 @@ def test_a_race_between_two_cores_is_reported():
     tpu_rules.assert_no_races(graded(blocked_copy), x)
 
 
+def _rowsums_keeping_state(*, state_in_output: bool, return_state: bool = False):
+    """Row sums of each of 2 heads over 2 column steps (head axis "parallel", steps "arbitrary"),
+    the running sum kept in an (8, 128) block: an output at block (0, 0) of every step, as jax
+    0.10.2's splash attention keeps its running max and sum, or scratch."""
+    from jax.experimental.pallas import tpu as pltpu
+
+    def kernel(x_ref, o_ref, acc_ref):
+        @pl.when(pl.program_id(1) == 0)
+        def _init():
+            acc_ref[...] = jnp.zeros_like(acc_ref)
+
+        acc_ref[...] += x_ref[0]
+
+        @pl.when(pl.program_id(1) == 1)
+        def _flush():
+            o_ref[0] = acc_ref[...]
+
+    out = jax.ShapeDtypeStruct((2, 8, 128), jnp.float32)
+    specs = dict(grid=(2, 2), in_specs=[pl.BlockSpec((1, 8, 128), lambda h, j: (h, 0, j))],
+                 compiler_params=pltpu.CompilerParams(dimension_semantics=("parallel", "arbitrary")))
+    if not state_in_output:
+        return lambda x: pl.pallas_call(kernel, out_shape=out, out_specs=pl.BlockSpec((1, 8, 128), lambda h, j: (h, 0, 0)),
+                                        scratch_shapes=[pltpu.VMEM((8, 128), jnp.float32)], **specs)(x)
+
+    def call(x):
+        o, state = pl.pallas_call(
+            kernel, out_shape=(out, jax.ShapeDtypeStruct((8, 128), jnp.float32)),
+            out_specs=(pl.BlockSpec((1, 8, 128), lambda h, j: (h, 0, 0)), pl.BlockSpec((8, 128), lambda h, j: (0, 0))),
+            **specs)(x)
+        return (o, state) if return_state else o
+    return call
+
+
+def test_a_race_on_state_kept_in_an_output_nothing_reads_names_scratch():
+    """Two cores write back the (0, 0) block of a state output (the head axis is "parallel"): a real
+    race, which the check reports (jax 0.10.2's splash forward has it: chapter 15's README). Where
+    the program never reads that output the report says so, and points to scratch_shapes, not to
+    an "arbitrary" axis; the same kernel with its state in scratch has no race."""
+    x = jnp.arange(2 * 8 * 256, dtype=jnp.float32).reshape(2, 8, 256)
+    dropped = _rowsums_keeping_state(state_in_output=True)
+    with pytest.raises(WrongResult, match="data race") as raised:
+        tpu_rules.assert_no_races(graded(dropped), x)
+    message = raised.value.render()
+    assert "The program never reads output 1 after the call: it is the kernel's working state" in message
+    assert "Keep that state in scratch_shapes (each core has its own), and axis 0 can stay \"parallel\"" in message
+    assert "The race detector saw 1 race; the first: two writes of one HBM block [0:8, 0:128]" in message
+    # Returned, the state is a result: the ignored axis is named as a reduction, as for any output.
+    from pytest_tpucourse.grading.messages import parallel_axes_outputs_ignore
+
+    (line,) = parallel_axes_outputs_ignore(jax.make_jaxpr(_rowsums_keeping_state(state_in_output=True, return_state=True))(x))
+    assert "mark it \"arbitrary\"" in line and "never reads" not in line
+    tpu_rules.assert_no_races(graded(_rowsums_keeping_state(state_in_output=False)), x)
+
+
 def test_results_that_depend_on_the_order_of_parallel_steps_are_reported():
     """Where no core boundary splits the steps that share a block, the detector sees no race;
     two interpreter seeds run the parallel steps in two orders, and the results differ."""

@@ -9,7 +9,8 @@ roofline time than the least of those that fit. The time counts the MXU's paddin
 block (k and n to its width, m to the rows of one push), so multiples of the MXU width
 win where they matter, without being a rule: any legal pick as fast passes.
 Shapes include dimensions below the MXU width and below the bf16 tile
-(a skinny m of 8); limits run from a chip's whole VMEM down to tight ones where a
+(a skinny m of 8), and ones where the biggest blocks lose to the padding (a 128-wide block or
+640 = 5 x 128 on a 256-wide MXU), so a count without it fails whichever blocks it prefers; limits run from a chip's whole VMEM down to tight ones where a
 footprint mistake picks blocks that do not fit. With the tpu-compile extra, the pick is also
 compiled for each chip under the limit it was picked for.
 """
@@ -24,7 +25,7 @@ from pytest_tpucourse import checks, tpu, chips, ir
 
 MiB = 2**20
 TPUS = [chips.get_chip(name) for name in chips.TPU_CHIPS]
-DIMS = (8, 128, 384, 512, 1536, 4096, 8192)
+DIMS = (8, 128, 200, 384, 512, 640, 1536, 4096, 8192)
 ITEMSIZE = {"bfloat16": 2, "float32": 4}
 
 
@@ -43,15 +44,39 @@ def footprint(bm, bk, bn, dtype):
         ir.Buffer("out", (bm, bn), dtype, 2), ir.Buffer("acc", (bm, bn), "float32", 1)])
 
 
-def roofline_seconds(m, k, n, bm, bk, bn, dtype, chip):
-    """The MXU's padded FLOPs (k, n to its width, m to a push of 8 sublanes of 32-bit words)
-    against the HBM bytes of these blocks."""
+def mxu_fill(bm, bk, bn, dtype, chip, *, width=None):
+    """Useful over padded MACs of one block product: k, n padded to `width` (the chip's MXU
+    width), m to a push of 8 sublanes of 32-bit words."""
     up = lambda value, multiple: -(-value // multiple) * multiple  # noqa: E731
     push_rows = SUBLANES * 4 // ITEMSIZE[dtype]
-    width = chip.mxu_width
-    efficiency = bm * bk * bn / (up(bm, push_rows) * up(bk, width) * up(bn, width))
+    width = width or chip.mxu_width
+    return bm * bk * bn / (up(bm, push_rows) * up(bk, width) * up(bn, width))
+
+
+def roofline_seconds(m, k, n, bm, bk, bn, dtype, chip, *, width=None):
+    """The MXU's padded FLOPs against the HBM bytes of these blocks (width=1: k and n unpadded)."""
+    efficiency = mxu_fill(bm, bk, bn, dtype, chip, width=width)
     hbm = ITEMSIZE[dtype] * (m * k * (n // bn) + k * n * (m // bm) + m * n)
     return max(2 * m * k * n / (chip.peak_flops * efficiency), hbm / chip.hbm_bandwidth)
+
+
+def _padding_cause(m, k, n, picked, best_blocks, dtype, chip):
+    """Why a pick loses, where it is the MXU's padding: with k and n unpadded the pick would be
+    as fast as the best, and it fills less of the MXU. Empty otherwise."""
+    unpadded = roofline_seconds(m, k, n, *picked, dtype, chip, width=1)
+    if unpadded > 1.05 * roofline_seconds(m, k, n, *best_blocks, dtype, chip, width=1):
+        return ""
+    fill, best_fill = mxu_fill(*picked, dtype, chip), mxu_fill(*best_blocks, dtype, chip)
+    if fill >= best_fill:
+        return ""
+    width = chip.mxu_width
+    along = lambda b: b / (-(-b // width) * width)  # noqa: E731
+    ragged = [f"{name} = {b}" for name, b, other in (("bk", picked[1], best_blocks[1]), ("bn", picked[2], best_blocks[2]))
+              if along(b) < along(other)]
+    return (f" Charged without the MXU's padding it would look as fast ({_time(unpadded)}), but "
+            f"{' and '.join(ragged) or 'its blocks'} pad{'s' if len(ragged) == 1 else ''} to whole "
+            f"{width}-wide MXU tiles: it fills {fill:.2f} of the MXU, {best_blocks} {best_fill:.2f}. "
+            f"Charge the padded MACs (mxu_efficiency), not the useful ones.")
 
 
 def _time(seconds):
@@ -94,7 +119,8 @@ def _check(impl, chip, m, k, n, dtype, limit):
         checks.fail(fn, f"{fn.display} picked ({bm}, {bk}, {bn}) for a {m}x{k}x{n} {dtype} matmul: a "
                         f"roofline time of {_time(got)} (the MXU's padding counted), {got / best:.2f} "
                         f"times the {_time(best)} of {best_blocks}, which fit too; at most 1.05 "
-                        f"passes.", note=note)
+                        f"passes.{_padding_cause(m, k, n, (bm, bk, bn), best_blocks, dtype, chip)}",
+                    note=note)
 
 
 @given(chip=st.sampled_from(TPUS), m=st.sampled_from(DIMS), k=st.sampled_from(DIMS),
@@ -112,6 +138,10 @@ def _check(impl, chip, m, k, n, dtype, limit):
 @example(chip=TPUS[1], m=4096, k=1536, n=512, limit=None)  # v3: every TPU of the registry in every profile
 @example(chip=TPUS[2], m=1536, k=4096, n=4096, limit=16 * MiB)  # v4
 @example(chip=TPUS[4], m=512, k=8192, n=1536, limit=4 * MiB)  # v5p
+# Where the padding decides and the biggest blocks lose: without it, 128-wide blocks look as fast as
+# any (the step looks memory-bound) and leave the most room for the others, on a 256-wide MXU.
+@example(chip=TPUS[5], m=4096, k=4096, n=384, limit=16 * MiB)  # v6e: bk = 128 fills half of it
+@example(chip=TPUS[6], m=640, k=640, n=8, limit=1 * MiB)  # v7x: 640 = 5 x 128 and n = 8, both below a multiple
 def test_pick_is_legal_fits_and_is_near_the_best(impl, chip, m, k, n, limit):
     _check(impl, chip, m, k, n, "bfloat16", chip.vmem_bytes if limit is None else limit)
 

@@ -10,8 +10,14 @@ offers a configuration the chip cannot hold would pick it. What is checked:
   - the sweep writes one record per (problem, configuration), and the winner of each
     problem is its fastest record, under a second timer too, whose fastest configuration
     sits inside the order the candidates are tried in (neither first nor last);
+  - every record the sweep writes was timed: the timer it is given sees each (problem,
+    configuration) at least once (in any order, as often as the pass likes);
   - the winners round-trip through the cache file (Tokamax's layout: one JSON file per
-    device kind and op), and window_attention(blocks=None) reads them at call time.
+    device kind and op), and window_attention(blocks=None) reads them at call time;
+  - tuned_blocks answers with the least median time whichever configuration holds it: over
+    rounds of one cache whose times are rotated, each configuration is the fastest once, so
+    an answer chosen by anything but the times (the largest blocks, a position in the file)
+    is wrong in some round.
 """
 
 import json
@@ -86,9 +92,22 @@ def test_candidates_fit_the_chip(impl):
 
 @pytest.mark.parametrize("time_ms", [fake_time_ms, middle_fastest_ms], ids=["largest-fastest", "middle-fastest"])
 def test_sweep_records_every_configuration_and_picks_the_fastest(impl, time_ms):
-    records = impl.autotune.sweep(list(PROBLEMS), chip=CHIP, time_ms=time_ms)
+    timed = []
+
+    def timer(problem, config):
+        timed.append((problem, config))
+        return time_ms(problem, config)
+
+    records = impl.autotune.sweep(list(PROBLEMS), chip=CHIP, time_ms=timer)
     for problem in PROBLEMS:
         expected = _candidates(impl, problem)
+        asked = [c for p, c in timed if _same_fields(p, problem)]
+        never = [c for c in expected if not any(_same_fields(a, c) for a in asked)]
+        if never:
+            raise WrongResult(f"sweep() never timed {never[0]} for {problem}: time_ms was called for "
+                              f"{len(expected) - len(never)} of its {len(expected)} candidates. A "
+                              f"configuration's time is what the timer measures, so every candidate "
+                              f"must be timed before the fastest can be known")
         mine = [r["config"] for r in records if r["problem"] == problem]
         if sorted(map(str, mine)) != sorted(map(str, expected)) or len(mine) != len(expected):
             raise WrongResult(f"sweep() wrote {len(mine)} records for {problem}; expected one per "
@@ -135,6 +154,75 @@ def test_cache_is_read_at_call_time(impl, tmp_path, monkeypatch):
         raise WrongResult(f"window_attention(q, k, v, window=128) (q {problem['q_shape']}, k and v "
                           f"{problem['k_shape']}) with blocks=None ran q blocks of "
                           f"{sorted(q_blocks)} rows; the cache for {device_kind!r} says 256")
+
+
+def _same_fields(given, wanted):
+    """Whether what the pass handed the timer names `wanted`: each of its fields, equal as data."""
+    try:
+        return all(_plain(given[k]) == _plain(v) for k, v in wanted.items())
+    except (KeyError, TypeError, IndexError):
+        return False
+
+
+def _plain(value):
+    """A problem or configuration as comparable data (lists and tuples alike, dtypes by name)."""
+    if isinstance(value, dict):
+        return tuple(sorted((k, _plain(v)) for k, v in value.items()))
+    if isinstance(value, (list, tuple)):
+        return tuple(_plain(v) for v in value)
+    if isinstance(value, (int, float, np.integer, np.floating)) and not isinstance(value, bool):
+        return float(value)
+    return str(value)
+
+
+def _blocks(config):
+    """A configuration as the README writes it, whatever order its keys come in."""
+    if isinstance(config, dict) and set(config) == {"block_q", "block_kv"}:
+        return f"{{'block_q': {config['block_q']}, 'block_kv': {config['block_kv']}}}"
+    return repr(config)
+
+
+# Configurations of one cached problem, none of them the fastest by its size or its place: the
+# times are rotated over them, round by round.
+ROTATED = [dict(block_q=64, block_kv=64), dict(block_q=128, block_kv=256), dict(block_q=256, block_kv=128),
+           dict(block_q=256, block_kv=512), dict(block_q=512, block_kv=256)]
+
+
+def test_tuned_blocks_answers_the_fastest_cached(impl, tmp_path):
+    """Each configuration is the fastest in one round: a rule that does not read the times gives
+    one answer every round, wrong in all but (at most) one."""
+    device_kind = "TPU v5 lite"
+    problem = dict(q_shape=(1, 2, 1024, 64), k_shape=(1, 2, 1024, 64), dtype="bfloat16", window=256)
+    key = impl.autotune.problem_key(problem["q_shape"], problem["k_shape"], problem["dtype"], problem["window"])
+    rounds = []
+    for shift, fastest in enumerate(ROTATED):
+        times = {json.dumps(c, sort_keys=True): 1.0 + ((i - shift) % len(ROTATED)) * 0.25
+                 for i, c in enumerate(ROTATED)}
+        directory = tmp_path / f"round{shift}"
+        path = directory / device_kind.lower().replace(" ", "_") / "window_attention.json"
+        path.parent.mkdir(parents=True)
+        path.write_text(json.dumps({key: {c: {"median_evaluation_time_ms": t} for c, t in times.items()}},
+                                   indent=1, sort_keys=True))
+        tuned = impl.autotune.tuned_blocks(problem["q_shape"], problem["k_shape"], problem["dtype"],
+                                           problem["window"], device_kind=device_kind, directory=directory)
+        rounds.append((tuned, fastest, times))
+    wrong = [(tuned, fastest, times) for tuned, fastest, times in rounds if tuned != fastest]
+    if not wrong:
+        return
+    tuned, fastest, times = wrong[0]
+    mine = times.get(json.dumps(tuned, sort_keys=True)) if isinstance(tuned, dict) else None
+    if all(answer == tuned for answer, _, _ in rounds):
+        cause = f"it answers {_blocks(tuned)} in all {len(rounds)} rounds, whichever configuration the times make fastest"
+        if tuned == max(ROTATED, key=lambda c: (c["block_q"] * c["block_kv"], c["block_q"])):
+            cause += ": the largest blocks cached, as if they were always the fastest"
+    else:
+        cause = "it does not answer the least median_evaluation_time_ms"
+    raise WrongResult(
+        f"tuned_blocks() read {_blocks(tuned)} from a cache that times {_blocks(fastest)} at 1.0 ms"
+        + (f" and {_blocks(tuned)} at {mine} ms" if mine is not None else "")
+        + f" ({len(wrong)} of {len(rounds)} rounds, the times rotated over {len(ROTATED)} configurations): "
+          f"{cause}. Pick the configuration with the least median_evaluation_time_ms; its size and its "
+          f"place in the file say nothing about its speed.")
 
 
 def _timer():

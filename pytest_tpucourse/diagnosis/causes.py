@@ -107,7 +107,7 @@ CAUSES = (
           "answers another",
           (r"differs (?:first at|in \d+ of)", r"; expected ", r"says the block is illegal",
            r"returned None \(legal\)", r"has \d+ transfers, the pipeline runs", r"hbm_bytes is ",
-           r"offers \{", r"the fastest record is")),
+           r"offers \{", r"the fastest record is", r"never timed \{", r"from a cache that times \{")),
 )
 
 NAMES = tuple(cause.name for cause in CAUSES)

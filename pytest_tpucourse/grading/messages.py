@@ -279,6 +279,7 @@ def parallel_axes_outputs_ignore(program, course_root: Path | None = None) -> li
     from ..readers import traced_program
 
     lines = []
+    unread = traced_program.unread_outputs(program) if program is not None else {}
     for eqn in traced_program.pallas_call_eqns(program) if program is not None else ():
         semantics = jax_internals.dimension_semantics(eqn)
         grid = jax_internals.kernel_grid(eqn)
@@ -296,12 +297,19 @@ def parallel_axes_outputs_ignore(program, course_root: Path | None = None) -> li
             outputs = (f"output {ignoring[0].position}" if len(ignoring) == 1 else
                        "outputs " + ", ".join(str(o.position) for o in ignoring[:-1]) + f" and {ignoring[-1].position}")
             maps = "index map" if len(ignoring) == 1 else "index maps"
+            if all(o.position in unread.get(id(eqn), ()) for o in ignoring):
+                # Nothing reads them: state the kernel keeps in an output, written back by each core.
+                fix = (f"The program never reads {outputs} after the call: {'it is' if len(ignoring) == 1 else 'they are'} "
+                       f"the kernel's working state, not results. Keep that state in scratch_shapes (each core "
+                       f"has its own), and axis {axis} can stay \"parallel\".")
+            else:
+                fix = ("An axis an output's index map ignores is a reduction (or carries state): mark it "
+                       "\"arbitrary\".")
             lines.append(
                 f"Grid axis {axis} is marked \"parallel\" (dimension_semantics={semantics}), and the {maps} of "
                 f"{outputs}{' (at ' + ', '.join(places) + ')' if places else ''} ignore{'s' if len(ignoring) == 1 else ''} "
                 f"it: its {grid.grid[axis]} steps write one output block, so two cores that split them both "
-                f"write it. An axis an output's index map ignores is a reduction (or carries state): mark it "
-                f"\"arbitrary\".")
+                f"write it. {fix}")
     return lines
 
 

@@ -176,6 +176,26 @@ def _all_eqns(jaxpr):
             yield from _all_eqns(sub)
 
 
+def unread_outputs(closed_jaxpr) -> dict[int, frozenset[int]]:
+    """For each pallas_call (by id of its equation), the positions of its outputs that the jaxpr
+    it runs in neither reads nor returns: results nothing ever sees (a kernel's working state kept
+    in an output, as jax 0.10.2's splash attention keeps its running max and sum). An output a
+    nested jaxpr returns counts as read."""
+    found = {}
+
+    def walk(jaxpr):
+        read = {id(v) for eqn in jaxpr.eqns for v in eqn.invars} | {id(v) for v in jaxpr.outvars}
+        for eqn in jaxpr.eqns:
+            if eqn.primitive.name == "pallas_call":
+                found[id(eqn)] = frozenset(i for i, v in enumerate(eqn.outvars) if id(v) not in read)
+                continue
+            for sub in sub_jaxprs(eqn):
+                walk(sub)
+
+    walk(closed_jaxpr.jaxpr)
+    return found
+
+
 def sub_jaxprs(eqn):
     """The open jaxprs an equation's parameters hold (branches, loop bodies, calls)."""
     for sub in closed_sub_jaxprs(eqn):
