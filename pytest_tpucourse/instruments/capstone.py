@@ -201,7 +201,7 @@ WINDOW_CASES = (
 )
 
 # The corner case whose q blocks are narrower than a vector register's 128 lanes: a row statistic
-# written as one (1, block_q) block of a (B, H, 1, Sq) array is refused by Mosaic there.
+# written as one (1, block_q) block of a (B, H, 1, Sq) array is refused by Pallas's TPU lowering there.
 SMALL_Q_BLOCKS = WINDOW_CASES[1]
 
 

@@ -30,7 +30,7 @@ Decisions, each for a v5e:
     (rows, D) matmuls, with no transpose of a tile on the way to the MXU, and lse and
     Δ broadcast as rows.
   - lse and Δ travel as lane-dense rows, arrays (B, H, 1, Sq) (forward.StatRows: split
-    into (1, block_q) rows where Mosaic refuses such a block of one row). The dq kernel, whose
+    into (1, block_q) rows where Pallas's TPU lowering refuses such a block of one row). The dq kernel, whose
     tiles put the rows on sublanes, turns its block into (block_q, 128) columns once
     per q block (a transpose in VMEM at its first band step) and keeps them in scratch.
   - P = exp2(log2(e) · (scale · s - lse)): one multiply per score, lse · log2(e)

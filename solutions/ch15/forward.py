@@ -30,7 +30,7 @@ Decisions, each for a v5e (WRITEUP.md gives the compiler's figures behind them):
     scale, and the log2 e that exp takes before its exp2). This needs scale > 0.
   - lse leaves the kernel as a lane-dense row, an array (B, H, 1, Sq): a (B, H, Sq, 1)
     array pads each row's number to 128 lanes in HBM too, and taking the padding off
-    after the call is an XLA pass over 128 times the bytes. Mosaic takes a (1, block_q)
+    after the call is an XLA pass over 128 times the bytes. Pallas's TPU lowering takes a (1, block_q)
     block of that array only where block_q is a multiple of 128 or all of Sq; a smaller
     block_q writes the (1, block_q) rows of a (B, H, Sq / block_q, 1, block_q) array
     instead, whose last two dimensions the block spans (StatRows).
@@ -80,7 +80,7 @@ class StatRows:
 
     @property
     def split(self) -> bool:
-        """Whether block_q is a width Mosaic refuses as a block of one (B, H, 1, Sq) row (the last
+        """Whether block_q is a width Pallas's TPU lowering refuses as a block of one (B, H, 1, Sq) row (the last
         dimension of a block is a multiple of 128 or the whole dimension), so the rows are split."""
         return self.block_q % LANES != 0 and self.block_q != self.q_len
 
