@@ -159,6 +159,35 @@ def test_progress_says_which_done_the_trusted_check_confirmed(fake_course, monke
     assert "done  double  (your run only: `tpucourse confirm ch11`" in tpucourse(capsys, "progress")[1]
 
 
+@pytest.mark.runs
+@pytest.mark.parametrize("helper, graded", [
+    ("_mine.py", "from ._mine import twice\n\n\ndef double(x):\n    return twice(x)\n"),
+    ("notes.txt", "from pathlib import Path\n\nexec(compile(Path(__file__).with_name('notes.txt').read_text(), "
+                  "str(Path(__file__).with_name('notes.txt')), 'exec'))\n\n\ndef double(x):\n    return twice(x)\n"),
+])
+def test_a_helper_changed_after_a_confirm_voids_done_and_confirmed(fake_course, monkeypatch, capsys, helper, graded):
+    """A kernel is all the code it runs: a helper module it imports, or a file it execs, swapped after
+    the trusted check confirmed it, voids its done and its confirmation as an edit of the graded file does."""
+    fake_course.test_file(CHECKED_TEST)
+    monkeypatch.chdir(fake_course.pytester.path)
+    fake_course.write("exercises", "double", graded)
+    chapter = fake_course.pytester.path / "exercises" / "ch11"
+    (chapter / helper).write_text("import numpy as np\n\n\ndef twice(x):\n    return np.asarray(x) * 2\n")
+    fake_course.run().assert_outcomes(passed=2)
+    unit = state.read(fake_course.pytester.path)["exercises"]["ch11.double"]["unit"]
+    assert set(unit) == {"exercises/ch11/double.py", f"exercises/ch11/{helper}"}
+    code, out, _ = tpucourse(capsys, "confirm", "ch11")
+    assert code == 0 and "ch11.double: confirmed" in out
+    assert "done  double  (confirmed: the trusted check agrees)" in tpucourse(capsys, "progress")[1]
+    (chapter / helper).write_text("import numpy as np\n\n\ndef twice(x):\n    return np.zeros_like(x)\n")
+    out = tpucourse(capsys, "progress")[1]
+    assert "edit  double: passed, then edited: run its tests again" in out and "0/1 exercises" in out
+    code, _, err = tpucourse(capsys, "solution", "ch11.double")
+    assert code == 2 and "its solution is shown once" in err
+    code, out, _ = tpucourse(capsys, "confirm", "ch11")
+    assert code == 2 and "ch11.double: edited since it passed: not checked" in out
+
+
 def test_confirm_checks_only_what_runs_found_done(course, capsys):
     code, out, err = tpucourse(capsys, "confirm", "ch11")
     assert code == 2 and "ch11.double: not run yet: not checked" in out

@@ -163,7 +163,8 @@ def now() -> str:
     return dt.datetime.now(dt.timezone.utc).replace(microsecond=0).isoformat()
 
 
-def record_results(course, results, run_id: str, imported: dict | None = None, *, worked_in) -> dict:
+def record_results(course, results, run_id: str, imported: dict | None = None, *, worked_in,
+                   units: dict | None = None) -> dict:
     """Store what a run of the learner's tree showed: {exercise key: ExerciseResults}, and the
     chapter the learner now works in: `worked_in(course, data, touched chapters)`, the rule of
     next_up.py (passed in: next_up reads this module).
@@ -171,10 +172,12 @@ def record_results(course, results, run_id: str, imported: dict | None = None, *
     Exercises the run did not touch keep their earlier entry. A partial run (some
     tests not run, none failed) does not replace an earlier done: it neither shows
     the exercise complete nor shows it broken. imported: {module path: sha256 of the bytes
-    this run imported}; a module the run did not import is hashed as it is now.
+    this run imported}; a module the run did not import is hashed as it is now. units: {exercise
+    key: {file relative to the course: sha256}}, every file its tests' graded modules ran
+    (grading/unit_files.py): a done exercise is changed once any of them is.
     """
     stamp = now()
-    imported = imported or {}
+    imported, units = imported or {}, units or {}
 
     def change(data):
         touched = []
@@ -199,11 +202,13 @@ def record_results(course, results, run_id: str, imported: dict | None = None, *
                 "message": (entry.not_counted if status == Status.NOT_COUNTED
                             else entry.first_message.removeprefix("TODO: ")),
                 "module_sha256": imported.get(str(module.resolve())) or file_digest(module),
+                "unit": dict(sorted(units.get(key, {}).items())),
                 "test_files": dict(sorted(entry.test_files.items())),
                 "tests_shipped": entry.tests_shipped,
                 "run": run_id,
                 "date": stamp,
             }
+            written["unit"][exercise.module_path] = written["module_sha256"]
             if entry.compiler_unchecked:  # done, but its compiler checks could not run here
                 written["compiler_unchecked"] = [len(entry.compiler_unchecked),
                                                  next(iter(entry.compiler_unchecked.values()))]
@@ -262,15 +267,43 @@ def exercise_status(course_root: Path, data: dict, exercise) -> Status:
         return Status.NOT_COUNTED
     if entry["status"] == Status.DONE:
         current = file_digest(Path(course_root) / exercise.module_path)
-        if current != entry.get("module_sha256"):
+        if current != entry.get("module_sha256") or changed_files(course_root, entry.get("unit")):
             return Status.CHANGED
     return Status(entry["status"])
 
 
-def record_confirmations(course_root: Path, verdicts: dict[str, dict], modules: dict[str, str], how: str) -> dict:
+def changed_files(course_root: Path, unit) -> list[str]:
+    """The files of a unit ({path relative to the course: sha256}) that differ now, or are gone."""
+    if not isinstance(unit, dict):
+        return []
+    root = Path(course_root)
+    return [path for path, digest in unit.items()
+            if not _inside_course(root, path) or file_digest(root / path) != digest]
+
+
+def _inside_course(root: Path, path) -> bool:
+    return isinstance(path, str) and not Path(path).is_absolute() and ".." not in Path(path).parts
+
+
+def _helpers(unit, module_path: str) -> dict:
+    """A unit without the graded module itself (whose bytes every entry also holds as module_sha256)."""
+    return {path: digest for path, digest in unit.items() if path != module_path} if isinstance(unit, dict) else {}
+
+
+def unit_within(unit, confirmed) -> bool:
+    """Whether every file of `unit` is in the `confirmed` unit with the same bytes."""
+    return isinstance(unit, dict) and isinstance(confirmed, dict) and all(
+        confirmed.get(path) == digest for path, digest in unit.items())
+
+
+def record_confirmations(course_root: Path, verdicts: dict[str, dict], modules: dict[str, str], how: str,
+                         units: dict[str, dict] | None = None) -> dict:
     """Keep the trusted check's verdicts ({exercise key: {"verdict", "cases", "reason"}}) for the
-    module bytes each was given (modules: exercise key -> sha256; a key without one is not kept).
+    module bytes each was given (modules: exercise key -> sha256; a key without one is not kept)
+    and the unit it ran (units: exercise key -> {file relative to the course: sha256}).
     how: what ran the check, in words ("tpucourse confirm")."""
+    units = units or {}
+
     def change(data):
         confirmed = data.setdefault("confirmed", {})
         for key, verdict in verdicts.items():
@@ -278,7 +311,7 @@ def record_confirmations(course_root: Path, verdicts: dict[str, dict], modules: 
                 continue
             entry = {"verdict": str(verdict.get("verdict")), "cases": int(verdict.get("cases") or 0),
                      "reason": str(verdict.get("reason") or "")[:600], "module_sha256": modules[key],
-                     "by": how, "date": now()}
+                     "unit": dict(sorted(units.get(key, {}).items())), "by": how, "date": now()}
             entry["seal"] = seal(key, entry)
             confirmed[key] = entry
 
@@ -287,11 +320,14 @@ def record_confirmations(course_root: Path, verdicts: dict[str, dict], modules: 
 
 def confirmation(course_root: Path, data: dict, exercise) -> tuple[Confirmation, str]:
     """(how far a done exercise's done is confirmed, the trusted check's reason where it disagrees):
-    CONFIRMED where the trusted check agreed on the very bytes it is done with, DISAGREES where it
-    disagreed with them, else OWN_RUN (never checked, or checked on other bytes)."""
+    CONFIRMED where the trusted check agreed on the very bytes it is done with (its module and every
+    file of its unit, as they are now), DISAGREES where it disagreed with them, else OWN_RUN (never
+    checked, or checked on other bytes)."""
     entry = data["exercises"].get(exercise.key) or {}
     checked = _sealed_confirmation(data, exercise.key)
-    if checked is None or checked.get("module_sha256") != entry.get("module_sha256"):
+    if (checked is None or checked.get("module_sha256") != entry.get("module_sha256")
+            or not unit_within(_helpers(entry.get("unit"), exercise.module_path), checked.get("unit") or {})
+            or changed_files(course_root, checked.get("unit"))):
         return Confirmation.OWN_RUN, ""
     if checked.get("verdict") == "agrees":
         return Confirmation.CONFIRMED, ""
@@ -300,14 +336,24 @@ def confirmation(course_root: Path, data: dict, exercise) -> tuple[Confirmation,
     return Confirmation.OWN_RUN, ""
 
 
-def why_not_confirmed(data: dict, key: str, module_sha256: str | None) -> str | None:
+def why_not_confirmed(data: dict, key: str, module_sha256: str | None, unit: dict | None = None,
+                      course_root: Path | None = None) -> str | None:
     """Why the trusted check has not confirmed these bytes of exercise `key` (None: it agreed on
-    exactly them). A gate on the chip times a learner's kernel only once it is confirmed."""
+    exactly them): its module's, and every file of `unit` ({file relative to the course: sha256},
+    what this run ran), with the confirmed unit's files unchanged in `course_root`. A gate on the
+    chip times a learner's kernel only once it is confirmed."""
     checked = _sealed_confirmation(data, key)
     if checked is None:
         return "the trusted check has not confirmed it"
     if module_sha256 is None or checked.get("module_sha256") != module_sha256:
         return "the trusted check confirmed other bytes of it (it was edited since)"
+    confirmed_unit = checked.get("unit") if isinstance(checked.get("unit"), dict) else {}
+    changed = [path for path, digest in (unit or {}).items() if confirmed_unit.get(path) != digest]
+    if course_root is not None:
+        changed += changed_files(course_root, checked.get("unit"))
+    if changed:
+        return (f"the trusted check confirmed other bytes of the files it runs ({', '.join(sorted(set(changed))[:3])} "
+                f"changed since)")
     if checked.get("verdict") != "agrees":
         return f"the trusted check disagrees: {checked.get('reason') or 'no reason kept'}"
     return None

@@ -19,7 +19,7 @@ from ..gates.criteria import gate
 from ..gates.provenance import module_hashes, provenance
 from ..gates.rehearsal import KeptFromBenchmark
 from ..gates.run import GateRun
-from ..grading import backend
+from ..grading import backend, unit_files
 from ..grading.tree import Implementation
 from ..learner import state
 from .options import OPTIONS
@@ -110,7 +110,9 @@ def _unconfirmed_kernels(session: CourseSession, number: int) -> tuple[str, ...]
             continue
         path = Path(session.tree.chapter_dir(judged.chapter)) / f"{module}.py"
         digest = session.grading.imported.get(str(path.resolve())) or state.file_digest(path)
-        why = state.why_not_confirmed(data, exercise.key, digest)
+        ran = unit_files.relative(session.grading.unit_of([str(path.resolve())]), session.course.root)
+        ran.pop(exercise.module_path, None)
+        why = state.why_not_confirmed(data, exercise.key, digest, ran, session.course.root)
         if why:
             found.append(f"{exercise.module_path}: {why}; run `tpucourse confirm {judged.chapter}` first")
     return tuple(found)
