@@ -134,3 +134,31 @@ def test_an_interrupted_run_leaves_a_readable_state(fake_course):
     data = state.read(fake_course.pytester.path)  # whole, or absent: never half-written
     assert data["exercises"].get("ch11.double", {}).get("status") != "done"
     assert not list((fake_course.pytester.path / ".tpucourse").glob("*.tmp"))
+
+
+THROUGH_FORWARD_TEST = GRADED_TEST + """
+
+    def test_double_through_the_forward(impl):
+        x = np.ones(3, dtype=np.float32)
+        checks.assert_close(impl.forward.forward(x), 2.0 * x.astype(np.float64), fn=impl.forward.forward,
+                            dtype=np.float32)
+"""
+
+
+@pytest.mark.parametrize("workers", [(), ("-n", "2")])
+def test_a_module_an_exercise_is_graded_through_is_part_of_its_unit(fake_course, workers):
+    """Chapter 13's causal_skipping is graded through forward.py: an edit of the module an exercise's
+    tests call voids its done, as an edit of its own module does, whichever process ran the test."""
+    from pytest_tpucourse.core.course import load_course
+
+    fake_course.test_file(THROUGH_FORWARD_TEST)
+    fake_course.write("exercises", "double", "def double(x):\n    return x * 2\n")
+    fake_course.write("exercises", "forward", "from .double import double\n\n\ndef forward(x):\n    return double(x)\n")
+    fake_course.run(*workers).assert_outcomes(passed=3)
+    entry = _state(fake_course)["exercises"]["ch11.double"]
+    assert entry["status"] == "done" and set(entry["unit"]) == {"exercises/ch11/double.py", "exercises/ch11/forward.py"}
+    course = load_course(fake_course.pytester.path)
+    exercise = course.exercise("ch11.double")
+    assert state.exercise_status(course.root, state.read(course.root), exercise) == state.Status.DONE
+    fake_course.write("exercises", "forward", "def forward(x):\n    return x  # stopped doubling\n")
+    assert state.exercise_status(course.root, state.read(course.root), exercise) == state.Status.CHANGED
