@@ -188,6 +188,30 @@ def test_a_helper_changed_after_a_confirm_voids_done_and_confirmed(fake_course, 
     assert code == 2 and "ch11.double: edited since it passed: not checked" in out
 
 
+@pytest.mark.parametrize("edit", ["removed", "altered"])
+def test_a_solution_read_mark_removed_or_altered_by_hand_reads_tampered(course, capsys, edit):
+    """The "read before it was confirmed done" mark is sealed like every entry of the state file, and
+    the exercise's entries carry its seal: deleting it, or turning it into a read after, shows."""
+    import json
+
+    course.write("exercises", "double", "def double(x):\n    return x * 2\n")
+    course.run().assert_outcomes(passed=2)
+    code, out, _ = tpucourse(capsys, "solution", "ch11.double", "--force")
+    assert code == 0 and "(read before the exercise was confirmed done)" in out
+    assert "(its solution was read before it was confirmed done)" in tpucourse(capsys, "progress")[1]
+    path = course.pytester.path / ".tpucourse" / "state.json"
+    data = json.loads(path.read_text())
+    if edit == "removed":
+        del data["solutions_read"]["ch11.double"]
+    else:
+        data["solutions_read"]["ch11.double"]["before_done"] = False
+    path.write_text(json.dumps(data))
+    out = tpucourse(capsys, "progress")[1]
+    assert "(its solution-read mark was removed or altered by hand: tampered)" in out
+    course.run().assert_outcomes(passed=2)  # a later run keeps the mark's seal in the entry it writes
+    assert "tampered" in tpucourse(capsys, "progress")[1]
+
+
 def test_confirm_checks_only_what_runs_found_done(course, capsys):
     code, out, err = tpucourse(capsys, "confirm", "ch11")
     assert code == 2 and "ch11.double: not run yet: not checked" in out

@@ -212,6 +212,7 @@ def record_results(course, results, run_id: str, imported: dict | None = None, *
             if entry.compiler_unchecked:  # done, but its compiler checks could not run here
                 written["compiler_unchecked"] = [len(entry.compiler_unchecked),
                                                  next(iter(entry.compiler_unchecked.values()))]
+            _carry_solution_read(previous, written)
             written["seal"] = seal(key, written)
             data["exercises"][key] = written
         data["runs"][run_id] = {"date": stamp, "exercises": sorted(k for k, e in results.items()
@@ -312,6 +313,7 @@ def record_confirmations(course_root: Path, verdicts: dict[str, dict], modules: 
             entry = {"verdict": str(verdict.get("verdict")), "cases": int(verdict.get("cases") or 0),
                      "reason": str(verdict.get("reason") or "")[:600], "module_sha256": modules[key],
                      "unit": dict(sorted(units.get(key, {}).items())), "by": how, "date": now()}
+            _carry_solution_read(confirmed.get(key), entry)
             entry["seal"] = seal(key, entry)
             confirmed[key] = entry
 
@@ -363,6 +365,50 @@ def _sealed_confirmation(data: dict, key: str) -> dict | None:
     """The trusted check's kept verdict on exercise `key`, where its seal holds; None otherwise."""
     checked = data.get("confirmed", {}).get(key)
     return checked if isinstance(checked, dict) and checked.get("seal") == seal(key, checked) else None
+
+
+def record_solution_read(course_root: Path, key: str, before_done: bool) -> dict:
+    """Keep that exercise `key`'s shipped solution was shown (its first showing), sealed as every entry
+    is; the exercise's done entry and confirmation carry the mark's seal (and later ones carry it
+    over), so that a mark removed or altered by hand reads "tampered" (`solution_read`)."""
+    def change(data):
+        reads = data.setdefault("solutions_read", {})
+        if not isinstance(reads.get(key), dict):
+            mark = {"date": now(), "before_done": bool(before_done)}
+            mark["seal"] = seal(key, mark)
+            reads[key] = mark
+        tag = reads[key].get("seal")
+        for table in ("exercises", "confirmed"):
+            entry = data.get(table, {}).get(key)
+            if isinstance(entry, dict) and entry.get("seal") == seal(key, entry) and "solution_read" not in entry:
+                entry["solution_read"] = tag
+                entry["seal"] = seal(key, entry)
+
+    return update(course_root, change)
+
+
+SOLUTION_NOT_READ, SOLUTION_READ_AFTER, SOLUTION_READ_BEFORE, SOLUTION_READ_TAMPERED = (
+    "not read", "read after it was confirmed done", "read before it was confirmed done", "tampered")
+
+
+def solution_read(data: dict, key: str) -> str:
+    """Whether exercise `key`'s solution was shown, and when: one of the SOLUTION_* words; "tampered"
+    where the mark is missing while its entries carry its seal, or does not match its seal."""
+    mark = data.get("solutions_read", {}).get(key) if isinstance(data.get("solutions_read"), dict) else None
+    carried = [entry.get("solution_read") for table in ("exercises", "confirmed")
+               for entry in [data.get(table, {}).get(key)] if isinstance(entry, dict) and "solution_read" in entry]
+    if mark is None:
+        return SOLUTION_READ_TAMPERED if carried else SOLUTION_NOT_READ
+    if (not isinstance(mark, dict) or mark.get("seal") != seal(key, mark)
+            or any(tag != mark.get("seal") for tag in carried)):
+        return SOLUTION_READ_TAMPERED
+    return SOLUTION_READ_BEFORE if mark.get("before_done") else SOLUTION_READ_AFTER
+
+
+def _carry_solution_read(previous, written: dict) -> None:
+    """An entry written anew keeps the seal of its exercise's solution-read mark."""
+    if isinstance(previous, dict) and "solution_read" in previous:
+        written["solution_read"] = previous["solution_read"]
 
 
 def hints_shown(data: dict, key: str) -> int:
