@@ -672,6 +672,20 @@ def test_a_sandbox_sees_python_and_of_the_course_what_a_graded_run_reads(monkeyp
     assert view.covered() == [REPO / "exercises" / "ch01"]  # the other hidden path is not shown anyway
 
 
+def test_a_key_inside_the_python_environment_is_covered_and_the_environment_still_shown(monkeypatch, tmp_path):
+    """The key may live anywhere outside the trees: inside the environment the sandbox shows, it is
+    covered where it is, and the environment stays shown (else nothing could even import Python's
+    packages); a folder on sys.path inside a hidden tree is not shown."""
+    env, tree = tmp_path / "env", tmp_path / "trees" / "alice"
+    (env / "lib").mkdir(parents=True)
+    (env / "grading.key").write_bytes(b"secret")
+    (tree / "lib").mkdir(parents=True)
+    monkeypatch.setattr(sandbox, "_python_paths", lambda: ([env], [tree / "lib"]))
+    view = sandbox.CourseView.of(REPO, hidden=[env / "grading.key", tree])
+    assert env in view.shown and (tree / "lib") not in view.shown
+    assert view.covered() == [env / "grading.key"]
+
+
 class _TrustedProbe:
     """A trusted check whose worker reports what it sees from where grade_tree runs it, and whose
     verdicts are computed here, in the grader's process, from what the worker handed back."""
