@@ -9,6 +9,7 @@ failure.
 
 from __future__ import annotations
 
+import os
 from pathlib import Path
 
 import pytest
@@ -125,13 +126,18 @@ def _imported_hashes(session: CourseSession, chapter_id: str, label: str) -> dic
     shown_as = f"{label.removeprefix('impl-root:')}/{chapter_id}"
     modules = module_hashes(chapter_dir, shown_as)
     graded = Implementation(session.tree, session.course, chapter_id, session.grading)
-    for path in sorted(Path(chapter_dir).glob("*.py")):
-        shown = f"{shown_as}/{path.name}"
-        if shown not in modules:
+    paths = [path for path in sorted(Path(chapter_dir).glob("*.py")) if f"{shown_as}/{path.name}" in modules]
+    helpers = [path for path in paths if path.stem.startswith("_")]  # no `impl` attribute: what modules import
+    for path in paths:
+        if path in helpers:
             continue
         try:
             getattr(graded, path.stem).load()
         except LearnerCodeError:
             pass  # the test's own call reports it
-        modules[shown] = session.grading.imported.get(str(path.resolve()), modules[shown])
+        modules[f"{shown_as}/{path.name}"] = session.grading.imported.get(str(path.resolve()),
+                                                                        modules[f"{shown_as}/{path.name}"])
+    ran = session.grading.unit_of(str(path.resolve()) for path in paths)
+    for path in helpers:  # as the graded modules ran it (grading/unit_files.py), else as it is now
+        modules[f"{shown_as}/{path.name}"] = ran.get(os.path.abspath(path), modules[f"{shown_as}/{path.name}"])
     return modules
