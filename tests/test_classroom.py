@@ -280,6 +280,21 @@ def test_a_trees_name_and_messages_are_escaped_on_the_terminal_and_in_csv(tmp_pa
     assert list(json.loads(gradebook.dumps(book))["trees"]) == [name]  # the JSON keeps the name as it is
 
 
+def test_tree_names_that_print_alike_are_told_apart_in_the_table_and_the_csv(tmp_path):
+    """`alice` and `аlice` (a Cyrillic а) are two trees; the table and the CSV show the second with
+    its code points, and an ASCII name cannot imitate that form."""
+    names = ["trees/alice", "trees/\u0430lice", "trees/alice [\\u0430lice]"]
+    runs = {name: _finished(name, {k: _exercise("done", 1, 1) for k in CH01}, 1) for name in names}
+    book = gradebook.build(COURSE, list(CH01), runs)
+    table = gradebook.summary_lines(book, {k: "ch01" for k in CH01})[1:]
+    shown = [line.split("  ")[0].strip() for line in table]
+    assert "trees/\u0430lice [trees/\\u0430lice]" in shown and "trees/alice" in shown
+    assert len(set(shown)) == 3
+    gradebook.write(book, tmp_path / "book.csv")
+    cells = {row.split(",")[0] for row in (tmp_path / "book.csv").read_text().splitlines()[1:]}
+    assert "trees/\u0430lice [trees/\\u0430lice]" in cells and "trees/alice" in cells and len(cells) == 3
+
+
 def test_escaping_for_the_terminal_and_for_csv():
     assert for_terminal("plain text, é and 漢字") == "plain text, é and 漢字"
     assert for_terminal("a\x1b[31mb\tc\nd\u202ee\x9b") == "a\\x1b[31mb\\x09c\\x0ad\\u202ee\\x9b"
