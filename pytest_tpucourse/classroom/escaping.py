@@ -28,11 +28,11 @@ def for_csv(text: str) -> str:
 
 def tree_name(name: str) -> str:
     """A tree's name for the terminal: for_terminal, and where it holds any character beyond ASCII
-    (or a `\\` or `[` that could imitate what follows), then its code points in brackets, so that
+    (or a `\\` that could imitate that form), then its code points in brackets, so that
     names that print alike (`alice` and `аlice`, a Cyrillic а) are told apart: `аlice [\\u0430lice]`."""
     name = str(name)
     shown = for_terminal(name)
-    if name.isascii() and "\\" not in name and "[" not in name:
+    if name.isascii() and "\\" not in name:
         return shown
     return f"{shown} [{''.join(map(_plain_ascii, name))}]"
 
