@@ -435,6 +435,42 @@ def test_the_report_lists_files_that_reach_into_the_course_or_the_process_around
                  "looks into the call stack: _getframe, f_locals (line 8)"]}]
 
 
+def test_the_reach_report_reads_files_a_tree_execs_or_imports_that_are_not_py(tmp_path):
+    """The course's oracle reached from a notes.txt a module execs, or from a lib.zip it imports
+    from, is listed as a .py file's would be; the course's own README.md copied in is not read."""
+    import zipfile
+
+    tree = _tree_with(tmp_path, "orc", "exec(open(__file__[:-10] + 'notes.txt').read())\n")
+    (tmp_path / "orc" / "ch01" / "notes.txt").write_text(ORACLE_SOFTMAX)
+    with zipfile.ZipFile(tmp_path / "orc" / "ch01" / "lib.zip", "w") as archive:
+        archive.writestr("oracle.py", ORACLE_SOFTMAX)
+    readme = REPO / "exercises" / "ch01" / "README.md"
+    (tmp_path / "orc" / "ch01" / "README.md").write_bytes(readme.read_bytes())
+    data = similarity.report(load_course(REPO), ["ch01"], [tree])
+    files = [entry["file"] for entry in data["reach_the_course"]]
+    assert files == [str(tmp_path / "orc" / "ch01" / "lib.zip" / "oracle.py"), str(tmp_path / "orc" / "ch01" / "notes.txt")]
+
+
+def test_the_reports_are_bounded_and_say_what_they_skipped(tmp_path):
+    """Files per tree, bytes per file and seconds for the class are bounded; each file not read for
+    them is listed with why, and the report is made all the same."""
+    from pytest_tpucourse.classroom.report_budget import Budget
+
+    solution = (REPO / "solutions" / "ch01" / "softmax.py").read_text()
+    tree = _tree_with(tmp_path, "big", solution)
+    (tmp_path / "big" / "ch01" / "huge.py").write_text("x = 1\n" * 100_000)
+    for n in range(5):
+        (tmp_path / "big" / "ch01" / f"h{n}.py").write_text("import sys\nsys._getframe()\n")
+    data = similarity.report(load_course(REPO), ["ch01"], [tree], Budget(files_per_tree=4, file_bytes=64 * 1024))
+    why = {Path(entry["file"]).name: entry["why"] for entry in data["skipped"]}
+    assert why["huge.py"] == "600000 bytes, over the 65536 a file is read at most"
+    assert sum("over the 4 files a tree is read at most" in w for w in why.values()) == data["skipped_count"] - 1
+    assert len(data["reach_the_course"]) <= 4 and data["limits"]["files_per_tree"] == 4
+    late = similarity.report(load_course(REPO), ["ch01"], [tree], Budget(seconds=0.0))
+    assert late["files_compared"] == 0 and late["skipped"]
+    assert all(entry["why"] == "the reports' 0 s for the class ran out" for entry in late["skipped"])
+
+
 def test_json_from_a_tree_is_read_within_bounds():
     from pytest_tpucourse.core import untrusted_json
 

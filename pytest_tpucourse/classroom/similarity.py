@@ -19,8 +19,9 @@ course's own oracles gives right values, and only its source shows it.
 
 This is evidence for a person to read beside the files, never a verdict: two learners may
 write the same short kernel, and a course's idiom leaves little room. Nothing here changes
-the gradebook. The grader reads the files without following links, at most
-python_source.FILE_BYTES each (python_source.py).
+the gradebook. The grader reads the files without following links, after the gradebook is
+written, within the class's budget (report_budget.py: files per tree, bytes per file, seconds for
+the class), listing under `skipped` what it did not read for it.
 """
 
 from __future__ import annotations
@@ -35,8 +36,9 @@ from pathlib import Path
 from ..core.course import Course, module_in_tree
 from . import course_reach, python_source
 from .escaping import for_terminal
+from .report_budget import Budget
 
-FORMAT = 2
+FORMAT = 3
 K = 12  # tokens per fingerprinted run
 WINDOW = 6  # runs per winnowing window: every shared run of K + WINDOW - 1 tokens is found
 THRESHOLD = 0.8
@@ -58,8 +60,11 @@ class Fingerprinted:
     prints: frozenset[int]
 
 
-def report(course: Course, chapters, trees: list[str]) -> dict:
-    """The class's report: `trees` as the gradebook names them, their graded files compared."""
+def report(course: Course, chapters, trees: list[str], budget: Budget | None = None) -> dict:
+    """The class's report: `trees` as the gradebook names them, their graded files compared, within
+    `budget` (report_budget.py: files per tree, bytes per file, seconds for the class; what it
+    skipped is listed)."""
+    budget = budget if budget is not None else Budget()
     modules = [(c.id, e.name) for c in course.chapters if c.id in chapters for e in c.exercises]
     pairs, like_solutions, not_read, files = [], [], [], 0
     for chapter, module in modules:
@@ -72,6 +77,8 @@ def report(course: Course, chapters, trees: list[str]) -> dict:
             shown = module_in_tree(tree, chapter, module)
             if not python_source.inside(Path(shown), Path(tree)):
                 continue  # reached through a link out of the tree: not the tree's file
+            if not budget.may_read(f"similarity:{tree}", shown, _size(Path(shown))):
+                continue
             try:
                 found = _fingerprint(Path(shown), shown, base)
             except python_source.UnreadableSource as error:
@@ -96,14 +103,22 @@ def report(course: Course, chapters, trees: list[str]) -> dict:
                       f"shipped stub's left out; pairs at {THRESHOLD:.0%} or more of the smaller file",
             "chapters": list(chapters), "files_compared": files,
             "pairs": sorted(pairs, key=order), "like_solutions": sorted(like_solutions, key=order),
-            "not_read": not_read, "reach_the_course": course_reach.findings(course, trees)}
+            "not_read": not_read, "reach_the_course": course_reach.findings(course, trees, budget),
+            "limits": budget.limits(), "skipped": budget.skipped, "skipped_count": budget.skipped_count}
+
+
+def _size(path: Path) -> int | None:
+    try:
+        return path.lstat().st_size
+    except OSError:
+        return None
 
 
 def unmade(chapters, why: str) -> dict:
     """The report where it could not be made, saying why: still written beside the gradebook."""
     return {"format": FORMAT, "note": NOTE, "error": f"the report could not be made: {why}"[:1000],
             "chapters": list(chapters), "files_compared": 0, "pairs": [], "like_solutions": [], "not_read": [],
-            "reach_the_course": []}
+            "reach_the_course": [], "limits": Budget().limits(), "skipped": [], "skipped_count": 0}
 
 
 def write(data: dict, path: Path) -> None:
@@ -122,7 +137,8 @@ def path_beside(gradebook: Path | str) -> Path:
 def summary_line(data: dict, path: Path) -> str:
     return (f"similarity: {len(data['pairs'])} pairs of alike files, {len(data['like_solutions'])} files "
             f"alike to solutions/, of {data['files_compared']} compared; {len(data['reach_the_course'])} files "
-            f"reach into the course or the process around them; {len(data['not_read'])} not readable as Python "
+            f"reach into the course or the process around them; {len(data['not_read'])} not readable as Python; "
+            f"{data.get('skipped_count', 0)} skipped for the reports' limits "
             f"(evidence for a person, not a verdict): {for_terminal(str(path))}")
 
 
