@@ -34,7 +34,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from ..core.course import Course, module_in_tree
-from . import course_reach, python_source
+from . import course_reach, normalised_code, python_source
 from .escaping import for_terminal
 from .report_budget import Budget
 
@@ -52,12 +52,44 @@ NOTE = ("Evidence for a person to read, never a verdict: files of different tree
 
 @dataclass(frozen=True)
 class Fingerprinted:
-    """One file: its bytes' digest, its normalised tokens' digest, its winnowed fingerprints."""
+    """One graded module with the helpers it may run: its bytes' digest, its normalised tokens' digest,
+    its winnowed fingerprints."""
 
     shown: str  # how the report names it
     sha256: str
     code: str
     prints: frozenset[int]
+    helpers: tuple[str, ...] = ()  # the helper files compared with it, as the report names them
+
+
+class _Helpers:
+    """The files beside a tree's graded modules that they may import or execute (`_mine.py`, a
+    `notes.txt`): every regular file of the chapter's folder but the graded modules, test files,
+    conftest.py and README.md, read once per tree and chapter within the budget."""
+
+    def __init__(self, budget: Budget, graded_files: set[str]):
+        self.budget, self.graded_files, self.read = budget, graded_files, {}
+
+    def of(self, tree: str, chapter: str) -> list[tuple[str, bytes]]:
+        if (tree, chapter) not in self.read:
+            found = []
+            for path in python_source.tree_files(Path(tree) / chapter):
+                name = path.name
+                if (path.parent != Path(tree) / chapter or name in self.graded_files or name.startswith("test_")
+                        or name in ("conftest.py", "README.md")):
+                    continue
+                if self.budget.may_read(f"similarity:{tree}", str(path), _size(path)):
+                    data = python_source.read(path)
+                    if data is not None:
+                        found.append((str(path), data))
+            self.read[(tree, chapter)] = found
+        return self.read[(tree, chapter)]
+
+
+def _with_helpers(*found: Fingerprinted) -> dict:
+    """The helper files a pair's modules were compared with, where there were any."""
+    helpers = {one.shown: list(one.helpers) for one in found if one.helpers}
+    return {"with_helpers": helpers} if helpers else {}
 
 
 def report(course: Course, chapters, trees: list[str], budget: Budget | None = None) -> dict:
@@ -66,6 +98,8 @@ def report(course: Course, chapters, trees: list[str], budget: Budget | None = N
     skipped is listed)."""
     budget = budget if budget is not None else Budget()
     modules = [(c.id, e.name) for c in course.chapters if c.id in chapters for e in c.exercises]
+    graded_files = {f"{e.name}.py" for c in course.chapters for e in c.exercises}
+    helpers = _Helpers(budget, graded_files)
     pairs, like_solutions, not_read, files = [], [], [], 0
     for chapter, module in modules:
         stub = _fingerprint(Path(module_in_tree(course.root / "exercises", chapter, module)), "")
@@ -80,7 +114,7 @@ def report(course: Course, chapters, trees: list[str], budget: Budget | None = N
             if not budget.may_read(f"similarity:{tree}", shown, _size(Path(shown))):
                 continue
             try:
-                found = _fingerprint(Path(shown), shown, base)
+                found = _fingerprint(Path(shown), shown, base, helpers.of(tree, chapter))
             except python_source.UnreadableSource as error:
                 not_read.append({"file": shown, "why": str(error)})
                 continue
@@ -92,11 +126,12 @@ def report(course: Course, chapters, trees: list[str], budget: Budget | None = N
             for other in graded[i + 1:]:
                 alike = _alike(one, other)
                 if alike:
-                    pairs.append({"files": [one.shown, other.shown], **alike})
+                    pairs.append({"files": [one.shown, other.shown], **alike, **_with_helpers(one, other)})
             if solution is not None:
                 alike = _alike(one, solution)
                 if alike:
-                    like_solutions.append({"file": one.shown, "solution": solution.shown, **alike})
+                    like_solutions.append({"file": one.shown, "solution": solution.shown, **alike,
+                                           **_with_helpers(one)})
     order = lambda entry: (-entry["similarity"], json.dumps(entry))  # noqa: E731
     return {"format": FORMAT, "note": NOTE,
             "method": f"winnowed {K}-token fingerprints (window {WINDOW}) of each graded file, the "
@@ -154,14 +189,26 @@ def _alike(one: Fingerprinted, other: Fingerprinted) -> dict | None:
     return {"how": "similar", "similarity": round(share, 3)} if share >= THRESHOLD else None
 
 
-def _fingerprint(path: Path, shown: str, base: frozenset[int] = frozenset()) -> Fingerprinted | None:
-    """The file's fingerprints (None: no such regular file); UnreadableSource where Python cannot read it."""
+def _fingerprint(path: Path, shown: str, base: frozenset[int] = frozenset(), helpers=()) -> Fingerprinted | None:
+    """The module's fingerprints with its helpers' ([(shown, bytes)]: compared as one, the code it
+    runs) (None: no such regular file); UnreadableSource where Python cannot read the module."""
     data = python_source.read(path)
     if data is None:
         return None
-    tokens = normalised_tokens(data)
+    tokens = normalised_code.tokens(data, normalised_tokens)
+    digest = hashlib.sha256(data)
+    used = []
+    for helper, source in helpers:
+        try:
+            more = normalised_code.tokens(source, normalised_tokens)
+        except python_source.UnreadableSource:
+            continue  # not Python: nothing it could run as code
+        if more:
+            tokens += more
+            digest.update(b"\0" + source)
+            used.append(helper)
     code = hashlib.sha256("\0".join(tokens).encode()).hexdigest()
-    return Fingerprinted(shown, hashlib.sha256(data).hexdigest(), code, winnow(tokens) - base)
+    return Fingerprinted(shown, digest.hexdigest(), code, winnow(tokens) - base, tuple(used))
 
 
 def normalised_tokens(source: bytes) -> list[str]:
