@@ -1,8 +1,8 @@
 """A file's code as the similarity report compares it: what a copy cannot change by hiding.
 
-Names, strings and numbers become placeholders and layout goes (similarity.normalised_tokens).
-Before that, where the file parses as Python, its syntax tree is normalised so that the cheap
-disguises of a copy change nothing:
+Names, strings and numbers become placeholders and layout goes (normalised_tokens). Before
+that, where the file parses as Python, its syntax tree is normalised so that the cheap disguises
+of a copy change nothing:
   - statements that do nothing are dropped: `pass`, a lone constant or name (a docstring), and an
     assignment of a constant to a name the file never reads (`_pad = None` after every line);
   - each block's statements are put in one canonical order wherever their order does not matter:
@@ -15,28 +15,34 @@ A file that does not parse (a syntax error, a text file) is compared by its toke
 from __future__ import annotations
 
 import ast
+import hashlib
 import heapq
+import keyword
+import token
+
+from . import python_source
 
 Tokens = list[str]
+REORDERED_AT_MOST = 300  # statements of one block put in canonical order (the order costs their square)
 
 
-def tokens(source: bytes, tokenize) -> Tokens:
-    """The file's normalised tokens; `tokenize(bytes) -> tokens` is the report's normaliser of text."""
+def tokens(source: bytes) -> Tokens:
+    """The file's normalised tokens (python_source.UnreadableSource where Python cannot read it)."""
     try:
         tree = ast.parse(source)
     except (SyntaxError, ValueError, RecursionError, MemoryError):
-        return tokenize(source)
+        return normalised_tokens(source)
     try:
         read = {node.id for node in ast.walk(tree) if isinstance(node, ast.Name) and isinstance(node.ctx, ast.Load)}
-        _Normalise(read, tokenize).visit(tree)
-        return tokenize(ast.unparse(tree).encode())
+        _Normalise(read).visit(tree)
+        return normalised_tokens(ast.unparse(tree).encode())
     except (RecursionError, ValueError, MemoryError):
-        return tokenize(source)
+        return normalised_tokens(source)
 
 
 class _Normalise(ast.NodeTransformer):
-    def __init__(self, read: set[str], tokenize):
-        self.read, self.tokenize = read, tokenize
+    def __init__(self, read: set[str]):
+        self.read = read
 
     def generic_visit(self, node):
         super().generic_visit(node)
@@ -59,10 +65,10 @@ class _Normalise(ast.NodeTransformer):
 
     def _canonical(self, statements: list[ast.stmt]) -> list[ast.stmt]:
         """The least topological order of the block's statements by their normalised tokens."""
-        if len(statements) < 2:
+        if not 2 <= len(statements) <= REORDERED_AT_MOST:
             return statements
         uses = [_names(s) for s in statements]
-        keys = ["\0".join(self.tokenize(ast.unparse(s).encode())) for s in statements]
+        keys = ["\0".join(normalised_tokens(ast.unparse(s).encode())) for s in statements]
         after = [set() for _ in statements]  # i -> the statements that must stay after i
         waiting = [0] * len(statements)
         for j in range(len(statements)):
@@ -113,3 +119,36 @@ def _depend(one: tuple[set[str], set[str]], other: tuple[set[str], set[str]]) ->
     if "\0every name" in read_a or "\0every name" in read_b:
         return True
     return bool(wrote_a & (read_b | wrote_b) or wrote_b & read_a)
+
+
+def code_digest(source: bytes) -> str:
+    """The sha256 of the file's normalised tokens: the same for a copy renamed, reformatted or padded."""
+    return hashlib.sha256("\0".join(tokens(source)).encode()).hexdigest()
+
+
+def normalised_tokens(source: bytes) -> list[str]:
+    """The file's tokens as compared: keywords and operators as written, every other name `N`,
+    strings `S`, numbers `0`; comments, docstrings and layout left out. UnreadableSource where
+    Python cannot read the file as source."""
+    out: list[str] = []
+    previous = token.NEWLINE
+    for tok in python_source.tokens(source):  # what could be read is compared
+        kind = tok.type
+        if kind in (token.COMMENT, token.NL, token.NEWLINE, token.INDENT, token.DEDENT, token.ENCODING,
+                    token.ENDMARKER):
+            if kind in (token.NEWLINE, token.INDENT, token.DEDENT):
+                previous = kind
+            continue
+        if kind == token.STRING and previous in (token.NEWLINE, token.INDENT, token.DEDENT):
+            previous = kind
+            continue  # a docstring, or a string standing alone
+        previous = kind
+        if kind == token.NAME:
+            out.append(tok.string if keyword.iskeyword(tok.string) else "N")
+        elif kind == token.STRING or kind == getattr(token, "FSTRING_START", -1):
+            out.append("S")
+        elif kind == token.NUMBER:
+            out.append("0")
+        else:
+            out.append(tok.string)
+    return out

@@ -28,8 +28,6 @@ from __future__ import annotations
 
 import hashlib
 import json
-import keyword
-import token
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -195,12 +193,12 @@ def _fingerprint(path: Path, shown: str, base: frozenset[int] = frozenset(), hel
     data = python_source.read(path)
     if data is None:
         return None
-    tokens = normalised_code.tokens(data, normalised_tokens)
+    tokens = normalised_code.tokens(data)
     digest = hashlib.sha256(data)
     used = []
     for helper, source in helpers:
         try:
-            more = normalised_code.tokens(source, normalised_tokens)
+            more = normalised_code.tokens(source)
         except python_source.UnreadableSource:
             continue  # not Python: nothing it could run as code
         if more:
@@ -209,34 +207,6 @@ def _fingerprint(path: Path, shown: str, base: frozenset[int] = frozenset(), hel
             used.append(helper)
     code = hashlib.sha256("\0".join(tokens).encode()).hexdigest()
     return Fingerprinted(shown, digest.hexdigest(), code, winnow(tokens) - base, tuple(used))
-
-
-def normalised_tokens(source: bytes) -> list[str]:
-    """The file's tokens as compared: keywords and operators as written, every other name `N`,
-    strings `S`, numbers `0`; comments, docstrings and layout left out. UnreadableSource where
-    Python cannot read the file as source."""
-    out: list[str] = []
-    previous = token.NEWLINE
-    for tok in python_source.tokens(source):  # what could be read is compared
-        kind = tok.type
-        if kind in (token.COMMENT, token.NL, token.NEWLINE, token.INDENT, token.DEDENT, token.ENCODING,
-                    token.ENDMARKER):
-            if kind in (token.NEWLINE, token.INDENT, token.DEDENT):
-                previous = kind
-            continue
-        if kind == token.STRING and previous in (token.NEWLINE, token.INDENT, token.DEDENT):
-            previous = kind
-            continue  # a docstring, or a string standing alone
-        previous = kind
-        if kind == token.NAME:
-            out.append(tok.string if keyword.iskeyword(tok.string) else "N")
-        elif kind == token.STRING or kind == getattr(token, "FSTRING_START", -1):
-            out.append("S")
-        elif kind == token.NUMBER:
-            out.append("0")
-        else:
-            out.append(tok.string)
-    return out
 
 
 def winnow(tokens: list[str]) -> frozenset[int]:
