@@ -391,14 +391,19 @@ def test_the_similarity_report_finds_copies_renamed_and_reformatted_and_judges_n
 
 
 def _padded(source: str) -> str:
-    """`source` with a no-op statement after every line, at that line's indentation."""
-    lines = []
-    for line in source.splitlines():
-        lines.append(line)
-        stripped = line.lstrip()
-        if stripped and not stripped.startswith(("def ", "class ", "@", "#")):
-            lines.append(line[:len(line) - len(stripped)] + "_pad = None")
-    return "\n".join(lines) + "\n"
+    """`source` with a no-op statement after every statement of every block."""
+    import ast
+
+    class Pad(ast.NodeTransformer):
+        def generic_visit(self, node):
+            super().generic_visit(node)
+            for name in ("body", "orelse", "finalbody"):
+                block = getattr(node, name, None)
+                if isinstance(block, list) and block and all(isinstance(s, ast.stmt) for s in block):
+                    setattr(node, name, [x for s in block for x in (s, ast.parse("_pad = None").body[0])])
+            return node
+
+    return ast.unparse(Pad().visit(ast.parse(source))) + "\n"
 
 
 def test_the_similarity_report_compares_the_code_a_graded_module_runs_and_sees_through_disguises(tmp_path):
@@ -425,6 +430,26 @@ def test_the_similarity_report_compares_the_code_a_graded_module_runs_and_sees_t
     [copied] = [p for p in data["pairs"] if {Path(f).parts[-3] for f in p["files"]} == {"cat", "cop"}]
     assert copied["how"] == "similar" and copied["similarity"] == 1.0  # all of cat's; cop has one line more
     assert copied["with_helpers"] == {str(tmp_path / "cop" / "ch01" / "softmax.py"): [str(tmp_path / "cop" / "ch01" / "_kernel.py")]}
+    held = {(Path(entry["file"]).name, entry["solution"], entry["how"]) for entry in data["hold_solutions"]}
+    assert held == {("_softmax.py", "solutions/ch01/softmax.py", "byte for byte"),
+                    ("softmax.txt", "solutions/ch01/softmax.py", "byte for byte")}
+
+
+def test_a_shipped_solution_anywhere_in_a_tree_is_found_by_its_fingerprints(tmp_path):
+    """Deep in a folder of its own, in a zip archive, renamed and padded: the grader knows the
+    solutions' fingerprints and finds them in any file of a tree."""
+    import zipfile
+
+    solution = (REPO / "solutions" / "ch11" / "matmul.py").read_text()
+    tree = _tree_with(tmp_path, "zed", OWN_SOFTMAX)
+    (tmp_path / "zed" / "lib" / "deep").mkdir(parents=True)
+    (tmp_path / "zed" / "lib" / "deep" / "tiles.py").write_text(_padded(solution.replace("acc_ref", "total_ref")))
+    with zipfile.ZipFile(tmp_path / "zed" / "lib" / "k.zip", "w") as archive:
+        archive.writestr("kernels/mm.py", solution)
+    data = similarity.report(load_course(REPO), ["ch01"], [tree])
+    held = {(Path(entry["file"]).name, entry["solution"], entry["how"].split(",")[0]) for entry in data["hold_solutions"]}
+    assert held == {("tiles.py", "solutions/ch11/matmul.py", "its code"),
+                    ("mm.py", "solutions/ch11/matmul.py", "byte for byte")}
 
 
 def test_a_file_python_cannot_read_is_listed_as_not_read_and_the_report_is_made(tmp_path):

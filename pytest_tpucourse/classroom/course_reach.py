@@ -31,7 +31,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from ..core.course import EXERCISES, Course
-from . import python_source
+from . import python_source, solution_prints
 from .report_budget import Budget
 
 PACKAGE = "pytest_tpucourse"
@@ -171,12 +171,19 @@ def _lines(table: dict[str, list[int]]) -> str:
 
 def findings(course: Course, trees: list[str], budget: Budget | None = None) -> list[dict]:
     """[{"file": the file as the gradebook names its tree, "how": [...]}] for every file of the trees
-    that reaches further than its chapter's shipped files, in order of tree and file. Every file is
-    read, not only .py: a notes.txt a module execs, the .py members of a lib.zip it imports from
-    (`lib.zip/mod.py`); a copy of the course's own file at the same place (its README.md) is not.
-    Within `budget` (report_budget.py), which lists what it skipped."""
+    that reaches further than its chapter's shipped files (scan's first list)."""
+    return scan(course, trees, budget)[0]
+
+
+def scan(course: Course, trees: list[str], budget: Budget | None = None) -> tuple[list[dict], list[dict]]:
+    """(the files that reach further than their chapter's shipped files, [{"file", "how": [...]}];
+    the files that hold a shipped solution, [{"file", "solution", "how"}]), in order of tree and
+    file. Every file is read, not only .py: a notes.txt a module execs, the .py members of a lib.zip
+    it imports from (`lib.zip/mod.py`); a copy of the course's own file at the same place (its
+    README.md) is not. Within `budget` (report_budget.py), which lists what it skipped."""
     budget = budget if budget is not None else Budget()
-    out = []
+    prints = solution_prints.of(course.root)
+    reach, copies = [], []
     for tree in sorted(trees):
         for path in python_source.tree_files(Path(tree)):
             relative = path.relative_to(tree)
@@ -189,13 +196,16 @@ def findings(course: Course, trees: list[str], budget: Budget | None = None) -> 
             chapter = relative.parts[0] if len(relative.parts) > 1 and _CHAPTER.fullmatch(relative.parts[0]) else ""
             shipped = shipped_uses(course.root, chapter) if chapter else (frozenset(), frozenset())
             for shown, source in _sources(path, relative, course.root, budget):
+                copied = prints.copy_of(source)
+                if copied is not None:
+                    copies.append({"file": shown, "solution": copied[0], "how": copied[1]})
                 try:
                     how = file_findings(source, shipped)
                 except python_source.UnreadableSource:
                     continue  # not Python anyone can import as it is (the similarity report lists graded ones)
                 if how:
-                    out.append({"file": shown, "how": how})
-    return out
+                    reach.append({"file": shown, "how": how})
+    return reach, copies
 
 
 def _sources(path: Path, relative: Path, course_root: Path, budget: Budget):

@@ -131,12 +131,13 @@ def report(course: Course, chapters, trees: list[str], budget: Budget | None = N
                     like_solutions.append({"file": one.shown, "solution": solution.shown, **alike,
                                            **_with_helpers(one)})
     order = lambda entry: (-entry["similarity"], json.dumps(entry))  # noqa: E731
+    reach, held = course_reach.scan(course, trees, budget)
     return {"format": FORMAT, "note": NOTE,
             "method": f"winnowed {K}-token fingerprints (window {WINDOW}) of each graded file, the "
                       f"shipped stub's left out; pairs at {THRESHOLD:.0%} or more of the smaller file",
             "chapters": list(chapters), "files_compared": files,
             "pairs": sorted(pairs, key=order), "like_solutions": sorted(like_solutions, key=order),
-            "not_read": not_read, "reach_the_course": course_reach.findings(course, trees, budget),
+            "not_read": not_read, "reach_the_course": reach, "hold_solutions": held,
             "limits": budget.limits(), "skipped": budget.skipped, "skipped_count": budget.skipped_count}
 
 
@@ -151,7 +152,8 @@ def unmade(chapters, why: str) -> dict:
     """The report where it could not be made, saying why: still written beside the gradebook."""
     return {"format": FORMAT, "note": NOTE, "error": f"the report could not be made: {why}"[:1000],
             "chapters": list(chapters), "files_compared": 0, "pairs": [], "like_solutions": [], "not_read": [],
-            "reach_the_course": [], "limits": Budget().limits(), "skipped": [], "skipped_count": 0}
+            "reach_the_course": [], "hold_solutions": [], "limits": Budget().limits(), "skipped": [],
+            "skipped_count": 0}
 
 
 def write(data: dict, path: Path) -> None:
@@ -169,7 +171,8 @@ def path_beside(gradebook: Path | str) -> Path:
 
 def summary_line(data: dict, path: Path) -> str:
     return (f"similarity: {len(data['pairs'])} pairs of alike files, {len(data['like_solutions'])} files "
-            f"alike to solutions/, of {data['files_compared']} compared; {len(data['reach_the_course'])} files "
+            f"alike to solutions/, of {data['files_compared']} compared; {len(data.get('hold_solutions', []))} files "
+            f"anywhere in the trees holding a shipped solution; {len(data['reach_the_course'])} files "
             f"reach into the course or the process around them; {len(data['not_read'])} not readable as Python; "
             f"{data.get('skipped_count', 0)} skipped for the reports' limits "
             f"(evidence for a person, not a verdict): {for_terminal(str(path))}")
