@@ -5,7 +5,8 @@ file of the tree it runs. The worker that answered imported the tree, so its wor
 it ran is the tree's own; the unit kept is what the grader finds from outside that process, with
 that word added:
   - every file of the exercise's chapter folder but the other exercises' graded modules, the
-    graded test files, the shipped README.md and an editor's hidden or backup files (a helper
+    graded test files, the files the course ships there (README.md, the capstone's WRITEUP.md and
+    capstone.toml: a learner edits them) and an editor's hidden or backup files (a helper
     `_mine.py`, a `notes.txt`, a `lib.zip`);
   - the files the done entry's run counted in the unit (chapter 13's causal_skipping runs forward.py);
   - the files the worker said its calls ran.
@@ -19,7 +20,7 @@ import hashlib
 import os
 from pathlib import Path
 
-from ..core.course import EXERCISES, Course
+from ..core.course import EXERCISES, SOLUTIONS, Course, shipped_names
 
 MAX_FILES = 5000  # files of exercises/ hashed at most (a tree is a few dozen)
 NOT_IN_UNITS = ("README.md", "conftest.py")
@@ -50,11 +51,13 @@ def unit_paths(course: Course, key: str, ran=(), said=()) -> set[str]:
     chapter = course.chapter(exercise.chapter)
     others = {e.module_path for e in chapter.exercises if e.key != key}
     folder = Path(course.root) / EXERCISES / exercise.chapter
+    # the names the course ships there (exercises/ is the learner's own: solutions/ says them)
+    shipped = shipped_names(course.root, exercise.chapter, (SOLUTIONS,)) | set(NOT_IN_UNITS)
     paths = {exercise.module_path}
     if folder.is_dir():
         for path in folder.iterdir():
             relative = path.relative_to(course.root).as_posix()
-            if (path.is_file() and relative not in others and path.name not in NOT_IN_UNITS
+            if (path.is_file() and relative not in others and path.name not in shipped
                     and not path.name.startswith(("test_", ".")) and not path.name.endswith("~")):
                 paths.add(relative)
     paths.update(p for p in ran if isinstance(p, str))

@@ -31,7 +31,7 @@ import json
 from dataclasses import dataclass
 from pathlib import Path
 
-from ..core.course import Course, module_in_tree
+from ..core.course import Course, module_in_tree, shipped_names
 from . import course_reach, normalised_code, python_source
 from .escaping import for_terminal
 from .report_budget import Budget
@@ -62,19 +62,19 @@ class Fingerprinted:
 
 class _Helpers:
     """The files beside a tree's graded modules that they may import or execute (`_mine.py`, a
-    `notes.txt`): every regular file of the chapter's folder but the graded modules, test files,
-    conftest.py and README.md, read once per tree and chapter within the budget."""
+    `notes.txt`): every regular file of the chapter's folder but those the course ships there (the
+    graded modules, README.md, the capstone's write-up) and test files, read once per tree and
+    chapter within the budget."""
 
-    def __init__(self, budget: Budget, graded_files: set[str]):
-        self.budget, self.graded_files, self.read = budget, graded_files, {}
+    def __init__(self, budget: Budget, course_root: Path):
+        self.budget, self.course_root, self.read = budget, course_root, {}
 
     def of(self, tree: str, chapter: str) -> list[tuple[str, bytes]]:
         if (tree, chapter) not in self.read:
-            found = []
+            found, shipped = [], shipped_names(self.course_root, chapter)
             for path in python_source.tree_files(Path(tree) / chapter):
                 name = path.name
-                if (path.parent != Path(tree) / chapter or name in self.graded_files or name.startswith("test_")
-                        or name in ("conftest.py", "README.md")):
+                if path.parent != Path(tree) / chapter or name in shipped or name.startswith("test_"):
                     continue
                 if self.budget.may_read(f"similarity:{tree}", str(path), _size(path)):
                     data = python_source.read(path)
@@ -96,8 +96,7 @@ def report(course: Course, chapters, trees: list[str], budget: Budget | None = N
     skipped is listed)."""
     budget = budget if budget is not None else Budget()
     modules = [(c.id, e.name) for c in course.chapters if c.id in chapters for e in c.exercises]
-    graded_files = {f"{e.name}.py" for c in course.chapters for e in c.exercises}
-    helpers = _Helpers(budget, graded_files)
+    helpers = _Helpers(budget, course.root)
     pairs, like_solutions, not_read, files = [], [], [], 0
     for chapter, module in modules:
         stub = _fingerprint(Path(module_in_tree(course.root / "exercises", chapter, module)), "")
