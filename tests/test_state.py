@@ -162,3 +162,26 @@ def test_a_module_an_exercise_is_graded_through_is_part_of_its_unit(fake_course,
     assert state.exercise_status(course.root, state.read(course.root), exercise) == state.Status.DONE
     fake_course.write("exercises", "forward", "def forward(x):\n    return x  # stopped doubling\n")
     assert state.exercise_status(course.root, state.read(course.root), exercise) == state.Status.CHANGED
+
+
+def test_a_confirmations_unit_is_the_chapters_own_files_not_the_courses_nor_other_exercises(tmp_path):
+    """What a confirmation holds besides what the runs said: the learner's files in the chapter's
+    folder (a helper, a text file it could exec), never the course's files there (the capstone's
+    write-up, README.md), the test files, or the other exercises' modules unless a run ran them."""
+    import shutil
+
+    from pytest_tpucourse.classroom import confirmed_unit
+    from pytest_tpucourse.core.course import load_course
+
+    from .support import REPO
+
+    shutil.copy(REPO / "course.toml", tmp_path / "course.toml")
+    shutil.copytree(REPO / "exercises" / "ch15", tmp_path / "exercises" / "ch15")
+    shutil.copytree(REPO / "solutions" / "ch15", tmp_path / "solutions" / "ch15")
+    (tmp_path / "exercises" / "ch15" / "_tiles.py").write_text("TILE = 128\n")
+    (tmp_path / "exercises" / "ch15" / "notes.txt").write_text("x = 1\n")
+    course = load_course(tmp_path)
+    assert confirmed_unit.unit_paths(course, "ch15.backward") == {
+        "exercises/ch15/backward.py", "exercises/ch15/_tiles.py", "exercises/ch15/notes.txt"}
+    assert "exercises/ch15/forward.py" in confirmed_unit.unit_paths(course, "ch15.backward",
+                                                                    ran=["exercises/ch15/forward.py"])
