@@ -422,11 +422,15 @@ def test_the_similarity_report_compares_the_code_a_graded_module_runs_and_sees_t
         disguised = disguised.replace(old_name, new_name)
     cop = _tree_with(tmp_path, "cop", "from ._kernel import sm as softmax\n")
     (tmp_path / "cop" / "ch01" / "_kernel.py").write_text(_padded(disguised))
-    data = similarity.report(load_course(REPO), ["ch01"], [hid, txt, cat, cop])
+    far = _tree_with(tmp_path, "far", "import sys\nsys.path.insert(0, __file__.rsplit('/', 2)[0] + '/lib')\n"
+                                      "from kernel import sm as softmax\n")
+    (tmp_path / "far" / "lib").mkdir()
+    (tmp_path / "far" / "lib" / "kernel.py").write_text(_padded(disguised))
+    data = similarity.report(load_course(REPO), ["ch01"], [hid, txt, cat, cop, far])
     alike = {Path(p["file"]).parts[-3] for p in data["like_solutions"]}
     assert alike == {"hid", "txt"}
     pairs = {tuple(Path(f).parts[-3] for f in p["files"]) for p in data["pairs"]}
-    assert ("cat", "cop") in pairs and ("hid", "txt") in pairs
+    assert ("cat", "cop") in pairs and ("cat", "far") in pairs and ("hid", "txt") in pairs
     [copied] = [p for p in data["pairs"] if {Path(f).parts[-3] for f in p["files"]} == {"cat", "cop"}]
     assert copied["how"] == "similar" and copied["similarity"] == 1.0  # all of cat's; cop has one line more
     assert copied["with_helpers"] == {str(tmp_path / "cop" / "ch01" / "softmax.py"): [str(tmp_path / "cop" / "ch01" / "_kernel.py")]}

@@ -28,6 +28,7 @@ from __future__ import annotations
 
 import hashlib
 import json
+import re
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -40,6 +41,7 @@ FORMAT = 3
 K = 12  # tokens per fingerprinted run
 WINDOW = 6  # runs per winnowing window: every shared run of K + WINDOW - 1 tokens is found
 THRESHOLD = 0.8
+_CHAPTER = re.compile(r"ch\d\d")
 MIN_PRINTS = 8  # a file with fewer fingerprints of its own is too short to be anybody's in particular
 NOTE = ("Evidence for a person to read, never a verdict: files of different trees (or a tree and "
         "solutions/) whose code is alike once names, strings, comments and layout are set aside, and "
@@ -63,8 +65,8 @@ class Fingerprinted:
 class _Helpers:
     """The files beside a tree's graded modules that they may import or execute (`_mine.py`, a
     `notes.txt`): every regular file of the chapter's folder but those the course ships there (the
-    graded modules, README.md, the capstone's write-up) and test files, read once per tree and
-    chapter within the budget."""
+    graded modules, README.md, the capstone's write-up) and test files, and every file in a folder of
+    the tree that is no chapter's (`lib/kernel.py`), read once per tree and chapter within the budget."""
 
     def __init__(self, budget: Budget, course_root: Path):
         self.budget, self.course_root, self.read = budget, course_root, {}
@@ -72,9 +74,12 @@ class _Helpers:
     def of(self, tree: str, chapter: str) -> list[tuple[str, bytes]]:
         if (tree, chapter) not in self.read:
             found, shipped = [], shipped_names(self.course_root, chapter)
-            for path in python_source.tree_files(Path(tree) / chapter):
-                name = path.name
-                if path.parent != Path(tree) / chapter or name in shipped or name.startswith("test_"):
+            for path in python_source.tree_files(Path(tree)):
+                relative = path.relative_to(tree)
+                in_chapter = len(relative.parts) == 2 and relative.parts[0] == chapter
+                shared = len(relative.parts) > 1 and not _CHAPTER.fullmatch(relative.parts[0])
+                if (not (in_chapter or shared) or path.name.startswith("test_")
+                        or path.name in ("conftest.py", "README.md") or (in_chapter and path.name in shipped)):
                     continue
                 if self.budget.may_read(f"similarity:{tree}", str(path), _size(path)):
                     data = python_source.read(path)
