@@ -94,12 +94,16 @@ def referenced_files(module: types.ModuleType, tree_root: Path) -> set[str]:
     and the modules its functions and classes come from."""
     seen = Recording(tree_root)
     for value in list(vars(module).values()):
-        if isinstance(value, types.ModuleType):
-            seen.saw(getattr(value, "__file__", None))
+        try:  # a learner's object may answer getattr with anything, or raise
+            if isinstance(value, types.ModuleType):
+                seen.saw(getattr(value, "__file__", None))
+                continue
+            name = getattr(value, "__module__", None)
+            owner = sys.modules.get(name) if isinstance(name, str) else None
+            if owner is not None and owner is not module:
+                seen.saw(getattr(owner, "__file__", None))
+        except Exception:
             continue
-        owner = sys.modules.get(getattr(value, "__module__", None) or "")
-        if owner is not None and owner is not module:
-            seen.saw(getattr(owner, "__file__", None))
     return seen.files
 
 
