@@ -180,8 +180,11 @@ def test_a_confirmations_unit_is_the_chapters_own_files_not_the_courses_nor_othe
     shutil.copytree(REPO / "solutions" / "ch15", tmp_path / "solutions" / "ch15")
     (tmp_path / "exercises" / "ch15" / "_tiles.py").write_text("TILE = 128\n")
     (tmp_path / "exercises" / "ch15" / "notes.txt").write_text("x = 1\n")
+    (tmp_path / "exercises" / "ch15" / "autotuning" / "tpu_v5_lite").mkdir(parents=True)
+    (tmp_path / "exercises" / "ch15" / "autotuning" / "tpu_v5_lite" / "window_attention.json").write_text("{}")
     course = load_course(tmp_path)
     assert confirmed_unit.unit_paths(course, "ch15.backward") == {
-        "exercises/ch15/backward.py", "exercises/ch15/_tiles.py", "exercises/ch15/notes.txt"}
+        "exercises/ch15/backward.py", "exercises/ch15/_tiles.py", "exercises/ch15/notes.txt",
+        "exercises/ch15/autotuning/tpu_v5_lite/window_attention.json"}
     assert "exercises/ch15/forward.py" in confirmed_unit.unit_paths(course, "ch15.backward",
                                                                     ran=["exercises/ch15/forward.py"])

@@ -4,7 +4,8 @@ A verdict is kept for an exercise's *unit* (grading/unit_files.py): its graded m
 file of the tree it runs. The worker that answered imported the tree, so its word on which files
 it ran is the tree's own; the unit kept is what the grader finds from outside that process, with
 that word added:
-  - every file of the exercise's chapter folder but the other exercises' graded modules, the
+  - every file of the exercise's chapter folder and the folders in it (an autotuning cache the
+    kernel reads) but the other exercises' graded modules, the
     graded test files, the files the course ships there (README.md, the capstone's WRITEUP.md and
     capstone.toml: a learner edits them) and an editor's hidden or backup files (a helper
     `_mine.py`, a `notes.txt`, a `lib.zip`);
@@ -54,11 +55,13 @@ def unit_paths(course: Course, key: str, ran=(), said=()) -> set[str]:
     # the names the course ships there (exercises/ is the learner's own: solutions/ says them)
     shipped = shipped_names(course.root, exercise.chapter, (SOLUTIONS,)) | set(NOT_IN_UNITS)
     paths = {exercise.module_path}
-    if folder.is_dir():
-        for path in folder.iterdir():
-            relative = path.relative_to(course.root).as_posix()
-            if (path.is_file() and relative not in others and path.name not in shipped
-                    and not path.name.startswith(("test_", ".")) and not path.name.endswith("~")):
+    for inside, directories, files in os.walk(folder):
+        directories[:] = [d for d in directories if d != "__pycache__" and not d.startswith(".")]
+        top = Path(inside) == folder
+        for name in files:
+            relative = (Path(inside) / name).relative_to(course.root).as_posix()
+            if (relative not in others and not (top and name in shipped)
+                    and not name.startswith(("test_", ".")) and not name.endswith("~")):
                 paths.add(relative)
     paths.update(p for p in ran if isinstance(p, str))
     paths.update(f"{EXERCISES}/{p}" for p in said if isinstance(p, str))
