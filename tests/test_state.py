@@ -188,3 +188,28 @@ def test_a_confirmations_unit_is_the_chapters_own_files_not_the_courses_nor_othe
         "exercises/ch15/autotuning/tpu_v5_lite/window_attention.json"}
     assert "exercises/ch15/forward.py" in confirmed_unit.unit_paths(course, "ch15.backward",
                                                                     ran=["exercises/ch15/forward.py"])
+
+
+def test_a_unit_counts_the_tree_files_read_or_executed_not_those_only_written(tmp_path):
+    """What an exercise's unit notes while a graded import or call runs: a file of the tree read,
+    opened by os.open, or compiled under its own name; not a log it only writes, nor a file outside
+    the tree, nor bytecode in __pycache__."""
+    import os
+
+    from pytest_tpucourse.grading import unit_files
+
+    tree, outside = tmp_path / "tree", tmp_path / "elsewhere.txt"
+    (tree / "__pycache__").mkdir(parents=True)
+    for name in ("notes.txt", "raw.bin", "__pycache__/x.pyc"):
+        (tree / name).write_text("x = 1\n")
+    outside.write_text("y = 2\n")
+    with unit_files.recording(tree) as seen:
+        exec(compile((tree / "notes.txt").read_text(), str(tree / "notes.txt"), "exec"), {})
+        os.close(os.open(tree / "raw.bin", os.O_RDONLY))
+        (tree / "__pycache__" / "x.pyc").read_bytes()
+        outside.read_text()
+        (tree / "run.log").write_text("written, not run")
+    assert seen.files == {str(tree / "notes.txt"), str(tree / "raw.bin")}
+    unit = unit_files.digests(seen.files)
+    assert unit_files.relative(unit, tmp_path) == {"tree/notes.txt": state.file_digest(tree / "notes.txt"),
+                                                    "tree/raw.bin": state.file_digest(tree / "raw.bin")}

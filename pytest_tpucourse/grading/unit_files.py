@@ -8,8 +8,8 @@ edit of the graded file does.
 
 The files are found as the run imports and calls the module, by an audit hook (PEP 578, one per
 process: `sys.addaudithook` cannot be undone) that notes, while a recording is open, every file
-of the tree that is opened (`open`, `io.open_code` under import and zipimport, `os.open`),
-compiled under its own name, or whose code object is executed (`exec`: a module imported from
+of the tree that is opened to be read (`open`, `io.open_code` under import and zipimport,
+`os.open`; a log it only writes is not code it runs), compiled under its own name, or whose code object is executed (`exec`: a module imported from
 its cached bytecode opens only the .pyc, but executes code claiming its source). The tree's
 modules the graded module's namespace refers to are added too: a helper another graded module
 imported first is not imported again.
@@ -76,6 +76,8 @@ def _hook(event: str, args: tuple) -> None:
         return
     try:
         if event == "open":
+            if _writes_only(args):
+                return  # a log or output it writes is not code it runs
             path = args[0]
         elif event == "exec":
             path = getattr(args[0], "co_filename", None)
@@ -87,6 +89,15 @@ def _hook(event: str, args: tuple) -> None:
             seen.saw(path)
     except Exception:  # an audit hook that raises would fail the open itself
         pass
+
+
+def _writes_only(args: tuple) -> bool:
+    """Whether an `open` event's (path, mode, flags) opens the file for writing alone."""
+    mode = args[1] if len(args) > 1 else None
+    flags = args[2] if len(args) > 2 else 0
+    if isinstance(mode, str):
+        return "+" not in mode and any(c in mode for c in "wax")
+    return isinstance(flags, int) and flags & os.O_ACCMODE == os.O_WRONLY
 
 
 def referenced_files(module: types.ModuleType, tree_root: Path) -> set[str]:
