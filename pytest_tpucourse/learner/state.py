@@ -12,15 +12,19 @@ leaves either the old file or the new one, never half of one (and the temporary
 file it left is removed by the next update, under the lock).
 
 Each exercise entry a run writes names its run (`run`, listed under "runs"), the sha256 of
-the graded test files it ran and of the module bytes it imported, its counts, and a seal
-over all of those. A done entry that does not add up (no such run, counts that are not a
+the graded test files it ran, of the module bytes it imported and of every file of the tree its
+graded modules ran (`unit`: grading/unit_files.py; any of them changed, the entry reads
+"changed"), its counts, and a seal over all of those. A done entry that does not add up (no such run, counts that are not a
 pass, a seal that does not match: an entry written by hand) is "not counted" (docs/earned.md).
 
 A done entry says what the learner's own run saw, in the process their code ran in, which that
 code can lie to. `confirmed` holds, per exercise, the trusted check's verdict on the module bytes
 it was given (`tpucourse confirm chNN`, `pytest --isolated`: values judged outside that process,
 docs/grading.md), sealed as entries are: `confirmation` says whether a done exercise is confirmed,
-disagreed with, or done by the learner's own run only.
+disagreed with, or done by the learner's own run only; a confirmation holds the unit it was
+given, and confirms an entry whose unit lies within it, unchanged. `solutions_read` keeps, sealed,
+which solutions `tpucourse solution` showed, and when; the exercise's entries carry that mark's
+seal, so that a mark removed by hand reads "tampered".
 """
 
 from __future__ import annotations
