@@ -179,6 +179,10 @@ def test_a_helper_changed_after_a_confirm_voids_done_and_confirmed(fake_course, 
     code, out, _ = tpucourse(capsys, "confirm", "ch11")
     assert code == 0 and "ch11.double: confirmed" in out
     assert "done  double  (confirmed: the trusted check agrees)" in tpucourse(capsys, "progress")[1]
+    (chapter / "later.txt").write_text("twice = lambda x: 0 * x\n")  # a file added since: not what was confirmed
+    assert "done  double  (your run only" in tpucourse(capsys, "progress")[1]
+    (chapter / "later.txt").unlink()
+    assert "done  double  (confirmed: the trusted check agrees)" in tpucourse(capsys, "progress")[1]
     (chapter / helper).write_text("import numpy as np\n\n\ndef twice(x):\n    return np.zeros_like(x)\n")
     out = tpucourse(capsys, "progress")[1]
     assert "edit  double: passed, then edited: run its tests again" in out and "0/1 exercises" in out

@@ -210,9 +210,9 @@ def test_a_gate_on_the_chip_names_a_kernel_whose_helper_changed_since_its_confir
     (chapter / "_tiles.py").write_text("def step(): return 0\n")  # swapped after the confirmation
     [why] = forward()
     assert why.startswith("exercises/ch13/forward.py: the trusted check confirmed other bytes of the files it runs "
-                          "(exercises/ch13/_tiles.py changed since)")
+                          "(exercises/ch13/_tiles.py changed or added since)")
     state.record_confirmations(tmp_path, {"ch13.forward": {"verdict": "agrees"}}, {"ch13.forward": imported[module]},
                                "tpucourse confirm", {"ch13.forward": {}})  # a check that never saw the helper
     units[str(chapter / "_tiles.py")] = state.file_digest(chapter / "_tiles.py")
     [why] = forward()
-    assert "exercises/ch13/_tiles.py changed since" in why
+    assert "exercises/ch13/_tiles.py changed or added since" in why

@@ -12,7 +12,8 @@ that word added:
   - the files the done entry's run counted in the unit (chapter 13's causal_skipping runs forward.py);
   - the files the worker said its calls ran.
 Each is hashed before the check and after it: a verdict is kept only where none of its unit's
-files changed while it ran (nothing would say which bytes answered).
+files changed while it ran (nothing would say which bytes answered). The chapter's folder is kept
+with the confirmation, and what of it the unit left out: a file added there later voids it.
 """
 
 from __future__ import annotations
@@ -22,9 +23,10 @@ import os
 from pathlib import Path
 
 from ..core.course import EXERCISES, SOLUTIONS, Course, shipped_names
+from ..learner import state
 
 MAX_FILES = 5000  # files of exercises/ hashed at most (a tree is a few dozen)
-NOT_IN_UNITS = ("README.md", "conftest.py")
+NOT_IN_UNITS = {"README.md", "conftest.py"}
 
 
 def snapshot(course: Course) -> dict[str, str]:
@@ -44,25 +46,22 @@ def snapshot(course: Course) -> dict[str, str]:
     return found
 
 
+def folder_of(course: Course, key: str) -> str:
+    """The folder (relative to the course) whose learner's files a confirmation of `key` counts."""
+    return f"{EXERCISES}/{course.exercise(key).chapter}"
+
+
 def unit_paths(course: Course, key: str, ran=(), said=()) -> set[str]:
-    """The files (relative to the course) counted in exercise `key`'s unit: its chapter's files but
-    the other graded modules and test files, those a run counted (`ran`), and those the worker said
-    it ran (`said`, relative to exercises/)."""
+    """The files (relative to the course) counted in exercise `key`'s unit: the learner's files of
+    its chapter's folder (state.learners_files) but the other graded modules and the files the
+    course ships there, those a run counted (`ran`), and those the worker said it ran (`said`,
+    relative to exercises/)."""
     exercise = course.exercise(key)
-    chapter = course.chapter(exercise.chapter)
-    others = {e.module_path for e in chapter.exercises if e.key != key}
-    folder = Path(course.root) / EXERCISES / exercise.chapter
+    others = {e.module_path for e in course.chapter(exercise.chapter).exercises if e.key != key}
+    folder = folder_of(course, key)
     # the names the course ships there (exercises/ is the learner's own: solutions/ says them)
-    shipped = shipped_names(course.root, exercise.chapter, (SOLUTIONS,)) | set(NOT_IN_UNITS)
-    paths = {exercise.module_path}
-    for inside, directories, files in os.walk(folder):
-        directories[:] = [d for d in directories if d != "__pycache__" and not d.startswith(".")]
-        top = Path(inside) == folder
-        for name in files:
-            relative = (Path(inside) / name).relative_to(course.root).as_posix()
-            if (relative not in others and not (top and name in shipped)
-                    and not name.startswith(("test_", ".")) and not name.endswith("~")):
-                paths.add(relative)
+    shipped = {f"{folder}/{name}" for name in shipped_names(course.root, exercise.chapter, (SOLUTIONS,)) | NOT_IN_UNITS}
+    paths = {exercise.module_path} | (state.learners_files(course.root, folder) - others - shipped)
     paths.update(p for p in ran if isinstance(p, str))
     paths.update(f"{EXERCISES}/{p}" for p in said if isinstance(p, str))
     return paths

@@ -127,7 +127,7 @@ def keep(course: Course, verdicts: dict[str, dict], before: dict[str, str], how:
             modules[key], units[key] = unit[exercise.module_path], unit
     try:
         state.record_confirmations(course.root, {k: v for k, v in verdicts.items() if k in modules}, modules, how,
-                                   units)
+                                   units, {key: confirmed_unit.folder_of(course, key) for key in modules})
     except (OSError, state.CorruptState):
         pass  # the state file is the learner's to break: the verdicts are printed all the same
 

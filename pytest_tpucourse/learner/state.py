@@ -14,8 +14,9 @@ file it left is removed by the next update, under the lock).
 Each exercise entry a run writes names its run (`run`, listed under "runs"), the sha256 of
 the graded test files it ran, of the module bytes it imported and of every file of the tree its
 graded modules ran (`unit`: grading/unit_files.py; any of them changed, the entry reads
-"changed"), its counts, and a seal over all of those. A done entry that does not add up (no such run, counts that are not a
-pass, a seal that does not match: an entry written by hand) is "not counted" (docs/earned.md).
+"changed"), its counts, and a seal over all of those. A done entry that does not add up (no such
+run, counts that are not a pass, a seal that does not match: an entry written by hand) is "not
+counted" (docs/earned.md).
 
 A done entry says what the learner's own run saw, in the process their code ran in, which that
 code can lie to. `confirmed` holds, per exercise, the trusted check's verdict on the module bytes
@@ -286,6 +287,28 @@ def changed_files(course_root: Path, unit) -> list[str]:
             if not _inside_course(root, path) or file_digest(root / path) != digest]
 
 
+def learners_files(course_root: Path, folder: str) -> set[str]:
+    """The files under `folder` (relative to the course, as are the paths given back) that a
+    learner's code may run: caches, hidden files, editors' backups and test files aside."""
+    root, found = Path(course_root), set()
+    if not _inside_course(root, folder):
+        return found
+    for inside, directories, files in os.walk(root / folder):
+        directories[:] = [d for d in directories if d != "__pycache__" and not d.startswith(".")]
+        found.update((Path(inside) / name).relative_to(root).as_posix() for name in files
+                     if not name.startswith(("test_", ".")) and not name.endswith("~"))
+    return found
+
+
+def added_files(course_root: Path, checked: dict) -> list[str]:
+    """The files a confirmation's folder holds now that it neither counted nor left out: added since."""
+    folder, left_out = checked.get("folder"), checked.get("left_out")
+    if not isinstance(folder, str) or not isinstance(left_out, list):
+        return []
+    unit = checked.get("unit") if isinstance(checked.get("unit"), dict) else {}
+    return sorted(learners_files(course_root, folder) - set(unit) - set(left_out))
+
+
 def _inside_course(root: Path, path) -> bool:
     return isinstance(path, str) and not Path(path).is_absolute() and ".." not in Path(path).parts
 
@@ -302,12 +325,14 @@ def unit_within(unit, confirmed) -> bool:
 
 
 def record_confirmations(course_root: Path, verdicts: dict[str, dict], modules: dict[str, str], how: str,
-                         units: dict[str, dict] | None = None) -> dict:
+                         units: dict[str, dict] | None = None, folders: dict[str, str] | None = None) -> dict:
     """Keep the trusted check's verdicts ({exercise key: {"verdict", "cases", "reason"}}) for the
     module bytes each was given (modules: exercise key -> sha256; a key without one is not kept)
-    and the unit it ran (units: exercise key -> {file relative to the course: sha256}).
+    and the unit it ran (units: exercise key -> {file relative to the course: sha256}); folders:
+    exercise key -> the folder whose learner's files it counted (its files not in the unit are kept
+    as left out: a file added there later voids the confirmation).
     how: what ran the check, in words ("tpucourse confirm")."""
-    units = units or {}
+    units, folders = units or {}, folders or {}
 
     def change(data):
         confirmed = data.setdefault("confirmed", {})
@@ -317,6 +342,9 @@ def record_confirmations(course_root: Path, verdicts: dict[str, dict], modules: 
             entry = {"verdict": str(verdict.get("verdict")), "cases": int(verdict.get("cases") or 0),
                      "reason": str(verdict.get("reason") or "")[:600], "module_sha256": modules[key],
                      "unit": dict(sorted(units.get(key, {}).items())), "by": how, "date": now()}
+            if key in folders:
+                entry["folder"] = folders[key]
+                entry["left_out"] = sorted(learners_files(course_root, folders[key]) - set(entry["unit"]))
             _carry_solution_read(confirmed.get(key), entry)
             entry["seal"] = seal(key, entry)
             confirmed[key] = entry
@@ -333,7 +361,7 @@ def confirmation(course_root: Path, data: dict, exercise) -> tuple[Confirmation,
     checked = _sealed_confirmation(data, exercise.key)
     if (checked is None or checked.get("module_sha256") != entry.get("module_sha256")
             or not unit_within(_helpers(entry.get("unit"), exercise.module_path), checked.get("unit") or {})
-            or changed_files(course_root, checked.get("unit"))):
+            or changed_files(course_root, checked.get("unit")) or added_files(course_root, checked)):
         return Confirmation.OWN_RUN, ""
     if checked.get("verdict") == "agrees":
         return Confirmation.CONFIRMED, ""
@@ -356,10 +384,10 @@ def why_not_confirmed(data: dict, key: str, module_sha256: str | None, unit: dic
     confirmed_unit = checked.get("unit") if isinstance(checked.get("unit"), dict) else {}
     changed = [path for path, digest in (unit or {}).items() if confirmed_unit.get(path) != digest]
     if course_root is not None:
-        changed += changed_files(course_root, checked.get("unit"))
+        changed += changed_files(course_root, checked.get("unit")) + added_files(course_root, checked)
     if changed:
         return (f"the trusted check confirmed other bytes of the files it runs ({', '.join(sorted(set(changed))[:3])} "
-                f"changed since)")
+                f"changed or added since)")
     if checked.get("verdict") != "agrees":
         return f"the trusted check disagrees: {checked.get('reason') or 'no reason kept'}"
     return None
