@@ -280,6 +280,21 @@ def test_a_trees_name_and_messages_are_escaped_on_the_terminal_and_in_csv(tmp_pa
     assert list(json.loads(gradebook.dumps(book))["trees"]) == [name]  # the JSON keeps the name as it is
 
 
+def test_tree_names_that_print_alike_are_told_apart_in_the_table_and_the_csv(tmp_path):
+    """`alice` and `аlice` (a Cyrillic а) are two trees; the table and the CSV show the second with
+    its code points, and an ASCII name cannot imitate that form."""
+    names = ["trees/alice", "trees/\u0430lice", "trees/alice [\\u0430lice]"]
+    runs = {name: _finished(name, {k: _exercise("done", 1, 1) for k in CH01}, 1) for name in names}
+    book = gradebook.build(COURSE, list(CH01), runs)
+    table = gradebook.summary_lines(book, {k: "ch01" for k in CH01})[1:]
+    shown = [line.split("  ")[0].strip() for line in table]
+    assert "trees/\u0430lice [trees/\\u0430lice]" in shown and "trees/alice" in shown
+    assert len(set(shown)) == 3
+    gradebook.write(book, tmp_path / "book.csv")
+    cells = {row.split(",")[0] for row in (tmp_path / "book.csv").read_text().splitlines()[1:]}
+    assert "trees/\u0430lice [trees/\\u0430lice]" in cells and "trees/alice" in cells and len(cells) == 3
+
+
 def test_escaping_for_the_terminal_and_for_csv():
     assert for_terminal("plain text, é and 漢字") == "plain text, é and 漢字"
     assert for_terminal("a\x1b[31mb\tc\nd\u202ee\x9b") == "a\\x1b[31mb\\x09c\\x0ad\\u202ee\\x9b"
@@ -375,6 +390,72 @@ def test_the_similarity_report_finds_copies_renamed_and_reformatted_and_judges_n
     assert data["not_read"] == [] and data["reach_the_course"] == []
 
 
+def _padded(source: str) -> str:
+    """`source` with a no-op statement after every statement of every block."""
+    import ast
+
+    class Pad(ast.NodeTransformer):
+        def generic_visit(self, node):
+            super().generic_visit(node)
+            for name in ("body", "orelse", "finalbody"):
+                block = getattr(node, name, None)
+                if isinstance(block, list) and block and all(isinstance(s, ast.stmt) for s in block):
+                    setattr(node, name, [x for s in block for x in (s, ast.parse("_pad = None").body[0])])
+            return node
+
+    return ast.unparse(Pad().visit(ast.parse(source))) + "\n"
+
+
+def test_the_similarity_report_compares_the_code_a_graded_module_runs_and_sees_through_disguises(tmp_path):
+    """The shipped solution verbatim in a helper (imported, or a .txt file exec'd) with the graded
+    file one line, and a classmate's kernel renamed, moved into a helper, its independent lines
+    reordered and a no-op after every line: each is listed, and the honest kernel is not like the
+    solution."""
+    solution = (REPO / "solutions" / "ch01" / "softmax.py").read_text()
+    hid = _tree_with(tmp_path, "hid", "from ._softmax import softmax\n")
+    (tmp_path / "hid" / "ch01" / "_softmax.py").write_text(solution)
+    txt = _tree_with(tmp_path, "txt", "import pathlib\nexec(pathlib.Path(__file__).with_name('softmax.txt').read_text())\n")
+    (tmp_path / "txt" / "ch01" / "softmax.txt").write_text(solution)
+    cat = _tree_with(tmp_path, "cat", OWN_SOFTMAX)
+    disguised = OWN_SOFTMAX.replace("import jax\nimport jax.numpy as jnp", "import jax.numpy as jnp\nimport jax")
+    for old_name, new_name in (("values", "v"), ("peak", "top"), ("powers", "p"), ("norm", "z"), ("softmax", "sm")):
+        disguised = disguised.replace(old_name, new_name)
+    cop = _tree_with(tmp_path, "cop", "from ._kernel import sm as softmax\n")
+    (tmp_path / "cop" / "ch01" / "_kernel.py").write_text(_padded(disguised))
+    far = _tree_with(tmp_path, "far", "import sys\nsys.path.insert(0, __file__.rsplit('/', 2)[0] + '/lib')\n"
+                                      "from kernel import sm as softmax\n")
+    (tmp_path / "far" / "lib").mkdir()
+    (tmp_path / "far" / "lib" / "kernel.py").write_text(_padded(disguised))
+    data = similarity.report(load_course(REPO), ["ch01"], [hid, txt, cat, cop, far])
+    alike = {Path(p["file"]).parts[-3] for p in data["like_solutions"]}
+    assert alike == {"hid", "txt"}
+    pairs = {tuple(Path(f).parts[-3] for f in p["files"]) for p in data["pairs"]}
+    assert ("cat", "cop") in pairs and ("cat", "far") in pairs and ("hid", "txt") in pairs
+    [copied] = [p for p in data["pairs"] if {Path(f).parts[-3] for f in p["files"]} == {"cat", "cop"}]
+    assert copied["how"] == "similar" and copied["similarity"] == 1.0  # all of cat's; cop has one line more
+    assert copied["with_helpers"] == {str(tmp_path / "cop" / "ch01" / "softmax.py"): [str(tmp_path / "cop" / "ch01" / "_kernel.py")]}
+    held = {(Path(entry["file"]).name, entry["solution"], entry["how"]) for entry in data["hold_solutions"]}
+    assert held == {("_softmax.py", "solutions/ch01/softmax.py", "byte for byte"),
+                    ("softmax.txt", "solutions/ch01/softmax.py", "byte for byte")}
+
+
+def test_a_shipped_solution_anywhere_in_a_tree_is_found_by_its_fingerprints(tmp_path):
+    """Deep in a folder of its own, in a zip archive, renamed and padded: the grader knows the
+    solutions' fingerprints and finds them in any file of a tree."""
+    import zipfile
+
+    solution = (REPO / "solutions" / "ch11" / "matmul.py").read_text()
+    tree = _tree_with(tmp_path, "zed", OWN_SOFTMAX)
+    (tmp_path / "zed" / "lib" / "deep").mkdir(parents=True)
+    (tmp_path / "zed" / "lib" / "deep" / "tiles.py").write_text(_padded(solution.replace("acc_ref", "total_ref")))
+    with zipfile.ZipFile(tmp_path / "zed" / "lib" / "k.zip", "w") as archive:
+        archive.writestr("kernels/mm.py", solution)
+    data = similarity.report(load_course(REPO), ["ch01"], [tree])
+    held = {(Path(entry["file"]).name, entry["solution"], entry["how"].split(",")[0]) for entry in data["hold_solutions"]}
+    assert held == {("tiles.py", "solutions/ch11/matmul.py", "its code"),
+                    ("mm.py", "solutions/ch11/matmul.py", "byte for byte")}
+
+
 def test_a_file_python_cannot_read_is_listed_as_not_read_and_the_report_is_made(tmp_path):
     """A graded file in an encoding Python does not have (rot13 is no text encoding) is no error of
     the report: listed as not read, saying why, beside its classmates' pairs."""
@@ -418,6 +499,43 @@ def test_the_report_lists_files_that_reach_into_the_course_or_the_process_around
         {"file": str(tmp_path / "orc" / "ch01" / "softmax.py"),
          "how": ["names pytest_tpucourse.references (line 3), which the chapter's stubs and solutions do not",
                  "looks into the call stack: _getframe, f_locals (line 8)"]}]
+
+
+def test_the_reach_report_reads_files_a_tree_execs_or_imports_that_are_not_py(tmp_path):
+    """The course's oracle reached from a notes.txt a module execs, or from a lib.zip it imports
+    from, is listed as a .py file's would be; the course's own README.md copied in is not read."""
+    import zipfile
+
+    tree = _tree_with(tmp_path, "orc", "exec(open(__file__[:-10] + 'notes.txt').read())\n")
+    (tmp_path / "orc" / "ch01" / "notes.txt").write_text(ORACLE_SOFTMAX)
+    with zipfile.ZipFile(tmp_path / "orc" / "ch01" / "lib.zip", "w") as archive:
+        archive.writestr("oracle.py", ORACLE_SOFTMAX)
+    readme = REPO / "exercises" / "ch01" / "README.md"
+    (tmp_path / "orc" / "ch01" / "README.md").write_bytes(readme.read_bytes())
+    data = similarity.report(load_course(REPO), ["ch01"], [tree])
+    files = [entry["file"] for entry in data["reach_the_course"]]
+    assert files == [str(tmp_path / "orc" / "ch01" / "lib.zip" / "oracle.py"), str(tmp_path / "orc" / "ch01" / "notes.txt")]
+
+
+def test_the_reports_are_bounded_and_say_what_they_skipped(tmp_path):
+    """Files per tree, bytes per file and seconds for the class are bounded; each file not read for
+    them is listed with why, and the report is made all the same."""
+    from pytest_tpucourse.classroom.report_budget import Budget
+
+    solution = (REPO / "solutions" / "ch01" / "softmax.py").read_text()
+    tree = _tree_with(tmp_path, "big", solution)
+    (tmp_path / "big" / "ch01" / "huge.py").write_text("x = 1\n" * 100_000)
+    for n in range(5):
+        (tmp_path / "big" / "ch01" / f"h{n}.py").write_text("import sys\nsys._getframe()\n")
+    data = similarity.report(load_course(REPO), ["ch01"], [tree], Budget(files_per_tree=4, file_bytes=64 * 1024))
+    why = {(Path(entry["file"]).name, entry["why"]) for entry in data["skipped"]}
+    assert ("huge.py", "600000 bytes, over the 65536 a file is read at most") in why
+    assert any(w == "over the 4 files a tree is read at most" for _, w in why)
+    assert data["skipped_count"] == len(data["skipped"])
+    assert len(data["reach_the_course"]) <= 4 and data["limits"]["files_per_tree"] == 4
+    late = similarity.report(load_course(REPO), ["ch01"], [tree], Budget(seconds=0.0))
+    assert late["files_compared"] == 0 and late["skipped"]
+    assert all(entry["why"] == "the reports' 0 s for the class ran out" for entry in late["skipped"])
 
 
 def test_json_from_a_tree_is_read_within_bounds():
@@ -670,6 +788,20 @@ def test_a_sandbox_sees_python_and_of_the_course_what_a_graded_run_reads(monkeyp
     assert seen(Path(sys.prefix).resolve()) and seen(Path(sys.base_prefix).resolve())
     assert not any(seen(REPO / name) for name in ("solutions", "tests", ".git", "docs", ".tpucourse"))
     assert view.covered() == [REPO / "exercises" / "ch01"]  # the other hidden path is not shown anyway
+
+
+def test_a_key_inside_the_python_environment_is_covered_and_the_environment_still_shown(monkeypatch, tmp_path):
+    """The key may live anywhere outside the trees: inside the environment the sandbox shows, it is
+    covered where it is, and the environment stays shown (else nothing could even import Python's
+    packages); a folder on sys.path inside a hidden tree is not shown."""
+    env, tree = tmp_path / "env", tmp_path / "trees" / "alice"
+    (env / "lib").mkdir(parents=True)
+    (env / "grading.key").write_bytes(b"secret")
+    (tree / "lib").mkdir(parents=True)
+    monkeypatch.setattr(sandbox, "_python_paths", lambda: ([env], [tree / "lib"]))
+    view = sandbox.CourseView.of(REPO, hidden=[env / "grading.key", tree])
+    assert env in view.shown and (tree / "lib") not in view.shown
+    assert view.covered() == [env / "grading.key"]
 
 
 class _TrustedProbe:

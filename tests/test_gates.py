@@ -6,6 +6,7 @@ harness's measurements with chosen times. It shows which rows are written and ho
 they are judged, never a number about a chip.
 """
 
+import hashlib
 import json
 
 import pytest
@@ -165,6 +166,21 @@ def test_gates_on_a_cpu_predict_and_await_hardware(fake_course):
     # the same prediction is not appended twice
     fake_course.run("--gates", "--chip=v5e", "--records", str(records))
     assert len(records.read_text().splitlines()) == 1
+
+
+def test_a_helper_with_a_leading_underscore_does_not_break_the_chapters_gate_tests(fake_course):
+    """A chapter's helper module `_tiles.py` is no `impl` attribute: the gate row hashes it as the
+    graded modules ran it, and the gate test runs (it used to error with AttributeError)."""
+    fake_course.test_file(GATE_TEST.replace("def test_add_near_floor(gate_run):",
+                                                "def test_add_near_floor(gate_run, impl):"), "test_gate.py")
+    fake_course.write("exercises", "double", "from ._tiles import twice\n\n\ndef double(x):\n    return twice(x)\n")
+    helper = fake_course.write("exercises", "_tiles", "def twice(x):\n    return x * 2\n")
+    records = fake_course.pytester.path / "records.jsonl"
+    result = fake_course.run("--gates", "--chip=v5e", "--records", str(records), "-rs")
+    assert result.ret == pytest.ExitCode.OK and "AttributeError" not in result.stdout.str()
+    result.assert_outcomes(skipped=1)
+    [row] = [json.loads(line) for line in records.read_text().splitlines()]
+    assert row["modules"]["exercises/ch11/_tiles.py"] == hashlib.sha256(helper.read_bytes()).hexdigest()
 
 
 @pytest.mark.parametrize("seconds, outcome", [(1.2, "passed"), (10.0, "failed")])

@@ -159,6 +159,63 @@ def test_progress_says_which_done_the_trusted_check_confirmed(fake_course, monke
     assert "done  double  (your run only: `tpucourse confirm ch11`" in tpucourse(capsys, "progress")[1]
 
 
+@pytest.mark.runs
+@pytest.mark.parametrize("helper, graded", [
+    ("_mine.py", "from ._mine import twice\n\n\ndef double(x):\n    return twice(x)\n"),
+    ("notes.txt", "from pathlib import Path\n\nexec(compile(Path(__file__).with_name('notes.txt').read_text(), "
+                  "str(Path(__file__).with_name('notes.txt')), 'exec'))\n\n\ndef double(x):\n    return twice(x)\n"),
+])
+def test_a_helper_changed_after_a_confirm_voids_done_and_confirmed(fake_course, monkeypatch, capsys, helper, graded):
+    """A kernel is all the code it runs: a helper module it imports, or a file it execs, swapped after
+    the trusted check confirmed it, voids its done and its confirmation as an edit of the graded file does."""
+    fake_course.test_file(CHECKED_TEST)
+    monkeypatch.chdir(fake_course.pytester.path)
+    fake_course.write("exercises", "double", graded)
+    chapter = fake_course.pytester.path / "exercises" / "ch11"
+    (chapter / helper).write_text("import numpy as np\n\n\ndef twice(x):\n    return np.asarray(x) * 2\n")
+    fake_course.run().assert_outcomes(passed=2)
+    unit = state.read(fake_course.pytester.path)["exercises"]["ch11.double"]["unit"]
+    assert set(unit) == {"exercises/ch11/double.py", f"exercises/ch11/{helper}"}
+    code, out, _ = tpucourse(capsys, "confirm", "ch11")
+    assert code == 0 and "ch11.double: confirmed" in out
+    assert "done  double  (confirmed: the trusted check agrees)" in tpucourse(capsys, "progress")[1]
+    (chapter / "later.txt").write_text("twice = lambda x: 0 * x\n")  # a file added since: not what was confirmed
+    assert "done  double  (your run only" in tpucourse(capsys, "progress")[1]
+    (chapter / "later.txt").unlink()
+    assert "done  double  (confirmed: the trusted check agrees)" in tpucourse(capsys, "progress")[1]
+    (chapter / helper).write_text("import numpy as np\n\n\ndef twice(x):\n    return np.zeros_like(x)\n")
+    out = tpucourse(capsys, "progress")[1]
+    assert "edit  double: passed, then edited: run its tests again" in out and "0/1 exercises" in out
+    code, _, err = tpucourse(capsys, "solution", "ch11.double")
+    assert code == 2 and "its solution is shown once" in err
+    code, out, _ = tpucourse(capsys, "confirm", "ch11")
+    assert code == 2 and "ch11.double: edited since it passed: not checked" in out
+
+
+@pytest.mark.parametrize("edit", ["removed", "altered"])
+def test_a_solution_read_mark_removed_or_altered_by_hand_reads_tampered(course, capsys, edit):
+    """The "read before it was confirmed done" mark is sealed like every entry of the state file, and
+    the exercise's entries carry its seal: deleting it, or turning it into a read after, shows."""
+    import json
+
+    course.write("exercises", "double", "def double(x):\n    return x * 2\n")
+    course.run().assert_outcomes(passed=2)
+    code, out, _ = tpucourse(capsys, "solution", "ch11.double", "--force")
+    assert code == 0 and "(read before the exercise was confirmed done)" in out
+    assert "(its solution was read before it was confirmed done)" in tpucourse(capsys, "progress")[1]
+    path = course.pytester.path / ".tpucourse" / "state.json"
+    data = json.loads(path.read_text())
+    if edit == "removed":
+        del data["solutions_read"]["ch11.double"]
+    else:
+        data["solutions_read"]["ch11.double"]["before_done"] = False
+    path.write_text(json.dumps(data))
+    out = tpucourse(capsys, "progress")[1]
+    assert "(its solution-read mark was removed or altered by hand: tampered)" in out
+    course.run().assert_outcomes(passed=2)  # a later run keeps the mark's seal in the entry it writes
+    assert "tampered" in tpucourse(capsys, "progress")[1]
+
+
 def test_confirm_checks_only_what_runs_found_done(course, capsys):
     code, out, err = tpucourse(capsys, "confirm", "ch11")
     assert code == 2 and "ch11.double: not run yet: not checked" in out

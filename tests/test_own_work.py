@@ -154,13 +154,14 @@ def test_a_gate_run_on_the_chip_names_the_learners_unconfirmed_kernels(tmp_path)
     for name in ("matmul", "fused_matmul"):
         (chapter / f"{name}.py").write_text(f"# {name}\n")
     imported = {str((chapter / "matmul.py").resolve()): "11" * 32}  # the bytes the run imported
+    units = {}  # the tree's files the run's graded modules ran (grading/unit_files.py)
 
     def session(learners=True, accelerator=True):
         return SimpleNamespace(
             tree=SimpleNamespace(is_learners=learners, chapter_dir=lambda chapter_id: tmp_path / "exercises" / chapter_id),
             gates=SimpleNamespace(on_accelerator=accelerator, rehearsal=None),
             course=SimpleNamespace(root=tmp_path, exercise=course.exercise),
-            grading=SimpleNamespace(imported=imported))
+            grading=SimpleNamespace(imported=imported, unit_of=lambda paths: units))
 
     assert _unconfirmed_kernels(session(), 1) == tuple(
         f"exercises/ch11/{name}.py: the trusted check has not confirmed it; run `tpucourse confirm ch11` first"
@@ -175,3 +176,43 @@ def test_a_gate_run_on_the_chip_names_the_learners_unconfirmed_kernels(tmp_path)
     assert _unconfirmed_kernels(session(learners=False), 1) == ()  # --solutions, --impl-root: no state of theirs
     assert _unconfirmed_kernels(session(accelerator=False), 1) == ()  # nothing measured off the chip
     assert _unconfirmed_kernels(session(), 0) == ()  # gate 00 times XLA, not the learner
+
+
+def test_a_gate_on_the_chip_names_a_kernel_whose_helper_changed_since_its_confirmation(tmp_path):
+    """The confirmation holds every file the kernel runs: a helper swapped after it (or one this run
+    ran that the check never saw) leaves the kernel unconfirmed, as an edit of its module does."""
+    from types import SimpleNamespace
+
+    from pytest_tpucourse.core.course import load_course
+    from pytest_tpucourse.learner import state
+    from pytest_tpucourse.run.gate_tests import _unconfirmed_kernels
+
+    course = load_course(HERE.parent)
+    chapter = tmp_path / "exercises" / "ch13"
+    chapter.mkdir(parents=True)
+    (chapter / "forward.py").write_text("from ._tiles import step\n")
+    (chapter / "_tiles.py").write_text("def step(): return 1\n")
+    module = str((chapter / "forward.py").resolve())
+    imported = {module: state.file_digest(chapter / "forward.py")}
+    units = {str(chapter / "_tiles.py"): state.file_digest(chapter / "_tiles.py")}
+    session = SimpleNamespace(
+        tree=SimpleNamespace(is_learners=True, chapter_dir=lambda chapter_id: tmp_path / "exercises" / chapter_id),
+        gates=SimpleNamespace(on_accelerator=True, rehearsal=None),
+        course=SimpleNamespace(root=tmp_path, exercise=course.exercise),
+        grading=SimpleNamespace(imported=imported, unit_of=lambda paths: dict(units)))
+    helpers = {"exercises/ch13/_tiles.py": state.file_digest(chapter / "_tiles.py")}
+    state.record_confirmations(tmp_path, {"ch13.forward": {"verdict": "agrees"}}, {"ch13.forward": imported[module]},
+                               "tpucourse confirm", {"ch13.forward": helpers})
+    def forward():
+        return [why for why in _unconfirmed_kernels(session, 3) if why.startswith("exercises/ch13/forward.py")]
+
+    assert forward() == []
+    (chapter / "_tiles.py").write_text("def step(): return 0\n")  # swapped after the confirmation
+    [why] = forward()
+    assert why.startswith("exercises/ch13/forward.py: the trusted check confirmed other bytes of the files it runs "
+                          "(exercises/ch13/_tiles.py changed or added since)")
+    state.record_confirmations(tmp_path, {"ch13.forward": {"verdict": "agrees"}}, {"ch13.forward": imported[module]},
+                               "tpucourse confirm", {"ch13.forward": {}})  # a check that never saw the helper
+    units[str(chapter / "_tiles.py")] = state.file_digest(chapter / "_tiles.py")
+    [why] = forward()
+    assert "exercises/ch13/_tiles.py changed or added since" in why

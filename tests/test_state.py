@@ -134,3 +134,82 @@ def test_an_interrupted_run_leaves_a_readable_state(fake_course):
     data = state.read(fake_course.pytester.path)  # whole, or absent: never half-written
     assert data["exercises"].get("ch11.double", {}).get("status") != "done"
     assert not list((fake_course.pytester.path / ".tpucourse").glob("*.tmp"))
+
+
+THROUGH_FORWARD_TEST = GRADED_TEST + """
+
+    def test_double_through_the_forward(impl):
+        x = np.ones(3, dtype=np.float32)
+        checks.assert_close(impl.forward.forward(x), 2.0 * x.astype(np.float64), fn=impl.forward.forward,
+                            dtype=np.float32)
+"""
+
+
+@pytest.mark.parametrize("workers", [(), ("-n", "2")])
+def test_a_module_an_exercise_is_graded_through_is_part_of_its_unit(fake_course, workers):
+    """Chapter 13's causal_skipping is graded through forward.py: an edit of the module an exercise's
+    tests call voids its done, as an edit of its own module does, whichever process ran the test."""
+    from pytest_tpucourse.core.course import load_course
+
+    fake_course.test_file(THROUGH_FORWARD_TEST)
+    fake_course.write("exercises", "double", "def double(x):\n    return x * 2\n")
+    fake_course.write("exercises", "forward", "from .double import double\n\n\ndef forward(x):\n    return double(x)\n")
+    fake_course.run(*workers).assert_outcomes(passed=3)
+    entry = _state(fake_course)["exercises"]["ch11.double"]
+    assert entry["status"] == "done" and set(entry["unit"]) == {"exercises/ch11/double.py", "exercises/ch11/forward.py"}
+    course = load_course(fake_course.pytester.path)
+    exercise = course.exercise("ch11.double")
+    assert state.exercise_status(course.root, state.read(course.root), exercise) == state.Status.DONE
+    fake_course.write("exercises", "forward", "def forward(x):\n    return x  # stopped doubling\n")
+    assert state.exercise_status(course.root, state.read(course.root), exercise) == state.Status.CHANGED
+
+
+def test_a_confirmations_unit_is_the_chapters_own_files_not_the_courses_nor_other_exercises(tmp_path):
+    """What a confirmation holds besides what the runs said: the learner's files in the chapter's
+    folder (a helper, a text file it could exec), never the course's files there (the capstone's
+    write-up, README.md), the test files, or the other exercises' modules unless a run ran them."""
+    import shutil
+
+    from pytest_tpucourse.classroom import confirmed_unit
+    from pytest_tpucourse.core.course import load_course
+
+    from .support import REPO
+
+    shutil.copy(REPO / "course.toml", tmp_path / "course.toml")
+    shutil.copytree(REPO / "exercises" / "ch15", tmp_path / "exercises" / "ch15")
+    shutil.copytree(REPO / "solutions" / "ch15", tmp_path / "solutions" / "ch15")
+    (tmp_path / "exercises" / "ch15" / "_tiles.py").write_text("TILE = 128\n")
+    (tmp_path / "exercises" / "ch15" / "notes.txt").write_text("x = 1\n")
+    (tmp_path / "exercises" / "ch15" / "autotuning" / "tpu_v5_lite").mkdir(parents=True)
+    (tmp_path / "exercises" / "ch15" / "autotuning" / "tpu_v5_lite" / "window_attention.json").write_text("{}")
+    course = load_course(tmp_path)
+    assert confirmed_unit.unit_paths(course, "ch15.backward") == {
+        "exercises/ch15/backward.py", "exercises/ch15/_tiles.py", "exercises/ch15/notes.txt",
+        "exercises/ch15/autotuning/tpu_v5_lite/window_attention.json"}
+    assert "exercises/ch15/forward.py" in confirmed_unit.unit_paths(course, "ch15.backward",
+                                                                    ran=["exercises/ch15/forward.py"])
+
+
+def test_a_unit_counts_the_tree_files_read_or_executed_not_those_only_written(tmp_path):
+    """What an exercise's unit notes while a graded import or call runs: a file of the tree read,
+    opened by os.open, or compiled under its own name; not a log it only writes, nor a file outside
+    the tree, nor bytecode in __pycache__."""
+    import os
+
+    from pytest_tpucourse.grading import unit_files
+
+    tree, outside = tmp_path / "tree", tmp_path / "elsewhere.txt"
+    (tree / "__pycache__").mkdir(parents=True)
+    for name in ("notes.txt", "raw.bin", "__pycache__/x.pyc"):
+        (tree / name).write_text("x = 1\n")
+    outside.write_text("y = 2\n")
+    with unit_files.recording(tree) as seen:
+        exec(compile((tree / "notes.txt").read_text(), str(tree / "notes.txt"), "exec"), {})
+        os.close(os.open(tree / "raw.bin", os.O_RDONLY))
+        (tree / "__pycache__" / "x.pyc").read_bytes()
+        outside.read_text()
+        (tree / "run.log").write_text("written, not run")
+    assert seen.files == {str(tree / "notes.txt"), str(tree / "raw.bin")}
+    unit = unit_files.digests(seen.files)
+    assert unit_files.relative(unit, tmp_path) == {"tree/notes.txt": state.file_digest(tree / "notes.txt"),
+                                                    "tree/raw.bin": state.file_digest(tree / "raw.bin")}

@@ -196,6 +196,18 @@ def test_a_verdict_from_what_the_worker_handed_back():
     assert "does not read" in check.judge(prepared, _answer([]), ended).reason
 
 
+def test_a_verdict_keeps_the_files_the_worker_said_it_ran_as_plain_relative_paths():
+    """The worker's word on which files of the tree its calls ran (what a confirmation adds to its
+    unit): kept where each is a relative path inside the tree, the rest dropped."""
+    check = TrustedCheck(REPO, {}, {}, b"", {})
+    said = ["ch01/softmax.py", "ch01/_mine.py", "/etc/passwd", "../other/ch01/x.py", 5, "ch01/notes.txt"]
+    answer = plain_data.encode({"key": "ch01.softmax", "results": [{"ok": True, "result": 5}], "files": said})
+    verdict = check.judge(_prepared(5), answer, Ran(0, b"", b""))
+    assert verdict.verdict == AGREES
+    assert verdict.files == ("ch01/_mine.py", "ch01/notes.txt", "ch01/softmax.py")
+    assert check.judge(_prepared(5), _answer([{"ok": True, "result": 5}]), Ran(0, b"", b"")).files == ()
+
+
 def _finished(exercises):
     record = {"format": FORMAT, "token": "t", "exitstatus": 0, "exercises": exercises, "collection_errors": []}
     return TreeRun("trees/t", "finished", 3.0, 0, record=record)

@@ -3,9 +3,10 @@ process around them, where the chapter's own stubs and solutions do not.
 
 The trusted check judges a tree's values outside its process, so a tree that answers with the
 course's own oracles (`pytest_tpucourse.references`) gives right values and is done: only its
-source shows how. Every .py file of each tree (python_source.python_files: no link followed,
-bounded) is read as Python tokens for what the shipped files of its chapter (exercises/chNN and
-solutions/chNN, test files aside) do not do themselves:
+source shows how. Every file of each tree (python_source.tree_files: no link followed, bounded;
+not only .py: a notes.txt a module execs, a lib.zip's members; within the class's budget,
+report_budget.py) is read as Python tokens for what the shipped files of its chapter
+(exercises/chNN and solutions/chNN, test files aside) do not do themselves:
 
 - the course's package named: a dotted name or import of `pytest_tpucourse...` that none of
   them names (chapter 14's timeline imports the course's semaphore simulator: that is not
@@ -22,13 +23,16 @@ is evidence for a person to read beside the files, never a verdict; the gradeboo
 from __future__ import annotations
 
 import functools
+import io
 import re
 import token
+import zipfile
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from ..core.course import Course
-from . import python_source
+from ..core.course import EXERCISES, Course
+from . import python_source, solution_prints
+from .report_budget import Budget
 
 PACKAGE = "pytest_tpucourse"
 # A name -> what using it looks into.
@@ -42,6 +46,7 @@ LOOKS_INTO = {
     "sys.modules": "the loaded modules",
 }
 _CHAPTER = re.compile(r"ch\d\d")
+ZIP_MEMBERS = 200  # members of one zip archive read at most
 
 
 @dataclass
@@ -164,22 +169,69 @@ def _lines(table: dict[str, list[int]]) -> str:
     return f"line {shown}" if len(lines) == 1 else f"lines {shown}"
 
 
-def findings(course: Course, trees: list[str]) -> list[dict]:
+def findings(course: Course, trees: list[str], budget: Budget | None = None) -> list[dict]:
     """[{"file": the file as the gradebook names its tree, "how": [...]}] for every file of the trees
-    that reaches further than its chapter's shipped files, in order of tree and file."""
-    out = []
+    that reaches further than its chapter's shipped files (scan's first list)."""
+    return scan(course, trees, budget)[0]
+
+
+def scan(course: Course, trees: list[str], budget: Budget | None = None) -> tuple[list[dict], list[dict]]:
+    """(the files that reach further than their chapter's shipped files, [{"file", "how": [...]}];
+    the files that hold a shipped solution, [{"file", "solution", "how"}]), in order of tree and
+    file. Every file is read, not only .py: a notes.txt a module execs, the .py members of a lib.zip
+    it imports from (`lib.zip/mod.py`); a copy of the course's own file at the same place (its
+    README.md) is not. Within `budget` (report_budget.py), which lists what it skipped."""
+    budget = budget if budget is not None else Budget()
+    prints = solution_prints.of(course.root)
+    reach, copies = [], []
     for tree in sorted(trees):
-        for path in python_source.python_files(Path(tree)):
-            source = python_source.read(path)
-            if source is None:
-                continue
+        for path in python_source.tree_files(Path(tree)):
             relative = path.relative_to(tree)
+            try:
+                size = path.stat().st_size
+            except OSError:
+                continue
+            if not budget.may_read(f"reach:{tree}", str(path), size):
+                continue
             chapter = relative.parts[0] if len(relative.parts) > 1 and _CHAPTER.fullmatch(relative.parts[0]) else ""
             shipped = shipped_uses(course.root, chapter) if chapter else (frozenset(), frozenset())
-            try:
-                how = file_findings(source, shipped)
-            except python_source.UnreadableSource:
-                continue  # not Python anyone can import as it is (the similarity report lists graded ones)
-            if how:
-                out.append({"file": str(path), "how": how})
-    return out
+            for shown, source in _sources(path, relative, course.root, budget):
+                copied = prints.copy_of(source)
+                if copied is not None:
+                    copies.append({"file": shown, "solution": copied[0], "how": copied[1]})
+                try:
+                    how = file_findings(source, shipped)
+                except python_source.UnreadableSource:
+                    continue  # not Python anyone can import as it is (the similarity report lists graded ones)
+                if how:
+                    reach.append({"file": shown, "how": how})
+    return reach, copies
+
+
+def _sources(path: Path, relative: Path, course_root: Path, budget: Budget):
+    """(how the report names it, bytes) of what in the file could run as Python: a .py file, another
+    file unless it is the course's own at that place, the .py members of a zip archive."""
+    source = python_source.read(path)
+    if source is None:
+        return
+    if zipfile.is_zipfile(io.BytesIO(source)):
+        yield from _zip_members(path, source, budget)
+        return
+    if path.suffix != ".py" and python_source.read(Path(course_root) / EXERCISES / relative) == source:
+        return  # the course's own README.md, as shipped
+    yield str(path), source
+
+
+def _zip_members(path: Path, data: bytes, budget: Budget):
+    try:
+        with zipfile.ZipFile(io.BytesIO(data)) as archive:
+            members = [m for m in archive.infolist() if m.filename.endswith((".py", ".txt")) and not m.is_dir()]
+            for member in members[:ZIP_MEMBERS]:
+                shown = f"{path}/{member.filename}"
+                if member.file_size > budget.file_bytes:
+                    budget.skip(shown, f"{member.file_size} bytes, over the {budget.file_bytes} a file is read at most")
+                    continue
+                with archive.open(member) as handle:
+                    yield shown, handle.read(budget.file_bytes + 1)[:budget.file_bytes]
+    except (zipfile.BadZipFile, OSError, ValueError, NotImplementedError, EOFError, RuntimeError) as error:
+        budget.skip(str(path), f"a zip archive that could not be read ({type(error).__name__})")

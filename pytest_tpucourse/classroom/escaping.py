@@ -26,8 +26,33 @@ def for_csv(text: str) -> str:
     return f"'{shown}" if shown.startswith(FORMULA_STARTS) else shown
 
 
+def tree_name(name: str) -> str:
+    """A tree's name for the terminal: for_terminal, and where it holds any character beyond ASCII
+    (or a `\\` that could imitate that form), then its code points in brackets, so that
+    names that print alike (`alice` and `аlice`, a Cyrillic а) are told apart: `аlice [\\u0430lice]`."""
+    name = str(name)
+    shown = for_terminal(name)
+    if name.isascii() and "\\" not in name:
+        return shown
+    return f"{shown} [{''.join(map(_plain_ascii, name))}]"
+
+
+def _plain_ascii(character: str) -> str:
+    return character if " " <= character <= "~" and character != "\\" else _escaped(character)
+
+
+def tree_name_for_csv(name: str) -> str:
+    """A tree's name for a spreadsheet cell: tree_name, and never a formula."""
+    shown = tree_name(name)
+    return f"'{shown}" if shown.startswith(FORMULA_STARTS) else shown
+
+
 def _visible(character: str) -> str:
     if character.isprintable() and unicodedata.category(character) not in ("Cf", "Zl", "Zp"):
         return character
+    return _escaped(character)
+
+
+def _escaped(character: str) -> str:
     point = ord(character)
     return f"\\x{point:02x}" if point < 0x100 else f"\\u{point:04x}" if point < 0x10000 else f"\\U{point:08x}"

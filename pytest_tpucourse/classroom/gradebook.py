@@ -27,7 +27,8 @@ grading a gradebook is part of (shards.py): merging takes one grading's shards, 
 
 Only the grader writes it, after every tree's processes have ended; what a tree said is
 bounded there (a message: MESSAGE_CHARS; a crashed run's log: its first and last lines,
-bounded_log.py) and escaped where shown (the table, CSV: escaping.py). `digest`, when the
+bounded_log.py) and escaped where shown (the table, CSV: escaping.py; a tree name beyond ASCII with its
+code points, so that names that print alike are told apart). `digest`, when the
 grading had the instructor's key, is its HMAC (signing.py): `merge` refuses a gradebook
 that does not verify.
 """
@@ -45,7 +46,7 @@ from ..core.course import Course
 from ..core.course_git import is_repository_root
 from ..learner.status import Status
 from . import shards, signing
-from .escaping import for_csv, for_terminal
+from .escaping import for_csv, tree_name, tree_name_for_csv
 from .runner import TreeRun
 
 FORMAT = 3
@@ -223,7 +224,7 @@ def dumps(book: dict, path: Path | str = "gradebook.json") -> str:
         writer.writerow(CSV_COLUMNS)
         for tree, exercises in book["trees"].items():
             for key, entry in exercises.items():
-                writer.writerow([for_csv(tree), key, *(entry[c] for c in CSV_COLUMNS[2:-1]),
+                writer.writerow([tree_name_for_csv(tree), key, *(entry[c] for c in CSV_COLUMNS[2:-1]),
                                  for_csv(entry["message"])])
         return out.getvalue()
     return json.dumps(book, indent=2) + "\n"
@@ -261,7 +262,7 @@ def summary_lines(book: dict, chapters_of: dict[str, str]) -> list[str]:
     """Per tree: exercises and chapters done, time, and how its process ended if not by itself.
     chapters_of: exercise key -> chapter id."""
     names = list(book["trees"])
-    shown = {name: for_terminal(name) for name in names}
+    shown = {name: tree_name(name) for name in names}
     width = max([len("tree"), *(len(n) for n in shown.values())])
     lines = [f"{'tree':<{width}}  exercises  chapters  {'time':>8}  "]
     for name in names:

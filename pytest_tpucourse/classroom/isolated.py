@@ -7,7 +7,7 @@ exercise whose answers disagree is "not counted", saying why, in the summary and
 file. The plain `pytest` a learner runs does none of this and keeps its speed.
 
 For the learner's own exercises/, each verdict is kept in the state file for the module bytes
-it was given (`confirm`, state.record_confirmations): `tpucourse progress` then says which
+it was given and the files it runs (`confirm`, state.record_confirmations, confirmed_unit.py): `tpucourse progress` then says which
 "done" the trusted check confirmed and which are the learner's own run only. `tpucourse confirm
 chNN` runs the same check on the chapter's done exercises without running their tests again,
 from a process that never imports the tree at all.
@@ -30,7 +30,9 @@ from pathlib import Path
 import pytest
 
 from ..core.course import EXERCISES, Course
+from ..grading import unit_files
 from ..learner import shipped, state
+from . import confirmed_unit
 from ..learner.status import Status
 
 SECONDS_PER_CHAPTER = 600.0
@@ -54,7 +56,7 @@ class IsolatedCheck:
         if not done:
             return
         learners = self.session.tree.is_learners  # their verdicts are kept: progress says what is confirmed
-        digests = module_digests(self.session.course, done) if learners else {}
+        before = confirmed_unit.snapshot(self.session.course) if learners else {}
         try:
             self.verdicts = run_check(self.session.course.root, self.session.tree.root, done,
                                       self.session.options.jax_cache)
@@ -66,7 +68,9 @@ class IsolatedCheck:
             if verdict["verdict"] == "disagrees":
                 progress.results[key].not_counted = f"the trusted check disagrees: {verdict['reason']}"
         if learners and not self.problem:
-            keep(self.session.course, self.verdicts, digests, "pytest --isolated")
+            ran = {key: list(unit_files.relative(files, self.session.course.root))
+                   for key, files in self.session.exercise_units().items()}
+            keep(self.session.course, self.verdicts, before, "pytest --isolated", ran)
 
     def pytest_terminal_summary(self, terminalreporter) -> None:
         if not self.verdicts:
@@ -99,19 +103,31 @@ def run_check(course_root: Path, tree: Path, exercises: list[str], jax_cache: st
         return json.loads(out.read_text(encoding="utf-8"))
 
 
-def module_digests(course: Course, keys) -> dict[str, str | None]:
-    """The sha256 of each exercise's module in exercises/ as it is now."""
-    return {key: state.file_digest(course.root / course.exercise(key).module_path) for key in keys}
-
-
-def keep(course: Course, verdicts: dict[str, dict], before: dict[str, str | None], how: str) -> None:
-    """The verdicts in the learner's state file, each for the module bytes it was given: those of an
-    exercise whose module changed while it was checked are not kept (nothing says which bytes
-    answered)."""
-    now = module_digests(course, before)
-    modules = {key: digest for key, digest in before.items() if digest is not None and now[key] == digest}
+def keep(course: Course, verdicts: dict[str, dict], before: dict[str, str], how: str,
+         ran: dict[str, list] | None = None) -> None:
+    """The verdicts in the learner's state file, each for the unit it was given (confirmed_unit.py:
+    the module and the files it runs, `before`: exercises/ as it was when the check started); those
+    of an exercise whose unit changed while it was checked are not kept (nothing says which bytes
+    answered). ran: {exercise key: files relative to the course} a run counted in its unit; the
+    done entries' units are counted too."""
+    after = confirmed_unit.snapshot(course)
     try:
-        state.record_confirmations(course.root, {k: v for k, v in verdicts.items() if k in modules}, modules, how)
+        entries = state.read(course.root)["exercises"]
+    except state.CorruptState:
+        entries = {}
+    modules, units = {}, {}
+    for key, verdict in verdicts.items():
+        exercise = course.exercise(key)
+        if exercise is None:
+            continue
+        counted = list((ran or {}).get(key, ())) + list((entries.get(key) or {}).get("unit") or ())
+        unit = confirmed_unit.held(confirmed_unit.unit_paths(course, key, counted, verdict.get("files") or ()),
+                                   before, after)
+        if unit is not None and unit.get(exercise.module_path) is not None:
+            modules[key], units[key] = unit[exercise.module_path], unit
+    try:
+        state.record_confirmations(course.root, {k: v for k, v in verdicts.items() if k in modules}, modules, how,
+                                   units, {key: confirmed_unit.folder_of(course, key) for key in modules})
     except (OSError, state.CorruptState):
         pass  # the state file is the learner's to break: the verdicts are printed all the same
 
@@ -137,7 +153,7 @@ def test_files_changed(course: Course, keys) -> dict[str, str]:
 def confirm(course: Course, keys: list[str], jax_cache: str, how: str = "tpucourse confirm") -> dict[str, dict]:
     """The trusted check of these done exercises of the learner's exercises/, run from a process that
     never imports the tree, each verdict kept in the state file for the module bytes it was given."""
-    before = module_digests(course, keys)
+    before = confirmed_unit.snapshot(course)
     verdicts = run_check(course.root, course.root / EXERCISES, keys, jax_cache)
     keep(course, verdicts, before, how)
     return verdicts

@@ -11,7 +11,7 @@ import sys
 import threading
 import time
 
-from .escaping import for_terminal
+from .escaping import tree_name
 
 
 def duration(seconds: float) -> str:
@@ -43,7 +43,7 @@ class ProgressLine:
         line = f"grade: {self.done}/{self.total} trees done"
         if self.running:
             more = f" +{len(self.running) - 3}" if len(self.running) > 3 else ""
-            shown = ", ".join(map(for_terminal, self.running[:3])) + more
+            shown = ", ".join(map(tree_name, self.running[:3])) + more
             line += f", grading {shown}"
         line += f"; {duration(elapsed)} elapsed"
         if 0 < self.done < self.total:
@@ -61,7 +61,7 @@ class ProgressLine:
                 self.running.remove(tree)
             self.done += 1
             if not self.quiet and not self.interactive:
-                self.stream.write(f"{self.text()} ({for_terminal(tree)}: {outcome})\n")
+                self.stream.write(f"{self.text()} ({tree_name(tree)}: {outcome})\n")
                 self.stream.flush()
             self._show()
 

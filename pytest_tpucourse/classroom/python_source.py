@@ -20,7 +20,7 @@ from pathlib import Path
 from ..core.small_files import read_own_file
 
 FILE_BYTES = 1 << 20
-FILES = 2_000  # .py files of one tree listed at most
+FILES = 2_000  # files of one tree listed at most
 FOLDER_DEPTH = 16  # folders below the tree's root listed at most
 
 
@@ -54,6 +54,12 @@ def inside(path: Path, tree: Path) -> bool:
 
 def python_files(tree: Path) -> list[Path]:
     """The tree's .py files (sorted), listed without following a link, within FILES and FOLDER_DEPTH."""
+    return tree_files(tree, suffix=".py")
+
+
+def tree_files(tree: Path, suffix: str = "") -> list[Path]:
+    """The tree's regular files whose names end in `suffix` (sorted), listed without following a
+    link, within FILES and FOLDER_DEPTH, caches aside."""
     found, pending = [], [(Path(tree), 0)]
     while pending and len(found) < FILES:
         folder, depth = pending.pop()
@@ -68,6 +74,6 @@ def python_files(tree: Path) -> list[Path]:
             if entry.is_dir(follow_symlinks=False):
                 if depth < FOLDER_DEPTH and entry.name != "__pycache__":
                     pending.append((Path(entry.path), depth + 1))
-            elif entry.name.endswith(".py") and entry.is_file(follow_symlinks=False):
+            elif entry.name.endswith(suffix) and entry.is_file(follow_symlinks=False):
                 found.append(Path(entry.path))
     return sorted(found[:FILES])

@@ -132,8 +132,10 @@ class CourseView:
         hidden = tuple(sorted({Path(p).resolve() for p in hidden}))
         course = [course_root / name for name in COURSE_SHOWN if (course_root / name).exists()]
         installs, entries = _python_paths()
+        # A hidden path inside Python's folders (a --key file in the environment) is covered where it
+        # is (covered()); a folder of Python's inside a hidden one (a tree on sys.path) is not shown.
         python = [p for p in [*installs, *(e for e in entries if not _inside(e, course_root) and not _a_course(e))]
-                  if not _inside(course_root, p) and not any(_inside(h, p) for h in hidden)]
+                  if not _inside(course_root, p) and not any(_inside(p, h) for h in hidden)]
         system = [Path(p) for p in SYSTEM_SHOWN if os.path.lexists(p)]
         return cls(course_root, tuple(_outermost([*system, *python, *course, *package_folders()])), hidden)
 

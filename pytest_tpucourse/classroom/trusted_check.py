@@ -43,6 +43,7 @@ REASON_CHARS = 600  # a verdict's reason, at most
 # What a worker's answer may hold: generous for the course's arrays, bounded against a tree that
 # answers with gigabytes.
 ANSWER_LIMITS = plain_data.Limits(total_bytes=256 * 2**20, header_bytes=8 * 2**20)
+FILES_SAID = 500  # files of the tree a worker may say one exercise ran (grading/unit_files.MAX_FILES)
 CPU_DEVICES = 8  # the devices the multi-device cases need (grading/backend.DEFAULT_CPU_DEVICES)
 
 
@@ -53,6 +54,9 @@ class Verdict:
     verdict: str  # AGREES, DISAGREES or NOT_CHECKABLE
     reason: str = ""  # why it disagrees, or why it cannot be checked
     cases: int = 0  # how many calls were judged
+    # The files of the tree its worker said its calls ran (relative to the tree): the worker's word,
+    # which the confirmation adds to what the grader finds itself (classroom/isolated.py)
+    files: tuple = ()
 
     def as_dict(self) -> dict:
         return {"verdict": self.verdict, "cases": self.cases, "reason": self.reason}
@@ -186,14 +190,24 @@ class TrustedCheck:
                                                 f"for {cases} cases")
         except (plain_data.PlainDataError, KeyError, TypeError) as error:
             return Verdict(DISAGREES, _clip(f"the worker's answer for {prepared.key} does not read: {error}"), cases)
+        files = _files_said(reply.get("files") if isinstance(reply, dict) else None)
         for expectation, result in zip(prepared.expectations, results):
             try:
                 why = judge_result(expectation, result)
             except Exception as error:  # an answer of a shape nothing here expects
                 why = f"{expectation.case.describe()}: its answer could not be judged ({type(error).__name__}: {error})"
             if why is not None:
-                return Verdict(DISAGREES, _clip(why), cases)
-        return Verdict(AGREES, "", cases)
+                return Verdict(DISAGREES, _clip(why), cases, files)
+        return Verdict(AGREES, "", cases, files)
+
+
+def _files_said(files) -> tuple:
+    """The worker's list of the files its calls ran, kept where each is a plain relative path."""
+    if not isinstance(files, list):
+        return ()
+    kept = [f for f in files[:FILES_SAID] if isinstance(f, str) and 0 < len(f) <= 400
+            and not f.startswith("/") and ".." not in f.split("/")]
+    return tuple(sorted(set(kept)))
 
 
 def _how_it_ended(ran) -> str:
@@ -510,7 +524,8 @@ def main(argv: list[str]) -> int:
     chapters = sorted({k.split(".")[0] for k in keys})
     check = TrustedCheck.prepare(course, chapters, seed_from(None), keys=keys, jax_cache=pairs["--jax-cache"])
     verdicts = check.check_tree(Unisolated(pairs["--tree"]), timeout=600.0 * len(chapters))
-    Path(pairs["--out"]).write_text(json.dumps({k: v.as_dict() for k, v in verdicts.items()}), encoding="utf-8")
+    Path(pairs["--out"]).write_text(json.dumps({k: {**v.as_dict(), "files": list(v.files)}
+                                               for k, v in verdicts.items()}), encoding="utf-8")
     return 0
 
 

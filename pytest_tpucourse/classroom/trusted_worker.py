@@ -6,7 +6,9 @@ It reads the inputs of every case (core/plain_data.py: arrays, numbers, strings 
 core/trusted_cases.py names), calls the tree's functions as a graded test calls them
 (grading/tree.py: imported by path, each call within the deadline, TODO for a stub, the learner's
 error in a few lines), and writes each exercise's results, as plain data, to
-`trusted-<exercise>.bin` in its working folder as soon as that exercise is through. It never
+`trusted-<exercise>.bin` in its working folder as soon as that exercise is through, with the
+files of the tree its calls ran (grading/unit_files.py: what the grader counts in the exercise's
+unit, besides what it finds itself). It never
 sees what a result should be: the grader, in its own process, judges them
 (classroom/trusted_check.py). Whatever the tree does to this process can change only what it
 answers.
@@ -40,9 +42,20 @@ def main(argv: list[str] | None = None) -> int:
     for exercise in request["exercises"]:
         implementation = Implementation(tree, course, exercise["chapter"], context)
         test_path = Path(args.course) / exercise["test_file"]
+        context.touched.clear()
         results = [_run_case(implementation, exercise, case, test_path) for case in exercise["cases"]]
-        _write(Path(file_name(exercise["key"])), plain_data.encode({"key": exercise["key"], "results": results}))
+        files = sorted(_relative(path, tree.root) for path in context.unit_of(context.touched))
+        _write(Path(file_name(exercise["key"])), plain_data.encode({"key": exercise["key"], "results": results,
+                                                                   "files": [f for f in files if f]}))
     return 0
+
+
+def _relative(path: str, root: Path) -> str:
+    """A file the exercise's calls ran (grading/unit_files.py), relative to the tree ("" outside it)."""
+    try:
+        return Path(path).relative_to(root).as_posix()
+    except ValueError:
+        return ""
 
 
 def _arguments(argv: list[str]):

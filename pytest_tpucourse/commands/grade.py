@@ -123,16 +123,17 @@ def run(args) -> int:
     gradebook.write(_signed(book, secret, args.out), args.out)
     if junit_dir is not None:
         junit.write_all(book, junit_dir)
+    if not args.quiet:  # the gradebook is whole: its table first, the reports after it, within their limits
+        chapters_of = {e.key: c.id for c in course.chapters for e in c.exercises}
+        print("\n".join(gradebook.summary_lines(book, chapters_of)))
+        print(f"wrote {for_terminal(args.out)}", flush=True)
     try:
         evidence = similarity.report(course, chapters, class_names)  # the whole class, on every shard
     except Exception as error:  # evidence beside the gradebook: one it cannot make is said, never the grading's end
         evidence = similarity.unmade(chapters, f"{type(error).__name__}: {error}")
     similarity.write(evidence, report)
     if not args.quiet:
-        chapters_of = {e.key: c.id for c in course.chapters for e in c.exercises}
-        print("\n".join(gradebook.summary_lines(book, chapters_of)))
         print(similarity.summary_line(evidence, report))
-        print(f"wrote {for_terminal(args.out)}")
     return 0
 
 

@@ -81,8 +81,11 @@ def progress_lines(course: Course, data: dict, gates: report.LearnerGates) -> li
                 line += f": {compiler_unchecked_note(*entry['compiler_unchecked'])}"
             if status == Status.DONE:
                 line += f"  ({confirmation_words(course.root, data, exercise)})"
-            if data.get("solutions_read", {}).get(exercise.key, {}).get("before_done"):
+            read = state.solution_read(data, exercise.key)
+            if read == state.SOLUTION_READ_BEFORE:
                 line += "  (its solution was read before it was confirmed done)"
+            elif read == state.SOLUTION_READ_TAMPERED:
+                line += "  (its solution-read mark was removed or altered by hand: tampered)"
             elif status == Status.PARTIAL:
                 line += f": {entry.get('tests_passed')}/{entry.get('tests_total')} tests passed, the rest not run"
             lines.append(line)

@@ -45,9 +45,7 @@ def run(args) -> int:
             f"{exercise.key} is {status.words}: its solution is shown once a run of exercises/ sees it "
             f"done and `tpucourse confirm {exercise.chapter}` confirms it. `tpucourse hint {exercise.key}` helps; "
             f"`--force` shows it now, and `tpucourse progress` will say so")
-    stamp = {"date": state.now(), "before_done": not confirmed}
-    state.update(course.root, lambda d: d.setdefault("solutions_read", {}).setdefault(exercise.key, stamp))
-    print(f"# {exercise.solution_path}" + ("  (read before the exercise was confirmed done)" if stamp["before_done"]
-                                           else ""))
+    state.record_solution_read(course.root, exercise.key, before_done=not confirmed)
+    print(f"# {exercise.solution_path}" + ("" if confirmed else "  (read before the exercise was confirmed done)"))
     print(path.read_text(encoding="utf-8"), end="")
     return 0

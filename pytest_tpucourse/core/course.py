@@ -121,6 +121,17 @@ class Course:
         return self.chapter(relative.parts[0]) if relative.parts else None
 
 
+def shipped_names(course_root: Path, chapter_id: str, trees=(EXERCISES, SOLUTIONS)) -> set[str]:
+    """The names of the files the course ships in a chapter's folder of these trees (the README, the
+    capstone's write-up and config, the graded modules): a learner's own files are the others."""
+    names = set()
+    for tree in trees:
+        folder = Path(course_root) / tree / chapter_id
+        if folder.is_dir():
+            names.update(path.name for path in folder.iterdir() if path.is_file())
+    return names
+
+
 def find_course_root(start: Path) -> Path | None:
     """The nearest directory at or above `start` holding course.toml."""
     start = Path(start).resolve()

@@ -16,7 +16,7 @@ import pytest
 
 from ..core.course import SOLUTIONS, Exercise
 from ..core.outcomes import LearnerCodeError, Todo
-from . import backend
+from . import backend, unit_files
 from ..readers.reproduction import last_call, remember, reproduction
 from .compiled import compiled_or_eager
 from .context import GradingContext, active, graded_precision
@@ -348,6 +348,17 @@ class LearnerFunction(GradedFunction):
         if found.shipped is None and found.not_own is None and reads is not None:
             found = Provenance(read_verdict(reads, found.tree_files, course_root, solutions_dir), found.tree_files)
         return found
+
+    @contextlib.contextmanager
+    def _guarded(self):
+        """The call, the files of the tree it runs counted in its module's unit (unit_files.py)."""
+        with unit_files.recording(self.module.tree_root) as seen:
+            try:
+                with super()._guarded():
+                    yield
+            finally:
+                if seen.files:
+                    self.module.add_to_unit(seen.files)
 
     def _after_call(self) -> None:
         """A shipped solution read while the call ran (`runpy.run_path` inside the function) is

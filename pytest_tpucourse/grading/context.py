@@ -43,6 +43,12 @@ class GradingContext:
     # The bytes themselves ({resolved path: bytes}): what the graded code was compiled from
     # (solution_code.py tells a module's own code from code executed into it).
     imported_sources: dict = field(default_factory=dict)
+    # The graded tree's files each graded module's import and calls ran ({resolved module path:
+    # {file: sha256}}, unit_files.py), the graded modules the current test used (resolved paths),
+    # and those each exercise's tests used ({exercise key: set of paths}): an exercise's unit.
+    units: dict = field(default_factory=dict)
+    touched: set = field(default_factory=set)
+    exercise_modules: dict = field(default_factory=dict)
     # The shipped solution files the learner's tree opened (solution_reads.SolutionReads), in a
     # run that grades exercises/; None otherwise.
     solution_reads: object = None
@@ -57,6 +63,18 @@ class GradingContext:
     # the host-CPU process.
     native_tpu: bool = False
     interpret_elsewhere: frozenset = frozenset()
+
+    def unit_of(self, module_paths) -> dict[str, str]:
+        """{file: sha256} of every file these graded modules' imports and calls ran."""
+        found = {}
+        for path in module_paths:
+            found.update(self.units.get(str(path), {}))
+        return dict(sorted(found.items()))
+
+    def add_to_unit(self, module_path: str, files: dict[str, str]) -> None:
+        unit = self.units.setdefault(module_path, {})
+        for path, digest in files.items():
+            unit.setdefault(path, digest)
 
     def kernel_chip(self) -> Chip:
         """The TPU the kernel checks target: the run's, or the course's default."""

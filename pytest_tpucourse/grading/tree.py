@@ -13,6 +13,7 @@ from __future__ import annotations
 import hashlib
 import importlib
 import importlib.util
+import os
 import re
 import sys
 import types
@@ -22,6 +23,7 @@ from pathlib import Path
 from ..core.course import EXERCISES, SOLUTIONS, Course, module_in_tree
 from ..core.outcomes import LearnerCodeError
 from .calls import PYTEST_OUTCOMES, LearnerFunction, pytest_outcome_message
+from . import unit_files
 from .context import GradingContext, active
 from ..core.paths import shown
 from .messages import describe_exception, exception_headline
@@ -145,14 +147,19 @@ class LearnerModule:
         package = _chapter_package(self._tree, self._chapter_id)
         qualified = f"{package}.{self._name}"
         fresh = qualified not in sys.modules
+        context, resolved = self._context or active(), str(self.path.resolve())
+        context.touched.add(resolved)
         if fresh:  # what is imported is what the run records (state, gate rows)
-            context, source = self._context or active(), self.path.read_bytes()
-            context.imported[str(self.path.resolve())] = hashlib.sha256(source).hexdigest()
-            context.imported_sources[str(self.path.resolve())] = source
+            source = self.path.read_bytes()
+            context.imported[resolved] = hashlib.sha256(source).hexdigest()
+            context.imported_sources[resolved] = source
         try:
-            module = importlib.import_module(qualified)
+            with unit_files.recording(self._tree.root) as seen:
+                module = importlib.import_module(qualified)
             if fresh:
                 self._keep_sources_imported(package)
+                seen.files |= unit_files.referenced_files(module, self._tree.root)
+                self.add_to_unit(seen.files)
             return module
         except PYTEST_OUTCOMES as error:  # pytest.skip() at import: a failure, never a skip
             sys.modules.pop(qualified, None)
@@ -168,6 +175,17 @@ class LearnerModule:
                                             self.path, self.course_root).replace(" raised ", " failed: ", 1),
             ) from None
 
+
+    def add_to_unit(self, files) -> None:
+        """Count these files of the tree as run by this module (unit_files.py), the module itself
+        always, each hashed as this run imported it."""
+        context, resolved = self._context or active(), str(self.path.resolve())
+        files = {os.path.abspath(f) for f in files} | {os.path.abspath(self.path)}
+        sources = {os.path.abspath(p): data for p, data in context.imported_sources.items()}
+        sources[os.path.abspath(self.path)] = context.imported_sources.get(resolved)
+        known = context.units.get(resolved, {})
+        context.add_to_unit(resolved, unit_files.digests(files - set(known), {k: v for k, v in sources.items()
+                                                                                if v is not None}))
 
     def _keep_sources_imported(self, package: str) -> None:
         """The bytes of the chapter's other modules this import brought in (`from . import helper`), read

@@ -9,6 +9,7 @@ failure.
 
 from __future__ import annotations
 
+import os
 from pathlib import Path
 
 import pytest
@@ -19,7 +20,7 @@ from ..gates.criteria import gate
 from ..gates.provenance import module_hashes, provenance
 from ..gates.rehearsal import KeptFromBenchmark
 from ..gates.run import GateRun
-from ..grading import backend
+from ..grading import backend, unit_files
 from ..grading.tree import Implementation
 from ..learner import state
 from .options import OPTIONS
@@ -110,7 +111,9 @@ def _unconfirmed_kernels(session: CourseSession, number: int) -> tuple[str, ...]
             continue
         path = Path(session.tree.chapter_dir(judged.chapter)) / f"{module}.py"
         digest = session.grading.imported.get(str(path.resolve())) or state.file_digest(path)
-        why = state.why_not_confirmed(data, exercise.key, digest)
+        ran = unit_files.relative(session.grading.unit_of([str(path.resolve())]), session.course.root)
+        ran.pop(exercise.module_path, None)
+        why = state.why_not_confirmed(data, exercise.key, digest, ran, session.course.root)
         if why:
             found.append(f"{exercise.module_path}: {why}; run `tpucourse confirm {judged.chapter}` first")
     return tuple(found)
@@ -123,13 +126,18 @@ def _imported_hashes(session: CourseSession, chapter_id: str, label: str) -> dic
     shown_as = f"{label.removeprefix('impl-root:')}/{chapter_id}"
     modules = module_hashes(chapter_dir, shown_as)
     graded = Implementation(session.tree, session.course, chapter_id, session.grading)
-    for path in sorted(Path(chapter_dir).glob("*.py")):
-        shown = f"{shown_as}/{path.name}"
-        if shown not in modules:
+    paths = [path for path in sorted(Path(chapter_dir).glob("*.py")) if f"{shown_as}/{path.name}" in modules]
+    helpers = [path for path in paths if path.stem.startswith("_")]  # no `impl` attribute: what modules import
+    for path in paths:
+        if path in helpers:
             continue
         try:
             getattr(graded, path.stem).load()
         except LearnerCodeError:
             pass  # the test's own call reports it
-        modules[shown] = session.grading.imported.get(str(path.resolve()), modules[shown])
+        modules[f"{shown_as}/{path.name}"] = session.grading.imported.get(str(path.resolve()),
+                                                                        modules[f"{shown_as}/{path.name}"])
+    ran = session.grading.unit_of(str(path.resolve()) for path in paths)
+    for path in helpers:  # as the graded modules ran it (grading/unit_files.py), else as it is now
+        modules[f"{shown_as}/{path.name}"] = ran.get(os.path.abspath(path), modules[f"{shown_as}/{path.name}"])
     return modules

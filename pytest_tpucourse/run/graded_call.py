@@ -47,6 +47,7 @@ def pytest_runtest_call(item: pytest.Item):
         raise
     finally:
         leftovers.end_forked_child()
+        _count_modules_used(session, item.nodeid)
         item.stash[CALL_SEEN] = session.calls_seen[item.nodeid] = seen
         graded = "impl" in getattr(item, "fixturenames", ()) or session.progress.exercise_of(item.nodeid)
         changed = session.guard.restore_changed() if graded else []
@@ -56,6 +57,15 @@ def pytest_runtest_call(item: pytest.Item):
                 f"the course's checks were changed while this test ran ({', '.join(changed[:5])}): graded "
                 f"code may not change the course's code, so the test fails; they are restored for the "
                 f"tests that follow.")
+
+
+def _count_modules_used(session: CourseSession, nodeid: str) -> None:
+    """The graded modules this test used belong to its exercise's unit (grading/unit_files.py):
+    chapter 13's causal_skipping is graded through forward.py."""
+    exercise = session.progress.exercise_of(nodeid)
+    if exercise is not None:
+        session.grading.exercise_modules.setdefault(exercise.key, set()).update(session.grading.touched)
+    session.grading.touched.clear()
 
 
 def pytest_runtest_logfinish(nodeid, location) -> None:

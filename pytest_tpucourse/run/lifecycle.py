@@ -16,10 +16,11 @@ import pytest
 
 from ..core import startup_heap
 from ..core.paths import shown_in_text
+from ..grading import unit_files
 from ..grading.interrupts import CTRL_C
 from ..learner import foreign_plugins, next_up, run_markers, shipped, state
 from . import host_cpu
-from .session import (SESSION, WORKER_DESELECTED, WORKER_FOREIGN, WORKER_IMPORTED, WORKER_TEST_FILES,
+from .session import (SESSION, WORKER_DESELECTED, WORKER_FOREIGN, WORKER_IMPORTED, WORKER_TEST_FILES, WORKER_UNITS,
                       CourseSession)
 
 
@@ -67,6 +68,7 @@ def pytest_sessionfinish(session: pytest.Session, exitstatus) -> None:
         workeroutput[WORKER_DESELECTED] = run.deselected_here
         workeroutput[WORKER_FOREIGN] = foreign
         workeroutput[WORKER_IMPORTED] = dict(run.grading.imported)
+        workeroutput[WORKER_UNITS] = run.exercise_units()
         workeroutput[WORKER_TEST_FILES] = {key: list(value) for key, value in run.test_files.items()}
         if host_cpu.is_child(session.config):
             host_cpu.hand_back(session.config, workeroutput)
@@ -83,6 +85,8 @@ def pytest_sessionfinish(session: pytest.Session, exitstatus) -> None:
         try:
             state.record_results(run.course, run.progress.results, run.run_id,
                                  {**run.imported_on_workers, **run.grading.imported},
+                                 units={key: unit_files.relative(files, root)
+                                        for key, files in run.exercise_units().items()},
                                  worked_in=next_up.chapter_worked_in)
         except (OSError, state.CorruptState) as error:
             run.problem = f"progress not saved: {error}"

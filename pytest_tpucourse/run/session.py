@@ -48,6 +48,7 @@ GATE_RESULTS = pytest.StashKey[list]()  # a gate test's results (its gate_run), 
 WORKER_DESELECTED = "tpucourse_deselected"  # the test ids it deselected
 WORKER_FOREIGN = "tpucourse_foreign_hooks"  # its plugins that hook reports
 WORKER_IMPORTED = "tpucourse_imported"  # its graded modules: path -> sha256 of the bytes imported
+WORKER_UNITS = "tpucourse_units"  # each exercise's unit: key -> {file: sha256} (grading/unit_files.py)
 WORKER_TEST_FILES = "tpucourse_test_files"  # its graded test files: key -> [{path: sha256}, shipped, why]
 TPU_COMPILES = "tpu-compiles"  # the folder of --jax-cache keeping compiles for a described TPU
 
@@ -82,6 +83,7 @@ class CourseSession:
         self.foreign: list[str] = []  # plugins hooking reports, from this process and xdist workers
         self.foreign_fixtures: list[str] = []  # course fixtures the graded tests take from elsewhere
         self.imported_on_workers: dict = {}  # graded modules imported on xdist workers
+        self.units_on_workers: dict = {}  # exercise key -> {file: sha256} its tests ran on workers
         self.test_files: dict[str, tuple] = {}  # exercise key -> ({test file: sha256}, shipped, why)
         self.devices_declared: dict[str, int] = {}  # node id -> its devices marker (the mesh fixture's bound)
         self.host_cpu = None  # on a TPU: the host-CPU half of the run (host_cpu.HostCpuRuns), if any test is placed there
@@ -204,12 +206,22 @@ class CourseSession:
         self.progress.deselected(output.get(WORKER_DESELECTED, ()))
         self.foreign = sorted(set(self.foreign) | set(output.get(WORKER_FOREIGN, ())))
         self.imported_on_workers.update(output.get(WORKER_IMPORTED, {}))
+        for key, files in output.get(WORKER_UNITS, {}).items():
+            self.units_on_workers.setdefault(key, {}).update(files)
         for key, (hashes, is_shipped, why) in output.get(WORKER_TEST_FILES, {}).items():
             known = self.test_files.get(key)
             if known is None or known[1] is not False:  # a worker that saw a changed file has the last word
                 self.test_files[key] = (hashes, is_shipped, why)
         if self.marker is not None and output.get(WORKER_TEST_FILES):
             run_markers.collected(self.marker, [f for hashes, _, _ in self.test_files.values() for f in hashes])
+
+    def exercise_units(self) -> dict[str, dict[str, str]]:
+        """Each exercise's unit (grading/unit_files.py): {file: sha256} of every file of the tree
+        that the graded modules its tests used ran, here and on the workers."""
+        units = {key: dict(files) for key, files in self.units_on_workers.items()}
+        for key, modules in self.grading.exercise_modules.items():
+            units.setdefault(key, {}).update(self.grading.unit_of(modules))
+        return units
 
     def threads_left(self) -> list[str]:
         """The non-daemon threads graded code started that are still running, each with what started
