@@ -50,6 +50,14 @@ def compiled_text(fn, args) -> str | None:
         return None
 
 
+def chip_peak(chip, dtype: str) -> float | None:
+    """One device's peak FLOP/s for matmuls in dtype, None where the chip publishes none."""
+    try:
+        return chip.per_device().peak_for(dtype)
+    except ValueError:
+        return None
+
+
 def mxu_fields(flops: float, seconds: float, peak: float | None, executed: float | None = None) -> dict | None:
     """A time's MXU utilisation as a row keeps it: the op's model FLOPs per (time x the chip's peak
     FLOP/s); None for an op without FLOPs or a dtype without a published peak."""

@@ -10,8 +10,8 @@ from . import ceiling_sweep, device_ops, judge, stats, timer
 from . import criteria as gate_criteria
 from . import records as rec
 from .results import GateResult, interval_text
-from .sampling import (ALL_ROTATING, INPUT_SETS, WEIGHTS_FIXED, compiled_text, draw_seeds, mxu_fields,
-                       timed_fields, weights_fixed, wrong_output)
+from .sampling import (ALL_ROTATING, INPUT_SETS, WEIGHTS_FIXED, chip_peak, compiled_text, draw_seeds,
+                       mxu_fields, timed_fields, weights_fixed, wrong_output)
 
 
 def measure(run, criteria, op: str, shapes, dtype: str, cost: Cost | None, *, floor, kernel, ceiling, inputs,
@@ -216,11 +216,8 @@ def _floor_regime(timings: dict, prefetch: bool | None) -> tuple[str, list[str]]
 
 def _said(run, timing, cost: Cost, dtype: str, known: dict | None) -> dict:
     """A timed row's own fields: how it was timed (sampling.timed_fields) and its MXU utilisation."""
-    try:
-        peak = run.chip.per_device().peak_for(dtype)
-    except ValueError:
-        peak = None
-    return {**timed_fields(timing, known), "mxu": mxu_fields(cost.flops, timing.summary.median, peak)}
+    return {**timed_fields(timing, known),
+            "mxu": mxu_fields(cost.flops, timing.summary.median, chip_peak(run.chip, dtype))}
 
 
 def _op_notes(said: dict) -> list[str]:
