@@ -229,3 +229,21 @@ def test_xlas_prefetch_is_read_off_its_compiled_program():
     text = sampling.compiled_text(jax.jit(lambda a, b: a @ b), (jnp.ones((8, 8)), jnp.ones((8, 8))))
     assert "dot" in text and not device_ops.cross_program_prefetch(text)  # XLA:CPU prefetches nothing
     assert sampling.compiled_text(lambda a, b: a @ b, (1, 2)) is None  # not one jitted program: not guessed
+
+
+def test_the_bench_page_and_the_site_show_n_mxu_and_each_rows_per_op_device_time(tmp_path):
+    from pytest_tpucourse.site import bench
+
+    ops = {"kernel": [("my_matmul.1", "custom-call", 7.4e-4)], "floor": [("copy-start", "", 4e-5),
+                                                                          ("convolution.1", "", 7.2e-4)]}
+    run = gate_run(tmp_path, gate=1, tree="solutions", harness=OpsHarness({"floor": 7.6e-4, "kernel": 7.4e-4}, ops))
+    _matmul_trio(run)
+    loaded = report.load([tmp_path / "r.jsonl"], chips.ChipRegistry(), tree="solutions")
+    page = report.bench_readme(loaded)
+    assert "| 14 (device time) | 94% |" in page
+    assert "### Per-op device time on v5e" in page
+    assert "- gate 01 matmul-near-xla matmul bfloat16 floor: convolution.1 (other) 720.0 us, copy-start (prefetch) 40.0 us" \
+        in page
+    lines = [dict(zip(bench.COLUMNS, line)) for line in bench.record_rows(loaded.accepted)]
+    kernel = next(line for line in lines if line["implementation"] == "kernel" and line["N"])
+    assert kernel["per-op device time"] == "my_matmul.1 (custom-call) 740.0 us" and kernel["MXU"] == "94%"

@@ -82,12 +82,13 @@ def _base(name: str) -> str:
 
 
 def as_row(ops, known: dict | None = None) -> tuple[dict, ...] | None:
-    """A Timing's breakdown (OpTime: name, category, seconds) as a row keeps it, each op's kind read
-    off the compiled program where `known` (hlo_kinds) is given; None where the trace had no op line."""
+    """A Timing's breakdown (OpTime: name, category, seconds) as a row keeps it, longest first, each
+    op's kind read off the compiled program where `known` (hlo_kinds) is given; None where the trace
+    had no op line."""
     if not ops:
         return None
     return tuple({"op": op.name, "kind": kind(op.name, op.category, known), "seconds": float(op.seconds)}
-                 for op in ops)
+                 for op in sorted(ops, key=lambda op: -op.seconds))
 
 
 def describe(ops, limit: int = 6) -> str:
