@@ -197,15 +197,27 @@ def test_rounds_are_traced_in_blocks_and_each_sample_cut_from_its_block():
         {"floor": 2e-4, "kernel": 1e-4, "ceiling": 1.2e-4}, rel=1e-9)
     assert all(t.method == timer.DEVICE_PROFILER and t.summary.rounds == stats.MIN_ROUNDS
                and len(t.wall_per_call) == stats.MIN_ROUNDS for t in timings.values())
-    # the device check, one trace of a call of each implementation, then the first MIN_ROUNDS rounds in one
-    assert clock.traces == 1 + 3 + 1
+    # the device check, one trace of a call of each implementation between empty calls, then the first
+    # MIN_ROUNDS rounds in one
+    assert clock.traces == 1 + 1 + 1
     assert all(t.traces == 1 and "; 1 traces for the measurement's samples (rounds traced together)" in t.describe()
                for t in timings.values())  # the rows say how the samples were traced
     again = device.harness(device_clock=ProgramTrace(device))
     again.measure(fns, [(1,)])
     traces = again.device_clock.traces
     again.measure(fns, [(1,)])
-    assert again.device_clock.traces - traces == 3 + 1  # the device check is made once per harness
+    assert again.device_clock.traces - traces == 1 + 1  # the device check is made once per harness
+
+
+def test_a_call_running_the_empty_calls_program_gets_a_trace_of_its_own():
+    """The calls' programs are read from one trace cut at the empty call's program; an implementation
+    that runs a program of that name too makes the cut ambiguous, and each call is traced alone."""
+    device = ProgramDevice()
+    clock = ProgramTrace(device)
+    fns = {"floor": device.op("floor", 2e-4), "kernel": device.op("empty", 1e-4)}  # named like the empty call
+    timings = device.harness(device_clock=clock).measure(fns, [(1,)])
+    assert clock.traces == 1 + 1 + 2 + 1  # the device check, the shared trace refused, one each, the block
+    assert timings["kernel"].summary.median == pytest.approx(1e-4) and timings["kernel"].calls_per_sample == 100
 
 
 def test_a_trace_that_cannot_be_cut_exactly_goes_back_to_one_trace_per_sample():
@@ -213,7 +225,7 @@ def test_a_trace_that_cannot_be_cut_exactly_goes_back_to_one_trace_per_sample():
     clock = ProgramTrace(device)
     fns = {"floor": device.op("floor", 2e-4), "kernel": device.op("kernel", 1e-4)}
     timings = device.harness(device_clock=clock, warmup=0.0, sample=1e-4).measure(fns, [(1,)])
-    assert clock.traces == 1 + 2 + 1 + 2 * stats.MIN_ROUNDS  # the block, then every sample traced alone
+    assert clock.traces == 1 + 1 + 1 + 2 * stats.MIN_ROUNDS  # the block, then every sample traced alone
     assert timings["floor"].traces == 1 + 2 * stats.MIN_ROUNDS
     assert "traces for the measurement's samples (one per sample)" in timings["floor"].describe()
     assert timings["floor"].summary.median == pytest.approx(2e-4, rel=1e-9)  # the stray's time is not in a median
