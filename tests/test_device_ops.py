@@ -76,3 +76,22 @@ def test_xlas_4096_matmul_for_a_v5e_starts_with_a_cross_program_prefetch():
     compiled = libtpu.compile_for(lambda a, b: a @ b, x, x, chip=chips.get_chip("v5e"))
     assert device_ops.cross_program_prefetch(compiled.optimized_hlo)
     assert device_ops.hlo_kinds(compiled.optimized_hlo).get("copy-start") == device_ops.PREFETCH
+
+
+@needs_libtpu
+def test_gate_03s_forward_ceiling_compiles_to_one_custom_call_for_a_v5e():
+    """Why gate 03 declares its forward ceiling one custom call: JAX's flash attention forward is
+    exactly that on a v5e, nothing beside it (exercises/ch13/test_gate03.py)."""
+    import functools
+
+    import jax
+    import jax.numpy as jnp
+
+    from pytest_tpucourse import public_kernels
+
+    s = jax.ShapeDtypeStruct((1, 2, 1024, 128), jnp.bfloat16)
+    attention = functools.partial(public_kernels.flash_attention, causal=True, block_q=512, block_kv=1024)
+    compiled = libtpu.compile_for(lambda q, k, v: attention(q, k, v), s, s, s, chip=chips.get_chip("v5e"))
+    entry = compiled.optimized_hlo.split("ENTRY", 1)[1]
+    ran = {name: kind for name, kind in device_ops.hlo_kinds(entry).items() if not name.startswith("args_")}
+    assert [kind for kind in ran.values()] == [device_ops.CUSTOM_CALL], ran

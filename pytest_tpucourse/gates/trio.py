@@ -127,7 +127,11 @@ def measure(run, criteria, op: str, shapes, dtype: str, cost: Cost | None, *, fl
             if wrong:
                 check_failed(name, f"after timing, {where}: {wrong}")
                 del timings[name]
-        texts = {name: compiled_text(fns[name], input_sets[0]) for name in {"floor", *one_custom_call} & set(fns)}
+        # the compiled programs the rows read: XLA's (its prefetch) on the chip, and each declared
+        # one-custom-call implementation whose trace gave a per-op breakdown (its ops' kinds)
+        wanted = {n for n in one_custom_call if n in timings and getattr(timings[n], "ops", ())}
+        wanted |= {"floor"} if run.device.is_accelerator and run.rehearsal is None else set()
+        texts = {name: compiled_text(fns[name], input_sets[0]) for name in wanted}
         known = {name: device_ops.hlo_kinds(text) for name, text in texts.items() if text}
         regime, floor_notes = _floor_regime(
             timings, bool(texts.get("floor")) and device_ops.cross_program_prefetch(texts["floor"]))
