@@ -156,7 +156,7 @@ def measure(run, criteria, op: str, shapes, dtype: str, cost: Cost | None, *, fl
             rows += _rows(run, judged, timings, common, sweep_notes, (regime, floor_notes), cost, known)
     except rec.HonestyError as error:
         return run._finish(GateResult(gate_criteria.FAIL, str(error), tuple(rows)))
-    return run._finish(_result(run, op, dtype, shapes, problems, rows, judged))
+    return run._finish(_result(run, op, dtype, shapes, problems, rows, judged, floor_notes))
 
 
 def _rows(run, judged, timings, common, sweep_notes: str, floor_said: tuple[str, list[str]],
@@ -247,7 +247,9 @@ def _below_roofline(run, timing, cost: Cost, dtype: str) -> str | None:
             f"bytes): no kernel does the op that fast, so its timed calls did not do the op")
 
 
-def _result(run, op, dtype, shapes, problems, rows, judged) -> GateResult:
+def _result(run, op, dtype, shapes, problems, rows, judged, xla_notes=()) -> GateResult:
+    """The measurement's result; a pass says what the floor's row says of XLA (`xla_notes`: its
+    regimes, its prefetch, the further XLA programs timed beside it)."""
     where = f"{op} {dtype} {list(map(tuple, shapes))} on {run.chip.name}"
     failures = list(problems)
     for r in rows:
@@ -268,4 +270,4 @@ def _result(run, op, dtype, shapes, problems, rows, judged) -> GateResult:
                           f"not runnable on {run.device.device_kind} ({run.chip.name}): recorded as not "
                           f"runnable; measured: {' and '.join(timed) or 'nothing'}", tuple(rows))
     passed = ", ".join(f"{c.id} pass" for c in judged)
-    return GateResult(gate_criteria.PASS, f"{where}: {passed}", tuple(rows), timed=True)
+    return GateResult(gate_criteria.PASS, "; ".join([f"{where}: {passed}", *xla_notes]), tuple(rows), timed=True)
