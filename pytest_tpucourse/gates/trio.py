@@ -127,10 +127,11 @@ def measure(run, criteria, op: str, shapes, dtype: str, cost: Cost | None, *, fl
             if wrong:
                 check_failed(name, f"after timing, {where}: {wrong}")
                 del timings[name]
-        # the compiled programs the rows read: XLA's (its prefetch) on the chip, and each declared
-        # one-custom-call implementation whose trace gave a per-op breakdown (its ops' kinds)
+        # the compiled programs the rows read (each a compile more): XLA's where it was timed in two
+        # regimes on the chip (its prefetch), and each declared one-custom-call implementation whose
+        # trace gave a per-op breakdown (its ops' kinds)
         wanted = {n for n in one_custom_call if n in timings and getattr(timings[n], "ops", ())}
-        wanted |= {"floor"} if run.device.is_accelerator and run.rehearsal is None else set()
+        wanted |= {"floor"} if weights and run.device.is_accelerator and run.rehearsal is None else set()
         texts = {name: compiled_text(fns[name], input_sets[0]) for name in wanted}
         known = {name: device_ops.hlo_kinds(text) for name, text in texts.items() if text}
         regime, floor_notes = _floor_regime(
