@@ -261,6 +261,20 @@ def test_calls_per_sample_are_sized_by_one_calls_device_time_not_the_hosts_sync(
     assert t.sized_by == timer.SIZED_BY_DEVICE and t.calls_per_sample == 14
 
 
+def test_a_trace_of_several_devices_still_times_by_device_and_sizes_n_by_it():
+    """events() cannot say whose programs are whose with several device planes; time() still can."""
+    class SeveralPlanes(ProgramTrace):
+        def events(self, work):
+            self.traces += 1
+            work()
+            return None
+
+    device = NoisySyncDevice()
+    t = device.harness(device_clock=SeveralPlanes(device)).measure({"matmul": device.op("matmul", 7.38e-4)},
+                                                                    [(1,)])["matmul"]
+    assert t.method == timer.DEVICE_PROFILER and t.sized_by == timer.SIZED_BY_DEVICE and t.calls_per_sample == 14
+
+
 class OpDevice(ProgramDevice):
     """A fake device whose programs list the ops they ran: op(name, seconds, ops={op: share})."""
 

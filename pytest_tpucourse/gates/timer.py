@@ -380,12 +380,12 @@ class Harness:
             return False
         if not self._device_clock_seen:
             empty, args = self._empty_call()
-            if hasattr(self.device_clock, "events"):
-                events = self.device_clock.events(lambda: self.sync(empty(*args)))
-                self._separator = tuple(event[0] for event in events or ())
-                self._device_clock_seen = bool(events)
-            else:
-                self._device_clock_seen = self.device_clock.time(lambda: self.sync(empty(*args))) is not None
+            events = (self.device_clock.events(lambda: self.sync(empty(*args)))
+                      if hasattr(self.device_clock, "events") else None)
+            self._separator = tuple(event[0] for event in events or ())
+            # no program list (several devices' planes, say): whether the trace holds device time at all
+            self._device_clock_seen = bool(events) or (
+                self.device_clock.time(lambda: self.sync(empty(*args))) is not None)
         return self._device_clock_seen
 
     def _empty_call(self):
