@@ -21,7 +21,9 @@ A measured time also says how it was timed (`timed_by`, TIMING_METHODS): "device
 "wall-calls" (host wall time over N calls per sync, an empty sample's time taken off), with
 the host's wall time per call and whether the host was the bottleneck (`dispatch_bound`).
 Rows of schema 2 were written before rows said so: they are still read, as "wall-calls"
-(`timing_method`), and every table says that this was assumed (`timing_assumed`).
+(`timing_method`), and every table says that this was assumed (`timing_assumed`). Since schema 4
+a measured row also says how its samples were taken (SAMPLING_FIELDS): N and what sized it, the
+per-op device time, the MXU utilisation, a floor's XLA input regime and the seeds of its inputs.
 
 The honesty rule is enforced where a row is made: `Record` refuses `measured` from a CPU
 or from interpret mode, refuses a prediction with a verdict, refuses a time from an
