@@ -200,6 +200,7 @@ def test_rounds_are_traced_in_blocks_and_each_sample_cut_from_its_block():
     # the device check, one trace of a call of each implementation between empty calls, then the first
     # MIN_ROUNDS rounds in one
     assert clock.traces == 1 + 1 + 1
+    assert timings["kernel"].programs == ("jit_kernel_0", "jit_kernel_1", "jit_kernel_2")  # the rows name them
     assert all(t.traces == 1 and "; 1 traces for the measurement's samples (rounds traced together)" in t.describe()
                for t in timings.values())  # the rows say how the samples were traced
     again = device.harness(device_clock=ProgramTrace(device))

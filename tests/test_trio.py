@@ -36,7 +36,8 @@ class OpsHarness(FakeHarness):
     def measure(self, fns, input_sets):
         out = super().measure(fns, input_sets)
         return {name: dataclasses.replace(t, ops=tuple(timer.OpTime(*op) for op in self.ops.get(name, ())),
-                                          sized_by=timer.SIZED_BY_DEVICE, calls_per_sample=14)
+                                          sized_by=timer.SIZED_BY_DEVICE, calls_per_sample=14,
+                                          programs=(f"jit_{name}",))
                 for name, t in out.items()}
 
 
@@ -177,6 +178,7 @@ def test_every_timed_row_says_n_what_sized_it_and_its_mxu_utilisation(tmp_path):
     assert timed["kernel"].mxu == {"model_flops": COST.flops, "executed_flops": None,
                                    "utilisation": pytest.approx(COST.flops / (7.4e-4 * peak), rel=1e-3)}
     assert "MXU 94% of the chip's peak" in timed["kernel"].notes
+    assert "XLA programs per call: jit_floor" in timed["floor"].notes
 
 
 # ------------------------------------------------------------------ XLA in both regimes

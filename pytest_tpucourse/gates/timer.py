@@ -127,6 +127,7 @@ class Timing:
     traces: int = 0  # profiler traces the measurement took (device-profiler: blocks of rounds, or one per sample)
     sized_by: str = SIZED_BY_HOST  # what set calls_per_sample: one call's device time, or the host's clock
     ops: tuple[OpTime, ...] = ()  # per-op device seconds per call: each op's median over the samples
+    programs: tuple[str, ...] = ()  # the XLA programs one call runs, in order, where the trace listed them
 
     @property
     def summary(self) -> stats.Summary:
@@ -212,6 +213,7 @@ class Harness:
             if all(one_call.get(name) for name in fns):
                 calls = {name: self._calls_for(one_call[name]) for name in fns}
                 sized_by = SIZED_BY_DEVICE
+        programs = dict(patterns or {})  # kept for the timings, whatever becomes of the block traces
         names, stopped = list(fns), "max-rounds"
         traces = 0  # device-profiler traces of the rounds, shared by every implementation they hold
 
@@ -268,7 +270,7 @@ class Harness:
                 gc.enable()
         return {name: Timing(tuple(samples[name]), calls[name], overhead, dispatch, stopped, method,
                              tuple(walls[name]), traces if method == DEVICE_PROFILER else 0, sized_by,
-                             op_breakdown(ops[name])) for name in fns}
+                             op_breakdown(ops[name]), programs.get(name, ())) for name in fns}
 
     def _sample(self, fn, name: str, input_sets, round_: int, n: int, method: str,
                 overhead: float) -> tuple[float, float | None]:

@@ -176,7 +176,7 @@ def _rows(run, judged, timings, common, sweep_notes: str, floor_said: tuple[str,
             t = timings[name]
             to_floor = stats.median(stats.paired_ratios(t.samples, floor))
             extra = [sweep_notes] if name == "ceiling" and sweep_notes else floor_notes if name == "floor" else []
-            notes = "; ".join([t.describe(), *_op_notes(said[name]), *extra])
+            notes = "; ".join([t.describe(), *_op_notes(said[name], t), *extra])
             rows.append(run._record(criterion=c.id, implementation=name, statistic="median",
                                     value=t.summary.median, unit="s", spread=t.summary.iqr,
                                     samples=t.samples, ratio_to_floor=to_floor, verdict="reference",
@@ -193,7 +193,7 @@ def _rows(run, judged, timings, common, sweep_notes: str, floor_said: tuple[str,
                                 value=t.summary.median, unit="s", spread=t.summary.iqr, samples=t.samples,
                                 ratio_to_floor=to["floor"], ratio_to_ceiling=to.get("ceiling"),
                                 ratio_ci=verdict.interval, verdict=verdict.verdict,
-                                notes="; ".join([t.describe(), *_op_notes(said["kernel"])]), **said["kernel"],
+                                notes="; ".join([t.describe(), *_op_notes(said["kernel"], t)]), **said["kernel"],
                                 **common))
     return rows
 
@@ -225,8 +225,12 @@ def _said(run, timing, cost: Cost, dtype: str, known: dict | None) -> dict:
             "mxu": mxu_fields(cost.flops, timing.summary.median, chip_peak(run.chip, dtype))}
 
 
-def _op_notes(said: dict) -> list[str]:
+def _op_notes(said: dict, timing) -> list[str]:
+    """What a row's notes say of the programs and ops its calls ran, and its MXU utilisation."""
     notes = []
+    programs = getattr(timing, "programs", ())
+    if programs:
+        notes.append(f"XLA programs per call: {', '.join(programs)}")
     if said.get("ops"):
         notes.append(f"per-op device time per call: {device_ops.describe(said['ops'])}")
     mxu = said.get("mxu")
