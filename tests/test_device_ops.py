@@ -95,3 +95,18 @@ def test_gate_03s_forward_ceiling_compiles_to_one_custom_call_for_a_v5e():
     entry = compiled.optimized_hlo.split("ENTRY", 1)[1]
     ran = {name: kind for name, kind in device_ops.hlo_kinds(entry).items() if not name.startswith("args_")}
     assert [kind for kind in ran.values()] == [device_ops.CUSTOM_CALL], ran
+
+
+@needs_libtpu
+def test_xlas_skinny_matmul_for_a_v5e_prefetches_the_whole_weight_then_multiplies():
+    """Chapter 10's worked example: the copy of the 32 MiB weight into VMEM, then the fusion reading it."""
+    import jax
+    import jax.numpy as jnp
+
+    x, w = jax.ShapeDtypeStruct((8, 4096), jnp.bfloat16), jax.ShapeDtypeStruct((4096, 4096), jnp.bfloat16)
+    compiled = libtpu.compile_for(lambda a, b: a @ b, x, w, chip=chips.get_chip("v5e"))
+    entry = compiled.optimized_hlo.split("ENTRY", 1)[1]
+    ran = [(name, kind) for name, kind in device_ops.hlo_kinds(entry).items() if not name.startswith("args_")]
+    assert ran == [("copy-start", device_ops.PREFETCH), ("copy-done", device_ops.PREFETCH),
+                   ("fusion", device_ops.FUSION)]
+    assert "fusion(%args_0_.3, %copy-done)" in entry and device_ops.cross_program_prefetch(entry)
