@@ -99,5 +99,7 @@ def test_flash_attention_speed(gate_run, impl, slot, causal, backward):
     ceilings = {f"{bq}x{bkv}": wrap(functools.partial(public_kernels.flash_attention, causal=causal,
                                                         block_q=bq, block_kv=bkv))
                 for bq, bkv in CEILING_BLOCKS if max(bq, bkv) <= shape[2]}
+    # JAX's forward compiles to one custom call (flash_attention.1 on a v5e): timed as exactly that
     gate_run.measure_trio(CRITERIA, slot.op, slot.shapes, slot.dtype, cost, floor=wrap(floor),
-                          kernel=wrap(kernel), ceiling=ceilings, inputs=_inputs(shape, slot.dtype))
+                          kernel=wrap(kernel), ceiling=ceilings, inputs=_inputs(shape, slot.dtype),
+                          one_custom_call=() if backward else ("ceiling",))
