@@ -31,8 +31,10 @@ median alone: it passes only when the whole interval lies inside the passing ran
 a tie never "beats" anything (judge.py).
 
 Slots: a criterion names every measurement it needs (op, operand shapes, dtype); it
-passes only when each slot has a passing measured row. Gate 05's slots are the
-learner's target shapes, declared by chapter 15; until then it cannot pass.
+passes only when each slot has a passing measured row. Gate 05's slots are the graded
+tree's own: chapter 15's capstone.toml declares its target shapes and corner cases, and
+`declared(gates, tree_root)` reads them into the table (`capstone_slots`). A tree whose
+manifest does not declare them leaves the slots undeclared, and gate 05 cannot pass.
 
 A criterion's status comes only from records (judge.py re-judges every row it reads):
   pass              every slot's latest measurement was made on the chip and passed
@@ -203,6 +205,59 @@ GATES: tuple[Gate, ...] = (
         Criterion("upstream", "The upstream submission exists in public", "public"),
     ), words="course", kernels=("forward.window_forward", "backward.window_attention"), times_own_kernel=True),
 )
+
+
+CAPSTONE_GATE = 5
+CAPSTONE_MANIFEST = "capstone.toml"  # in the capstone chapter of the graded tree
+CAPSTONE_TIMED_TARGETS = 2  # gate 05 times the manifest's first two target shapes
+
+
+def capstone_op(backward: bool, options: dict) -> str:
+    """The op gate 05's speed rows carry: capstone-fwd-window1024, capstone-fwd-bwd-window2048."""
+    return f"capstone-{'fwd-bwd' if backward else 'fwd'}-" + "-".join(f"{k}{v}" for k, v in dict(options).items())
+
+
+def capstone_slots(manifest: dict) -> dict[str, tuple[Slot, ...]] | None:
+    """{criterion id: slots} of gate 05 from a capstone manifest: the correctness slot of its
+    enumerated cases, the speed slots of its first two targets, forward and forward + backward.
+    None when the manifest does not declare them readably (its targets or cases missing or malformed)."""
+    from ..instruments import capstone
+    from ..core.outcomes import WrongResult
+
+    try:
+        cases = capstone.cases(manifest)
+        targets = list(manifest["targets"])[:CAPSTONE_TIMED_TARGETS]
+        speed = []
+        for backward in (False, True):
+            for t in targets:
+                shape = (t["batch"], t["heads"], t["seq"], t["head_dim"])
+                speed.append(Slot.of(capstone_op(backward, t["options"]), [shape] * 3, t["dtype"]))
+    except (WrongResult, KeyError, TypeError, ValueError):
+        return None
+    if not targets:
+        return None
+    correct = Slot.of("capstone", [s for c in cases for s in c.shapes()], "/".join(sorted({c.dtype for c in cases})))
+    return {"correct": (correct,), "beats-xla": tuple(speed), "near-ceiling": tuple(speed)}
+
+
+def declared(gates: tuple[Gate, ...], tree_root) -> tuple[Gate, ...]:
+    """The gates with gate 05's slots declared by the graded tree at `tree_root` (its capstone.toml,
+    read as data: no graded code runs); unchanged where the manifest declares none."""
+    import dataclasses
+    import tomllib
+    from pathlib import Path
+
+    capstone_gate = gates[CAPSTONE_GATE]
+    try:
+        with open(Path(tree_root) / capstone_gate.chapter / CAPSTONE_MANIFEST, "rb") as handle:
+            slots = capstone_slots(tomllib.load(handle))
+    except (OSError, tomllib.TOMLDecodeError):
+        slots = None
+    if slots is None:
+        return gates
+    criteria_ = tuple(dataclasses.replace(c, slots=slots[c.id]) if c.id in slots else c
+                      for c in capstone_gate.criteria)
+    return gates[:CAPSTONE_GATE] + (dataclasses.replace(capstone_gate, criteria=criteria_),) + gates[CAPSTONE_GATE + 1:]
 
 
 GATE_NUMBERS = range(len(GATES))  # the gate range, counted from the table: 0 to the last gate

@@ -37,10 +37,12 @@ _RELATIVE = 1e-9  # recomputed numbers agree with the stored ones to this relati
 _RATIO_FIELD = {"floor": "ratio_to_floor", "ceiling": "ratio_to_ceiling", "compute-alone": "ratio_to_compute_alone"}
 
 
-def snapshot() -> tuple[Gate, ...]:
+def snapshot(tree_root=None) -> tuple[Gate, ...]:
     """The gates' thresholds and slots as values: taken before the graded tree is imported, so
-    graded code that rewrites `criteria` in its own process changes nothing a run judges by."""
-    return copy.deepcopy(criteria.GATES)
+    graded code that rewrites `criteria` in its own process changes nothing a run judges by.
+    tree_root: the graded tree, whose capstone manifest declares gate 05's slots (criteria.declared)."""
+    gates = copy.deepcopy(criteria.GATES)
+    return gates if tree_root is None else criteria.declared(gates, tree_root)
 
 
 def verdict_for(ratio_range: tuple[float, float], interval: tuple[float, float] | None) -> str:
@@ -297,8 +299,8 @@ def criterion_status(criterion: Criterion, rows: list[Record], current_modules: 
     """A criterion's status from its accepted rows on one chip: the worst of its slots'.
 
     A slot with no rows is awaiting hardware, so a criterion with one slot unmeasured never
-    passes. A criterion whose slots are not declared (gate 05 before chapter 15 declares its
-    targets) cannot pass either.
+    passes. A criterion whose slots are not declared (gate 05 of a tree whose capstone manifest
+    declares no targets: criteria.declared) cannot pass either.
     """
     if criterion.kind == "public":
         return criteria.SELF_REPORTED if any(r.method == "self-reported" for r in rows) else criteria.AWAITING
