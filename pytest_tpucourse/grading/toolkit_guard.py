@@ -5,9 +5,9 @@ does `checks._assert_close = lambda *a, **k: None` at import, or replaces
 `gates.run._wrong_output`, would make every comparison pass. Two defences:
 
 * Bound at the session's start, before any graded import: the functions of the checker
-  (checks.py) and of the gate runner (gates/run.py), methods of their classes included, look
-  names up in a private copy of their module's namespace, so replacing a module attribute
-  does not change what they call.
+  (checks.py) and of the gate runner (gates/run.py and the modules it measures with), methods
+  of their classes included, look names up in a private copy of their module's namespace, so
+  replacing a module attribute does not change what they call.
 * Watched: every attribute of the course's loaded modules (at the session's start, then at
   collection's end, before any graded code runs) is compared after each test with what it
   was; a replaced one (or a constant table edited in place) fails the test that changed it
@@ -25,7 +25,9 @@ import sys
 import types
 
 PACKAGE = "pytest_tpucourse"
-BOUND = (f"{PACKAGE}.checks", f"{PACKAGE}.gates.run")
+BOUND = (f"{PACKAGE}.checks", f"{PACKAGE}.gates.run", f"{PACKAGE}.gates.floor", f"{PACKAGE}.gates.trio",
+         f"{PACKAGE}.gates.multi_chip", f"{PACKAGE}.gates.ceiling_sweep", f"{PACKAGE}.gates.sampling",
+         f"{PACKAGE}.gates.results")
 _TABLE_ITEMS = 256  # an upper-case table at most this long is compared by value too
 
 

@@ -1,0 +1,76 @@
+"""A ceiling given as a sweep of candidates (block sizes): the fastest correct one on this chip,
+or the choice of a sweep kept from an earlier run (sweeps.py), timed again in the run's rounds."""
+
+from __future__ import annotations
+
+from . import sweeps
+from .sampling import wrong_output
+
+
+def key(run, op: str, shapes, dtype: str) -> sweeps.SweepKey:
+    p = run.provenance
+    return sweeps.SweepKey(chip=run.chip.name, device_kind=p.device_kind, jax=p.jax, jaxlib=p.jaxlib,
+                           libtpu=p.libtpu, gate=run.gate.number, op=op, shapes=shapes, dtype=dtype)
+
+
+def tune(run, candidates: dict, input_sets, expected, dtype, key: sweeps.SweepKey):
+    """The ceiling of a sweep of candidates on this chip, and the sweep as notes for its row.
+
+    A sweep kept from an earlier run on this chip with these versions (sweeps.py) gives the
+    choice, unless the run asked to sweep again (--resweep) or the kept choice is wrong here;
+    either way the ceiling is then timed in this run's rounds and checked like any other.
+    """
+    path = run.context.sweeps_path
+    earlier, source = _kept(run, key, candidates)
+    if earlier is not None:
+        wrong = wrong_output(f"ceiling {earlier.best}", candidates[earlier.best], input_sets, expected, dtype)
+        if not wrong:
+            return candidates[earlier.best], (f"ceiling {earlier.best}, the choice of a sweep {source} "
+                                              f"({earlier.describe()}), reused: only the choice, timed in "
+                                              f"this run's rounds (pytest --gates --resweep sweeps again)")
+    correct, notes = {}, []
+    for label, fn in candidates.items():
+        wrong = wrong_output(f"ceiling {label}", fn, input_sets, expected, dtype)
+        if wrong:
+            notes.append(f"{label}: wrong or failed ({wrong.splitlines()[0][:120]})")
+        else:
+            correct[label] = fn
+    if not correct:
+        return None, "; ".join(notes)
+    timings = run.harness.measure(correct, input_sets) if len(correct) > 1 else None
+    if timings is None:
+        best = next(iter(correct))
+    else:
+        best = min(timings, key=lambda label: timings[label].summary.median)
+        kept_note = _keep(path, sweeps.Sweep(
+            key=key, candidates=tuple(candidates), best=best, notes="; ".join(notes),
+            times={label: t.summary.median for label, t in timings.items()}, rehearsal=run.rehearsal is not None))
+        notes = [f"{label}: {t.summary.median * 1e6:.1f} us" for label, t in timings.items()] + notes + kept_note
+    again = f"the kept choice {earlier.best} was wrong here, swept again; " if earlier is not None else ""
+    return correct[best], (f"{again}ceiling tuned over {len(candidates)} block sizes ({'; '.join(notes)}): "
+                           f"chose {best}")
+
+
+def _kept(run, key: sweeps.SweepKey, candidates) -> tuple[sweeps.Sweep | None, str]:
+    """A sweep kept for this key, and where from: this checkout's own earlier runs first
+    (.tpucourse/), then the sweeps the course ships for this chip kind and these versions
+    (sweeps.COURSE_PATH); none under --resweep."""
+    if run.context.resweep:
+        return None, ""
+    own, course = run.context.sweeps_path, run.context.course_sweeps_path
+    if own is not None and (found := sweeps.kept(own, key, candidates)) is not None:
+        return found, "kept from an earlier run"
+    if course is not None and (found := sweeps.kept(course, key, candidates)) is not None:
+        return found, f"the course made on a {key.device_kind} with these versions ({sweeps.COURSE_PATH})"
+    return None, ""
+
+
+def _keep(path, sweep: sweeps.Sweep) -> list[str]:
+    """Keep a sweep for later runs; a file that cannot be written costs the next run a sweep, not this one."""
+    if path is None:
+        return []
+    try:
+        sweeps.keep(path, sweep)
+    except OSError as error:
+        return [f"the sweep could not be kept for later runs ({error.strerror or error})"]
+    return []
