@@ -97,3 +97,40 @@ def test_a_searched_sweep_is_kept_by_its_space_and_its_choice(tmp_path):
     wider = sweeps.Space("toy", space.axes + (sweeps.Axis("fused", (False, True)),), space.build, space.start)
     assert sweeps.kept(path, key, wider) is None  # another space: swept again
     assert sweeps.kept(path, key, list(found.tried)) is None  # a list of candidates never takes a space's sweep
+
+
+def test_a_gate_run_searches_a_space_names_the_choice_and_where_it_sits_and_a_later_run_reuses_it(tmp_path):
+    from pytest_tpucourse import roofline
+    from pytest_tpucourse.gates import criteria
+    from pytest_tpucourse.gates import records as rec
+
+    from .gate_helpers import FakeHarness, gate_run, read_judged
+
+    slot = criteria.gate(3).criterion("near-ceiling").slots[0]
+    seconds = {"floor": 1e-3, "kernel": 1.0e-4, "ceiling": 9e-5}
+    space = _space({"q": 512, "kv": 1024})
+    seconds.update({space.label(k): fn() for k in _every(space) for fn in [space.build(k)]})
+    space = sweeps.Space(space.name, space.axes, lambda knobs: (lambda x: x), space.start)  # correct outputs
+    kept = tmp_path / "kept.jsonl"
+
+    def run():
+        harness = FakeHarness(seconds)
+        result = gate_run(tmp_path, harness=harness, sweeps_path=kept).measure_trio(
+            "near-ceiling", slot.op, slot.shapes, slot.dtype, roofline.Cost(1e9, 1e6), floor=lambda x: x,
+            kernel=lambda x: x, ceiling=space, inputs=lambda seed: (float(seed),))
+        [ceiling] = [r for r in rec.read(tmp_path / "r.jsonl").records
+                     if r.implementation == "ceiling" and r.run_id == result.rows[0].run_id]
+        return harness.asked, ceiling
+
+    asked, first = run()
+    assert len(asked) > 2 and asked[-1] == ("floor", "kernel", "ceiling")
+    assert "chose q512-kv1024, interior: every neighbour along every axis timed slower" in first.notes
+    asked, again = run()
+    assert asked == [("floor", "kernel", "ceiling")]  # the kept choice, timed in this run's rounds only
+    assert "ceiling q512-kv1024 of toy, the choice of a search kept from an earlier run" in again.notes
+    assert "interior" in again.notes
+    assert not read_judged(tmp_path / "r.jsonl")[1]
+
+
+def _every(space):
+    return [{"q": q, "kv": kv} for q in BLOCKS for kv in BLOCKS]

@@ -9,7 +9,7 @@ from ..roofline import Cost
 from . import criteria as gate_criteria
 from . import judge, stats, timer
 from . import records as rec
-from . import ceiling_sweep
+from . import ceiling_sweep, sweeps
 from .results import GateResult, interval_text
 from .sampling import INPUT_SETS, timed_fields, wrong_output
 
@@ -81,7 +81,7 @@ def measure(run, criteria, op: str, shapes, dtype: str, cost: Cost | None, *, fl
                 return run._finish(_result(run, op, dtype, shapes, found, rows, judged))
         expected = [floor(*args) for args in input_sets]
         sweep_notes = ""
-        if isinstance(fns.get("ceiling"), dict):
+        if isinstance(fns.get("ceiling"), (dict, sweeps.Space)):
             fns["ceiling"], sweep_notes = ceiling_sweep.tune(run, fns["ceiling"], input_sets, expected, dtype,
                                                              ceiling_sweep.key(run, op, shapes, dtype))
             if fns["ceiling"] is None:
