@@ -190,7 +190,7 @@ GATES: tuple[Gate, ...] = (
                    for causal in (False, True))),
         _beats_xla_decisively("Flash attention", _attention_speed_slots()),
         Criterion("near-ceiling", "Flash attention within striking distance of the tuned ceiling: JAX's "
-                  "Pallas flash attention at the best block sizes of a sweep on the chip", "speed",
+                  "Pallas flash attention at the fastest configuration of its space searched on the chip", "speed",
                   ratio_of="ceiling", ratio_range=(0.0, STRIKING_DISTANCE), slots=_attention_speed_slots()),
     ), words="project", kernels=("forward.flash_forward", "backward.flash_attention"), times_own_kernel=True),
     Gate(4, "ch14", "Distributed Pallas", (

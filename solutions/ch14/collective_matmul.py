@@ -51,7 +51,7 @@ def block_n(n_shard: int) -> int:
     return n_shard
 
 
-def all_gather_matmul_kernel(x_ref, w_ref, o_ref, buffers, gathered, local_sem, send_sems, recv_sems, credit,
+def all_gather_matmul_kernel(x_ref, w_ref, o_ref, buffers, local_sem, send_sems, recv_sems, credit, gathered,
                              *, axis_name, size):
     """One grid step: w_ref holds some columns of w_j, o_ref the same columns of the output."""
     ring = functools.partial(_ring, x_ref, w_ref, o_ref, buffers, gathered, local_sem, send_sems, recv_sems,
@@ -130,9 +130,9 @@ def all_gather_matmul(x: jax.Array, w: jax.Array, *, mesh: jax.sharding.Mesh,
             grid=(n_shard // block,),
             in_specs=[pl.BlockSpec((chunk, k), lambda j: (0, 0)), pl.BlockSpec((k, block), lambda j: (0, j))],
             out_specs=pl.BlockSpec((m, block), lambda j: (0, j)),
-            scratch_shapes=[pltpu.VMEM((2, *x_shard.shape), x.dtype), pltpu.VMEM((size, *x_shard.shape), x.dtype),
-                            pltpu.SemaphoreType.DMA, pltpu.SemaphoreType.DMA((2,)), pltpu.SemaphoreType.DMA((2,)),
-                            pltpu.SemaphoreType.REGULAR],
+            scratch_shapes=[pltpu.VMEM((2, *x_shard.shape), x.dtype), pltpu.SemaphoreType.DMA,
+                            pltpu.SemaphoreType.DMA((2,)), pltpu.SemaphoreType.DMA((2,)),
+                            pltpu.SemaphoreType.REGULAR, pltpu.VMEM((size, *x_shard.shape), x.dtype)],
             compiler_params=pltpu.CompilerParams(
                 collective_id=0, dimension_semantics=("arbitrary",),  # the first step runs the ring
                 vmem_limit_bytes=max(VMEM_LIMIT_DEFAULT, min(vmem + vmem // 4, VMEM_LIMIT_MAX))),
