@@ -71,13 +71,19 @@ def test_a_forged_pass_over_a_slow_compute_alone_is_rejected(tmp_path):
     assert dataclasses.is_dataclass(rejected[0])
 
 
+def _hides_nothing():
+    from pytest_tpucourse.core.outcomes import WrongResult
+
+    raise WrongResult("never computes while a copy is in flight")
+
+
 def test_a_schedule_that_hides_nothing_fails_before_timing(tmp_path):
     run = gate_run(tmp_path, gate=4, devices=4, seconds={"compute-alone": 1e-4, "kernel": 1.05e-4})
     result = run.measure_against_compute_alone(
         "communication-hidden", "all-gather-matmul", SHAPES, "bfloat16", COST, kernel=lambda x: x + 1,
         compute_alone=lambda x: x * 2, kernel_inputs=lambda seed: (float(seed),),
         compute_alone_inputs=lambda seed: (float(seed) + 1,), kernel_reference=lambda x: x + 1,
-        compute_alone_reference=lambda x: x * 2, devices=4, schedule_check=lambda: "never computes while a copy is in flight")
+        compute_alone_reference=lambda x: x * 2, devices=4, schedule_check=_hides_nothing)
     assert result.status == "fail" and "before timing: never computes while a copy is in flight" in result.message
     assert run.harness.asked == []
     [row] = [r for r in rec.read(tmp_path / "r.jsonl").records if r.method == "measured"]

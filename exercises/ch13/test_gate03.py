@@ -26,7 +26,6 @@ import jax
 import pytest
 
 from pytest_tpucourse import checks, references, roofline
-from pytest_tpucourse.gates import ceilings
 from pytest_tpucourse import strategies as tst
 from pytest_tpucourse import gating
 
@@ -96,7 +95,7 @@ def test_flash_attention_speed(gate_run, impl, slot, causal, backward):
     kernel = functools.partial(impl.backward.flash_attention.resolve(), causal=causal)
     floor = functools.partial(references.attention_floor, causal=causal)
     shape = gate_run.shapes(slot.shapes[0], cpu=CPU_SHAPE)
-    ceiling = ceilings.flash_space(wrap, q_len=shape[2], kv_len=shape[2], head_dim=head_dim,
+    ceiling = gating.flash_ceiling(wrap, q_len=shape[2], kv_len=shape[2], head_dim=head_dim,
                                    itemsize=jax.numpy.dtype(slot.dtype).itemsize, backward=backward,
                                    chip=gate_run.chip, causal=causal)
     gate_run.measure_trio(CRITERIA, slot.op, slot.shapes, slot.dtype, cost, floor=wrap(floor),

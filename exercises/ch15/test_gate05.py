@@ -29,7 +29,6 @@ from pytest_tpucourse.instruments import capstone
 from pytest_tpucourse import checks, public_kernels, roofline
 from pytest_tpucourse import strategies as tst
 from pytest_tpucourse import gating
-from pytest_tpucourse.gates import ceilings, criteria
 
 CRITERIA = ("beats-xla", "near-ceiling")
 CPU_SEQ = 128  # a rehearsal on a CPU times one head of this many queries
@@ -95,14 +94,14 @@ def ceiling(gate_run, manifest, t, shape, backward: bool):
     if fn is not public_kernels.splash_attention:
         return _timed_step(functools.partial(fn, **config, **options), backward)
     start = [] if "block" not in config else [dict(block_q=config["block"], block_kv=config["block"], sub=1)]
-    return ceilings.splash_space(lambda attention: _timed_step(attention, backward), q_len=shape[2],
+    return gating.splash_ceiling(lambda attention: _timed_step(attention, backward), q_len=shape[2],
                                  kv_len=shape[2], head_dim=shape[3], itemsize=jax.numpy.dtype(t["dtype"]).itemsize,
                                  backward=backward, chip=gate_run.chip, start=start, **options)
 
 
 @pytest.mark.gate(5)
-@pytest.mark.parametrize("target", range(criteria.CAPSTONE_TIMED_TARGETS),
-                         ids=[f"target{n}" for n in range(criteria.CAPSTONE_TIMED_TARGETS)])
+@pytest.mark.parametrize("target", range(gating.CAPSTONE_TIMED_TARGETS),
+                         ids=[f"target{n}" for n in range(gating.CAPSTONE_TIMED_TARGETS)])
 @pytest.mark.parametrize("backward", [False, True], ids=["fwd", "fwd+bwd"])
 def test_capstone_speed(gate_run, impl, backward, target):
     manifest = impl.manifest.manifest()
@@ -121,7 +120,7 @@ def test_capstone_speed(gate_run, impl, backward, target):
     def inputs(seed):  # (q, k, v, dO), built only on the chip (or in a rehearsal)
         return tuple(tst.random_array(built, t["dtype"], seed=10 * seed + j) for j in range(4))
 
-    op = criteria.capstone_op(backward, options)  # the slot chapter 15's manifest declares (criteria.declared)
+    op = gating.capstone_op(backward, options)  # the slot chapter 15's manifest declares (gates/criteria.py)
     gate_run.measure_trio(CRITERIA, op, [shape, shape, shape], t["dtype"], cost,
                           floor=_timed_step(floor, backward), kernel=_timed_step(kernel, backward),
                           ceiling=ceiling(gate_run, manifest, t, built, backward), inputs=inputs)

@@ -21,6 +21,7 @@ from __future__ import annotations
 import functools
 
 from .. import public_kernels
+from ..chips import Chip
 from .sweeps import Axis, Space
 
 BLOCKS = (128, 256, 512, 1024, 2048, 4096, 8192, 16384)
@@ -48,7 +49,7 @@ def attention_footprint(block_q: int, block_kv: int, block_k: int, head_dim: int
     return io + rows + acc + tiles + grads
 
 
-def _vmem_limit(chip, head_dim: int, itemsize: int, backward: bool, block_k_of):
+def _vmem_limit(chip: Chip, head_dim: int, itemsize: int, backward: bool, block_k_of):
     scoped = getattr(chip, "scoped_vmem_bytes", None)
 
     def limit(knobs: dict) -> str | None:
@@ -70,7 +71,7 @@ def _label(knobs: dict) -> str:
     return f"{knobs['block_q']}x{knobs['block_kv']}/{sub}" + ("-fused" if knobs.get("fused") else "")
 
 
-def flash_space(step, *, q_len: int, kv_len: int, head_dim: int, itemsize: int, backward: bool, chip,
+def flash_space(step, *, q_len: int, kv_len: int, head_dim: int, itemsize: int, backward: bool, chip: Chip,
                 causal: bool) -> Space:
     """JAX's flash attention: `step(fn)` makes the timed step of an attention function."""
     q_blocks, kv_blocks = blocks_to(q_len), blocks_to(kv_len)
@@ -88,7 +89,7 @@ def flash_space(step, *, q_len: int, kv_len: int, head_dim: int, itemsize: int, 
         _vmem_limit(chip, head_dim, itemsize, backward, lambda k: k["block_kv"] // k["sub"]))
 
 
-def splash_space(step, *, q_len: int, kv_len: int, head_dim: int, itemsize: int, backward: bool, chip,
+def splash_space(step, *, q_len: int, kv_len: int, head_dim: int, itemsize: int, backward: bool, chip: Chip,
                  start=(), **options) -> Space:
     """Splash attention with `options` (window=, causal=): `step(fn)` makes the timed step. start: more
     configurations to try first (a manifest's tuned one, as {block_q, block_kv, sub, fused})."""

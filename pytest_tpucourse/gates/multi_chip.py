@@ -89,9 +89,10 @@ def measure(run, criterion: str, op: str, shapes, dtype: str, cost: Cost | None,
     runnable ("needs N chips"), never a pass.
 
     The compute alone must itself run near its roofline floor (the criterion's alone_range): a slow
-    one would hide exposed communication in the ratio. schedule_check(): why the kernel's program does
-    not overlap compute with communication, or None; checked before timing wherever the kernel is
-    built (on 4 chips and in a rehearsal), a fail row when it does not.
+    one would hide exposed communication in the ratio. schedule_check(): checks that the kernel's
+    program overlaps compute with communication, run before timing wherever the kernel is built (on
+    4 chips and in a rehearsal); when it raises (ir.assert_compute_overlaps_communication's
+    WrongResult), a fail row saying why, and nothing is timed.
     """
     c = run.gate.criterion(criterion)
     if c.kind != "speed" or c.ratio_of != "compute-alone":
@@ -132,7 +133,7 @@ def measure(run, criterion: str, op: str, shapes, dtype: str, cost: Cost | None,
             wrong = wrong_output(name, fn, sets[name], [reference(*a) for a in sets[name]], dtype)
             if wrong:
                 return run._finish(_check_failure(run, name, f"before timing: {wrong}", common))
-        unhidden = schedule_check() if schedule_check is not None and "kernel" in both else None
+        unhidden = _unhidden(schedule_check) if schedule_check is not None and "kernel" in both else None
         if unhidden:
             return run._finish(_check_failure(run, "kernel", f"before timing: {unhidden}", common,
                                               statistic=rec.SCHEDULE_CHECK))
@@ -179,6 +180,17 @@ def measure(run, criterion: str, op: str, shapes, dtype: str, cost: Cost | None,
                f"({alone.summary.median * 1e6:.1f} us; 95% interval {interval_text(verdict.interval)}); "
                f"the range is [{low}, {high}]; {_near_words(c, near)}")
     return run._finish(GateResult(verdict.verdict, message, rows, timed=True))
+
+
+def _unhidden(schedule_check) -> str | None:
+    """Why the kernel's schedule hides no communication (what its check raised), or None."""
+    from ..core.outcomes import WrongResult
+
+    try:
+        schedule_check()
+    except WrongResult as error:
+        return str(error)
+    return None
 
 
 def _near_words(c, near) -> str:

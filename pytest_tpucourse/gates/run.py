@@ -270,7 +270,7 @@ class GateRun:
                                       schedule_check=None) -> GateResult:
         """Gate 04: time a distributed kernel on `devices` chips and its compute alone; judge the
         ratio (multi_chip.py). kernel_inputs(seed), compute_alone_inputs(seed) build one input set each;
-        schedule_check(): why the kernel's program hides no communication, or None."""
+        schedule_check(): raises WrongResult when the kernel's program hides no communication."""
         return multi_chip.measure(self, criterion, op, shapes, dtype, cost, kernel=kernel, compute_alone=compute_alone,
                                   kernel_inputs=kernel_inputs, compute_alone_inputs=compute_alone_inputs,
                                   kernel_reference=kernel_reference, compute_alone_reference=compute_alone_reference,

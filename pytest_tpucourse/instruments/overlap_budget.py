@@ -13,6 +13,8 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
+from ..chips import Chip
+
 LATENCY = 1e-6  # seconds: one handshake with a neighbour (barrier or credit), an estimate
 
 
@@ -42,7 +44,7 @@ class Budget:
         return self.gathered_first / self.compute_alone
 
 
-def collective_matmul(chip, m: int, k: int, n: int, devices: int, itemsize: int, block_n: int,
+def collective_matmul(chip: Chip, m: int, k: int, n: int, devices: int, itemsize: int, block_n: int,
                       latency: float = LATENCY) -> Budget:
     """all_gather(x) @ w with x (m, k) split by rows and w (k, n) by columns over `devices` chips."""
     n_shard, chunk = n // devices, m // devices
