@@ -5,6 +5,15 @@ learner's gate run on the same chip kind and versions reuses (the choice only: g
     python bench/course_sweeps.py from-records bench/records.jsonl           sweeps quoted by measured rows
     python bench/course_sweeps.py show                                       what the file holds
 
+A gate's ceiling is a space searched on the chip (gates/ceilings.py, gates/sweeps.py `search`): a kept
+line holds the space's identity, every configuration tried with its time, the choice's knobs and where
+it sits in the space (interior, or at which edge and why). To search every slot again on a chip and
+replace the course's lines:
+
+    : > bench/tpu/ceiling-sweeps.jsonl
+    python bench/device_runs.py --kinds gates --commit $(git rev-parse HEAD)    searches, then `add`s them
+    python bench/course_sweeps.py show                                          each choice and its place
+
 `add` takes the sweeps of a run on an accelerator (bench/device_runs.py calls it after its gate run);
 `from-records` recovers a sweep from the notes of a measured ceiling row ("ceiling tuned over N block
 sizes (label: t us; ...): chose label"), for gate runs made before their sweeps were kept. Neither takes

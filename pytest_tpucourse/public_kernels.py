@@ -25,13 +25,16 @@ __all__ = [
 ]
 
 
-def _flash_block_sizes(block_q: int, block_kv: int):
+def _flash_block_sizes(block_q: int, block_kv: int, block_k: int | None = None):
+    """JAX flash attention's blocks: block_q queries against block_kv keys a grid step (its block_k_major),
+    walked in block_k sub-blocks (block_k = block_kv: none); the backward's blocks follow the same three."""
     from jax.experimental.pallas.ops.tpu import flash_attention as fa
 
+    block_k = block_kv if block_k is None else min(block_k, block_kv)
     return fa.BlockSizes(
-        block_q=block_q, block_k_major=block_kv, block_k=block_kv, block_b=1,
-        block_q_major_dkv=block_q, block_k_major_dkv=block_kv, block_k_dkv=block_kv,
-        block_q_dkv=block_q, block_k_major_dq=block_kv, block_k_dq=block_kv, block_q_dq=block_q,
+        block_q=block_q, block_k_major=block_kv, block_k=block_k, block_b=1,
+        block_q_major_dkv=block_q, block_k_major_dkv=block_kv, block_k_dkv=block_k,
+        block_q_dkv=block_q, block_k_major_dq=block_kv, block_k_dq=block_k, block_q_dq=block_q,
     )
 
 
@@ -44,15 +47,16 @@ def _shared_kv_heads(q, k, v):
 
 
 def flash_attention(q, k, v, *, causal: bool = False, scale: float | None = None,
-                    block_q: int = 128, block_kv: int = 128):
-    """JAX's flash attention, forward and backward (its own custom_vjp)."""
+                    block_q: int = 128, block_kv: int = 128, block_k: int | None = None):
+    """JAX's flash attention, forward and backward (its own custom_vjp). block_kv is its block_k_major
+    (keys a grid step brings in), block_k the sub-block its body walks them in (None: block_kv)."""
     from jax.experimental.pallas.ops.tpu import flash_attention as fa
 
     scale = q.shape[-1] ** -0.5 if scale is None else scale
     k, v = _shared_kv_heads(q, k, v)
     block_q, block_kv = min(block_q, q.shape[2]), min(block_kv, k.shape[2])
     return fa.flash_attention(q, k, v, causal=causal, sm_scale=scale,
-                              block_sizes=_flash_block_sizes(block_q, block_kv))
+                              block_sizes=_flash_block_sizes(block_q, block_kv, block_k))
 
 
 def flash_forward(q, k, v, *, causal: bool = False, scale: float | None = None,
@@ -73,8 +77,8 @@ def flash_forward(q, k, v, *, causal: bool = False, scale: float | None = None,
 
 
 @functools.lru_cache(maxsize=None)
-def _splash_kernel(heads: int, q_len: int, kv_len: int, causal: bool, block: int,
-                   window: int | None = None):
+def _splash_kernel(heads: int, q_len: int, kv_len: int, causal: bool, block_q: int, block_kv: int,
+                   block_kv_compute: int, fused_backward: bool, window: int | None = None):
     from jax.experimental.pallas.ops.tpu.splash_attention import splash_attention_kernel as sk
     from jax.experimental.pallas.ops.tpu.splash_attention import splash_attention_mask as sm
 
@@ -83,11 +87,11 @@ def _splash_kernel(heads: int, q_len: int, kv_len: int, causal: bool, block: int
         head_mask = sm.LocalMask(shape, window_size=(window - 1, 0), offset=0)
     else:
         head_mask = sm.CausalMask(shape) if causal else sm.FullMask(shape)
-    sizes = sk.BlockSizes(
-        block_q=block, block_kv=block, block_kv_compute=block,
-        block_q_dkv=block, block_kv_dkv=block, block_kv_dkv_compute=block,
-        block_q_dq=block, block_kv_dq=block,
-    )
+    backward = dict(block_q_dkv=block_q, block_kv_dkv=block_kv, block_kv_dkv_compute=block_kv_compute)
+    if not fused_backward:  # the fused backward computes dq in the dkv kernel: no dq blocks
+        backward.update(block_q_dq=block_q, block_kv_dq=block_kv)
+    sizes = sk.BlockSizes(block_q=block_q, block_kv=block_kv, block_kv_compute=block_kv_compute,
+                          use_fused_bwd_kernel=fused_backward, **backward)
     # The kernel holds its mask tables as arrays; built under a trace they would
     # be tracers, and this cache would leak them into the next trace.
     with jax.ensure_compile_time_eval():
@@ -95,20 +99,28 @@ def _splash_kernel(heads: int, q_len: int, kv_len: int, causal: bool, block: int
                                   head_shards=1, q_seq_shards=1)
 
 
-def splash_attention(q, k, v, *, causal: bool = False, scale: float | None = None,
-                     block: int = 128, window: int | None = None):
-    """Splash attention (it takes no softmax scale: the wrapper scales q). window: its local
-    mask, each query seeing its own key and the window - 1 before it (causal implied)."""
+def splash_attention(q, k, v, *, causal: bool = False, scale: float | None = None, block: int = 128,
+                     window: int | None = None, block_q: int | None = None, block_kv: int | None = None,
+                     block_kv_compute: int | None = None, fused_backward: bool = False):
+    """Splash attention as model code calls it: it takes no softmax scale, so q is scaled in its own
+    dtype first (bf16 in, bf16 out: no casts around the kernel). window: its local mask, each query
+    seeing its own key and the window - 1 before it (causal implied).
+
+    block: block_q and block_kv both, where not given; block_kv_compute: the keys its body takes at a
+    time (None: block_kv); fused_backward: dq computed in the dk/dv kernel (one backward kernel)."""
     scale = q.shape[-1] ** -0.5 if scale is None else scale
     k, v = _shared_kv_heads(q, k, v)
-    kernel = _splash_kernel(q.shape[1], q.shape[2], k.shape[2], causal, block, window)
-    dtype = q.dtype
-    # Scaled in f32: rounding q·scale back to bf16 would add an error of its own wherever
-    # the scale is not a power of two (the kernel takes mixed f32 q and bf16 k, v).
-    q = q.astype(jax.numpy.float32) * scale
+    block_q = min(block if block_q is None else block_q, q.shape[2])
+    block_kv = min(block if block_kv is None else block_kv, k.shape[2])
+    compute = block_kv if block_kv_compute is None else min(block_kv_compute, block_kv)
+    kernel = _splash_kernel(q.shape[1], q.shape[2], k.shape[2], causal, block_q, block_kv, compute,
+                            fused_backward, window)
+    q = q * jnp.asarray(scale, q.dtype)
     # One call per batch element, not jax.vmap: vmap adds a grid axis that TPU interpret
     # mode (jax 0.10.2) does not give a dimension semantic, and batches over 1 fail there.
-    return jax.numpy.stack([kernel(q[b], k[b], v[b]) for b in range(q.shape[0])]).astype(dtype)
+    if q.shape[0] == 1:  # a leading axis of one in and out is a bitcast, not a copy
+        return kernel(q[0], k[0], v[0])[None]
+    return jnp.stack([kernel(q[b], k[b], v[b]) for b in range(q.shape[0])])
 
 
 def matmul(x, y, *, bm: int = 128, bk: int = 128, bn: int = 128):

@@ -33,7 +33,8 @@ import jax.numpy as jnp
 
 __all__ = [
     "ACTIVATIONS", "ADD", "ALL_GATHER", "ALL_GATHER_MATMUL", "ATTENTION", "attention",
-    "attention_floor", "attention_logsumexp", "attention_oracle", "ATTENTION_WITH_LSE", "F32",
+    "attention_floor", "attention_logsumexp", "attention_oracle", "ATTENTION_WITH_LSE", "banded_attention",
+    "F32",
     "HIGHEST", "LAYERNORM", "MATMUL", "MATMUL_BIAS_ACT", "matmul_floor", "matmul_oracle",
     "PAIR_EXCHANGE", "PERMUTE", "REDUCE_SCATTER", "Reference", "RMSNORM", "SAFE_SOFTMAX",
     "safe_softmax", "sliding_window_attention_floor", "sliding_window_attention_oracle",
@@ -178,10 +179,55 @@ def sliding_window_mask(q_len: int, kv_len: int, window: int):
     return (cols <= rows) & (cols > rows - window)
 
 
+def _blocks(x, length: int, block: int, before: int):
+    """x (B, H, S, D) as (B, H, n, block, D): `before` zero rows, then x cut or zero-padded to `length`."""
+    x = x[:, :, :length]
+    x = jnp.pad(x, ((0, 0), (0, 0), (before, length - x.shape[2]), (0, 0)))
+    return x.reshape(*x.shape[:2], -1, block, x.shape[-1])
+
+
+def banded_attention(q, k, v, *, window: int, scale: float | None = None, block_q: int | None = None,
+                     probabilities_dtype=None):
+    """Sliding-window attention as XLA runs it without a kernel: each block of queries against only
+    the keys its window reaches, so O(Sq · (block_q + window)) scores, not Sq · Skv. (out, lse).
+
+    Query block i (rows i·block_q ..) takes key blocks i - back .. i, back = ceil((window - 1) /
+    block_q); with block_q = window (the default) each query block meets two windows of keys.
+    Masks as sliding_window_mask; a row that sees no key gives zeros and lse -inf.
+    """
+    b, h, sq, d = q.shape
+    hkv, skv = k.shape[1], k.shape[2]
+    if h % hkv:
+        raise ValueError(f"{h} query heads cannot share {hkv} kv heads")
+    scale = d ** -0.5 if scale is None else scale
+    block = max(1, min(block_q or window, sq))
+    n = -(-sq // block)  # query blocks
+    back = -(-(window - 1) // block)  # earlier key blocks a query block's window reaches
+    k, v = jnp.repeat(k, h // hkv, axis=1), jnp.repeat(v, h // hkv, axis=1)
+    qb = _blocks(q, n * block, block, 0)  # (B, H, n, block, D)
+    kb, vb = (_blocks(x, n * block, block, back * block) for x in (k, v))  # (B, H, back + n, block, D)
+    # Query block i's keys: key blocks i .. i + back of the padded keys, side by side.
+    band = lambda x: jnp.concatenate([x[:, :, j:j + n] for j in range(back + 1)], axis=3)
+    kw, vw = band(kb), band(vb)  # (B, H, n, (back + 1) block, D)
+    s = jnp.einsum("bhnqd,bhnkd->bhnqk", qb, kw, preferred_element_type=F32) * scale
+    rows = (jnp.arange(n)[:, None, None] * block + jnp.arange(block)[None, :, None])
+    cols = (jnp.arange(n)[:, None, None] - back) * block + jnp.arange((back + 1) * block)[None, None, :]
+    allowed = (cols <= rows) & (cols > rows - window) & (cols >= 0) & (cols < skv)
+    s = jnp.where(allowed, s, -jnp.inf)
+    p = safe_softmax(s, axis=-1)
+    if probabilities_dtype is not None:
+        p = p.astype(probabilities_dtype)
+    out = jnp.einsum("bhnqk,bhnkd->bhnqd", p, vw.astype(p.dtype), preferred_element_type=F32)
+    lse = jax.nn.logsumexp(s, axis=-1)
+    return (out.astype(q.dtype).reshape(b, h, n * block, d)[:, :, :sq],
+            lse.reshape(b, h, n * block)[:, :, :sq])
+
+
 def sliding_window_attention_floor(q, k, v, *, window: int, scale: float | None = None):
-    mask = sliding_window_mask(q.shape[2], k.shape[2], window)
-    return (attention_floor(q, k, v, mask, scale=scale),
-            attention_logsumexp(q, k, mask, scale=scale))
+    """The XLA floor of sliding-window attention: the banded formulation (`banded_attention`), the
+    honest XLA program for local attention; dense attention under a window mask would compute
+    Sq · Skv scores for Sq · window pairs."""
+    return banded_attention(q, k, v, window=window, scale=scale, probabilities_dtype=v.dtype)
 
 
 def sliding_window_attention_oracle(q, k, v, *, window: int, scale: float | None = None):

@@ -14,6 +14,7 @@ from .gate_helpers import gate_run, read_judged
 
 COST = roofline.matmul_cost(1024, 512, 16384, "bfloat16")
 SHAPES = [(1024, 512), (512, 4 * 16384)]
+FLOOR = COST.flops / 1.97e14  # v5e's roofline floor of one chip's compute: 87.2 us, compute-bound
 
 
 def _measure(run, devices=4, kernel=lambda x: x + 1):
@@ -32,11 +33,62 @@ def test_the_kernel_is_judged_by_its_time_over_its_compute_alone(tmp_path):
     rows, rejected = read_judged(tmp_path / "r.jsonl")
     assert not rejected
     mine = {r.implementation: r for r in rows if r.method == "measured"}
-    assert mine["compute-alone"].verdict == "reference" and mine["compute-alone"].ratio_to_floor is None
+    alone = mine["compute-alone"]
+    assert alone.verdict == "reference" and alone.ratio_to_floor == pytest.approx(1e-4 / FLOOR)  # 1.15x its floor
+    assert "within [0.0, 1.5]" in alone.notes
     assert mine["kernel"].verdict == "pass" and mine["kernel"].ratio_to_compute_alone == pytest.approx(1.05)
     assert mine["kernel"].run_id == mine["compute-alone"].run_id
     assert report.gate_statuses(rows, "v5e")[4]["communication-hidden"] == "pass"
     assert sorted(run.store.stored, key=str) == sorted([None, "compute-alone"], key=str)
+
+
+def test_a_compute_alone_far_from_its_floor_fails_the_kernel_whatever_its_ratio(tmp_path):
+    """At 3x its floor the compute alone hides a whole exposed gather in the ratio: not judged a pass."""
+    run = gate_run(tmp_path, gate=4, devices=4, seconds={"compute-alone": 3 * FLOOR, "kernel": 3.2 * FLOOR})
+    result = _measure(run)
+    assert result.status == "fail" and "1.07x its compute alone" in result.message
+    assert "compute alone 3.00x its roofline floor" in result.message and "NOT within [0.0, 1.5]" in result.message
+    rows, rejected = read_judged(tmp_path / "r.jsonl")
+    assert not rejected
+    assert report.gate_statuses(rows, "v5e")[4]["communication-hidden"] == "fail"
+
+
+def test_a_forged_pass_over_a_slow_compute_alone_is_rejected(tmp_path):
+    import dataclasses
+    import json
+
+    run = gate_run(tmp_path, gate=4, devices=4, seconds={"compute-alone": 3 * FLOOR, "kernel": 3.2 * FLOOR})
+    _measure(run)
+    lines = (tmp_path / "r.jsonl").read_text().splitlines()
+    forged = [json.loads(line) for line in lines]
+    for row in forged:
+        if row["implementation"] == "kernel" and row["method"] == "measured":
+            row["verdict"] = "pass"
+    (tmp_path / "f.jsonl").write_text("".join(json.dumps(row) + "\n" for row in forged))
+    rows, rejected = read_judged(tmp_path / "f.jsonl")
+    assert [r.why for r in rejected] == ["verdict pass, but its compute alone is 3x its roofline floor, not within "
+                                         "[0.0, 1.5]"]
+    assert dataclasses.is_dataclass(rejected[0])
+
+
+def _hides_nothing():
+    from pytest_tpucourse.core.outcomes import WrongResult
+
+    raise WrongResult("never computes while a copy is in flight")
+
+
+def test_a_schedule_that_hides_nothing_fails_before_timing(tmp_path):
+    run = gate_run(tmp_path, gate=4, devices=4, seconds={"compute-alone": 1e-4, "kernel": 1.05e-4})
+    result = run.measure_against_compute_alone(
+        "communication-hidden", "all-gather-matmul", SHAPES, "bfloat16", COST, kernel=lambda x: x + 1,
+        compute_alone=lambda x: x * 2, kernel_inputs=lambda seed: (float(seed),),
+        compute_alone_inputs=lambda seed: (float(seed) + 1,), kernel_reference=lambda x: x + 1,
+        compute_alone_reference=lambda x: x * 2, devices=4, schedule_check=_hides_nothing)
+    assert result.status == "fail" and "before timing: never computes while a copy is in flight" in result.message
+    assert run.harness.asked == []
+    [row] = [r for r in rec.read(tmp_path / "r.jsonl").records if r.method == "measured"]
+    assert (row.statistic, row.verdict) == (rec.SCHEDULE_CHECK, "fail")
+    assert not read_judged(tmp_path / "r.jsonl")[1]
 
 
 def test_communication_not_hidden_fails_and_the_row_stays(tmp_path):
@@ -196,7 +248,7 @@ def test_the_bench_page_says_what_gate_04_on_one_chip_still_checked(tmp_path):
     _measure(run, kernel=None)
     page = report.bench_readme(report.load([tmp_path / "r.jsonl"], chips.ChipRegistry(), tree="solutions"))
     assert ("| 04 Distributed Pallas | Communication hidden behind compute: the collective matmul within striking "
-            "distance of its compute alone | project's | not runnable on one chip (needs 4 chips): compute alone "
+            "distance of its compute alone, itself within 1.5x of its roofline floor | project's | not runnable on one chip (needs 4 chips): compute alone "
             "measured, communication off-chip verified |") in page
 
 

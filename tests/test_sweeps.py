@@ -185,39 +185,38 @@ def test_a_runs_own_sweep_comes_before_the_courses_and_resweep_reads_neither(tmp
     assert sweeps.course_path_for(tmp_path, tmp_path / f"t{rec.REHEARSAL_SUFFIX}") is None
 
 
-def test_the_courses_sweeps_are_measured_on_a_chip_and_match_what_its_gates_sweep_today():
-    """Each line of bench/tpu/ceiling-sweeps.jsonl is a chip's sweep of a slot a gate times today, over
-    the very candidates that gate offers: a line the gates would never match is dead weight. Gate 03's
-    slots are its criteria's; gate 05's are the shipped manifest's targets (its ceiling's blocks)."""
-    import importlib.util
+def test_the_courses_sweeps_are_measured_on_a_chip_and_match_what_its_gates_search_today():
+    """Each line of bench/tpu/ceiling-sweeps.jsonl is a chip's search of a slot a gate times today, over
+    the very space that gate searches there (gates/ceilings.py), and says where its choice sits: a line
+    the gates would never match is dead weight. Gate 03's slots are its criteria's; gate 05's are the
+    shipped manifest's targets."""
     import tomllib
+
+    from pytest_tpucourse import chips
+    from pytest_tpucourse.gates import ceilings
 
     from .support import REPO
 
-    def gate_module(chapter, name):
-        spec = importlib.util.spec_from_file_location(name, REPO / "exercises" / chapter / f"test_{name}.py")
-        module = importlib.util.module_from_spec(spec)
-        spec.loader.exec_module(module)
-        return module
-
     found, bad = sweeps.read(REPO / sweeps.COURSE_PATH)
-    assert bad == [] and found
-    gate03, gate05 = gate_module("ch13", "gate03"), gate_module("ch15", "gate05")
-    offered = {}  # (gate, op, shapes, dtype) -> the candidates the gate sweeps there
+    assert bad == []
+    v5e = chips.get_chip("v5e")
+    offered = {}  # (gate, op, shapes, dtype) -> the identity of the space the gate searches there
     for c in criteria.gate(3).criteria:
         for s in c.slots or ():
-            seq = s.shapes[0][2]
-            offered[(3, s.op, s.shapes, s.dtype)] = {f"{bq}x{bkv}" for bq, bkv in gate03.CEILING_BLOCKS
-                                                     if max(bq, bkv) <= seq}
+            _, _, seq, head_dim = s.shapes[0]
+            causal, backward = "causal" in s.op, s.op.endswith("fwd-bwd")
+            offered[(3, s.op, s.shapes, s.dtype)] = ceilings.flash_space(
+                None, q_len=seq, kv_len=seq, head_dim=head_dim, itemsize=2, backward=backward, chip=v5e,
+                causal=causal).identity()
     manifest = tomllib.loads((REPO / "solutions" / "ch15" / "capstone.toml").read_text())
-    for t in manifest["targets"]:
+    for t in manifest["targets"][:criteria.CAPSTONE_TIMED_TARGETS]:
         shape = (t["batch"], t["heads"], t["seq"], t["head_dim"])
-        labels = set(gate05.ceiling_configs(manifest["baselines"]["ceiling_config"], t["seq"]))
-        for kind in ("fwd", "fwd-bwd"):
-            op = f"capstone-{kind}-" + "-".join(f"{k}{v}" for k, v in t["options"].items())
-            offered[(5, op, (shape,) * 3, t["dtype"])] = labels
+        for backward in (False, True):
+            space = ceilings.splash_space(None, q_len=t["seq"], kv_len=t["seq"], head_dim=t["head_dim"], itemsize=2,
+                                          backward=backward, chip=v5e, **t["options"])
+            offered[(5, criteria.capstone_op(backward, t["options"]), (shape,) * 3, t["dtype"])] = space.identity()
     for sweep in found:
         assert not sweep.rehearsal and sweep.key.device_kind.startswith("TPU")
         slot = (sweep.key.gate, sweep.key.op, sweep.key.shapes, sweep.key.dtype)
         assert slot in offered, f"{slot} is no slot a gate times today"
-        assert set(sweep.candidates) == offered[slot]
+        assert sweep.space == offered[slot] and sweep.choice and sweep.placement

@@ -6,8 +6,11 @@
 - beats-xla: flash attention at target shapes at least 1.25x faster than XLA's attention
   (which materialises the score matrix);
 - near-ceiling: within 1.15x of the tuned ceiling: JAX's shipped Pallas flash attention at
-  the fastest of CEILING_BLOCKS on the chip, chosen in the same run at each target shape
-  (the sweep's times are kept in the ceiling row's notes).
+  the fastest configuration of its space on the chip (pytest_tpucourse/gates/ceilings.py:
+  block_q, block_kv up to the sequence, its key sub-block), searched at each target shape
+  from its defaults and this chapter's solution's blocks until the choice is interior or
+  at the chip's VMEM or the sequence (the ceiling row's notes name the choice, each
+  configuration's time and where the choice sits).
 Both speed criteria are timed for the forward and for forward + backward (a training
 step's attention), causal and not, at the criteria's slots (pytest_tpucourse/gates/criteria.py).
 Before timing, your kernel's and each ceiling's outputs are checked against XLA's at the
@@ -22,16 +25,13 @@ import functools
 import jax
 import pytest
 
-from pytest_tpucourse import checks, public_kernels, references, roofline
+from pytest_tpucourse import checks, references, roofline
 from pytest_tpucourse import strategies as tst
 from pytest_tpucourse import gating
 
 GATE = gating.gate(3)
 CPU_SHAPE = (1, 1, 128, 128)  # (batch, heads, seq, head_dim) a rehearsal on a CPU times at
 CRITERIA = ("beats-xla", "near-ceiling")
-# (block_q, block_kv) of JAX's flash attention tried for the ceiling: its default 128, and
-# larger blocks, which amortise the per-step overhead at long sequences (docs/gates.md).
-CEILING_BLOCKS = ((128, 128), (256, 256), (512, 512), (512, 1024))
 
 
 def _inputs(shape, dtype):
@@ -95,11 +95,10 @@ def test_flash_attention_speed(gate_run, impl, slot, causal, backward):
     kernel = functools.partial(impl.backward.flash_attention.resolve(), causal=causal)
     floor = functools.partial(references.attention_floor, causal=causal)
     shape = gate_run.shapes(slot.shapes[0], cpu=CPU_SHAPE)
-    # blocks longer than the sequence are no candidates (JAX's kernel would clip them to it)
-    ceilings = {f"{bq}x{bkv}": wrap(functools.partial(public_kernels.flash_attention, causal=causal,
-                                                        block_q=bq, block_kv=bkv))
-                for bq, bkv in CEILING_BLOCKS if max(bq, bkv) <= shape[2]}
+    ceiling = gating.flash_ceiling(wrap, q_len=shape[2], kv_len=shape[2], head_dim=head_dim,
+                                   itemsize=jax.numpy.dtype(slot.dtype).itemsize, backward=backward,
+                                   chip=gate_run.chip, causal=causal)
     # JAX's forward compiles to one custom call (flash_attention.1 on a v5e): timed as exactly that
     gate_run.measure_trio(CRITERIA, slot.op, slot.shapes, slot.dtype, cost, floor=wrap(floor),
-                          kernel=wrap(kernel), ceiling=ceilings, inputs=_inputs(shape, slot.dtype),
+                          kernel=wrap(kernel), ceiling=ceiling, inputs=_inputs(shape, slot.dtype),
                           one_custom_call=() if backward else ("ceiling",))

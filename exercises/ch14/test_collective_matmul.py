@@ -16,13 +16,14 @@ pytestmark = [
 ]
 
 
-# (devices, M, K, N, dtype): chunks of 16, 8 and 16 rows; an odd ring (3), where the
+# (devices, M, K, N, dtype): chunks of 16, 8, 16 and 8 rows; an odd ring (3), where the
 # two buffers do not alternate evenly around it; K differs from each device's N / n.
 # Every per-device array stays under 64 KiB (README, "How your kernels run here").
 CASES = (
     (8, 128, 128, 1024, "bfloat16"),
     (4, 32, 256, 512, "float32"),
     (3, 48, 128, 384, "float32"),
+    (4, 32, 128, 1024, "bfloat16"),  # 256 columns per device: a kernel with a grid over them takes two steps
 )
 
 
@@ -68,6 +69,7 @@ def check_matmul(impl, mesh, case, seed, axis="x"):
 @example(case=CASES[0], seed=0)
 @example(case=CASES[1], seed=1)
 @example(case=CASES[2], seed=2)
+@example(case=CASES[3], seed=3)
 def test_all_gather_matmul_equals_gather_then_matmul(impl, mesh, case, seed):
     """Every device's column block of x @ w, in both DMA execution modes, against float64."""
     check_matmul(impl, mesh, case, seed)

@@ -12,8 +12,11 @@ these criteria are the project's (docs/gates.md):
   with fewer than 4 chips the checks run on 4 simulated CPU devices under TPU
   interpret mode beside the chip: off-chip verified, saying it needs 4 chips.
 - communication-hidden: the collective matmul on 4 chips within 1.15x of its compute
-  alone, the same kernel on one chip given the gathered x (no communication at all).
-  Both are checked against XLA's all-gather matmul before and after timing.
+  alone, the same kernel on one chip given the gathered x (no communication at all),
+  which must itself run within 1.5x of its roofline floor: a slow compute alone would
+  hide an exposed gather in the ratio. Both are checked against XLA's all-gather matmul
+  before and after timing, and the kernel's program must compute while a copy is in
+  flight (ir.assert_compute_overlaps_communication) before it is timed.
   On a CPU the roofline floor of one chip's compute is predicted and the test is
   skipped as awaiting hardware. With fewer than 4 chips the compute alone is still
   timed on one chip (a measured reference row) and the collective matmul is recorded
@@ -28,7 +31,7 @@ import functools
 import jax
 import pytest
 
-from pytest_tpucourse import checks, references, roofline, tpu
+from pytest_tpucourse import checks, ir, references, roofline, tpu
 from pytest_tpucourse import strategies as tst
 from pytest_tpucourse import gating
 
@@ -119,7 +122,7 @@ def _per_device_flops(args) -> float:
 @pytest.mark.gate(4)
 def test_communication_hidden_behind_compute(gate_run, impl):
     [slot] = GATE.criterion("communication-hidden").slots
-    kernel = compute_alone = kernel_reference = alone_reference = None
+    kernel = compute_alone = kernel_reference = alone_reference = ring = None
     if gate_run.on_accelerator:  # built only where it can run: compute alone on one chip, the ring on 4
         fn = impl.collective_matmul.all_gather_matmul.resolve()
         one = _ring(jax.devices()[:1])
@@ -140,7 +143,12 @@ def test_communication_hidden_behind_compute(gate_run, impl):
         x, w = kernel_inputs(seed)
         return x, w[:, :n // DEVICES]
 
+    def schedule_check():  # raises, saying why, when the kernel's program hides no communication
+        ir.assert_compute_overlaps_communication(impl.collective_matmul.all_gather_matmul,
+                                                 *kernel_inputs(0), mesh=ring, axis_name="x")
+
     gate_run.measure_against_compute_alone(
         "communication-hidden", slot.op, slot.shapes, slot.dtype, roofline.matmul_cost(M, K, N // DEVICES, DTYPE),
         kernel=kernel, compute_alone=compute_alone, kernel_inputs=kernel_inputs, compute_alone_inputs=alone_inputs,
-        kernel_reference=kernel_reference, compute_alone_reference=alone_reference, devices=DEVICES)
+        kernel_reference=kernel_reference, compute_alone_reference=alone_reference, devices=DEVICES,
+        schedule_check=schedule_check)

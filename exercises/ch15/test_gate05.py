@@ -8,7 +8,10 @@ Everything is read from the manifest (manifest() / capstone.toml):
 - beats-xla and near-ceiling: at each target shape, the manifest's floor (XLA), your
   window_attention (blocks from the autotuning cache for the chip, else the defaults)
   and the manifest's ceiling with its tuned configuration, timed in one run, for the
-  forward and for forward + backward. On a CPU they write the roofline floor of each
+  forward and for forward + backward. The slots are your manifest's first two targets
+  (gates/criteria.py `declared`). A ceiling that is the course's splash attention is
+  searched over its space on the chip (gates/ceilings.py: block_q, block_kv,
+  block_kv_compute, the fused backward), starting from the manifest's configuration. On a CPU they write the roofline floor of each
   problem for the chip and are skipped as awaiting hardware: nothing is timed off-chip.
   `pytest --gates --rehearse` runs this path on a stand-in clock, at CPU_SEQ on a CPU.
 - both judge your own kernel (pytest_tpucourse/gates/own_work.py): Pallas kernels written in
@@ -23,7 +26,7 @@ import jax
 import pytest
 
 from pytest_tpucourse.instruments import capstone
-from pytest_tpucourse import checks, roofline
+from pytest_tpucourse import checks, public_kernels, roofline
 from pytest_tpucourse import strategies as tst
 from pytest_tpucourse import gating
 
@@ -83,23 +86,22 @@ def _own_work(impl, case):
             gating.own_kernel_gradient(impl.backward.window_attention, (q, k, v), kwargs, flops=backward.flops)]
 
 
-# The blocks the ceiling is swept over when its configuration names a `block` (splash attention's):
-# the manifest's tuned one and these, the fastest on the chip in this run's rounds (as gate 03 sweeps
-# JAX's flash attention). A block longer than the sequence is no candidate.
-CEILING_BLOCKS = (128, 256, 512)
-
-
-def ceiling_configs(config, seq: int) -> dict:
-    """{label: keyword arguments} of the ceiling's candidate configurations."""
-    config = dict(config)
-    if "block" not in config:
-        return {"tuned": config}
-    blocks = sorted({config["block"], *(b for b in CEILING_BLOCKS if b <= seq)})
-    return {f"block{b}": {**config, "block": b} for b in blocks}
+def ceiling(gate_run, manifest, t, shape, backward: bool):
+    """The ceiling as gate 05 times it: the course's splash attention searched over its space, from
+    the manifest's configuration; any other public kernel at the manifest's configuration."""
+    config, options = dict(manifest["baselines"]["ceiling_config"]), dict(t["options"])
+    fn = capstone.resolve(manifest["baselines"]["ceiling"])
+    if fn is not public_kernels.splash_attention:
+        return _timed_step(functools.partial(fn, **config, **options), backward)
+    start = [] if "block" not in config else [dict(block_q=config["block"], block_kv=config["block"], sub=1)]
+    return gating.splash_ceiling(lambda attention: _timed_step(attention, backward), q_len=shape[2],
+                                 kv_len=shape[2], head_dim=shape[3], itemsize=jax.numpy.dtype(t["dtype"]).itemsize,
+                                 backward=backward, chip=gate_run.chip, start=start, **options)
 
 
 @pytest.mark.gate(5)
-@pytest.mark.parametrize("target", [0, 1], ids=["target0", "target1"])
+@pytest.mark.parametrize("target", range(gating.CAPSTONE_TIMED_TARGETS),
+                         ids=[f"target{n}" for n in range(gating.CAPSTONE_TIMED_TARGETS)])
 @pytest.mark.parametrize("backward", [False, True], ids=["fwd", "fwd+bwd"])
 def test_capstone_speed(gate_run, impl, backward, target):
     manifest = impl.manifest.manifest()
@@ -112,16 +114,13 @@ def test_capstone_speed(gate_run, impl, backward, target):
     cost = roofline.attention_cost(t["batch"], t["heads"], t["seq"], t["seq"], t["head_dim"],
                                    t["dtype"], backward=backward, window=options.get("window"))
     floor = functools.partial(_out_only(capstone.resolve(manifest["baselines"]["floor"])), **options)
-    ceiling_fn = capstone.resolve(manifest["baselines"]["ceiling"])
-    ceiling = {label: _timed_step(functools.partial(ceiling_fn, **config, **options), backward)
-               for label, config in ceiling_configs(manifest["baselines"]["ceiling_config"], t["seq"]).items()}
     kernel = functools.partial(impl.backward.window_attention.resolve(), **options)
     built = gate_run.shapes(shape, cpu=(1, 1, CPU_SEQ, t["head_dim"]))
 
     def inputs(seed):  # (q, k, v, dO), built only on the chip (or in a rehearsal)
         return tuple(tst.random_array(built, t["dtype"], seed=10 * seed + j) for j in range(4))
 
-    op = f"capstone-{'fwd-bwd' if backward else 'fwd'}-" + "-".join(f"{k}{v}" for k, v in options.items())
+    op = gating.capstone_op(backward, options)  # the slot chapter 15's manifest declares (gates/criteria.py)
     gate_run.measure_trio(CRITERIA, op, [shape, shape, shape], t["dtype"], cost,
                           floor=_timed_step(floor, backward), kernel=_timed_step(kernel, backward),
-                          ceiling=ceiling, inputs=inputs)
+                          ceiling=ceiling(gate_run, manifest, t, built, backward), inputs=inputs)

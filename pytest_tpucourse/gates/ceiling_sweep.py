@@ -1,5 +1,6 @@
-"""A ceiling given as a sweep of candidates (block sizes): the fastest correct one on this chip,
-or the choice of a sweep kept from an earlier run (sweeps.py), timed again in the run's rounds."""
+"""A ceiling given as a sweep of candidates (block sizes) or a space of knobs to search (sweeps.Space):
+the fastest correct one on this chip, or the choice of a sweep kept from an earlier run (sweeps.py),
+timed again in the run's rounds."""
 
 from __future__ import annotations
 
@@ -20,6 +21,8 @@ def tune(run, candidates: dict, input_sets, expected, dtype, key: sweeps.SweepKe
     choice, unless the run asked to sweep again (--resweep) or the kept choice is wrong here;
     either way the ceiling is then timed in this run's rounds and checked like any other.
     """
+    if isinstance(candidates, sweeps.Space):
+        return _search(run, candidates, input_sets, expected, dtype, key)
     path = run.context.sweeps_path
     earlier, source = _kept(run, key, candidates)
     if earlier is not None:
@@ -49,6 +52,49 @@ def tune(run, candidates: dict, input_sets, expected, dtype, key: sweeps.SweepKe
     again = f"the kept choice {earlier.best} was wrong here, swept again; " if earlier is not None else ""
     return correct[best], (f"{again}ceiling tuned over {len(candidates)} block sizes ({'; '.join(notes)}): "
                            f"chose {best}")
+
+
+def _search(run, space: sweeps.Space, input_sets, expected, dtype, key: sweeps.SweepKey):
+    """A searched space's ceiling (sweeps.search): a kept choice if there is one and it is correct here,
+    else a search on the chip, kept for later runs. The notes name the choice and where it sits."""
+    earlier, source = _kept(run, key, space)
+    if earlier is not None:
+        fn = space.build(earlier.choice)
+        wrong = wrong_output(f"ceiling {earlier.best}", fn, input_sets, expected, dtype)
+        if not wrong:
+            return fn, (f"ceiling {earlier.best} of {space.name}, the choice of a search {source} "
+                        f"({earlier.describe()}), reused: only the choice, timed in this run's rounds "
+                        f"(pytest --gates --resweep searches again)")
+
+    def measure(fns: dict) -> dict:
+        correct, out = {}, {}
+        for label, fn in fns.items():
+            wrong = wrong_output(f"ceiling {label}", fn, input_sets, expected, dtype)
+            if wrong:
+                out[(label, "failed")] = wrong.splitlines()[0][:120]
+            else:
+                correct[label] = fn
+        if len(correct) == 1 and len(fns) == 1:
+            out.update({label: 1.0 for label in correct})  # nothing to compare it with: no timing
+        elif correct:
+            out.update({label: t.summary.median for label, t in run.harness.measure(correct, input_sets).items()})
+        return out
+
+    found = sweeps.search(space, measure)
+    if found.best is None:
+        return None, "; ".join(f"{label}: wrong or failed ({why})" for label, why in found.failed.items())
+    timed = len(found.times) > 1
+    kept_note = _keep(run.context.sweeps_path, sweeps.Sweep(
+        key=key, candidates=tuple(found.tried), best=found.best, space=space.identity(),
+        choice=found.tried[found.best], placement=found.placement, rehearsal=run.rehearsal is not None,
+        times=found.times if timed else {found.best: 1.0},
+        notes="; ".join(f"{label}: {why}" for label, why in found.failed.items()))) if timed else []
+    notes = ([f"{label}: {seconds * 1e6:.1f} us" for label, seconds in found.times.items()] if timed else [])
+    notes += [f"{label}: wrong or failed ({why})" for label, why in found.failed.items()] + kept_note
+    again = f"the kept choice {earlier.best} was wrong here, searched again; " if earlier is not None else ""
+    return space.build(found.tried[found.best]), (
+        f"{again}ceiling {space.name} searched over {len(found.tried)} configurations ({'; '.join(notes)}): "
+        f"chose {found.best}, {found.placement}")
 
 
 def _kept(run, key: sweeps.SweepKey, candidates) -> tuple[sweeps.Sweep | None, str]:

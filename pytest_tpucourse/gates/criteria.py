@@ -20,6 +20,10 @@ The numbers:
   STRIKING_DISTANCE = 1.15: "within striking distance" of a reference means at most
     15% slower than it (ratio <= 1.15): close enough that block sizes and schedule
     tuning, not a new algorithm, close the rest.
+  ALONE_NEAR_FLOOR = 1.5: gate 04 judges overlap against the kernel's own compute alone, which
+    must itself run within 1.5x of its roofline floor (the band gate 0 holds XLA to). A slow
+    compute alone makes any ratio to it small: at 3x its floor, a kernel that gathers first and
+    multiplies after, its communication wholly exposed, scores inside STRIKING_DISTANCE.
   GATE0_BAND = (0.95, 1.5): gate 0 ("the roofline predicts this chip") wants XLA's own
     matmul, skinny matmul and add measured between 0.95x and 1.5x of their roofline
     floors. Below 0.95 the chip's figures are wrong (nothing beats the floor; 5% covers
@@ -31,8 +35,10 @@ median alone: it passes only when the whole interval lies inside the passing ran
 a tie never "beats" anything (judge.py).
 
 Slots: a criterion names every measurement it needs (op, operand shapes, dtype); it
-passes only when each slot has a passing measured row. Gate 05's slots are the
-learner's target shapes, declared by chapter 15; until then it cannot pass.
+passes only when each slot has a passing measured row. Gate 05's slots are the graded
+tree's own: chapter 15's capstone.toml declares its target shapes and corner cases, and
+`declared(gates, tree_root)` reads them into the table (`capstone_slots`). A tree whose
+manifest does not declare them leaves the slots undeclared, and gate 05 cannot pass.
 
 A criterion's status comes only from records (judge.py re-judges every row it reads):
   pass              every slot's latest measurement was made on the chip and passed
@@ -54,6 +60,7 @@ from dataclasses import dataclass
 
 DECISIVELY = 1.25
 STRIKING_DISTANCE = 1.15
+ALONE_NEAR_FLOOR = 1.5
 GATE0_BAND = (0.95, 1.5)
 
 PASS, PASS_OLDER_CODE, PASS_OFF_CHIP = "pass", "pass (older code)", "off-chip verified"
@@ -87,6 +94,8 @@ class Criterion:
     #                                "compute-alone" (gate 04: the kernel's own compute, no communication)
     ratio_range: tuple[float, float] | None = None  # speed: the passing ratios, inclusive
     slots: tuple[Slot, ...] | None = None  # None: not declared yet (the criterion cannot pass)
+    # compute-alone: the range of its own time over its roofline floor it must also lie in (gate 04)
+    alone_range: tuple[float, float] | None = None
 
     @property
     def judged_implementation(self) -> str:
@@ -181,14 +190,16 @@ GATES: tuple[Gate, ...] = (
                    for causal in (False, True))),
         _beats_xla_decisively("Flash attention", _attention_speed_slots()),
         Criterion("near-ceiling", "Flash attention within striking distance of the tuned ceiling: JAX's "
-                  "Pallas flash attention at the best block sizes of a sweep on the chip", "speed",
+                  "Pallas flash attention at the fastest configuration of its space searched on the chip", "speed",
                   ratio_of="ceiling", ratio_range=(0.0, STRIKING_DISTANCE), slots=_attention_speed_slots()),
     ), words="project", kernels=("forward.flash_forward", "backward.flash_attention"), times_own_kernel=True),
     Gate(4, "ch14", "Distributed Pallas", (
         _correct(Slot.of("collectives", ((64, 256), (4 * 4 * 16, 256), (256, 512)), BF16)),
         Criterion("communication-hidden", "Communication hidden behind compute: the collective "
-                  "matmul within striking distance of its compute alone", "speed",
+                  "matmul within striking distance of its compute alone, itself within 1.5x of its "
+                  "roofline floor", "speed",
                   ratio_of="compute-alone", ratio_range=(0.0, STRIKING_DISTANCE),
+                  alone_range=(0.0, ALONE_NEAR_FLOOR),
                   slots=(Slot.of("all-gather-matmul", ((1024, 512), (512, 4 * 16384)), BF16),)),
     ), words="project", kernels=("permute.ring_permute", "all_gather.all_gather", "reduce_scatter.reduce_scatter",
                                  "collective_matmul.all_gather_matmul", "timeline.pair_exchange"),
@@ -203,6 +214,59 @@ GATES: tuple[Gate, ...] = (
         Criterion("upstream", "The upstream submission exists in public", "public"),
     ), words="course", kernels=("forward.window_forward", "backward.window_attention"), times_own_kernel=True),
 )
+
+
+CAPSTONE_GATE = 5
+CAPSTONE_MANIFEST = "capstone.toml"  # in the capstone chapter of the graded tree
+CAPSTONE_TIMED_TARGETS = 2  # gate 05 times the manifest's first two target shapes
+
+
+def capstone_op(backward: bool, options: dict) -> str:
+    """The op gate 05's speed rows carry: capstone-fwd-window1024, capstone-fwd-bwd-window2048."""
+    return f"capstone-{'fwd-bwd' if backward else 'fwd'}-" + "-".join(f"{k}{v}" for k, v in dict(options).items())
+
+
+def capstone_slots(manifest: dict) -> dict[str, tuple[Slot, ...]] | None:
+    """{criterion id: slots} of gate 05 from a capstone manifest: the correctness slot of its
+    enumerated cases, the speed slots of its first two targets, forward and forward + backward.
+    None when the manifest does not declare them readably (its targets or cases missing or malformed)."""
+    from ..instruments import capstone
+    from ..core.outcomes import WrongResult
+
+    try:
+        cases = capstone.cases(manifest)
+        targets = list(manifest["targets"])[:CAPSTONE_TIMED_TARGETS]
+        speed = []
+        for backward in (False, True):
+            for t in targets:
+                shape = (t["batch"], t["heads"], t["seq"], t["head_dim"])
+                speed.append(Slot.of(capstone_op(backward, t["options"]), [shape] * 3, t["dtype"]))
+    except (WrongResult, KeyError, TypeError, ValueError):
+        return None
+    if not targets:
+        return None
+    correct = Slot.of("capstone", [s for c in cases for s in c.shapes()], "/".join(sorted({c.dtype for c in cases})))
+    return {"correct": (correct,), "beats-xla": tuple(speed), "near-ceiling": tuple(speed)}
+
+
+def declared(gates: tuple[Gate, ...], tree_root) -> tuple[Gate, ...]:
+    """The gates with gate 05's slots declared by the graded tree at `tree_root` (its capstone.toml,
+    read as data: no graded code runs); unchanged where the manifest declares none."""
+    import dataclasses
+    import tomllib
+    from pathlib import Path
+
+    capstone_gate = gates[CAPSTONE_GATE]
+    try:
+        with open(Path(tree_root) / capstone_gate.chapter / CAPSTONE_MANIFEST, "rb") as handle:
+            slots = capstone_slots(tomllib.load(handle))
+    except (OSError, tomllib.TOMLDecodeError):
+        slots = None
+    if slots is None:
+        return gates
+    criteria_ = tuple(dataclasses.replace(c, slots=slots[c.id]) if c.id in slots else c
+                      for c in capstone_gate.criteria)
+    return gates[:CAPSTONE_GATE] + (dataclasses.replace(capstone_gate, criteria=criteria_),) + gates[CAPSTONE_GATE + 1:]
 
 
 GATE_NUMBERS = range(len(GATES))  # the gate range, counted from the table: 0 to the last gate

@@ -31,16 +31,18 @@ from dataclasses import dataclass
 
 from . import criteria, stats
 from .criteria import Criterion, Gate, Slot
-from .records import OWN_WORK, Located, Record
+from .records import OWN_WORK, SCHEDULE_CHECK, Located, Record
 
 _RELATIVE = 1e-9  # recomputed numbers agree with the stored ones to this relative error
 _RATIO_FIELD = {"floor": "ratio_to_floor", "ceiling": "ratio_to_ceiling", "compute-alone": "ratio_to_compute_alone"}
 
 
-def snapshot() -> tuple[Gate, ...]:
+def snapshot(tree_root=None) -> tuple[Gate, ...]:
     """The gates' thresholds and slots as values: taken before the graded tree is imported, so
-    graded code that rewrites `criteria` in its own process changes nothing a run judges by."""
-    return copy.deepcopy(criteria.GATES)
+    graded code that rewrites `criteria` in its own process changes nothing a run judges by.
+    tree_root: the graded tree, whose capstone manifest declares gate 05's slots (criteria.declared)."""
+    gates = copy.deepcopy(criteria.GATES)
+    return gates if tree_root is None else criteria.declared(gates, tree_root)
 
 
 def verdict_for(ratio_range: tuple[float, float], interval: tuple[float, float] | None) -> str:
@@ -181,12 +183,31 @@ def _own_problem(r: Record, registry, gates) -> str | None:
             return str(error)
         if not _same(floor, r.value):
             return f"the predicted floor {r.value:.6g} s is not what its cost gives on {r.chip} ({floor:.6g} s)"
-    if r.statistic in ("checks-passed", OWN_WORK) and r.value != (1.0 if r.verdict == "pass" else 0.0):
+    if r.statistic in ("checks-passed", OWN_WORK, SCHEDULE_CHECK) and r.value != (1.0 if r.verdict == "pass" else 0.0):
         return f"a {r.verdict} of the checks has value {r.value!r}"
     if c.kind == "speed" and r.implementation == c.judged_implementation and r.verdict in ("pass", "fail") \
             and r.is_timing and c.ratio_of == "roofline":
         return _roofline_ratio_problem(r, c, registry)
+    if r.implementation == "compute-alone" and r.is_timing and c.alone_range is not None \
+            and (r.ratio_to_floor is not None or r.ratio_ci is not None):
+        near = _alone_near_floor(r, c, registry)
+        if isinstance(near, str):
+            return near
+        if not _same(near.median, r.ratio_to_floor) or r.ratio_ci is None or near.interval is None or not all(
+                _same(a, b) for a, b in zip(near.interval, r.ratio_ci)):
+            return "its ratio to its roofline floor, or that ratio's interval, is not what its samples and cost give"
     return None
+
+
+def _alone_near_floor(r: Record, c: Criterion, registry) -> RatioJudgement | str:
+    """A compute-alone row's time over the roofline floor its cost gives, judged by c.alone_range."""
+    if not r.cost:
+        return "a compute-alone row judged against its roofline floor needs its cost"
+    try:
+        floor = roofline_floor(r, registry)
+    except ValueError as error:
+        return str(error)
+    return judge_ratios([s / floor for s in r.samples], c.alone_range)
 
 
 def _roofline_ratio_problem(r: Record, c: Criterion, registry) -> str | None:
@@ -216,7 +237,15 @@ def _ratio_problem(r: Record, references, registry, gates) -> str | None:
         except ValueError as error:
             return f"its samples cannot be paired with the {target} row's: {error}"
         if target == c.ratio_of:
-            problem = _ratio_mismatch(r, c, ratios, name)
+            held_back = None
+            if target == "compute-alone" and c.alone_range is not None:
+                near = _alone_near_floor(reference, c, registry)
+                if isinstance(near, str):
+                    return f"its compute-alone row cannot be judged against its floor: {near}"
+                if near.verdict != criteria.PASS:
+                    held_back = (f"its compute alone is {near.median:.3g}x its roofline floor, not within "
+                                 f"[{c.alone_range[0]}, {c.alone_range[1]}]")
+            problem = _ratio_mismatch(r, c, ratios, name, held_back)
             if problem:
                 return problem
         elif stored is None or not _same(stats.median(ratios), stored):
@@ -224,8 +253,13 @@ def _ratio_problem(r: Record, references, registry, gates) -> str | None:
     return None
 
 
-def _ratio_mismatch(r: Record, c: Criterion, ratios, name: str) -> str | None:
+def _ratio_mismatch(r: Record, c: Criterion, ratios, name: str, held_back: str | None = None) -> str | None:
+    """held_back: why the criterion fails whatever this ratio (gate 04's compute alone far from its floor)."""
     judged = judge_ratios(ratios, c.ratio_range)
+    if held_back is not None and judged.verdict == criteria.PASS:
+        if r.verdict == criteria.PASS:
+            return f"verdict pass, but {held_back}"
+        judged = RatioJudgement(judged.median, judged.interval, criteria.FAIL)
     stored = getattr(r, name)
     if stored is None or not _same(judged.median, stored):
         return (f"{name} {stored} is not what its samples give ({judged.median:.4g})")
@@ -297,8 +331,8 @@ def criterion_status(criterion: Criterion, rows: list[Record], current_modules: 
     """A criterion's status from its accepted rows on one chip: the worst of its slots'.
 
     A slot with no rows is awaiting hardware, so a criterion with one slot unmeasured never
-    passes. A criterion whose slots are not declared (gate 05 before chapter 15 declares its
-    targets) cannot pass either.
+    passes. A criterion whose slots are not declared (gate 05 of a tree whose capstone manifest
+    declares no targets: criteria.declared) cannot pass either.
     """
     if criterion.kind == "public":
         return criteria.SELF_REPORTED if any(r.method == "self-reported" for r in rows) else criteria.AWAITING

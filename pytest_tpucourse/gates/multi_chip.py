@@ -7,7 +7,7 @@ from __future__ import annotations
 import contextlib
 import uuid
 
-from ..roofline import Cost
+from ..roofline import Cost, predict
 from . import criteria as gate_criteria
 from . import judge, placement, stats, timer
 from . import records as rec
@@ -69,8 +69,16 @@ def devices(run, criterion: str, op: str, shapes, dtype: str, count: int):
         run._off_chip_because = None
 
 
+def alone_judgement(c, samples, floor: float) -> judge.RatioJudgement | None:
+    """The compute alone's time over its roofline floor, judged by the criterion's alone_range (None: none)."""
+    if c.alone_range is None:
+        return None
+    return judge.judge_ratios([s / floor for s in samples], c.alone_range)
+
+
 def measure(run, criterion: str, op: str, shapes, dtype: str, cost: Cost | None, *, kernel, compute_alone,
-            kernel_inputs, compute_alone_inputs, kernel_reference, compute_alone_reference, devices: int) -> GateResult:
+            kernel_inputs, compute_alone_inputs, kernel_reference, compute_alone_reference, devices: int,
+            schedule_check=None) -> GateResult:
     """Gate 04: time a distributed kernel on `devices` chips and its compute alone; judge the ratio.
 
     compute_alone: the same work per chip with no communication at all. Each is checked
@@ -79,6 +87,12 @@ def measure(run, criterion: str, op: str, shapes, dtype: str, cost: Cost | None,
     roofline floor of one chip's compute is predicted. With fewer than `devices` chips the
     compute alone is still timed on one chip (when given), and the kernel is recorded as not
     runnable ("needs N chips"), never a pass.
+
+    The compute alone must itself run near its roofline floor (the criterion's alone_range): a slow
+    one would hide exposed communication in the ratio. schedule_check(): checks that the kernel's
+    program overlaps compute with communication, run before timing wherever the kernel is built (on
+    4 chips and in a rehearsal); when it raises (ir.assert_compute_overlaps_communication's
+    WrongResult), a fail row saying why, and nothing is timed.
     """
     c = run.gate.criterion(criterion)
     if c.kind != "speed" or c.ratio_of != "compute-alone":
@@ -121,6 +135,10 @@ def measure(run, criterion: str, op: str, shapes, dtype: str, cost: Cost | None,
             wrong = wrong_output(name, fn, sets[name], [reference(*a) for a in sets[name]], dtype)
             if wrong:
                 return run._finish(_check_failure(run, name, f"before timing: {wrong}", common))
+        unhidden = _unhidden(schedule_check) if schedule_check is not None and "kernel" in both else None
+        if unhidden:
+            return run._finish(_check_failure(run, "kernel", f"before timing: {unhidden}", common,
+                                              statistic=rec.SCHEDULE_CHECK))
         try:
             timings = measure_apart(run.harness, {name: both[name][0] for name in both}, sets)
         except timer.ImplementationFailed as failure:
@@ -135,14 +153,21 @@ def measure(run, criterion: str, op: str, shapes, dtype: str, cost: Cost | None,
         alone = timings["compute-alone"]
         for name, t in timings.items():
             run.store.store(None if name == "kernel" else name, t)
+        floor = predict(run.chip.per_device(), cost, dtype).floor_seconds
+        near = alone_judgement(c, alone.samples, floor)
         alone_row = run._record(implementation="compute-alone", statistic="median", value=alone.summary.median,
                                 unit="s", spread=alone.summary.iqr, samples=alone.samples, verdict="reference",
-                                notes=f"one chip, no communication; {alone.describe()}", **timed_fields(alone),
-                                **common)
+                                cost=run._slot_cost(cost),
+                                ratio_to_floor=None if near is None else near.median,
+                                ratio_ci=None if near is None else near.interval,
+                                notes=f"one chip, no communication; {_near_words(c, near)}; {alone.describe()}",
+                                **timed_fields(alone), **common)
         if "kernel" not in timings:
-            return run._finish(_compute_alone_only(run, c, devices, alone, alone_row, common))
+            return run._finish(_compute_alone_only(run, c, devices, alone, alone_row, common, near))
         mine = timings["kernel"]
         verdict = judge.judge_ratios(stats.paired_ratios(mine.samples, alone.samples), c.ratio_range)
+        if near is not None and near.verdict != gate_criteria.PASS:
+            verdict = judge.RatioJudgement(verdict.median, verdict.interval, gate_criteria.FAIL)
         rows = (alone_row,
                 run._record(implementation="kernel", statistic="median", value=mine.summary.median, unit="s",
                             spread=mine.summary.iqr, samples=mine.samples,
@@ -155,11 +180,31 @@ def measure(run, criterion: str, op: str, shapes, dtype: str, cost: Cost | None,
     message = (f"{op} {dtype} {list(map(tuple, shapes))} on {devices} {run.chip.name} chips: "
                f"{mine.summary.median * 1e6:.1f} us is {verdict.median:.2f}x its compute alone "
                f"({alone.summary.median * 1e6:.1f} us; 95% interval {interval_text(verdict.interval)}); "
-               f"the range is [{low}, {high}]")
+               f"the range is [{low}, {high}]; {_near_words(c, near)}")
     return run._finish(GateResult(verdict.verdict, message, rows, timed=True))
 
 
-def _compute_alone_only(run, c, devices: int, alone, alone_row, common) -> GateResult:
+def _unhidden(schedule_check) -> str | None:
+    """Why the kernel's schedule hides no communication (what its check raised), or None."""
+    from ..core.outcomes import WrongResult
+
+    try:
+        schedule_check()
+    except WrongResult as error:
+        return str(error)
+    return None
+
+
+def _near_words(c, near) -> str:
+    """The compute alone against its floor, in words: the ratio, its interval and the range it must lie in."""
+    if near is None:
+        return "compute alone not judged against its floor"
+    within = "within" if near.verdict == gate_criteria.PASS else "NOT within"
+    return (f"compute alone {near.median:.2f}x its roofline floor (95% interval {interval_text(near.interval)}), "
+            f"{within} [{c.alone_range[0]}, {c.alone_range[1]}]")
+
+
+def _compute_alone_only(run, c, devices: int, alone, alone_row, common, near=None) -> GateResult:
     """Too few chips for the kernel: its compute alone was timed on one chip; the kernel is not runnable."""
     short = placement.too_few_chips(devices, run.device.device_count, run.device.device_kind)
     kernel_row = _too_few_chips_row(
@@ -168,12 +213,12 @@ def _compute_alone_only(run, c, devices: int, alone, alone_row, common) -> GateR
         f"({alone.summary.median * 1e6:.1f} us), the communication checked off-chip by the correctness criterion")
     message = (f"not runnable on {_chips_word(run.device.device_count)} (needs {devices} chips): compute alone "
                f"measured, {alone.summary.median * 1e6:.1f} us on one {run.chip.name} chip; the collective "
-               f"{common['op']} is timed on {devices} chips")
+               f"{common['op']} is timed on {devices} chips; {_near_words(c, near)}")
     return GateResult(gate_criteria.NOT_RUNNABLE, message, (alone_row, kernel_row))
 
 
-def _check_failure(run, name: str, message: str, common: dict) -> GateResult:
-    row = run._record(implementation=name, statistic=rec.TIMED_OUTPUT_CHECK, value=0.0, unit="check",
+def _check_failure(run, name: str, message: str, common: dict, statistic: str = rec.TIMED_OUTPUT_CHECK) -> GateResult:
+    row = run._record(implementation=name, statistic=statistic, value=0.0, unit="check",
                       verdict="fail", notes=message, **common)
     return GateResult(gate_criteria.FAIL, message, (row,))
 

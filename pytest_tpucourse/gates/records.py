@@ -77,6 +77,7 @@ IMPLEMENTATIONS = ("floor", "kernel", "ceiling", "compute-alone")
 ACCELERATORS = ("tpu", "gpu")
 TREES = ("exercises", "solutions")  # or "impl-root:<label>"
 TIMED_OUTPUT_CHECK = "timed-output-check"  # statistic of a row whose timed output was wrong
+SCHEDULE_CHECK = "schedule-check"  # statistic of a fail row whose kernel's program does not overlap its communication
 OWN_WORK = "own-work"  # statistic of a fail row whose kernel is not the graded tree's own (gates/own_work.py)
 BELOW_ROOFLINE = "below-roofline"  # statistic of a fail row whose time was below the chip's roofline floor
 PUBLIC_LINK = "public-link"  # statistic of a self-reported link row

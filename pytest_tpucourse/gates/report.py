@@ -64,12 +64,18 @@ class LearnerGates:
     current: dict
     course_root: Path
     problems: tuple[str, ...]
+    gates: tuple = criteria.GATES  # gate 05's slots declared by the learner's capstone manifest
 
     def label(self, number: int) -> str:
-        return gate_label(self.records, number, current=self.current, course_root=self.course_root)
+        return gate_label(self.records, number, current=self.current, course_root=self.course_root,
+                          gates=self.gates)
 
     def passed(self) -> int:
-        return gates_passed(self.records, current=self.current, course_root=self.course_root)
+        return gates_passed(self.records, current=self.current, course_root=self.course_root, gates=self.gates)
+
+    def statuses(self, chip_name: str) -> dict[int, dict[str, str]]:
+        return gate_statuses(self.records, chip_name, current=self.current, course_root=self.course_root,
+                             gates=self.gates)
 
     def notes(self) -> list[str]:
         lines = [f"gate records: {p}" for p in self.problems[:10]]
@@ -84,9 +90,10 @@ class LearnerGates:
 def learner_gates(course_root: Path) -> LearnerGates:
     from ..core.paths import shown_in_text
 
-    loaded = load([Path(course_root) / rec.DEFAULT_PATH], chips.ChipRegistry(), tree=EXERCISES)
+    gates = criteria.declared(criteria.GATES, Path(course_root) / EXERCISES)
+    loaded = load([Path(course_root) / rec.DEFAULT_PATH], chips.ChipRegistry(), tree=EXERCISES, gates=gates)
     return LearnerGates(loaded.accepted, current_modules(course_root), Path(course_root),
-                        tuple(shown_in_text(p, course_root) for p in loaded.problems()))
+                        tuple(shown_in_text(p, course_root) for p in loaded.problems()), gates)
 
 
 def _has_gate_test(g: criteria.Gate, course_root: Path | None) -> bool:
@@ -166,14 +173,15 @@ def gates_passed(records, *, current: dict | None = None, course_root: Path | No
                                               gates=gates))
 
 
-def gate_label(records, number: int, *, current: dict | None = None, course_root: Path | None = None) -> str:
+def gate_label(records, number: int, *, current: dict | None = None, course_root: Path | None = None,
+               gates=None) -> str:
     """One gate in a word or two for `tpucourse progress`, from its statuses on every chip."""
     if (course_root is not None and not _has_gate_test(criteria.gate(number), course_root)
             and not any(r.gate == number for r in records)):
         return criteria.NO_GATE_TEST
-    per_chip = {chip: gate_statuses(records, chip, current=current, course_root=course_root)[number]
+    per_chip = {chip: gate_statuses(records, chip, current=current, course_root=course_root, gates=gates)[number]
                 for chip in _chips(records)}
-    passed = passed_on(records, number, current=current, course_root=course_root)
+    passed = passed_on(records, number, current=current, course_root=course_root, gates=gates)
     if passed:
         linked = any(s == criteria.SELF_REPORTED for s in per_chip[passed[0]].values())
         return f"passed on hardware ({', '.join(passed)})" + ("; upstream link self-reported" if linked else "")
@@ -330,6 +338,7 @@ def bench_readme(loaded: Loaded, *, course_root: Path | None = None, source: str
     """bench/README.md: the course's records of its reference solutions, per chip."""
     records = list(loaded.accepted)
     current = current_modules(course_root, "solutions") if course_root is not None else None
+    gates = criteria.declared(criteria.GATES, Path(course_root) / "solutions") if course_root is not None else None
     out = [
         "# Gate records of the course's reference solutions",
         "",
@@ -361,11 +370,11 @@ def bench_readme(loaded: Loaded, *, course_root: Path | None = None, source: str
     if not chip_names:
         out.append(f"No records yet: run `pytest --gates --solutions --chip={chips.DEFAULT_CHIP} --records "
                    f"bench/records.jsonl`.")
-    out.append(f"Gates passed: {gates_passed(records, current=current, course_root=course_root)}/"
+    out.append(f"Gates passed: {gates_passed(records, current=current, course_root=course_root, gates=gates)}/"
                f"{len(criteria.GATES)} (measured rows only).")
     out.append("")
     for chip in chip_names:
-        statuses = gate_statuses(records, chip, current=current, course_root=course_root)
+        statuses = gate_statuses(records, chip, current=current, course_root=course_root, gates=gates)
         out += [f"## {chip}", "", "| gate | criterion | whose words | status |", "|---|---|---|---|"]
         for g in criteria.GATES:
             short = too_few_chips(records, g.number, chip, statuses[g.number])

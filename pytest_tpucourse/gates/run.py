@@ -270,13 +270,15 @@ class GateRun:
 
     def measure_against_compute_alone(self, criterion: str, op: str, shapes, dtype: str, cost: Cost | None,
                                       *, kernel, compute_alone, kernel_inputs, compute_alone_inputs,
-                                      kernel_reference, compute_alone_reference, devices: int) -> GateResult:
+                                      kernel_reference, compute_alone_reference, devices: int,
+                                      schedule_check=None) -> GateResult:
         """Gate 04: time a distributed kernel on `devices` chips and its compute alone; judge the
-        ratio (multi_chip.py). kernel_inputs(seed), compute_alone_inputs(seed) build one input set each."""
+        ratio (multi_chip.py). kernel_inputs(seed), compute_alone_inputs(seed) build one input set each;
+        schedule_check(): raises WrongResult when the kernel's program hides no communication."""
         return multi_chip.measure(self, criterion, op, shapes, dtype, cost, kernel=kernel, compute_alone=compute_alone,
                                   kernel_inputs=kernel_inputs, compute_alone_inputs=compute_alone_inputs,
                                   kernel_reference=kernel_reference, compute_alone_reference=compute_alone_reference,
-                                  devices=devices)
+                                  devices=devices, schedule_check=schedule_check)
 
     def has_devices(self, criterion: str, op: str, shapes, dtype: str, count: int) -> bool:
         """False, with a not-runnable row ("needs N chips"), on an accelerator with fewer than `count`

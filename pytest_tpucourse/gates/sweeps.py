@@ -18,6 +18,15 @@ version, so a learner's first gate run on the same chip and versions takes the c
 instead of compiling and timing every candidate; on any other chip or version it sweeps as before.
 Only the choice is reused, checked for correctness and timed in the learner's own rounds.
 
+A ceiling's candidates are a `Space`: named axes of knobs (block sizes, a sub-block, the fused backward on
+or off), a limit saying which knobs are out of it (a block past the sequence, a footprint past the chip's
+scoped VMEM) and the candidates tried first. `search` times those, then keeps timing the untried
+neighbours of the fastest, one step along each axis, until every neighbour of the choice has been timed
+or is out of the space, or `Space.budget` candidates have been tried: a choice at the edge of what was
+tried extends the search past that edge, and the result says, axis by axis, where the choice sits
+(`Searched.placement`: interior, or at an edge and why). A kept sweep of a space is matched by the
+space's identity (its axes and their values), not by a list of candidates.
+
 A rehearsal keeps its sweeps in a throwaway file of its own (REHEARSAL_NAME, beside its rows): a
 choice made on the stand-in clock is never read by a run on the chip, and its lines say
 `rehearsal` (`kept` refuses one from a file that is not a rehearsal's).
@@ -25,6 +34,7 @@ choice made on the stand-in clock is never read by a run on the chip, and its li
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
 
@@ -65,11 +75,16 @@ class Sweep:
     notes: str = ""  # the candidates that were wrong or failed, and why
     date: str = field(default_factory=utc_now)
     rehearsal: bool = False
+    space: str = ""  # a searched space's identity (Space.identity); "" for a fixed list of candidates
+    choice: dict = field(default_factory=dict)  # the knobs of `best`, for a searched space
+    placement: str = ""  # where the choice sits in its space (Searched.placement)
 
     def describe(self) -> str:
         """The sweep as a ceiling row's notes quote it: each candidate's time, the choice, the date."""
         times = "; ".join(f"{label}: {seconds * 1e6:.1f} us" for label, seconds in self.times.items())
-        return f"swept {self.date[:10]} over {len(self.candidates)} block sizes ({times}), chose {self.best}"
+        where = f" ({self.placement})" if self.placement else ""
+        return (f"swept {self.date[:10]} over {len(self.candidates)} {'configurations' if self.space else 'block sizes'} "
+                f"({times}), chose {self.best}{where}")
 
     def to_json(self) -> str:
         import json
@@ -84,7 +99,9 @@ class Sweep:
         try:
             key = SweepKey(**row["key"])
             sweep = cls(key=key, candidates=tuple(row["candidates"]), times=dict(row["times"]), best=row["best"],
-                        notes=row.get("notes", ""), date=row["date"], rehearsal=bool(row.get("rehearsal", False)))
+                        notes=row.get("notes", ""), date=row["date"], rehearsal=bool(row.get("rehearsal", False)),
+                        space=str(row.get("space", "")), choice=dict(row.get("choice", {})),
+                        placement=str(row.get("placement", "")))
         except (KeyError, TypeError) as error:
             raise ValueError(f"not a kept sweep: {error}") from None
         if not (isinstance(sweep.best, str) and sweep.best in sweep.candidates and sweep.best in sweep.times
@@ -121,13 +138,148 @@ def read(path) -> tuple[list[Sweep], list[json_lines.BadObjectLine]]:
 
 
 def kept(path, key: SweepKey, candidates) -> Sweep | None:
-    """The latest sweep kept for `key` over exactly these candidates, or None (sweep on the chip).
+    """The latest sweep kept for `key` over exactly these candidates (a Space: over this space), or None
+    (sweep on the chip).
 
-    A different candidate list (a block size added or dropped) is a new sweep; a file that is not a
-    rehearsal's never hands out a rehearsal's sweep, nor a rehearsal's file another's.
+    A different candidate list (a block size added or dropped) or space is a new sweep; a file that is not
+    a rehearsal's never hands out a rehearsal's sweep, nor a rehearsal's file another's.
     """
     rehearsal = is_rehearsal_file(path)
     sweeps, _ = read(path)
-    matching = [s for s in sweeps if s.key == key and set(s.candidates) == set(candidates)
-                and s.rehearsal == rehearsal]
+    if isinstance(candidates, Space):
+        same = lambda s: s.space == candidates.identity() and bool(s.choice)  # noqa: E731
+    else:
+        same = lambda s: not s.space and set(s.candidates) == set(candidates)  # noqa: E731
+    matching = [s for s in sweeps if s.key == key and same(s) and s.rehearsal == rehearsal]
     return max(enumerate(matching), key=lambda pair: (pair[1].date, pair[0]))[1] if matching else None
+
+
+# ---------------------------------------------------------------- searching a space of knobs
+
+
+@dataclass(frozen=True)
+class Axis:
+    """One knob of a space and every value it may take, in order (the search steps between neighbours)."""
+
+    name: str
+    values: tuple
+    end: str = ""  # why the values stop where they do ("the sequence"): said when the choice is the last
+
+    def __post_init__(self):
+        object.__setattr__(self, "values", tuple(self.values))
+
+
+@dataclass(frozen=True)
+class Space:
+    """A ceiling's tuning space: its axes, the timed step of a choice of knobs, and which choices are out."""
+
+    name: str  # what is tuned: "JAX flash attention"
+    axes: tuple[Axis, ...]
+    build: Callable[[dict], Callable]  # knobs -> the function timed
+    start: tuple[dict, ...]  # tried first: the kernel's defaults, known good blocks (the course solution's)
+    limit: Callable[[dict], str | None] = lambda knobs: None  # why knobs are out of the space, or None
+    budget: int = 16  # at most this many candidates timed by one search
+
+    def label(self, knobs: dict) -> str:
+        """q512-kv2048-k512; a boolean knob shows by name when on (-fused), not at all when off."""
+        parts = []
+        for axis in self.axes:
+            value = knobs[axis.name]
+            if isinstance(value, bool):
+                parts += [axis.name] if value else []
+            else:
+                parts.append(f"{axis.name}{value}")
+        return "-".join(parts)
+
+    def identity(self) -> str:
+        """What a kept sweep of this space must match: the name, every axis and its values."""
+        return f"{self.name}: " + "; ".join(f"{a.name} in {list(a.values)}" for a in self.axes)
+
+    def out_of_space(self, knobs: dict) -> str | None:
+        for axis in self.axes:
+            if knobs[axis.name] not in axis.values:
+                return f"{axis.name} {knobs[axis.name]} is none of {list(axis.values)}"
+        return self.limit(knobs)
+
+    def neighbours(self, knobs: dict):
+        """(axis, direction, knobs one step along it, or None past the axis's last value)."""
+        for axis in self.axes:
+            at = axis.values.index(knobs[axis.name])
+            for direction, to in (("down", at - 1), ("up", at + 1)):
+                yield axis, direction, ({**knobs, axis.name: axis.values[to]} if 0 <= to < len(axis.values) else None)
+
+
+@dataclass(frozen=True)
+class Searched:
+    """A search's result: every candidate tried, the times of those timed, the choice and where it sits."""
+
+    tried: dict  # label -> knobs, in the order tried
+    times: dict  # label -> median seconds of its latest timing
+    best: str | None
+    edges: tuple[str, ...]  # per axis where the choice is at an edge: "block_q up: why it stopped there"
+    unfinished: tuple[str, ...]  # edges not explored because the budget was spent
+    failed: dict  # label -> why it was wrong or failed
+
+    @property
+    def interior(self) -> bool:
+        return self.best is not None and not self.edges and not self.unfinished
+
+    @property
+    def placement(self) -> str:
+        if self.best is None:
+            return "no candidate was correct"
+        if self.interior:
+            return "interior: every neighbour along every axis timed slower"
+        words = [f"at its edge, {e}" for e in self.edges]
+        words += [f"NOT interior, {e} untried (budget of candidates spent)" for e in self.unfinished]
+        return "; ".join(words)
+
+
+def search(space: Space, measure: Callable[[dict], dict]) -> Searched:
+    """Time the space's start, then the untried neighbours of the fastest, until none is left or the budget is spent.
+
+    measure({label: fn}) -> {label: median seconds} times the correct ones among them (a wrong or failing
+    candidate is left out and, with why, reported in the mapping under the key (label, "failed")). Each
+    round times the current choice again beside its neighbours, so a choice is compared in one round.
+    """
+    tried, times, failed = {}, {}, {}
+    batch = [k for k in space.start if space.out_of_space(k) is None]
+    best = None
+    while True:
+        todo = {}
+        for knobs in batch:
+            label = space.label(knobs)
+            if label not in tried and label not in todo and len(tried) + len(todo) < space.budget:
+                todo[label] = knobs
+        if not todo:
+            break
+        tried.update(todo)
+        fns = {label: space.build(knobs) for label, knobs in todo.items()}
+        if best is not None:
+            fns[best] = space.build(tried[best])
+        got = measure(fns)
+        for label in todo:
+            if label not in got:
+                failed[label] = got.get((label, "failed"), "wrong or failed")
+        times.update({label: t for label, t in got.items() if isinstance(label, str)})
+        if not times:
+            return Searched(tried, times, None, (), (), failed)
+        best = min(times, key=times.get)
+        batch = [n for _, _, n in space.neighbours(tried[best]) if n is not None and space.out_of_space(n) is None]
+    edges, unfinished = [], []
+    for axis, direction, neighbour in space.neighbours(tried[best]):
+        if len(axis.values) == 1 or (neighbour is None and isinstance(axis.values[0], bool)):
+            continue  # an on/off knob has no inside: both settings timed is all there is
+        if neighbour is None:
+            last = "its smallest value" if direction == "down" else (axis.end or "its largest value")
+            edges.append(f"{axis.name} {direction}: {last}, {tried[best][axis.name]}")
+            continue
+        why = space.out_of_space(neighbour)
+        label = space.label(neighbour)
+        if why is not None:
+            edges.append(f"{axis.name} {direction}: {why}")
+        elif label in failed:
+            edges.append(f"{axis.name} {direction}: {label} failed ({failed[label]})")
+        elif label not in times:
+            unfinished.append(f"{axis.name} {direction} ({label})")
+    return Searched(tried, times, best, tuple(edges), tuple(unfinished), failed)

@@ -6,7 +6,7 @@ from __future__ import annotations
 import uuid
 
 from ..roofline import Cost, predict
-from . import ceiling_sweep, device_ops, judge, stats, timer
+from . import ceiling_sweep, device_ops, judge, stats, sweeps, timer
 from . import criteria as gate_criteria
 from . import records as rec
 from .results import GateResult, interval_text
@@ -91,7 +91,7 @@ def measure(run, criteria, op: str, shapes, dtype: str, cost: Cost | None, *, fl
                 return run._finish(_result(run, op, dtype, shapes, found, rows, judged))
         expected = [floor(*args) for args in input_sets]
         sweep_notes = ""
-        if isinstance(fns.get("ceiling"), dict):
+        if isinstance(fns.get("ceiling"), (dict, sweeps.Space)):
             fns["ceiling"], sweep_notes = ceiling_sweep.tune(run, fns["ceiling"], input_sets, expected, dtype,
                                                              ceiling_sweep.key(run, op, shapes, dtype))
             if fns["ceiling"] is None:

@@ -17,8 +17,12 @@ from __future__ import annotations
 import dataclasses
 import importlib
 
+from typing import TYPE_CHECKING
+
 from ..core.outcomes import WrongResult
-from ..references import Reference
+
+if TYPE_CHECKING:  # the references import JAX; reading a manifest's shapes (gates/criteria.py) does not
+    from ..references import Reference
 
 KINDS = ("attention variant", "autotuning pass", "benchmark entry")
 
@@ -98,12 +102,16 @@ def resolve(path: str):
 
 def reference(manifest: dict, **options) -> Reference:
     """(out, lse) oracle and floor of the manifest, with the case's options bound."""
+    from ..references import Reference
+
     return Reference("the manifest's oracle and floor", resolve(manifest["baselines"]["oracle"]),
                      resolve(manifest["baselines"]["floor"])).bind(**options)
 
 
 def output_only(ref: Reference) -> Reference:
     """The same op returning out alone: what the differentiable kernel returns."""
+    from ..references import Reference
+
     return Reference(f"{ref.name}, out only", lambda *a, **k: ref.oracle(*a, **k)[0],
                      lambda *a, **k: ref.floor(*a, **k)[0])
 

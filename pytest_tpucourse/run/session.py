@@ -16,6 +16,7 @@ building the session does.
 
 from __future__ import annotations
 
+import dataclasses
 import os
 import sys
 import uuid
@@ -25,6 +26,7 @@ import pytest
 
 from .. import chips
 from ..core.course import SOLUTIONS, Course, CourseDataError, find_course_root, load_course
+from ..gates import judge
 from ..gates import records as rec
 from ..gates import sweeps
 from ..gates.provenance import tree_label
@@ -144,6 +146,7 @@ class CourseSession:
                                  sweeps_path=sweeps.path_for(root, rehearsal.path if rehearsal else None),
                                  course_sweeps_path=sweeps.course_path_for(root, rehearsal.path if rehearsal else None),
                                  resweep=options.resweep)
+            gates = dataclasses.replace(gates, gates=judge.snapshot(tree.root))  # gate 05's slots: the tree's
         except chips.ChipMismatch as error:
             raise pytest.UsageError(f"--chip: {error}") from None
         try:

@@ -116,8 +116,7 @@ def _gate_rows(gates: report.LearnerGates, number: int) -> tuple[CriterionView, 
 
     gate = criteria.gate(number)
     chips = sorted({r.chip for r in gates.records if r.chip}) or [DEFAULT_CHIP]
-    per_chip = {chip: report.gate_statuses(gates.records, chip, current=gates.current,
-                                           course_root=gates.course_root)[number] for chip in chips}
+    per_chip = {chip: gates.statuses(chip)[number] for chip in chips}
     rows = []
     for c in gate.criteria:
         statuses = {chip: per_chip[chip][c.id] for chip in chips}
