@@ -26,6 +26,7 @@ def test_the_compiled_program_names_the_kind_even_under_another_numeric_suffix()
     known = {"flash_fwd.1": device_ops.CUSTOM_CALL, "fusion.3": device_ops.FUSION}
     assert device_ops.kind("flash_fwd.1", "", known) == device_ops.CUSTOM_CALL
     assert device_ops.kind("flash_fwd.7", "", known) == device_ops.CUSTOM_CALL
+    assert device_ops.kind("%flash_fwd.1", "", known) == device_ops.CUSTOM_CALL
     assert device_ops.kind("copy.1", "", known) == device_ops.COPY  # not in the program: by its name
 
 

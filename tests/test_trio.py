@@ -74,7 +74,15 @@ def test_a_kernel_answering_the_inputs_it_memorised_never_meets_them(tmp_path):
     assert result.status == "fail" and "before timing" in result.message and run.harness.asked == []
 
 
-def test_seeds_are_drawn_afresh_for_every_measurement():
+def test_seeds_are_drawn_afresh_for_every_measurement(monkeypatch):
+    import os
+    import random
+    import secrets
+
+    # graded code runs in the grader's process: whatever it replaces, the seeds stay the system's entropy
+    monkeypatch.setattr(os, "urandom", lambda n: bytes(n))
+    monkeypatch.setattr(secrets, "randbits", lambda k: 0)
+    monkeypatch.setattr(random, "getrandbits", lambda k: 0)
     drawn = {tuple(sampling.draw_seeds(3)) for _ in range(20)}
     assert len(drawn) == 20 and all(0 <= s < 2 ** sampling.SEED_BITS for seeds in drawn for s in seeds)
 

@@ -55,6 +55,7 @@ def kind(name: str, category: str = "", known: dict | None = None) -> str:
     """What an op of the trace is: from the compiled program's instructions where given (`known`,
     hlo_kinds: the name itself, or the same name with another numeric suffix), else from its name
     (custom-call.3, fusion.12, copy-start.1) and the category the trace gives it, where any."""
+    name = name.lstrip("%")  # a trace that names an op as the HLO text prints it
     if known:
         if name in known:
             return known[name]
