@@ -63,6 +63,22 @@ def listening_pids(root: Path) -> list[int]:
             for line in log(root).splitlines() if "listening for runs" in line]
 
 
+def ended(pid: int) -> bool:
+    """The process's main thread is gone (or a zombie): its log is all written. (`served_runs.listening`
+    is no such sign: a process that stopped accepting also answers no once its backlog is full.)"""
+    if not Path("/proc/self/stat").exists():
+        try:
+            os.kill(pid, 0)
+        except ProcessLookupError:
+            return True
+        return False
+    try:
+        with open(f"/proc/{pid}/stat") as stat:
+            return stat.read().rsplit(")", 1)[1].split()[0] in ("Z", "X")
+    except FileNotFoundError:
+        return True
+
+
 @pytest.fixture
 def course(fake_course):
     """The fake course, its warm processes ended after the test."""
@@ -207,15 +223,56 @@ def test_ctrl_c_at_the_client_interrupts_the_served_run_and_a_busy_process_is_no
     state.read(root)  # still a whole state file
 
 
-def test_a_run_that_ends_the_warm_process_itself_is_logged(course):
-    """A graded call that cannot be stopped (a sleep in C, as a compiled loop would be) keeps its
-    thread running: the run answers its client and ends the process, which logs the run first."""
+# A graded function that cannot be stopped (a sleep in C, as a compiled loop would be), in a module that
+# holds the warm process's log line of the run back until its client has had its answer and left (the
+# warm process's thread that hears the client has ended): the order a loaded machine may give, forced.
+DOUBLE_THAT_HANGS_AND_A_CLIENT_THAT_LEAVES_FIRST = """
+import sys
+import threading
+import time
+
+warm_process = sys.modules["__main__"]  # python -m pytest_tpucourse.learner.warm_process
+assert hasattr(warm_process, "WarmProcess"), "not run by a warm process"
+_log = warm_process.log
+
+
+def _log_once_the_client_left(course_root, line):
+    waited = time.monotonic() + 30
+    while time.monotonic() < waited and any(thread.name == "tpucourse-warm-interrupts" and thread.is_alive()
+                                            for thread in threading.enumerate()):
+        time.sleep(0.01)
+    waited = time.monotonic() + 1  # a SIGINT its leaving sent is handled by now, here
+    while time.monotonic() < waited:
+        time.sleep(0.01)
+    _log(course_root, line)
+
+
+warm_process.log = _log_once_the_client_left
+
+
+def double(x):
+    time.sleep(60)
+"""
+
+
+def test_a_run_that_ends_the_warm_process_itself_is_logged_though_its_client_left_first(course):
+    """A graded call that cannot be stopped keeps its thread running: the run answers its client and
+    ends the process, which logs the run first. The client leaves as soon as it has its answer, and its
+    leaving is no Ctrl-C: heard as one, it raised KeyboardInterrupt in the run's pytest_unconfigure, the
+    process did not end, and its log said "exited 3; this process ends: the run ended with exit code 3"
+    (issue 55: one CI run in a few, where the client left before the line was written)."""
     root = left_warm(course)
-    course.write("exercises", "double", "import time\n\n\ndef double(x):\n    time.sleep(60)\n")
+    course.write("exercises", "double", DOUBLE_THAT_HANGS_AND_A_CLIENT_THAT_LEAVES_FIRST)
     served = run_pytest(root, "--kernel-timeout", "1")
-    assert served.returncode == 1 and "did not finish within 1 s" in served.stdout, served.stdout
-    assert logged(root, "run 1: pytest -p no:cacheprovider exercises --kernel-timeout 1 exited 1; this process ends: "
-                        "a graded call that passed its deadline is still running"), log(root)
+    assert served.returncode == 1 and "did not finish within 1 s" in served.stdout, served.stdout + served.stderr
+    expected = ("run 1: pytest -p no:cacheprovider exercises --kernel-timeout 1 exited 1; this process ends: "
+                "a graded call that passed its deadline is still running")
+    assert logged(root, expected), log(root) + served.stderr
+    [pid] = listening_pids(root)
+    wait_until(lambda: ended(pid), f"the warm process did not end:\n{log(root)}")
+    # the run's one line, not a second for the same run (a KeyboardInterrupt raised once the first was written)
+    lines = [line.split(": ", 1)[1] for line in log(root).splitlines() if ": run 1: pytest " in line]
+    assert len(lines) == 1 and lines[0].startswith(expected), log(root) + served.stderr
     wait_until(lambda: not served_runs.listening(root), "the warm process still listens")
 
 
@@ -398,3 +455,62 @@ def test_a_client_whose_request_is_not_accepted_in_time_runs_here_and_says_no_go
         assert served_runs.serve_run(config) is None  # run here
         warm_side.join(10)
     assert heard in (["k", None], ["k", "closed"])  # the client sent no GO
+
+
+@pytest.mark.parametrize("crash", ["internalerror", "raised"])
+def test_a_served_run_that_ends_in_exit_code_3_leaves_its_own_account_in_the_log(tmp_path, monkeypatch, crash):
+    """pytest's INTERNALERROR lines, or the traceback of what the run raised, went only to the client's
+    terminal, which may be gone (a test's captured output): the log keeps them, under the run's line."""
+    import socket
+    import threading
+
+    def crashing_main(args):
+        print("collected 2 items")
+        if crash == "raised":
+            raise RuntimeError("the run's own crash")
+        print("INTERNALERROR> Traceback (most recent call last):\nINTERNALERROR> ValueError: a hook's mistake")
+        return pytest.ExitCode.INTERNAL_ERROR
+
+    monkeypatch.setattr(pytest, "main", crashing_main)
+    process = warm_process.WarmProcess(tmp_path, "k", {"cpu_devices": 8}, dict(os.environ))
+    monkeypatch.setattr(process, "after_run", lambda code: [f"the run ended with exit code {code}"])
+    served, client = socket.socketpair(socket.AF_UNIX, socket.SOCK_STREAM)
+    read_end, write_end = os.pipe()
+    heard, answered = [], threading.Event()
+
+    def the_client():  # leaves only once the run is answered and over
+        messages = served_runs.Messages(client)
+        messages.next()
+        request = {**_request("k", {"cpu_devices": 8}), "env": dict(os.environ), "cwd": os.getcwd()}
+        served_runs.send_message(client, request, fds=[0, write_end, write_end])
+        messages.next()
+        served_runs.send_message(client, {served_runs.GO: True})
+        heard.append(messages.next())
+        answered.wait(30)
+        client.close()
+
+    client_side = threading.Thread(target=the_client)
+    client_side.start()
+    try:
+        assert process.answer(served) is True  # the run's own thread: the terminal and SIGINT are this one's
+    finally:
+        answered.set()
+        client_side.join(10)
+        served.close()
+        os.close(write_end)
+    with os.fdopen(read_end, encoding="utf-8") as terminal:
+        shown = terminal.read()
+    assert heard == [{"exit": 3}]
+    assert "collected 2 items" in shown  # the client's terminal had it all the same
+    written = log(tmp_path)
+    assert "run 1: pytest exercises exited 3; this process ends: the run ended with exit code 3" in written, written
+    assert "run 1: the end of its output:\n    | collected 2 items\n" in written, written
+    if crash == "raised":
+        assert "tpucourse: the warm process's run failed: RuntimeError: the run's own crash" in shown, shown
+        assert f"(its traceback: {served_runs.log_path(tmp_path)})" in shown
+        assert "run 1: what it raised:\n    | Traceback (most recent call last):" in written, written
+        assert "    | RuntimeError: the run's own crash" in written, written
+    else:
+        assert "    | INTERNALERROR> ValueError: a hook's mistake" in written, written
+        assert "what it raised" not in written
+    served_runs.log_path(tmp_path).unlink()

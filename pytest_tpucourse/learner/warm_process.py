@@ -15,7 +15,13 @@ by code that is not this package's (a learner's module patching JAX or NumPy), o
 flags changed, an interrupted or crashed run, memory past MAX_RSS_BYTES, or MAX_RUNS runs. It
 also ends when it has waited its idle time for a run, when a client of another key greets it,
 and when its socket is no longer its own. Ended, the next `pytest` runs in its own process and
-leaves a new one.
+leaves a new one. Its log (served_runs.log_path) has a line for each run and why it ended; a run
+that ended in exit code 3 (pytest's INTERNALERROR, or a run that raised) also leaves there the end
+of its own output and its traceback, which its client's terminal may no longer show.
+
+A run that cannot end normally (a graded call still running) ends the process itself from its
+last hook (run/session.py), once its client has the exit code (`answer_and_end`): from then on
+the client's leaving is no Ctrl-C.
 """
 
 from __future__ import annotations
@@ -30,6 +36,7 @@ import signal
 import socket
 import sys
 import threading
+import traceback
 import types
 from pathlib import Path
 
@@ -38,9 +45,15 @@ from .served_runs import Messages, send_message
 
 MAX_RUNS = 200
 MAX_RSS_BYTES = 4 * 1024 ** 3
-LOG_LINES = 200
+LOG_LINES = 400
+# A run that ends in exit code 3 (pytest's INTERNALERROR, or the run raised) has the end of its own output
+# and its traceback kept in the log (`log_failed_run`): its client may be gone, and its terminal with it.
+KEPT_OUTPUT_BYTES = 16384
+KEPT_LINES = 80
 REQUEST_SECONDS = 5.0  # a client that greets and then sends nothing is dropped after this
 CHECKOUT_LOOK_SECONDS = 30.0
+
+INTERNAL_ERROR = 3  # pytest.ExitCode.INTERNAL_ERROR, and the code of a run that raised
 
 # JAX flags the course's runs set themselves (grading/backend.py): a first run sets them, later
 # runs set them to the same values. Any other flag a run leaves changed ends the process.
@@ -135,6 +148,14 @@ def log(course_root: Path, line: str) -> None:
         pass
 
 
+def log_block(course_root: Path, title: str, text: str) -> None:
+    """`title`, then the last KEPT_LINES lines of `text`, each indented, in the log."""
+    lines = text.rstrip().splitlines()
+    cut = len(lines) > KEPT_LINES
+    shown = "\n".join("    | " + line for line in lines[-KEPT_LINES:])
+    log(course_root, f"{title}{f' (its last {KEPT_LINES} lines)' if cut else ''}:\n{shown}")
+
+
 def _still_ours(path: Path, inode: int) -> bool:
     try:
         return path.stat().st_ino == inode
@@ -149,6 +170,8 @@ class WarmProcess:
         self.key = key
         self.backend = backend
         self.runs = 0
+        self.output = ""  # the end of the last run's output on its terminal (KEPT_OUTPUT_BYTES)
+        self.failure: str | None = None  # the traceback of the last run, where it raised
 
     def answer(self, connection: socket.socket) -> bool:
         """Greet, take one request and run it; whether this process ends now."""
@@ -194,7 +217,18 @@ class WarmProcess:
             pass
         reasons = self.after_run(code)  # the client has its answer: the rest is off its clock
         log(self.root, self._run_line(request, code) + (f"; this process ends: {'; '.join(reasons)}" if reasons else ""))
+        if code == INTERNAL_ERROR:
+            self.log_failed_run()
         return bool(reasons)
+
+    def log_failed_run(self) -> None:
+        """The run's own account of its exit code 3, kept in the log: the end of its output (pytest's
+        INTERNALERROR lines) and the traceback of what it raised. Its client, and the terminal it
+        was written to, may be gone (a test's captured output, a closed window)."""
+        if self.output.strip():
+            log_block(self.root, f"run {self.runs}: the end of its output", self.output)
+        if self.failure:
+            log_block(self.root, f"run {self.runs}: what it raised", self.failure)
 
     def _run_line(self, request: dict, code: int) -> str:
         return f"run {self.runs}: pytest {' '.join(request['args'])} exited {code}"
@@ -217,17 +251,25 @@ class WarmProcess:
         from .warm_runs import NOT_REWRITTEN
 
         self.runs += 1
+        self.output, self.failure = "", None
         before = ProcessState()
         linecache.checkcache()
         interrupts = _Interrupts(connection)
-        code = 3
+        code = INTERNAL_ERROR
+
         def answer_and_end(exit_code: int, why: str) -> None:  # the run ends this process itself
+            # The run is over: its client, once answered, leaves, and its leaving is no Ctrl-C. Heard
+            # as one, it raised KeyboardInterrupt here, in pytest_unconfigure, before the process could
+            # end: the run "failed" with exit code 3 and its line was never logged (issue 55).
+            interrupts.stop()
+            if threading.current_thread() is threading.main_thread():
+                signal.signal(signal.SIGINT, signal.SIG_IGN)  # a press already on its way is dropped too
             try:
                 send_message(connection, {"exit": exit_code})
             finally:
                 log(self.root, f"{self._run_line(request, exit_code)}; this process ends: {why}")
 
-        with _terminal(fds, request.get("encodings")):
+        with _terminal(fds, request.get("encodings")) as terminal:
             served_runs.answer_before_exit(answer_and_end)
             try:
                 started = {k: v for k, v in os.environ.items() if self.environ_at_start.get(k) != v}
@@ -242,12 +284,19 @@ class WarmProcess:
             except SystemExit as exit_:
                 code = exit_.code if isinstance(exit_.code, int) else 1
             except BaseException as error:  # KeyboardInterrupt outside the session, or pytest's own crash
-                sys.stderr.write(f"tpucourse: the warm process's run failed: {type(error).__name__}: {error}\n")
+                self.failure = traceback.format_exc()
+                try:
+                    sys.stdout.flush()  # what the run wrote before it failed, first
+                except (OSError, ValueError):
+                    pass
+                sys.stderr.write(f"tpucourse: the warm process's run failed: {type(error).__name__}: {error} "
+                                 f"(its traceback: {served_runs.log_path(self.root)})\n")
             finally:
                 signal.signal(signal.SIGINT, signal.SIG_IGN)  # an interrupt that comes late is no one's
                 interrupts.stop()
                 served_runs.answer_before_exit(None)
                 before.restore()
+        self.output = terminal.kept_output()
         return code
 
     def after_run(self, code: int) -> list[str]:
@@ -427,12 +476,42 @@ def _rss() -> int:
         return 0
 
 
+class _KeptOutput(io.FileIO):
+    """A standard stream's file descriptor that keeps the last KEPT_OUTPUT_BYTES written to it (shared
+    by stdout and stderr, in the order written), for the log of a run that crashed."""
+
+    def __init__(self, fd: int, kept: bytearray):
+        super().__init__(fd, "wb", closefd=False)
+        self.kept = kept
+
+    def write(self, data) -> int | None:
+        try:
+            written = super().write(data)
+        except OSError:  # the client's terminal is gone: what it was not shown is kept all the same
+            self._keep(bytes(data))
+            raise
+        if written:
+            self._keep(bytes(data[:written]))
+        return written
+
+    def _keep(self, data: bytes) -> None:
+        self.kept += data
+        if len(self.kept) > 2 * KEPT_OUTPUT_BYTES:
+            del self.kept[:-KEPT_OUTPUT_BYTES]
+
+
 class _terminal:
-    """The client's stdin, stdout and stderr as this process's, for one run."""
+    """The client's stdin, stdout and stderr as this process's, for one run (what the run writes to
+    them through sys.stdout and sys.stderr is also kept: `kept_output`)."""
 
     def __init__(self, fds: list[int], encodings):
         self.fds = fds
         self.encodings = encodings or [["utf-8", "strict"]] * 3
+        self.kept = bytearray()
+
+    def kept_output(self) -> str:
+        """The end of what the run wrote to its terminal through Python's streams."""
+        return bytes(self.kept[-KEPT_OUTPUT_BYTES:]).decode("utf-8", "replace")
 
     def __enter__(self):
         for stream in (sys.stdout, sys.stderr):
@@ -444,10 +523,10 @@ class _terminal:
             os.close(fd)
         (in_encoding, in_errors), (out_encoding, out_errors), (err_encoding, err_errors) = self.encodings
         sys.stdin = io.TextIOWrapper(open(0, "rb", closefd=False), encoding=in_encoding, errors=in_errors)
-        sys.stdout = io.TextIOWrapper(open(1, "wb", closefd=False), encoding=out_encoding, errors=out_errors,
-                                      line_buffering=os.isatty(1))
-        sys.stderr = io.TextIOWrapper(open(2, "wb", closefd=False), encoding=err_encoding, errors=err_errors,
-                                      line_buffering=True, write_through=True)
+        sys.stdout = io.TextIOWrapper(io.BufferedWriter(_KeptOutput(1, self.kept)), encoding=out_encoding,
+                                      errors=out_errors, line_buffering=os.isatty(1))
+        sys.stderr = io.TextIOWrapper(io.BufferedWriter(_KeptOutput(2, self.kept)), encoding=err_encoding,
+                                      errors=err_errors, line_buffering=True, write_through=True)
         return self
 
     def __exit__(self, *exc):

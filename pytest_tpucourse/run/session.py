@@ -201,8 +201,10 @@ class CourseSession:
             sys.stderr.flush()
             why = ("a graded call that passed its deadline is still running (a kernel or loop that could not "
                    "be stopped)" if self.grading.deadline.left_running else f"threads still running: {', '.join(left)}")
-            served_runs.before_process_exit(int(self.exitstatus), why)
-            os._exit(int(self.exitstatus))
+            try:
+                served_runs.before_process_exit(int(self.exitstatus), why)
+            finally:  # whatever raises meanwhile (a late Ctrl-C), the process cannot exit normally: it ends here
+                os._exit(int(self.exitstatus))
 
     def take_worker_output(self, output: dict) -> None:
         """What a worker handed back at its end (a pytest-xdist worker, or a host-CPU child: host_cpu.py)."""
