@@ -127,7 +127,8 @@ def _rows(run, judged, timings, common, sweep_notes: str) -> list[rec.Record]:
                 continue
             t = timings[name]
             to_floor = stats.median(stats.paired_ratios(t.samples, floor))
-            notes = t.describe() + (f"; {sweep_notes}" if name == "ceiling" and sweep_notes else "")
+            # The sweep first: a row's notes are cut at 1000 characters, and its choice must survive.
+            notes = (f"{sweep_notes}; " if name == "ceiling" and sweep_notes else "") + t.describe()
             rows.append(run._record(criterion=c.id, implementation=name, statistic="median",
                                     value=t.summary.median, unit="s", spread=t.summary.iqr,
                                     samples=t.samples, ratio_to_floor=to_floor, verdict="reference",
