@@ -172,8 +172,8 @@ def _first_hardware_rows(tmp_path):
     for slot in slots:
         cpu.measure_trio("beats-xla", slot.op, slot.shapes, slot.dtype, roofline.Cost(1e12, 1e9), floor=lambda x: x,
                          kernel=lambda x: x, ceiling=None, inputs=lambda seed: (float(seed),))
-    harness = FakeHarness({"floor": 1e-3, "kernel": 7e-4}, method="device-profiler",
-                          wall={"floor": 1.01e-3, "kernel": 1.2e-3})
+    harness = FakeHarness({"floor": 1e-2, "kernel": 7e-3}, method="device-profiler",  # above the 5 ms floor
+                          wall={"floor": 1.01e-2, "kernel": 1.2e-2})
     chip = _course_rows(tmp_path, gate=3, harness=harness)
     chip.measure_trio("beats-xla", slots[0].op, slots[0].shapes, slots[0].dtype, roofline.Cost(1e12, 1e9),
                       floor=lambda x: x, kernel=lambda x: x, ceiling=None, inputs=lambda seed: (float(seed),))
@@ -211,7 +211,7 @@ def test_a_row_written_before_rows_said_how_they_were_timed_shows_it_was_assumed
     rows = [json.loads(line) for line in path.read_text().splitlines()]
     for row in rows:  # as rows were written before they said how they were timed
         row["schema_version"] = 2
-        for name in ("timed_by", "wall_per_call", "dispatch_bound"):
+        for name in ("timed_by", "wall_per_call", "dispatch_bound", *rec.SAMPLING_FIELDS):
             del row[name]
     path.write_text("".join(json.dumps(row) + "\n" for row in rows))
     assert main.main(["bench", "--records", str(path)]) == 0

@@ -324,7 +324,7 @@ TESTED_THROUGH = {
     "core.source_location": "test_xray.py", "gates.criteria": "test_gates.py", "gates.judge": "test_gates.py",
     "gates.markers": "test_options_and_markers.py", "gates.provenance": "test_records.py",
     "gates.report": "test_gates.py", "gates.run": "test_gates.py", "gates.results": "test_gates.py",
-    "gates.context": "test_gates.py", "gates.floor": "test_gates.py", "gates.trio": "test_timer.py",
+    "gates.context": "test_gates.py", "gates.floor": "test_gates.py",
     "gates.sampling": "test_timer.py", "gates.ceiling_sweep": "test_sweeps.py", "gates.stats": "test_timer.py",
     "gates.device_runs": "test_gate_runs.py", "gates.json_lines": "test_records.py",
     "gates.placement": "test_gate_compute_alone.py",

@@ -98,5 +98,7 @@ def test_flash_attention_speed(gate_run, impl, slot, causal, backward):
     ceiling = gating.flash_ceiling(wrap, q_len=shape[2], kv_len=shape[2], head_dim=head_dim,
                                    itemsize=jax.numpy.dtype(slot.dtype).itemsize, backward=backward,
                                    chip=gate_run.chip, causal=causal)
+    # JAX's forward compiles to one custom call (flash_attention.1 on a v5e): timed as exactly that
     gate_run.measure_trio(CRITERIA, slot.op, slot.shapes, slot.dtype, cost, floor=wrap(floor),
-                          kernel=wrap(kernel), ceiling=ceiling, inputs=_inputs(shape, slot.dtype))
+                          kernel=wrap(kernel), ceiling=ceiling, inputs=_inputs(shape, slot.dtype),
+                          one_custom_call=() if backward else ("ceiling",))

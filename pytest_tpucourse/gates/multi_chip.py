@@ -12,7 +12,7 @@ from . import criteria as gate_criteria
 from . import judge, placement, stats, timer
 from . import records as rec
 from .results import GateResult, interval_text
-from .sampling import INPUT_SETS, measure_apart, timed_fields, wrong_output
+from .sampling import INPUT_SETS, draw_seeds, measure_apart, timed_fields, wrong_output
 
 
 def has_devices(run, criterion: str, op: str, shapes, dtype: str, count: int) -> bool:
@@ -122,7 +122,9 @@ def measure(run, criterion: str, op: str, shapes, dtype: str, cost: Cost | None,
     if have < devices:  # the compute alone on the one chip; the ring needs chips this run has not
         del both["kernel"]
     try:
-        sets = {name: [build(seed) for seed in range(INPUT_SETS)] for name, (_, build, _) in both.items()}
+        seeds = draw_seeds(INPUT_SETS)
+        sets = {name: [build(seed) for seed in seeds] for name, (_, build, _) in both.items()}
+        common["input_seeds"] = tuple(seeds)
         found = run._not_own_work([run._timed_kernel_work(fn, sets[name][0], cost, f"the timed {name}")
                                    for name, (fn, _, _) in both.items()])
         if found:
@@ -141,7 +143,7 @@ def measure(run, criterion: str, op: str, shapes, dtype: str, cost: Cost | None,
             timings = measure_apart(run.harness, {name: both[name][0] for name in both}, sets)
         except timer.ImplementationFailed as failure:
             return run._finish(_check_failure(run, failure.name, f"while timing: {failure}", common))
-        fresh = int(run_id[:8], 16)
+        fresh = draw_seeds(1)[0]
         for name, (fn, build, reference) in both.items():
             args = build(fresh)
             wrong = wrong_output(name, fn, [args], [reference(*args)], dtype)

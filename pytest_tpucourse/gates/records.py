@@ -21,7 +21,9 @@ A measured time also says how it was timed (`timed_by`, TIMING_METHODS): "device
 "wall-calls" (host wall time over N calls per sync, an empty sample's time taken off), with
 the host's wall time per call and whether the host was the bottleneck (`dispatch_bound`).
 Rows of schema 2 were written before rows said so: they are still read, as "wall-calls"
-(`timing_method`), and every table says that this was assumed (`timing_assumed`).
+(`timing_method`), and every table says that this was assumed (`timing_assumed`). Since schema 4
+a measured row also says how its samples were taken (SAMPLING_FIELDS): N and what sized it, the
+per-op device time, the MXU utilisation, a floor's XLA input regime and the seeds of its inputs.
 
 The honesty rule is enforced where a row is made: `Record` refuses `measured` from a CPU
 or from interpret mode, refuses a prediction with a verdict, refuses a time from an
@@ -52,9 +54,13 @@ from ..core.small_files import UnreadableFile, read_bytes
 from .criteria import GATE_NUMBERS, gate_range
 from .json_lines import append_line, locked
 
-SCHEMA_VERSION = 3  # 3: a measured time says how it was timed (timed_by, wall_per_call, dispatch_bound)
-READABLE_VERSIONS = (2, 3)  # a schema 2 row predates timed_by: read as "wall-calls", and said to be assumed
+SCHEMA_VERSION = 4  # 3: a measured time says how it was timed (timed_by, wall_per_call, dispatch_bound);
+# 4: and how its samples were taken (calls_per_sample, sized_by, ops, mxu, xla_regime, input_seeds)
+READABLE_VERSIONS = (2, 3, 4)  # a schema 2 row predates timed_by: read as "wall-calls", and said to be assumed
 TIMING_METHODS = ("device-profiler", "wall-calls")
+SIZED_BY = ("device-time", "host-time")  # what set N, the calls per sample (gates/timer.py)
+XLA_REGIMES = ("weights-fixed", "all-rotating")  # a floor's inputs while timed (gates/sampling.py)
+SAMPLING_FIELDS = ("calls_per_sample", "sized_by", "ops", "mxu", "xla_regime", "input_seeds")  # schema 4
 # device-profiler: per call, the summed device durations of the XLA programs the call ran, read
 #                  from the profiler's device trace (N calls per sample)
 # wall-calls:      host wall time of N calls and one sync, an empty sample's time taken off
@@ -73,6 +79,7 @@ TREES = ("exercises", "solutions")  # or "impl-root:<label>"
 TIMED_OUTPUT_CHECK = "timed-output-check"  # statistic of a row whose timed output was wrong
 SCHEDULE_CHECK = "schedule-check"  # statistic of a fail row whose kernel's program does not overlap its communication
 OWN_WORK = "own-work"  # statistic of a fail row whose kernel is not the graded tree's own (gates/own_work.py)
+BELOW_ROOFLINE = "below-roofline"  # statistic of a fail row whose time was below the chip's roofline floor
 PUBLIC_LINK = "public-link"  # statistic of a self-reported link row
 MAX_BYTES = 512 * 1024 * 1024  # a records file larger than this is read as one bad line, not loaded
 ROW_DEPTH = 8  # a row nests 3 deep (its shapes)
@@ -127,6 +134,12 @@ class Record:
     timed_by: str | None = None  # a measured time's method, one of TIMING_METHODS (schema 3)
     wall_per_call: float | None = None  # host wall seconds per call in the same samples
     dispatch_bound: bool | None = None  # the host issued calls slower than the device ran them
+    calls_per_sample: int | None = None  # N: the calls each sample of a measured time holds
+    sized_by: str | None = None  # what set N: one call's device time, or the host's clock (SIZED_BY)
+    ops: tuple[dict, ...] | None = None  # per-op device time per call: {"op", "kind", "seconds"}, longest first
+    mxu: dict | None = None  # {"model_flops", "executed_flops" (None: not known), "utilisation"} of a time
+    xla_regime: str | None = None  # a floor's inputs while timed (XLA_REGIMES)
+    input_seeds: tuple[int, ...] | None = None  # the seeds the timed input sets were drawn from
     id: str = field(default_factory=lambda: uuid.uuid4().hex)
     schema_version: int = SCHEMA_VERSION
 
@@ -136,6 +149,10 @@ class Record:
             object.__setattr__(self, "samples", tuple(float(s) for s in self.samples))
         if self.ratio_ci is not None:
             object.__setattr__(self, "ratio_ci", tuple(float(r) for r in self.ratio_ci))
+        if isinstance(self.ops, list):
+            object.__setattr__(self, "ops", tuple(self.ops))
+        if isinstance(self.input_seeds, list):
+            object.__setattr__(self, "input_seeds", tuple(self.input_seeds))
         if not self.date:
             object.__setattr__(self, "date", utc_now())
         self._check_types()
@@ -149,6 +166,7 @@ class Record:
         if self.method == "self-reported":
             self._check_link()
             self._check_timed_by()
+            self._check_sampling()
             return
         if self.verdict == "not-runnable":
             if self.method != "measured" or self.implementation == "floor" or self.value is not None:
@@ -179,6 +197,33 @@ class Record:
         if self.samples is not None and self.method != "measured":
             raise HonestyError(f"{self.test_id}: only a measured row carries timing samples")
         self._check_timed_by()
+        self._check_sampling()
+
+    def _check_sampling(self) -> None:
+        """How a measured time's samples were taken (schema 4): only a measured time says it."""
+        said = sorted(name for name in SAMPLING_FIELDS if getattr(self, name) is not None)
+        if said and (self.schema_version < 4 or self.method != "measured"):
+            raise ValueError(f"{self.test_id}: only a measured row of schema 4 says how its samples were "
+                             f"taken ({', '.join(said)} on a schema {self.schema_version} {self.method} row)")
+        if self.calls_per_sample is not None and self.calls_per_sample < 1:
+            raise ValueError(f"{self.test_id}: calls_per_sample is at least 1, got {self.calls_per_sample!r}")
+        if self.sized_by is not None:
+            _one_of("sized_by", self.sized_by, SIZED_BY)
+        if self.xla_regime is not None:
+            _one_of("xla_regime", self.xla_regime, XLA_REGIMES)
+        for op in self.ops or ():
+            if not (isinstance(op, dict) and set(op) == {"op", "kind", "seconds"} and isinstance(op["op"], str)
+                    and isinstance(op["kind"], str) and _is_seconds(op["seconds"])):
+                raise ValueError(f"{self.test_id}: an op of the breakdown is {{'op': name, 'kind': kind, "
+                                 f"'seconds': s >= 0}}, got {op!r}")
+        if self.mxu is not None and not (
+                set(self.mxu) == {"model_flops", "executed_flops", "utilisation"}
+                and all(v is None or _is_seconds(v) for v in self.mxu.values()) and self.mxu["model_flops"] is not None):
+            raise ValueError(f"{self.test_id}: mxu is {{'model_flops', 'executed_flops', 'utilisation'}}, "
+                             f"numbers >= 0 (executed_flops or utilisation None where not known), got {self.mxu!r}")
+        if self.input_seeds is not None and not all(isinstance(s, int) and not isinstance(s, bool) and s >= 0
+                                                    for s in self.input_seeds):
+            raise ValueError(f"{self.test_id}: input_seeds are integers >= 0, got {self.input_seeds!r}")
 
     def _check_timed_by(self) -> None:
         """A measured time of schema 3 says how it was timed; nothing else says so."""
@@ -251,7 +296,7 @@ class Record:
     def to_json(self) -> str:
         row = dataclasses.asdict(self)
         row["shapes"] = [list(s) for s in self.shapes]
-        for name in ("samples", "ratio_ci"):
+        for name in ("samples", "ratio_ci", "ops", "input_seeds"):
             if row[name] is not None:
                 row[name] = list(row[name])
         return json.dumps(row, sort_keys=True, allow_nan=False)
@@ -283,8 +328,15 @@ _FIELD_TYPES = {
     "cost": (dict, type(None)), "date": str, "jax": str, "jaxlib": str, "libtpu": (str, type(None)),
     "git_commit": (str, type(None)), "git_dirty": (bool, type(None)), "modules": dict, "notes": str,
     "id": str, "rehearsal": bool, "timed_by": (str, type(None)), "wall_per_call": _NUMBER + (type(None),),
-    "dispatch_bound": (bool, type(None)), "schema_version": int,
+    "dispatch_bound": (bool, type(None)), "schema_version": int, "calls_per_sample": (int, type(None)),
+    "sized_by": (str, type(None)), "ops": (tuple, type(None)), "mxu": (dict, type(None)),
+    "xla_regime": (str, type(None)), "input_seeds": (tuple, type(None)),
 }
+
+
+def _is_seconds(value) -> bool:
+    """A finite number >= 0 (seconds, FLOPs or a share), not a bool."""
+    return isinstance(value, (int, float)) and not isinstance(value, bool) and math.isfinite(value) and value >= 0
 
 
 def _as_tuple(types) -> tuple:

@@ -14,7 +14,7 @@ from pathlib import Path
 
 from .. import chips
 from ..core.course import EXERCISES
-from . import criteria, judge, placement
+from . import criteria, device_ops, judge, placement
 from . import records as rec
 from .provenance import code_at_commit, module_hashes
 
@@ -307,6 +307,26 @@ def timed_by_label(r: rec.Record) -> str:
     return label + (", dispatch-bound" if r.dispatch_bound else "")
 
 
+def sampling_label(r: rec.Record) -> str:
+    """N, the calls per sample, and what sized it: "14 (device time)"; "" for a row that does not say."""
+    if r.calls_per_sample is None:
+        return ""
+    return f"{r.calls_per_sample}" + (f" ({r.sized_by.replace('-', ' ')})" if r.sized_by else "")
+
+
+def mxu_label(r: rec.Record) -> str:
+    """The MXU's share of the chip's peak a time means at the op's model FLOPs (and the FLOPs executed, where known)."""
+    if not r.mxu or r.mxu.get("utilisation") is None:
+        return ""
+    executed = r.mxu.get("executed_flops")
+    return f"{r.mxu['utilisation']:.0%}" + (f" ({executed:.3g} FLOPs executed)" if executed is not None else "")
+
+
+def ops_label(r: rec.Record) -> str:
+    """The per-op device time of a measured row, longest ops first."""
+    return device_ops.describe(r.ops) if r.ops else ""
+
+
 def commit_label(r: rec.Record) -> str:
     """The commit whose code ran, shortened, marked when the checkout differed from it."""
     if not r.git_commit:
@@ -333,7 +353,11 @@ def bench_readme(loaded: Loaded, *, course_root: Path | None = None, source: str
         "\"predicted floor\" column. \"timed by\" says how a time was taken: `device-profiler` (the device",
         "time of the programs a call ran, from the profiler's device trace) or `wall-calls` (host wall",
         "time over N calls per sync); \"dispatch-bound\" marks a time the host could not issue calls fast",
-        "enough for. Every row was re-judged when this page was made; rows that failed re-judging are",
+        "enough for. \"N\" is the calls each sample holds and what sized it (one call's device time, or the",
+        "host's clock); \"MXU\" the share of the chip's peak FLOP/s the time means at the op's model FLOPs.",
+        "Under each chip, every measured row's per-op device time: the ops the device ran in its calls",
+        "(the kernel's custom call, XLA's fusions, copies, prefetches), median device time per call.",
+        "Every row was re-judged when this page was made; rows that failed re-judging are",
         "listed as rejected. Failed rows are never deleted and are listed below.",
         "",
         "Gate 00 on a GPU: `bench/device_gate00.sh` installs the course on a machine with a GPU (no",
@@ -360,7 +384,7 @@ def bench_readme(loaded: Loaded, *, course_root: Path | None = None, source: str
                 out.append(f"| {g.number:02d} {g.title} | {c.text} | {g.words}'s | {shown} |")
         columns = ("gate", "criterion", "op", "shapes", "dtype", "implementation", "what", "value", "spread",
                    "rounds", "timed by", "÷ floor", "÷ ceiling", "÷ compute alone", "95% interval", "verdict",
-                   "predicted floor", "date", "device kind", "jax", "commit")
+                   "predicted floor", "date", "device kind", "jax", "commit", "N", "MXU")
         out += ["", "| " + " | ".join(columns) + " |", "|" + "---|" * len(columns)]
         for shown in (s for s in rows_shown(records) if s.record.chip == chip):
             r = shown.record
@@ -372,9 +396,16 @@ def bench_readme(loaded: Loaded, *, course_root: Path | None = None, source: str
                 f"{_us(r.spread) if r.unit == 's' else ''} | {len(r.samples) if r.samples else ''} | "
                 f"{timed_by_label(r)} | {_ratio(r.ratio_to_floor)} | {_ratio(r.ratio_to_ceiling)} | "
                 f"{_ratio(r.ratio_to_compute_alone)} | {interval} | {r.verdict} | {predicted} | {r.date[:10]} | "
-                f"{r.device_kind if r.method == 'measured' else ''} | {r.jax} | {commit_label(r)} |"
+                f"{r.device_kind if r.method == 'measured' else ''} | {r.jax} | {commit_label(r)} | "
+                f"{sampling_label(r)} | {mxu_label(r)} |"
             )
         out.append("")
+        broken_down = [s.record for s in rows_shown(records) if s.record.chip == chip and s.record.ops]
+        if broken_down:
+            out += [f"### Per-op device time on {chip}", ""]
+            out += [f"- gate {r.gate:02d} {r.criterion} {r.op} {r.dtype} {r.implementation}: {ops_label(r)}"
+                    for r in broken_down]
+            out.append("")
     links = [r for r in records if r.method == "self-reported"]
     if links:
         out += ["## Public links (self-reported)", ""]

@@ -253,16 +253,20 @@ class GateRun:
         return floor.measure(self, criterion, op, shapes, dtype, cost, fn, inputs)
 
     def measure_trio(self, criteria, op: str, shapes, dtype: str, cost: Cost | None, *, floor, kernel,
-                     ceiling, inputs, tpu_only=("kernel", "ceiling")) -> GateResult:
+                     ceiling, inputs, tpu_only=("kernel", "ceiling"), weights=(), one_custom_call=(),
+                     also=None) -> GateResult:
         """Time floor (XLA), kernel and ceiling in the same rounds; judge the kernel by `criteria` (trio.py).
 
         criteria: a speed criterion id of this gate, or several. ceiling: a function, or {label:
         function} candidates of which the fastest correct one on this chip is the ceiling. kernel
         or ceiling None, or named in tpu_only off a TPU, is not runnable here. inputs(seed) builds
-        one input set: operands for all three.
+        one input set: operands for all three. weights: the operand indices XLA is also timed with
+        fixed (the floor is the faster regime). one_custom_call: implementations that must time as
+        one custom call. also: {label: function} further XLA programs said on the floor's row.
         """
         return trio.measure(self, criteria, op, shapes, dtype, cost, floor=floor, kernel=kernel, ceiling=ceiling,
-                            inputs=inputs, tpu_only=tpu_only)
+                            inputs=inputs, tpu_only=tpu_only, weights=weights, one_custom_call=one_custom_call,
+                            also=also)
 
     def measure_against_compute_alone(self, criterion: str, op: str, shapes, dtype: str, cost: Cost | None,
                                       *, kernel, compute_alone, kernel_inputs, compute_alone_inputs,

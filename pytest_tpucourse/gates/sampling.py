@@ -1,22 +1,83 @@
-"""The timed inputs of a gate call and the checks on them: how many input sets rotate, an
-implementation's outputs against its reference's, several implementations on inputs of their own
-timed in the same rounds, and a Timing's method as its row states it."""
+"""The timed inputs of a gate call and the checks on them: how many input sets rotate and the
+seeds they are drawn from, an implementation's outputs against its reference's, XLA's two
+input regimes, several implementations on inputs of their own timed in the same rounds, and a
+Timing as its row states it (method, N, per-op device time, MXU utilisation).
+
+Timed inputs are drawn from seeds drawn afresh for each measurement (`draw_seeds`), when it
+starts: no kernel can hold answers for inputs fixed in advance, and the outputs are checked on
+those very inputs before and after timing, then on a set of a further fresh seed.
+"""
 
 from __future__ import annotations
 
+import os
+
 from ..core.outcomes import RAISED_BY_GRADED_CODE
-from . import judge, stats
+from . import device_ops, judge, stats
 from . import records as rec
+from .timer import SIZED_BY_HOST
 
 INPUT_SETS = 3  # input sets each implementation is timed on, rotating
+SEED_BITS = 31  # a drawn seed is below 2**31: numpy's and JAX's generators take it as it is
+WEIGHTS_FIXED, ALL_ROTATING = rec.XLA_REGIMES  # an XLA floor's two input regimes
+# The system's entropy as this module found it when imported (the session binds it before any graded
+# import): graded code that replaces os.urandom, secrets or random later cannot choose the seeds.
+_urandom = os.urandom
 
 
-def timed_fields(timing) -> dict:
-    """How a Timing was taken, as its row says it (records.TIMING_METHODS).
+def draw_seeds(count: int) -> list[int]:
+    """Seeds no code could know before the measurement: drawn from the system's entropy now."""
+    return [int.from_bytes(_urandom(4), "little") >> (32 - SEED_BITS) for _ in range(count)]
 
-    A harness that does not say timed wall-calls, the only method there was before. The
-    dispatch_bound of a device-trace time is the judge's rule applied to the Timing's own wall
-    time per call and median, so the row always survives re-judging.
+
+def weights_fixed(fn, first_set: tuple, weights):
+    """fn with the operands at the `weights` indices taken from `first_set` on every call: one
+    weight array throughout, as a model's step sees it, the other operands rotating."""
+    fixed = {i: first_set[i] for i in weights}
+
+    def call(*args):
+        return fn(*(fixed.get(i, a) for i, a in enumerate(args)))
+    return call
+
+
+def compiled_text(fn, args) -> str | None:
+    """The optimized HLO of fn's one compiled program (fn a jitted function), as this backend
+    compiles it for these args; None where fn is not one jitted program (a sequence of several)
+    or the program cannot be shown."""
+    lower = getattr(fn, "lower", None)
+    if lower is None:
+        return None
+    try:
+        return lower(*args).compile().as_text()
+    except Exception:  # noqa: BLE001 - a program XLA cannot show is said as unknown, never a failure
+        return None
+
+
+def chip_peak(chip, dtype: str) -> float | None:
+    """One device's peak FLOP/s for matmuls in dtype, None where the chip publishes none."""
+    try:
+        return chip.per_device().peak_for(dtype)
+    except ValueError:
+        return None
+
+
+def mxu_fields(flops: float, seconds: float, peak: float | None, executed: float | None = None) -> dict | None:
+    """A time's MXU utilisation as a row keeps it: the op's model FLOPs per (time x the chip's peak
+    FLOP/s); None for an op without FLOPs or a dtype without a published peak."""
+    if not flops or not seconds:
+        return None
+    return {"model_flops": float(flops), "executed_flops": None if executed is None else float(executed),
+            "utilisation": None if not peak else float(flops / (seconds * peak))}
+
+
+def timed_fields(timing, known: dict | None = None) -> dict:
+    """How a Timing was taken, as its row says it (records.TIMING_METHODS): its method, the host's
+    wall time per call, whether the host was the bottleneck, N and what set it, and the per-op
+    device time of its samples (device_ops.py; `known`: the kinds of the compiled program's instructions).
+
+    A harness that does not say timed wall-calls, the only method there was before, and sized N
+    by the host's clock. The dispatch_bound of a device-trace time is the judge's rule applied
+    to the Timing's own wall time per call and median, so the row always survives re-judging.
     """
     method = getattr(timing, "method", rec.ASSUMED_TIMING)
     wall = getattr(timing, "wall_per_call", None)  # one per sample: the row keeps their median
@@ -27,7 +88,9 @@ def timed_fields(timing) -> dict:
         bound = judge.dispatch_bound(wall, timing.summary.median)
     else:
         bound = bool(getattr(timing, "dispatch_bound", False))
-    return dict(timed_by=method, wall_per_call=wall, dispatch_bound=bound)
+    return dict(timed_by=method, wall_per_call=wall, dispatch_bound=bound,
+                calls_per_sample=int(timing.calls_per_sample), sized_by=getattr(timing, "sized_by", SIZED_BY_HOST),
+                ops=device_ops.as_row(getattr(timing, "ops", ()), known))
 
 
 def measure_apart(harness, fns: dict, sets: dict) -> dict:

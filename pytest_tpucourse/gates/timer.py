@@ -24,10 +24,17 @@ What each choice protects against (docs/gates.md says it at length):
     ran, each sample exactly N repetitions of its implementation's sequence
     (`split_samples`). A trace that is not exactly that (another program ran, events dropped,
     more than one device) is not guessed at: the harness goes back to one trace per sample.
-  - N calls per sample, N chosen so one sample lasts about SAMPLE_SECONDS of wall time. Each
-    timing keeps the wall time per call beside the device time: where the host could not issue
-    calls as fast as the device ran them (wall above DISPATCH_BOUND x device), the kernel is
-    dispatch-bound and its timing says so; its device time is still the op's.
+  - N calls per sample, N chosen so one sample holds about SAMPLE_SECONDS of the op's own time:
+    with a device trace, from the device time of one call read off the trace that gives the
+    call's programs (the host's sync, 0.5-3 ms on a v5e host and noisy by several times, would
+    clamp N at its ceiling: 1000 calls of a 738 us matmul, 0.74 s a sample); without one, from the
+    fastest warm-up call on the host's clock, an empty call's time taken off. The timing says
+    which (`sized_by`). Each timing keeps the wall time per call beside the device time: where
+    the host could not issue calls as fast as the device ran them (wall above DISPATCH_BOUND x
+    device), the kernel is dispatch-bound and its timing says so; its device time is still the op's.
+  - Per-op device time: the ops the device ran inside each program (the trace's "XLA Ops" line:
+    the kernel's custom call, fusions, copies, prefetches) are summed per sample like the
+    programs, and a timing keeps each op's median per call (`ops`), read off the same samples.
   - The input sets rotate within a sample and from sample to sample, so no cache is flattered
     by the same operands twice in a row.
   - Floor, kernel and ceiling are interleaved round by round, the order rotating each round:
@@ -44,11 +51,13 @@ tests with a fake clock; no test asserts on real time.
 
 from __future__ import annotations
 
+import bisect
 import gc
 import math
 import time
 from dataclasses import dataclass
 from pathlib import Path
+from typing import NamedTuple
 
 import pytest
 
@@ -82,6 +91,26 @@ class ImplementationFailed(TimingError):
 DEVICE_PROFILER = "device-profiler"  # samples: the device's own durations, from the profiler's trace
 WALL_CALLS = "wall-calls"  # samples: N calls per sync on the host's clock, an empty sample taken off
 METHODS = (DEVICE_PROFILER, WALL_CALLS)
+SIZED_BY_DEVICE = "device-time"  # N from one call's device time, read off the trace
+SIZED_BY_HOST = "host-time"  # N from the fastest warm-up call on the host's clock, an empty call's time off
+
+
+class OpTime(NamedTuple):
+    """One op the device ran inside a program: its name, its category where the trace gives one
+    ("" otherwise), and its device seconds (per call, in a Timing's breakdown)."""
+
+    name: str
+    category: str
+    seconds: float
+
+
+class DeviceEvent(NamedTuple):
+    """One XLA program the device ran: its name, device seconds, and the ops the device ran
+    inside it (OpTime, from the same device plane's op line; empty where the trace has none)."""
+
+    program: str
+    seconds: float
+    ops: tuple = ()
 
 
 @dataclass(frozen=True)
@@ -96,6 +125,9 @@ class Timing:
     method: str = WALL_CALLS
     wall_per_call: tuple[float, ...] = ()  # host wall seconds per call, one per sample (device-profiler)
     traces: int = 0  # profiler traces the measurement took (device-profiler: blocks of rounds, or one per sample)
+    sized_by: str = SIZED_BY_HOST  # what set calls_per_sample: one call's device time, or the host's clock
+    ops: tuple[OpTime, ...] = ()  # per-op device seconds per call: each op's median over the samples
+    programs: tuple[str, ...] = ()  # the XLA programs one call runs, in order, where the trace listed them
 
     @property
     def summary(self) -> stats.Summary:
@@ -112,7 +144,8 @@ class Timing:
         s = self.summary
         if self.method == DEVICE_PROFILER:
             text = (f"device time from the profiler's trace (XLA programs' durations on the device); {s.rounds} "
-                    f"rounds of {self.calls_per_sample} calls, interleaved; stopped: {self.stopped}")
+                    f"rounds of {self.calls_per_sample} calls ({_sized_words(self.sized_by)}), interleaved; "
+                    f"stopped: {self.stopped}")
             if self.traces:
                 text += (f"; {self.traces} traces for the measurement's samples "
                          + ("(rounds traced together)" if self.traces < s.rounds else "(one per sample)"))
@@ -146,6 +179,7 @@ class Harness:
         self.budget = BUDGET_SECONDS if budget is None else budget
         self.target = TARGET_HALF_WIDTH if target is None else target
         self._device_clock_seen = False  # the device clock has recorded device time here (then kept)
+        self._separator: tuple[str, ...] = ()  # the programs an empty call runs, as the device trace names them
 
     def measure(self, fns: dict, input_sets: list[tuple]) -> dict[str, Timing]:
         """{name: Timing} for every implementation, timed in the same interleaved rounds, at JAX's default
@@ -165,13 +199,21 @@ class Harness:
         overhead, dispatch = self._baseline()
         calls = {name: _attributed(name, lambda: self._warm_up(fn, input_sets, overhead))
                  for name, fn in fns.items()}
+        sized_by = SIZED_BY_HOST
         samples: dict[str, list[float]] = {name: [] for name in fns}
         walls: dict[str, list[float]] = {name: [] for name in fns}
+        ops: dict[str, list[dict]] = {name: [] for name in fns}  # per sample: op -> (category, seconds per call)
         method = DEVICE_PROFILER if self._device_trace_records() else WALL_CALLS
-        # one trace per block of rounds where each call's programs are known and the trace can be cut
-        patterns = (self._call_patterns(fns, input_sets)
-                    if method == DEVICE_PROFILER and self.flush is None and hasattr(self.device_clock, "events")
-                    else None)
+        patterns = None
+        if method == DEVICE_PROFILER:
+            # one trace per block of rounds where each call's programs are known and the trace can be cut
+            patterns, one_call = (self._call_patterns(fns, input_sets)
+                                  if self.flush is None and hasattr(self.device_clock, "events")
+                                  else (None, self._one_call_device_times(fns, input_sets)))
+            if all(one_call.get(name) for name in fns):
+                calls = {name: self._calls_for(one_call[name]) for name in fns}
+                sized_by = SIZED_BY_DEVICE
+        programs = dict(patterns or {})  # kept for the timings, whatever becomes of the block traces
         names, stopped = list(fns), "max-rounds"
         traces = 0  # device-profiler traces of the rounds, shared by every implementation they hold
 
@@ -179,13 +221,15 @@ class Harness:
             shift = round_ % len(names)
             return names[shift:] + names[:shift]
 
-        def keep(name: str, per_call: float, wall: float | None) -> None:
+        def keep(name: str, per_call: float, wall: float | None, sample_ops: dict | None = None) -> None:
             if not per_call > 0:
                 raise TimingError(f"{name}: {calls[name]} calls timed at {per_call:.3g} s each once the "
                                   f"empty sample's {overhead:.3g} s is taken off: nothing measurable")
             samples[name].append(per_call)
             if wall is not None:
                 walls[name].append(wall / calls[name])
+            if sample_ops:
+                ops[name].append(sample_ops)
 
         collecting = gc.isenabled()
         gc.collect()
@@ -204,8 +248,8 @@ class Harness:
                     patterns)
                 traces += patterns is not None
                 if traced is not None:
-                    for name, per_call, wall in traced:
-                        keep(name, per_call, wall)
+                    for name, per_call, wall, sample_ops in traced:
+                        keep(name, per_call, wall, sample_ops)
                 else:
                     patterns = None  # a trace that could not be cut: one trace per sample from here on
                     for r in range(round_, round_ + block):
@@ -225,7 +269,8 @@ class Harness:
             if collecting:
                 gc.enable()
         return {name: Timing(tuple(samples[name]), calls[name], overhead, dispatch, stopped, method,
-                             tuple(walls[name]), traces if method == DEVICE_PROFILER else 0) for name in fns}
+                             tuple(walls[name]), traces if method == DEVICE_PROFILER else 0, sized_by,
+                             op_breakdown(ops[name]), programs.get(name, ())) for name in fns}
 
     def _sample(self, fn, name: str, input_sets, round_: int, n: int, method: str,
                 overhead: float) -> tuple[float, float | None]:
@@ -240,22 +285,72 @@ class Harness:
         total = _attributed(name, lambda: self._time_calls(fn, input_sets, round_, n))
         return (total - overhead) / n, None
 
-    def _call_patterns(self, fns: dict, input_sets) -> dict[str, tuple[str, ...]] | None:
-        """The XLA programs one call of each implementation runs on the device, in order (one trace
-        each); None where a trace cannot say (no event, or more than one device)."""
-        patterns = {}
+    def _call_patterns(self, fns: dict, input_sets) -> tuple[dict[str, tuple[str, ...]] | None, dict]:
+        """The XLA programs one call of each implementation runs on the device, in order, or None where
+        a trace cannot say (no event, or more than one device); and the device seconds of that call
+        per implementation, where the trace gave them. One trace holds a call of each, an empty call
+        before, between and after them (`_separated_patterns`); where that trace cannot be cut, one
+        trace each."""
+        found = self._separated_patterns(fns, input_sets)
+        if found is not None:
+            return found
+        patterns, seconds = {}, {}
         for name, fn in fns.items():
             events = _attributed(name, lambda: self.device_clock.events(
                 lambda: self._time_calls(fn, input_sets, 0, 1)))
             if not events:
+                return None, {**seconds, **self._one_call_device_times(
+                    {n: f for n, f in fns.items() if n not in seconds}, input_sets)}
+            patterns[name] = tuple(event[0] for event in events)
+            seconds[name] = sum(event[1] for event in events)
+        return patterns, seconds
+
+    def _separated_patterns(self, fns: dict, input_sets) -> tuple[dict, dict] | None:
+        """_call_patterns from one trace: a call of each implementation between empty calls, cut at the
+        empty call's programs (`_separator`, read when the device check traced it). None unless the
+        trace holds exactly one separator before, between and after the calls and a program in every gap."""
+        empty, args = self._empty_call()
+        separator = self._separator
+
+        def work():
+            self.sync(empty(*args))
+            for name, fn in fns.items():
+                _attributed(name, lambda: self._time_calls(fn, input_sets, 0, 1))
+                self.sync(empty(*args))
+
+        if not separator:
+            return None
+        events = self.device_clock.events(work)
+        if not events:
+            return None
+        gaps, size = [], len(separator)
+        starts = [i for i in range(len(events) - size + 1)
+                  if tuple(event[0] for event in events[i:i + size]) == separator]
+        if len(starts) != len(fns) + 1 or starts[0] != 0 or starts[-1] != len(events) - size:
+            return None
+        for first, second in zip(starts, starts[1:]):
+            gap = events[first + size:second]
+            if not gap:
                 return None
-            patterns[name] = tuple(program for program, _ in events)
-        return patterns
+            gaps.append(gap)
+        patterns = {name: tuple(event[0] for event in gap) for name, gap in zip(fns, gaps)}
+        return patterns, {name: sum(event[1] for event in gap) for name, gap in zip(fns, gaps)}
+
+    def _one_call_device_times(self, fns: dict, input_sets) -> dict[str, float | None]:
+        """Device seconds of one call of each implementation (one trace each), None where the trace has none."""
+        return {name: _attributed(name, lambda: self.device_clock.time(lambda: self._time_calls(fn, input_sets, 0, 1)))
+                for name, fn in fns.items()}
+
+    def _calls_for(self, per_call: float) -> int:
+        """N: the calls that hold about sample_seconds of per_call seconds each, 1 to MAX_CALLS_PER_SAMPLE."""
+        per_call = max(per_call, self.sample_seconds / MAX_CALLS_PER_SAMPLE)
+        return max(1, min(MAX_CALLS_PER_SAMPLE, math.ceil(self.sample_seconds / per_call)))
 
     def _traced_rounds(self, fns: dict, input_sets, calls: dict, plan: list[tuple[int, str]],
-                       patterns: dict) -> list[tuple[str, float, float]] | None:
+                       patterns: dict) -> list[tuple[str, float, float, dict]] | None:
         """The samples of `plan` ((round, implementation) in the order they run) from one trace:
-        (name, device seconds per call, host wall seconds); None where the trace cannot be cut into them."""
+        (name, device seconds per call, host wall seconds, {op: (category, seconds per call)}); None
+        where the trace cannot be cut into them."""
         walls = []
 
         def work():
@@ -263,11 +358,12 @@ class Harness:
                 walls.append(_attributed(name, lambda: self._time_calls(fns[name], input_sets, round_, calls[name])))
 
         events = self.device_clock.events(work)
-        per_call = None if events is None else split_samples(
-            events, [(patterns[name], calls[name]) for _, name in plan])
-        if per_call is None:
+        runs = [(patterns[name], calls[name]) for _, name in plan]
+        chunks = None if events is None else _cut(events, runs)
+        if chunks is None:
             return None
-        return [(name, seconds, wall) for (_, name), seconds, wall in zip(plan, per_call, walls)]
+        return [(name, sum(event[1] for event in chunk) / n, wall, ops_per_call(chunk, n))
+                for (_, name), (_, n), chunk, wall in zip(plan, runs, chunks, walls)]
 
     def _time_calls(self, fn, input_sets, first: int, n: int) -> float:
         """Seconds for n calls (input sets rotating) and one sync at the end."""
@@ -285,9 +381,20 @@ class Harness:
         if self.device_clock is None:
             return False
         if not self._device_clock_seen:
-            empty, args = self._empty or _empty_call()
-            self._device_clock_seen = self.device_clock.time(lambda: self.sync(empty(*args))) is not None
+            empty, args = self._empty_call()
+            events = (self.device_clock.events(lambda: self.sync(empty(*args)))
+                      if hasattr(self.device_clock, "events") else None)
+            self._separator = tuple(event[0] for event in events or ())
+            # no program list (several devices' planes, say): whether the trace holds device time at all
+            self._device_clock_seen = bool(events) or (
+                self.device_clock.time(lambda: self.sync(empty(*args))) is not None)
         return self._device_clock_seen
+
+    def _empty_call(self):
+        """(an empty jitted call, its args): the one the harness was given, else its own, made once."""
+        if self._empty is None:
+            self._empty = _empty_call()
+        return self._empty
 
     def _device_time_of_calls(self, fn, input_sets, first: int, n: int) -> tuple[float, float | None]:
         """(host wall seconds, device seconds) of n calls and one sync, traced by the device clock."""
@@ -301,7 +408,7 @@ class Harness:
 
     def _baseline(self) -> tuple[float, float]:
         """(one empty sample's seconds, an empty call's seconds when N share one sync)."""
-        empty, args = self._empty or _empty_call()
+        empty, args = self._empty_call()
         self.sync(empty(*args))
         overhead = stats.median(self._time_calls(empty, [args], 0, 1) for _ in range(5))
         n = 100
@@ -309,13 +416,13 @@ class Harness:
         return overhead, dispatch
 
     def _warm_up(self, fn, input_sets, overhead: float) -> int:
-        """Call fn until WARMUP seconds pass; return N, the calls per sample."""
+        """Call fn until WARMUP seconds pass; return N by the host's clock (a device trace, where there
+        is one, sets N afresh from one call's device time)."""
         start, fastest, calls = self.clock(), math.inf, 0
         while calls < 3 or self.clock() - start < self.warmup:
             fastest = min(fastest, self._time_calls(fn, input_sets, calls, 1) - overhead)
             calls += 1
-        per_call = max(fastest, self.sample_seconds / MAX_CALLS_PER_SAMPLE)
-        return max(1, min(MAX_CALLS_PER_SAMPLE, math.ceil(self.sample_seconds / per_call)))
+        return self._calls_for(fastest)
 
 
 def _named(name: str, fn):
@@ -344,11 +451,16 @@ def _block_until_ready(out) -> None:
     jax.block_until_ready(out)
 
 
+def _tpucourse_separator(x):
+    """The harness's empty call: its program's name (jit__tpucourse_separator) marks the gaps of a trace."""
+    return x + 1
+
+
 def _empty_call():
     import jax
     import jax.numpy as jnp
 
-    return jax.jit(lambda x: x + 1), (jnp.zeros((), jnp.float32),)
+    return jax.jit(_tpucourse_separator), (jnp.zeros((), jnp.float32),)
 
 
 def l2_flusher():
@@ -371,15 +483,16 @@ class ProfilerDeviceClock:
     durations the device itself recorded. None where the trace holds no such event."""
 
     LINE = "XLA Modules"
+    OPS_LINE = "XLA Ops"  # the ops each program ran, on the same device plane
 
     def time(self, work) -> float | None:
         profile = self._trace(work)
         return None if profile is None else device_seconds(profile, self.LINE)
 
-    def events(self, work) -> list[tuple[str, float]] | None:
-        """The device's XLA program events of the work, in the order they ran: (program, seconds)."""
+    def events(self, work) -> list[DeviceEvent] | None:
+        """The device's XLA program events of the work, in the order they ran, each with its ops."""
         profile = self._trace(work)
-        return None if profile is None else device_events(profile, self.LINE)
+        return None if profile is None else device_events(profile, self.LINE, self.OPS_LINE)
 
     @staticmethod
     def _trace(work):
@@ -399,14 +512,16 @@ class ProfilerDeviceClock:
             return jax.profiler.ProfileData.from_file(str(traces[-1]))
 
 
-def _device_plane_events(profile, line_name: str) -> list[list]:
-    """The events on the `line_name` line of each device plane that has any, one list per plane."""
+def _device_plane_events(profile, line_name: str, *also: str) -> list[list]:
+    """The events on the `line_name` line of each device plane that has any, one list per plane
+    (followed, for each name in `also`, by that plane's events on the line of that name)."""
     planes = []
     for plane in profile.planes:
         if plane.name.startswith("/device:"):
-            events = [event for line in plane.lines if line.name == line_name for event in line.events]
-            if events:
-                planes.append(events)
+            lines = [[event for line in plane.lines if line.name == name for event in line.events]
+                     for name in (line_name, *also)]
+            if lines[0]:
+                planes.append(lines[0] if not also else lines)
     return planes
 
 
@@ -416,29 +531,85 @@ def device_seconds(profile, line_name: str = ProfilerDeviceClock.LINE) -> float 
     return sum(event.duration_ns * 1e-9 for events in planes for event in events) if planes else None
 
 
-def device_events(profile, line_name: str = ProfilerDeviceClock.LINE) -> list[tuple[str, float]] | None:
-    """(program, seconds) of each event on the `line_name` line of the one device plane that has any, in
-    the order they started; None when no device plane or more than one has such events."""
-    planes = _device_plane_events(profile, line_name)
+def device_events(profile, line_name: str = ProfilerDeviceClock.LINE,
+                  ops_line: str = ProfilerDeviceClock.OPS_LINE) -> list[DeviceEvent] | None:
+    """The events on the `line_name` line of the one device plane that has any, in the order they
+    started, each with the ops of the `ops_line` line that started inside it; None when no device
+    plane or more than one has such events."""
+    planes = _device_plane_events(profile, line_name, ops_line)
     if len(planes) != 1:
         return None
-    return [(event.name, event.duration_ns * 1e-9) for event in sorted(planes[0], key=lambda e: e.start_ns)]
+    [(programs, ops)] = planes
+    ops = sorted(ops, key=lambda e: e.start_ns)
+    starts = [op.start_ns for op in ops]
+    found = []
+    for event in sorted(programs, key=lambda e: e.start_ns):
+        inside = ops[bisect.bisect_left(starts, event.start_ns):bisect.bisect_right(
+            starts, event.start_ns + event.duration_ns)]
+        found.append(DeviceEvent(event.name, event.duration_ns * 1e-9,
+                                 tuple(OpTime(op.name, _category(op), op.duration_ns * 1e-9) for op in inside)))
+    return found
 
 
-def split_samples(events: list[tuple[str, float]], runs: list[tuple[tuple[str, ...], int]]) -> list[float] | None:
+def _category(event) -> str:
+    """The op's category where the trace says it (the "hlo_category" stat), else ""."""
+    try:
+        for key, value in event.stats:
+            if key == "hlo_category":
+                return str(value)
+    except (TypeError, ValueError, AttributeError):
+        pass
+    return ""
+
+
+def _sized_words(sized_by: str) -> str:
+    return ("N from one call's device time" if sized_by == SIZED_BY_DEVICE
+            else "N from the host's clock")
+
+
+def split_samples(events: list, runs: list[tuple[tuple[str, ...], int]]) -> list[float] | None:
     """Device seconds per call of each run, from one trace's events in order: run i is `calls`
     repetitions of its `pattern` (the programs one call runs). None unless the events are exactly
-    the runs' patterns, one after another, with nothing left over: a trace is never guessed at."""
-    per_call, at = [], 0
+    the runs' patterns, one after another, with nothing left over: a trace is never guessed at.
+    An event is (program, seconds) or a DeviceEvent."""
+    chunks = _cut(events, runs)
+    return None if chunks is None else [sum(event[1] for event in chunk) / calls
+                                        for chunk, (_, calls) in zip(chunks, runs)]
+
+
+def _cut(events: list, runs: list[tuple[tuple[str, ...], int]]) -> list[list] | None:
+    """The events of each run (split_samples), or None unless they are exactly the runs' patterns."""
+    chunks, at = [], 0
     for pattern, calls in runs:
         size = len(pattern) * calls
         chunk = events[at:at + size]
-        if not pattern or len(chunk) != size or any(program != pattern[i % len(pattern)]
-                                                    for i, (program, _) in enumerate(chunk)):
+        if not pattern or len(chunk) != size or any(event[0] != pattern[i % len(pattern)]
+                                                    for i, event in enumerate(chunk)):
             return None
-        per_call.append(sum(seconds for _, seconds in chunk) / calls)
+        chunks.append(chunk)
         at += size
-    return per_call if at == len(events) else None
+    return chunks if at == len(events) else None
+
+
+def ops_per_call(events: list, calls: int) -> dict[str, tuple[str, float]]:
+    """{op: (category, device seconds per call)} of the ops inside these program events."""
+    found: dict[str, tuple[str, float]] = {}
+    for event in events:
+        for op in (event[2] if len(event) > 2 else ()):
+            category, seconds = found.get(op.name, (op.category, 0.0))
+            found[op.name] = (category or op.category, seconds + op.seconds / calls)
+    return found
+
+
+def op_breakdown(samples: list[dict]) -> tuple[OpTime, ...]:
+    """Each op's median device seconds per call over the samples that have a breakdown (an op
+    missing from a sample counts 0 there), the longest first."""
+    if not samples:
+        return ()
+    names = dict.fromkeys(name for sample in samples for name in sample)
+    ops = [OpTime(name, next(s[name][0] for s in samples if name in s),
+                  stats.median([s[name][1] if name in s else 0.0 for s in samples])) for name in names]
+    return tuple(sorted(ops, key=lambda op: -op.seconds))
 
 
 def harness_for(platform: str) -> Harness:
@@ -482,7 +653,8 @@ class BenchmarkStore:
             fixture.name, fixture.fullname = f"{node.name}[{label}]", f"{node.nodeid}[{label}]"
         fixture.extra_info.update(tpucourse_calls_per_sample=timing.calls_per_sample,
                                   tpucourse_overhead_s=timing.overhead, tpucourse_stopped=timing.stopped,
-                                  tpucourse_method=timing.method, tpucourse_dispatch_bound=timing.dispatch_bound)
+                                  tpucourse_method=timing.method, tpucourse_dispatch_bound=timing.dispatch_bound,
+                                  tpucourse_sized_by=timing.sized_by)
         fixture.pedantic(lambda: None, rounds=len(timing.samples), iterations=1)
         fixture._cleanup()
 

@@ -134,8 +134,11 @@ def _gate_outcome(session: CourseSession, item: pytest.Item, report: pytest.Test
     from ..gates.run import test_outcome
 
     outcome = rehearsal.test_outcome if session.gates.rehearsal is not None else test_outcome
-    decided = outcome(item.stash.get(GATE_RESULTS, ()))
-    if decided is None:
+    results = item.stash.get(GATE_RESULTS, ())
+    decided = outcome(results)
+    if decided is None:  # passed: what it measured, for `pytest -rP` (XLA's regimes, a fused program beside)
+        if results:
+            report.sections.append(("tpucourse gate", "\n".join(r.message for r in results)))
         return
     report.outcome, message = decided
     if report.outcome == "skipped":

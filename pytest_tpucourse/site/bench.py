@@ -2,7 +2,9 @@
 
 Rows are read and re-judged by gates/report.py, and shown as `report.rows_shown` gives them: a
 measurement made on the chip in place of the roofline prediction it supersedes (whose value
-stays in the row's "predicted floor" column), and how each time was taken ("timed by"). A point on a plot is a row with a time and a
+stays in the row's "predicted floor" column), how each time was taken ("timed by", "N": the calls per
+sample and what sized them), the MXU's share of the chip's peak it means, and its per-op device time
+(the ops the device ran in its calls, gates/device_ops.py). A point on a plot is a row with a time and a
 cost (FLOPs and HBM bytes): at its arithmetic intensity, the FLOP/s that time means. A
 roofline-predicted row lies on the roof by construction and is drawn hollow, labelled
 "predicted"; a measured row is drawn solid with its chip, dtype, shapes and date.
@@ -20,7 +22,7 @@ from ..gates import report
 from .learner_view import METHOD_WORDS
 
 COLUMNS = ("gate", "criterion", "op", "shapes", "dtype", "implementation", "what", "value", "timed by",
-           "predicted floor", "verdict", "chip", "device kind", "date", "commit")
+           "predicted floor", "verdict", "chip", "device kind", "date", "commit", "N", "MXU", "per-op device time")
 
 
 def _shapes(r) -> str:
@@ -46,7 +48,7 @@ def record_rows(records) -> list[list[str]]:
                       f"{METHOD_WORDS[r.method]} {r.statistic}", _value(r), report.timed_by_label(r),
                       f"{predicted.value * 1e6:.1f} µs (roofline-predicted)" if predicted is not None else "",
                       r.verdict, r.chip or "any", r.device_kind if r.method == "measured" else "", r.date[:10],
-                      report.commit_label(r)])
+                      report.commit_label(r), report.sampling_label(r), report.mxu_label(r), report.ops_label(r)])
     return lines
 
 
