@@ -125,6 +125,7 @@ def test_a_gate_run_searches_a_space_names_the_choice_and_where_it_sits_and_a_la
     asked, first = run()
     assert len(asked) > 2 and asked[-1] == ("floor", "kernel", "ceiling")
     assert "chose q512-kv1024, interior: every neighbour along every axis timed slower" in first.notes
+    assert first.notes.startswith("ceiling toy: chose q512-kv1024")  # first: notes are cut at 1000 characters
     asked, again = run()
     assert asked == [("floor", "kernel", "ceiling")]  # the kept choice, timed in this run's rounds only
     assert "ceiling q512-kv1024 of toy, the choice of a search kept from an earlier run" in again.notes

@@ -93,8 +93,8 @@ def _search(run, space: sweeps.Space, input_sets, expected, dtype, key: sweeps.S
     notes += [f"{label}: wrong or failed ({why})" for label, why in found.failed.items()] + kept_note
     again = f"the kept choice {earlier.best} was wrong here, searched again; " if earlier is not None else ""
     return space.build(found.tried[found.best]), (
-        f"{again}ceiling {space.name} searched over {len(found.tried)} configurations ({'; '.join(notes)}): "
-        f"chose {found.best}, {found.placement}")
+        f"{again}ceiling {space.name}: chose {found.best}, {found.placement}; searched over {len(found.tried)} "
+        f"configurations ({'; '.join(notes)})")
 
 
 def _kept(run, key: sweeps.SweepKey, candidates) -> tuple[sweeps.Sweep | None, str]:

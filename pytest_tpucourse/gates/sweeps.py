@@ -82,9 +82,10 @@ class Sweep:
     def describe(self) -> str:
         """The sweep as a ceiling row's notes quote it: each candidate's time, the choice, the date."""
         times = "; ".join(f"{label}: {seconds * 1e6:.1f} us" for label, seconds in self.times.items())
-        where = f" ({self.placement})" if self.placement else ""
-        return (f"swept {self.date[:10]} over {len(self.candidates)} {'configurations' if self.space else 'block sizes'} "
-                f"({times}), chose {self.best}{where}")
+        if self.space:  # the choice and where it sits first: a row's notes are cut at 1000 characters
+            return (f"chose {self.best} ({self.placement}), searched {self.date[:10]} over {len(self.candidates)} "
+                    f"configurations ({times})")
+        return f"swept {self.date[:10]} over {len(self.candidates)} block sizes ({times}), chose {self.best}"
 
     def to_json(self) -> str:
         import json

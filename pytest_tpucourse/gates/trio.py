@@ -175,8 +175,10 @@ def _rows(run, judged, timings, common, sweep_notes: str, floor_said: tuple[str,
                 continue
             t = timings[name]
             to_floor = stats.median(stats.paired_ratios(t.samples, floor))
-            extra = [sweep_notes] if name == "ceiling" and sweep_notes else floor_notes if name == "floor" else []
-            notes = "; ".join([t.describe(), *_op_notes(said[name], t), *extra])
+            # The sweep first: a row's notes are cut at 1000 characters, and its choice must survive.
+            extra = floor_notes if name == "floor" else []
+            first = [sweep_notes] if name == "ceiling" and sweep_notes else []
+            notes = "; ".join([*first, t.describe(), *_op_notes(said[name], t), *extra])
             rows.append(run._record(criterion=c.id, implementation=name, statistic="median",
                                     value=t.summary.median, unit="s", spread=t.summary.iqr,
                                     samples=t.samples, ratio_to_floor=to_floor, verdict="reference",
