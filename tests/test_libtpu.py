@@ -762,3 +762,30 @@ def test_without_libtpu_nothing_is_compiled_ahead(monkeypatch):
     monkeypatch.setattr(libtpu, "_background_compiles", lambda: pytest.fail("a compile was started"))
     x = jax.ShapeDtypeStruct((256, 256), jnp.bfloat16)
     assert not libtpu.compile_ahead(matmul_one_block, x, x, chip=chips.get_chip("v5e")).started
+
+
+@needs_libtpu
+def test_the_compile_command_reports_the_vmem_limit_the_kernel_asked_for(tmp_path, capsys):
+    """A kernel that asks for 24 MiB of scoped VMEM and compiles is reported against its 24 MiB, not
+    the chip's 16 MiB default; one that asks for nothing against the default."""
+    module = tmp_path / "asking.py"
+    module.write_text(textwrap.dedent("""
+        import jax, jax.numpy as jnp
+        from jax.experimental import pallas as pl
+        from jax.experimental.pallas import tpu as pltpu
+
+        def body(x_ref, o_ref):
+            o_ref[...] = x_ref[...] * 2
+
+        def double(x, limit=None):
+            return pl.pallas_call(body, out_shape=jax.ShapeDtypeStruct(x.shape, x.dtype), grid=(2,),
+                                  in_specs=[pl.BlockSpec((256, 512), lambda i: (i, 0))],
+                                  out_specs=pl.BlockSpec((256, 512), lambda i: (i, 0)),
+                                  compiler_params=pltpu.CompilerParams(vmem_limit_bytes=limit))(x)
+    """))
+    assert main.main(["compile", f"{module}:double", "--shape", "512x512", "--kw", f"limit={24 * 2 ** 20}"]) == 0
+    out = capsys.readouterr().out
+    assert "of the 24.00 MiB scoped-VMEM limit it asks for (vmem_limit_bytes; the v5e default is 16.00 MiB)" in out, out
+    assert main.main(["compile", f"{module}:double", "--shape", "512x512"]) == 0
+    out = capsys.readouterr().out
+    assert "of the 16.00 MiB default scoped-VMEM limit" in out and "asks for" not in out, out
