@@ -44,7 +44,7 @@ from ..core.outcomes import RAISED_BY_GRADED_CODE
 from ..grading.backend import DeviceFacts
 from ..roofline import Cost, predict
 from . import criteria as gate_criteria
-from . import judge, own_work, placement, stats, sweeps, timer
+from . import chip_compile, judge, own_work, placement, stats, sweeps, timer
 from . import records as rec
 from ..core.paths import shown_in_text
 from .provenance import Provenance
@@ -93,6 +93,7 @@ class GateRun:
         self._live_device = live_device  # reads the device again when a measured row is written
         self.tree_root = tree_root  # the graded tree: a gate's kernel must be defined in it
         self.results: list[GateResult] = []
+        self._scaled: list[tuple] = []  # (timed, CPU) shapes a rehearsal on a CPU built its inputs at
         self._off_chip_because: str | None = None  # inside devices(): checked off the chip, and why
         # The learner's gate kernels the trusted check has not confirmed for the bytes this run
         # imports, and why: on the chip they are not timed as the learner's (docs/earned.md).
@@ -125,7 +126,18 @@ class GateRun:
             return timed
         if _dims(timed) != _dims(cpu):
             self.rehearsal.note_scaled(self.test_id, f"{_dims(timed)} -> {_dims(cpu)}")
+            self._scaled.append((timed, cpu))
         return cpu
+
+    def _refused_at_gate_size(self, kernel, args) -> str | None:
+        """A rehearsal on a CPU: the timed kernel compiled for the chip at the gate's own shapes and
+        blocks (chip_compile.py); the compiler's refusal, or None. Elsewhere the run compiles it."""
+        if self.rehearsal is None or self.device.is_accelerator:
+            return None
+        compiled = chip_compile.at_gate_size(kernel, args, self._scaled, self.chip)
+        if compiled.note:
+            self.rehearsal.note_compiled(self.test_id, compiled.note)
+        return compiled.refused
 
     def _why_nothing_is_timed(self, op: str, dtype: str, what: str) -> GateResult | None:
         if self._off_chip_because is not None:  # inside devices(): simulated devices, TPU interpret mode
@@ -373,6 +385,9 @@ class GateRun:
                                                  value=0.0, unit="check", verdict="fail",
                                                  notes="; ".join(found), **common))
                     return self._finish(self._trio_result(op, dtype, shapes, found, rows, judged))
+                refused = self._refused_at_gate_size(fns["kernel"], input_sets[0])
+                if refused:  # what the chip would refuse before timing anything: no row, the test fails
+                    return self._finish(GateResult(gate_criteria.FAIL, refused, tuple(rows)))
             expected = [floor(*args) for args in input_sets]
             sweep_notes = ""
             if isinstance(fns.get("ceiling"), dict):
