@@ -789,3 +789,69 @@ def test_the_compile_command_reports_the_vmem_limit_the_kernel_asked_for(tmp_pat
     assert main.main(["compile", f"{module}:double", "--shape", "512x512"]) == 0
     out = capsys.readouterr().out
     assert "of the 16.00 MiB default scoped-VMEM limit" in out and "asks for" not in out, out
+
+
+@needs_libtpu
+def test_a_compile_held_for_the_runs_end_starts_then_and_is_kept_for_the_next_run(tmp_path, monkeypatch):
+    """compile_ahead(after_the_run=True) asks the compiler nothing until the run ends
+    (release_compiles_held); its result is then kept in the folder of the run that asked, though
+    that run has stopped keeping results, and the next run's check answers from it at once."""
+    import time
+
+    asked = _asking_counted(monkeypatch)
+    x = jax.ShapeDtypeStruct((256, 512), jnp.bfloat16)
+    v5e = chips.get_chip("v5e")
+    previous = libtpu.keep_results_in(tmp_path)
+    try:
+        assert not libtpu.answers_now(matmul_one_block, x, x.update(shape=(512, 256)), chip=v5e)
+        assert libtpu.compile_ahead(matmul_one_block, x, x.update(shape=(512, 256)), chip=v5e,
+                                    after_the_run=True).started
+        time.sleep(0.5)
+        assert asked == [] and not libtpu.answers_now(matmul_one_block, x, x.update(shape=(512, 256)), chip=v5e)
+        libtpu.release_compiles_held()  # the run ends
+        libtpu.keep_results_in(None)
+        deadline = time.monotonic() + 120
+        while not libtpu.answers_now(matmul_one_block, x, x.update(shape=(512, 256)), chip=v5e) \
+                and time.monotonic() < deadline:
+            time.sleep(0.05)
+        assert len(asked) == 1 and list(tmp_path.glob("*/reply.json"))
+        libtpu.forget_compiles_ahead()
+        libtpu.keep_results_in(tmp_path)  # the next run
+        assert libtpu.answers_now(matmul_one_block, x, x.update(shape=(512, 256)), chip=v5e)
+        assert libtpu.compile_for(matmul_one_block, x, x.update(shape=(512, 256)), chip=v5e).from_cache
+        assert len(asked) == 1
+    finally:
+        libtpu.keep_results_in(previous)
+        libtpu.forget_compiles_ahead()
+
+
+@needs_libtpu
+@pytest.mark.parametrize("served", [True, False], ids=["warm-process", "own-process"])
+def test_a_compile_answered_later_is_skipped_only_in_a_run_the_warm_process_answers(served, tmp_path,
+                                                                                    monkeypatch):
+    """assert_compiles_for(answer_later=True) on a program not compiled before: in the learner's loop
+    (a run the warm process answers) skipped, the compile held for the run's end; in any other run
+    the verdict now, a refusal included."""
+    from pytest_tpucourse.checks import graded
+    from pytest_tpucourse.checking import tpu_rules
+    from pytest_tpucourse.core.outcomes import WrongResult
+    from pytest_tpucourse.learner import served_runs
+
+    monkeypatch.setattr(served_runs, "SERVING", served)
+    previous = libtpu.keep_results_in(tmp_path)
+    try:
+        over = jax.ShapeDtypeStruct((4096, 1024), jnp.float32)
+        fn = graded(lambda x: double(x, block=(2048, 1024)), "double() in test")
+        if served:
+            with pytest.raises(pytest.skip.Exception, match="runs in the background once this run has answered"):
+                tpu_rules.assert_compiles_for(fn, over, chip="v5e", answer_later=True)
+            assert libtpu._held
+            with pytest.raises(libtpu.TpuCompileError, match="E1001"):  # asked for in the run: compiled now
+                libtpu.compile_for(fn.resolve(), over, chip=chips.get_chip("v5e"))
+            assert not libtpu._held
+        else:
+            with pytest.raises(WrongResult, match="E1001"):
+                tpu_rules.assert_compiles_for(fn, over, chip="v5e", answer_later=True)
+    finally:
+        libtpu.keep_results_in(previous)
+        libtpu.forget_compiles_ahead()

@@ -626,8 +626,13 @@ def _reply_started_ahead(program: _ExportedProgram, dumps: bool,
     timeout), or it is a refusal from other source locations (a refusal quotes them)."""
     with _ahead_lock:
         located, pending = _ahead.get(program.key, (None, None))
+        held = [request for request in _held if request[2] is pending]
+        for request in held:  # held for the run's end, but asked for now: it starts now
+            _held.remove(request)
     if pending is None:
         return None, None
+    for request in held:
+        _background_compiles().put(request)
     reply = pending.wait(timeout)
     if reply is None:  # left for a later check of the same program to wait for again
         return _timed_out(timeout, "(it goes on in the background)"), None
