@@ -855,3 +855,19 @@ def test_a_compile_answered_later_is_skipped_only_in_a_run_the_warm_process_answ
     finally:
         libtpu.keep_results_in(previous)
         libtpu.forget_compiles_ahead()
+
+
+@needs_libtpu
+def test_a_compile_whose_verdict_comes_next_run_leaves_the_exercise_unfinished(fake_course, pytester):
+    """In the warm process's run, a compile held for the run's end is a skip that does not finish the
+    exercise; the next run reads the kept verdict and finishes it."""
+    pytester.makeconftest("from pytest_tpucourse.learner import served_runs\nserved_runs.SERVING = True\n")
+    fake_course.test_file(COMPILE_TEST.replace("jnp.ones((8, 128)))", "jnp.ones((8, 128)), answer_later=True)"))
+    fake_course.write("exercises", "double", "def double(x):\n    return x * 2\n")
+    first = fake_course.run("-rs")
+    first.stdout.fnmatch_lines(["*part  double * 1/2 tests passed*", f"SKIPPED * {libtpu.VERDICT_NEXT_RUN}"])
+    # The compile ran when that run ended, in its process; a next run in a process of its own compiles
+    # again if it was lost with it, and finds the verdict either way.
+    pytester.makeconftest("")
+    second = fake_course.run("-rs")
+    second.stdout.fnmatch_lines(["*done  double * 2/2 tests passed*"])

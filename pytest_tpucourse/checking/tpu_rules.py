@@ -91,8 +91,8 @@ def assert_compiles_for(fn, *args, chip: Chip | str | None = None, compile_timeo
                              after_the_run=True, **kwargs)
         import pytest
 
-        pytest.skip(f"{fn.display}: its compile for a {chip.name} TPU at these blocks takes seconds and runs in "
-                    f"the background once this run has answered; the next run gives its verdict")
+        pytest.skip(f"{fn.display}: its compile for a {chip.name} TPU at these blocks takes seconds and "
+                    f"{libtpu.VERDICT_NEXT_RUN}")
     try:
         libtpu.compile_for(fn.resolve(), *args, chip=chip, timeout=compile_timeout or _compile_timeout(fn),
                            **kwargs)

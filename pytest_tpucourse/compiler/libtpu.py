@@ -591,6 +591,8 @@ def compile_ahead(fn, *args, chip: Chip | None = None, timeout: float | None = D
 
 
 _held: list = []  # compiles started ahead to begin when the run ends (compile_ahead, after_the_run)
+# How a check whose compile was held for the run's end says so: its verdict comes with the next run.
+VERDICT_NEXT_RUN = "runs in the background once this run has answered; the next run gives its verdict"
 
 
 def release_compiles_held() -> None:
