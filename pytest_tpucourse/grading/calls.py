@@ -2,8 +2,8 @@
 
 Every call into learner code goes through `LearnerFunction` (a `GradedFunction`),
 which waits for the result within the deadline, refuses a VMEM request the chip
-cannot hold and a product the chip would refuse or compute too coarsely, and turns what can go wrong into a short outcome naming the function
-and the file to edit.
+cannot hold and a product the chip would refuse or compute too coarsely, and turns
+what can go wrong into a short outcome naming the function and the file to edit.
 """
 
 from __future__ import annotations
