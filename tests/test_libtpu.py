@@ -835,13 +835,11 @@ def test_a_compile_answered_later_is_skipped_only_in_a_run_the_warm_process_answ
     from pytest_tpucourse.checks import graded
     from pytest_tpucourse.checking import tpu_rules
     from pytest_tpucourse.core.outcomes import WrongResult
-    from pytest_tpucourse.learner import served_runs
-
-    monkeypatch.setattr(served_runs, "SERVING", served)
     previous = libtpu.keep_results_in(tmp_path)
     try:
         over = jax.ShapeDtypeStruct((4096, 1024), jnp.float32)
         fn = graded(lambda x: double(x, block=(2048, 1024)), "double() in test")
+        monkeypatch.setattr(fn.context, "in_warm_process", served)
         if served:
             with pytest.raises(pytest.skip.Exception, match="runs in the background once this run has answered"):
                 tpu_rules.assert_compiles_for(fn, over, chip="v5e", answer_later=True)

@@ -85,7 +85,7 @@ def assert_compiles_for(fn, *args, chip: Chip | str | None = None, compile_timeo
     chip = fn.context.chip_named(chip)
     fn.jaxpr(*args, **kwargs)  # a stub or a tracing error is reported as such, first
     libtpu.skip_unless_available()
-    if answer_later and _answered_by_a_warm_process() and not libtpu.answers_now(
+    if answer_later and fn.context.in_warm_process and not libtpu.answers_now(
             fn.resolve(), *args, chip=chip, **kwargs):
         libtpu.compile_ahead(fn.resolve(), *args, chip=chip, timeout=compile_timeout or _compile_timeout(fn),
                              after_the_run=True, **kwargs)
@@ -98,13 +98,6 @@ def assert_compiles_for(fn, *args, chip: Chip | str | None = None, compile_timeo
                            **kwargs)
     except libtpu.TpuCompileError as error:
         raise WrongResult(f"{fn.display} would not compile for a {chip.name} TPU: {error}") from None
-
-
-def _answered_by_a_warm_process() -> bool:
-    """Whether this run is a learner's, answered by the warm process, which lives on after it."""
-    from ..learner import served_runs
-
-    return bool(served_runs.SERVING)
 
 
 def _compile_timeout(fn) -> float:

@@ -57,6 +57,9 @@ class GradingContext:
     # the host-CPU process.
     native_tpu: bool = False
     interpret_elsewhere: frozenset = frozenset()
+    # The run is a learner's answered by the warm process, which lives on after it: a compile of
+    # seconds may finish after the answer, its verdict read by the next run (tpu_rules, answer_later).
+    in_warm_process: bool = False
 
     def kernel_chip(self) -> Chip:
         """The TPU the kernel checks target: the run's, or the course's default."""

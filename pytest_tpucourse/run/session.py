@@ -154,6 +154,9 @@ class CourseSession:
                                  registry=options.registry,
                                  native_tpu=placement.Host(run_backend.platform, run_backend.mode == "native",
                                                            run_backend.device_count).native_tpu)
+        from ..learner import served_runs
+
+        grading.in_warm_process = served_runs.SERVING
         if tree.is_learners:  # what the learner's tree opens of solutions/, from its first import
             grading.solution_reads = solution_reads.watch(tree.root, root / SOLUTIONS)
         session = cls(options=options, course=course, tree=tree, run_backend=run_backend, gates=gates,
