@@ -112,7 +112,7 @@ def verdict(product: Product, *, f32_bound: bool, chip_name: str = "TPU") -> str
         if single == lax.Precision.HIGHEST and narrow:
             return (f"would not compile for a {chip_name} TPU: a {narrow[0]} dot inside its Pallas kernel asks for "
                     f"precision HIGHEST{at}, a float32 contraction, and Mosaic refuses one of {narrow[0]} operands "
-                    f"(\"Bad lhs type\", seen on a v5e). A {narrow[0]} product is exact in one pass of the MXU: "
+                    f"(\"Bad lhs type\"). A {narrow[0]} product is exact in one pass of the MXU: "
                     f"leave its precision unset and keep HIGHEST for float32 dots.")
     if f32_bound and "float32" in product.dtypes and _one_bf16_pass(precision):
         return (f"computes a float32 matrix product at {_spelled(precision)}{at}. Rounding in bfloat16 on a "
