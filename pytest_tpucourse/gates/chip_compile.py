@@ -13,6 +13,8 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
+from ..chips import Chip
+
 
 @dataclass(frozen=True)
 class Compiled:
@@ -23,7 +25,7 @@ class Compiled:
     note: str
 
 
-def at_gate_size(fn, args, scaled: list[tuple], chip) -> Compiled:
+def at_gate_size(fn, args, scaled: list[tuple], chip: Chip) -> Compiled:
     """Compile fn for `chip` at the gate's shapes: each array of `args` (built at the CPU's shapes)
     at the timed shape `scaled` pairs it with ((timed, cpu) pairs, as GateRun.shapes noted them)."""
     from ..compiler import libtpu
