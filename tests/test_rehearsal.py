@@ -216,3 +216,19 @@ def test_a_stubs_rehearsal_says_todo(fake_course):
         "*stubbed.py raises NotImplementedError (write kernel())",
     ])
     assert "could not be traced" not in result.stdout.str()
+
+
+def test_a_compile_stopped_by_its_timeout_is_no_refusal(monkeypatch):
+    """A loaded machine's compile that outlives its timeout says nothing about the chip: noted, not failed."""
+    import jax.numpy as jnp
+
+    from pytest_tpucourse.compiler import libtpu
+    from pytest_tpucourse.gates import chip_compile
+
+    def stopped(*args, **kwargs):
+        raise libtpu.TpuCompileError("the compiler did not finish within 120 s", kind="timeout", code=None,
+                                     kernel=None, chip_name="v5e", detail="")
+    monkeypatch.setattr(libtpu, "available", lambda: True)
+    monkeypatch.setattr(libtpu, "compile_for", stopped)
+    compiled = chip_compile.at_gate_size(lambda x: x, (jnp.zeros((8, 128)),), [], chips.get_chip("v5e"))
+    assert compiled.refused is None and "not compiled for v5e at 8x128: the compiler did not finish" in compiled.note

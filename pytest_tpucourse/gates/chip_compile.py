@@ -41,6 +41,8 @@ def at_gate_size(fn, args, scaled: list[tuple], chip: Chip) -> Compiled:
     try:
         compiled = libtpu.compile_for(fn, *structs, chip=chip)
     except libtpu.TpuCompileError as error:
+        if error.kind == "timeout":  # no verdict: the compiler was stopped, not refusing
+            return Compiled(None, f"not compiled for {chip.name} at {shown}: {error}")
         return Compiled(f"the timed kernel would not compile for a {chip.name} TPU at the gate's size ({shown}): "
                         f"{error}", "")
     except Exception as error:  # the learner's code, traced at the gate's size
