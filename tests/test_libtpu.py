@@ -762,3 +762,110 @@ def test_without_libtpu_nothing_is_compiled_ahead(monkeypatch):
     monkeypatch.setattr(libtpu, "_background_compiles", lambda: pytest.fail("a compile was started"))
     x = jax.ShapeDtypeStruct((256, 256), jnp.bfloat16)
     assert not libtpu.compile_ahead(matmul_one_block, x, x, chip=chips.get_chip("v5e")).started
+
+
+@needs_libtpu
+def test_the_compile_command_reports_the_vmem_limit_the_kernel_asked_for(tmp_path, capsys):
+    """A kernel that asks for 24 MiB of scoped VMEM and compiles is reported against its 24 MiB, not
+    the chip's 16 MiB default; one that asks for nothing against the default."""
+    module = tmp_path / "asking.py"
+    module.write_text(textwrap.dedent("""
+        import jax, jax.numpy as jnp
+        from jax.experimental import pallas as pl
+        from jax.experimental.pallas import tpu as pltpu
+
+        def body(x_ref, o_ref):
+            o_ref[...] = x_ref[...] * 2
+
+        def double(x, limit=None):
+            return pl.pallas_call(body, out_shape=jax.ShapeDtypeStruct(x.shape, x.dtype), grid=(2,),
+                                  in_specs=[pl.BlockSpec((256, 512), lambda i: (i, 0))],
+                                  out_specs=pl.BlockSpec((256, 512), lambda i: (i, 0)),
+                                  compiler_params=pltpu.CompilerParams(vmem_limit_bytes=limit))(x)
+    """))
+    assert main.main(["compile", f"{module}:double", "--shape", "512x512", "--kw", f"limit={24 * 2 ** 20}"]) == 0
+    out = capsys.readouterr().out
+    assert "of the 24.00 MiB scoped-VMEM limit it asks for (vmem_limit_bytes; the v5e default is 16.00 MiB)" in out, out
+    assert main.main(["compile", f"{module}:double", "--shape", "512x512"]) == 0
+    out = capsys.readouterr().out
+    assert "of the 16.00 MiB default scoped-VMEM limit" in out and "asks for" not in out, out
+
+
+@needs_libtpu
+def test_a_compile_held_for_the_runs_end_starts_then_and_is_kept_for_the_next_run(tmp_path, monkeypatch):
+    """compile_ahead(after_the_run=True) asks the compiler nothing until the run ends
+    (release_compiles_held); its result is then kept in the folder of the run that asked, though
+    that run has stopped keeping results, and the next run's check answers from it at once."""
+    import time
+
+    asked = _asking_counted(monkeypatch)
+    x = jax.ShapeDtypeStruct((256, 512), jnp.bfloat16)
+    v5e = chips.get_chip("v5e")
+    previous = libtpu.keep_results_in(tmp_path)
+    try:
+        assert not libtpu.answers_now(matmul_one_block, x, x.update(shape=(512, 256)), chip=v5e)
+        assert libtpu.compile_ahead(matmul_one_block, x, x.update(shape=(512, 256)), chip=v5e,
+                                    after_the_run=True).started
+        time.sleep(0.5)
+        assert asked == [] and not libtpu.answers_now(matmul_one_block, x, x.update(shape=(512, 256)), chip=v5e)
+        libtpu.release_compiles_held()  # the run ends
+        libtpu.keep_results_in(None)
+        deadline = time.monotonic() + 120
+        while not libtpu.answers_now(matmul_one_block, x, x.update(shape=(512, 256)), chip=v5e) \
+                and time.monotonic() < deadline:
+            time.sleep(0.05)
+        assert len(asked) == 1 and list(tmp_path.glob("*/reply.json"))
+        libtpu.forget_compiles_ahead()
+        libtpu.keep_results_in(tmp_path)  # the next run
+        assert libtpu.answers_now(matmul_one_block, x, x.update(shape=(512, 256)), chip=v5e)
+        assert libtpu.compile_for(matmul_one_block, x, x.update(shape=(512, 256)), chip=v5e).from_cache
+        assert len(asked) == 1
+    finally:
+        libtpu.keep_results_in(previous)
+        libtpu.forget_compiles_ahead()
+
+
+@needs_libtpu
+@pytest.mark.parametrize("served", [True, False], ids=["warm-process", "own-process"])
+def test_a_compile_answered_later_is_skipped_only_in_a_run_the_warm_process_answers(served, tmp_path,
+                                                                                    monkeypatch):
+    """assert_compiles_for(answer_later=True) on a program not compiled before: in the learner's loop
+    (a run the warm process answers) skipped, the compile held for the run's end; in any other run
+    the verdict now, a refusal included."""
+    from pytest_tpucourse.checks import graded
+    from pytest_tpucourse.checking import tpu_rules
+    from pytest_tpucourse.core.outcomes import WrongResult
+    previous = libtpu.keep_results_in(tmp_path)
+    try:
+        over = jax.ShapeDtypeStruct((4096, 1024), jnp.float32)
+        fn = graded(lambda x: double(x, block=(2048, 1024)), "double() in test")
+        monkeypatch.setattr(fn.context, "in_warm_process", served)
+        if served:
+            with pytest.raises(pytest.skip.Exception, match="runs in the background once this run has answered"):
+                tpu_rules.assert_compiles_for(fn, over, chip="v5e", answer_later=True)
+            assert libtpu._held
+            with pytest.raises(libtpu.TpuCompileError, match="E1001"):  # asked for in the run: compiled now
+                libtpu.compile_for(fn.resolve(), over, chip=chips.get_chip("v5e"))
+            assert not libtpu._held
+        else:
+            with pytest.raises(WrongResult, match="E1001"):
+                tpu_rules.assert_compiles_for(fn, over, chip="v5e", answer_later=True)
+    finally:
+        libtpu.keep_results_in(previous)
+        libtpu.forget_compiles_ahead()
+
+
+@needs_libtpu
+def test_a_compile_whose_verdict_comes_next_run_leaves_the_exercise_unfinished(fake_course, pytester):
+    """In the warm process's run, a compile held for the run's end is a skip that does not finish the
+    exercise; the next run reads the kept verdict and finishes it."""
+    pytester.makeconftest("from pytest_tpucourse.learner import served_runs\nserved_runs.SERVING = True\n")
+    fake_course.test_file(COMPILE_TEST.replace("jnp.ones((8, 128)))", "jnp.ones((8, 128)), answer_later=True)"))
+    fake_course.write("exercises", "double", "def double(x):\n    return x * 2\n")
+    first = fake_course.run("-rs")
+    first.stdout.fnmatch_lines(["*part  double * 1/2 tests passed*", f"SKIPPED * {libtpu.VERDICT_NEXT_RUN}"])
+    # The compile ran when that run ended, in its process; a next run in a process of its own compiles
+    # again if it was lost with it, and finds the verdict either way.
+    pytester.makeconftest("")
+    second = fake_course.run("-rs")
+    second.stdout.fnmatch_lines(["*done  double * 2/2 tests passed*"])

@@ -371,6 +371,7 @@ TESTED_THROUGH = {
     "classroom.trusted_worker": "test_trusted_check.py",
     "core.plain_data": "test_trusted_check.py",
     "core.trusted_cases": "test_trusted_check.py",
+    "gates.chip_compile": "test_rehearsal.py",
 }
 
 

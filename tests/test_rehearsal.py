@@ -105,3 +105,142 @@ def test_the_readme_quotes_the_rehearsals_logged_times():
                              .read_text(encoding="utf-8"), re.M))
     readme = " ".join((REPO / "README.md").read_text(encoding="utf-8").split())
     assert f"it took {logged['stubs']} on untouched stubs and {logged['solutions']} with the shipped solutions" in readme
+
+
+# ---------------------------------------------------------------- what the chip would refuse
+
+
+def _matmul_at_1024_blocks(vmem_limit_bytes=None):
+    """A matmul whose 1024 blocks shrink to small arrays: what the chip compiles depends on the size."""
+    import jax
+    import jax.numpy as jnp
+    from jax.experimental import pallas as pl
+    from jax.experimental.pallas import tpu as pltpu
+
+    def kernel(x_ref, y_ref, o_ref, acc_ref):
+        @pl.when(pl.program_id(2) == 0)
+        def _():
+            acc_ref[...] = jnp.zeros_like(acc_ref)
+        acc_ref[...] += jnp.dot(x_ref[...], y_ref[...], preferred_element_type=jnp.float32)
+
+        @pl.when(pl.program_id(2) == pl.num_programs(2) - 1)
+        def _():
+            o_ref[...] = acc_ref[...].astype(o_ref.dtype)
+
+    def matmul(x, y):
+        (m, k), (_, n) = x.shape, y.shape
+        bm, bk, bn = min(1024, m), min(1024, k), min(1024, n)
+        return pl.pallas_call(
+            kernel, out_shape=jax.ShapeDtypeStruct((m, n), x.dtype), grid=(m // bm, n // bn, k // bk),
+            in_specs=[pl.BlockSpec((bm, bk), lambda i, j, kk: (i, kk)), pl.BlockSpec((bk, bn), lambda i, j, kk: (kk, j))],
+            out_specs=pl.BlockSpec((bm, bn), lambda i, j, kk: (i, j)),
+            scratch_shapes=[pltpu.VMEM((bm, bn), jnp.float32)],
+            compiler_params=pltpu.CompilerParams(dimension_semantics=("parallel", "parallel", "arbitrary"),
+                                                 vmem_limit_bytes=vmem_limit_bytes))(x, y)
+    return matmul
+
+
+def test_the_timed_kernel_is_compiled_for_the_chip_at_the_gates_shapes():
+    """At the CPU's 512² its 1024 blocks shrink and fit; at the gate's 2048² each is double-buffered
+    and the v5e compiler refuses the 18.36 MiB: the refusal gives the bytes and the fix. The same
+    kernel asking for the VMEM it needs compiles."""
+    import jax.numpy as jnp
+
+    from pytest_tpucourse.compiler import libtpu
+    from pytest_tpucourse.gates import chip_compile
+
+    libtpu.skip_unless_available()
+    cpu = (jnp.zeros((512, 512), jnp.bfloat16),) * 2
+    scaled = [([(2048, 2048), (2048, 2048)], [(512, 512), (512, 512)])]
+    v5e = chips.get_chip("v5e")
+    refused = chip_compile.at_gate_size(_matmul_at_1024_blocks(), cpu, scaled, v5e).refused
+    assert refused is not None, "compiled at the CPU's shapes, not the gate's"
+    for said in ("would not compile for a v5e TPU at the gate's size (2048x2048 · 2048x2048)", "18.36 MiB",
+                 "16.00 MiB (E1001 CompileTimeScopedVmemOom)", "vmem_limit_bytes"):
+        assert said in refused, refused
+    accepted = chip_compile.at_gate_size(_matmul_at_1024_blocks(32 * 2 ** 20), cpu, scaled, v5e)
+    assert accepted.refused is None and "compiled for v5e at 2048x2048 · 2048x2048" in accepted.note
+    assert chip_compile.at_gate_size(_matmul_at_1024_blocks(), cpu, [], v5e).refused is None  # unscaled: 512²
+
+
+def test_inputs_the_gate_did_not_scale_are_not_compiled_at_a_guessed_size():
+    import jax.numpy as jnp
+
+    from pytest_tpucourse.gates import chip_compile
+
+    args = (jnp.zeros((512, 512)), jnp.zeros((8,)))
+    compiled = chip_compile.at_gate_size(lambda x, y: x, args, [((4096, 4096), (512, 512))], chips.get_chip("v5e"))
+    assert compiled.refused is None and "not compiled for v5e: the input of shape 8 is not one the gate scaled" in \
+        compiled.note
+
+
+def test_a_rehearsed_trio_fails_on_what_the_chip_would_not_compile_and_times_nothing(tmp_path, monkeypatch):
+    from pytest_tpucourse.gates import chip_compile
+
+    seen = []
+
+    def refuse(fn, args, scaled, chip):
+        seen.append((scaled, chip.name))
+        return chip_compile.Compiled("the timed kernel would not compile for a v5e TPU at the gate's size", "")
+    monkeypatch.setattr(chip_compile, "at_gate_size", refuse)
+    rehearsal = Rehearsal(path=tmp_path / f"t{rec.REHEARSAL_SUFFIX}")
+    run = gate_run(tmp_path, gate=1, platform="cpu", device_kind="cpu", harness=rehearsal.harness,
+                   rehearsal=rehearsal)
+    slot = criteria.gate(1).criterion("matmul-near-xla").slots[0]
+    run.shapes(slot.shapes, cpu=[(8, 8), (8, 8)])
+    result = run.measure_trio("matmul-near-xla", slot.op, slot.shapes, slot.dtype, roofline.Cost(1e9, 1e6),
+                              floor=lambda x: x * 2, kernel=lambda x: x * 2, ceiling=None,
+                              inputs=lambda seed: (float(seed),))
+    assert seen == [([(slot.shapes, [(8, 8), (8, 8)])], "v5e")]  # the gate's shapes and the CPU's, for the chip
+    assert result.status == criteria.FAIL and not result.timed and "would not compile" in result.message
+    assert [r.method for r in rec.read(rehearsal.path).records] == ["roofline-predicted"]  # nothing timed
+
+
+def test_a_stubs_rehearsal_says_todo(fake_course):
+    """A gate test whose timed kernel is still the stub is TODO in a rehearsal, as its correctness test is."""
+    fake_course.pytester.makepyfile(**{"exercises/ch11/stubbed.py": """
+        def kernel(x):
+            raise NotImplementedError("write kernel()")
+    """})
+    fake_course.test_file("""
+        import jax
+        import jax.numpy as jnp
+        import pytest
+        import importlib.util, pathlib
+        from pytest_tpucourse import roofline
+
+        spec = importlib.util.spec_from_file_location("stubbed", pathlib.Path(__file__).with_name("stubbed.py"))
+        stubbed = importlib.util.module_from_spec(spec)
+        spec.loader.exec_module(stubbed)
+        kernel = stubbed.kernel
+
+        @pytest.mark.gate(1)
+        def test_timed(gate_run):
+            x = jnp.ones((8, 128), jnp.bfloat16)
+            gate_run.measure_trio("matmul-near-xla", "matmul", [(4096, 4096), (4096, 4096)], "bfloat16",
+                                  roofline.Cost(1e9, 1e6), floor=lambda a: a, kernel=jax.jit(kernel), ceiling=None,
+                                  inputs=lambda seed: (x,))
+    """, "test_gate_stub.py")
+    result = fake_course.run("--gates", "--rehearse", "--chip=v5e", "-p", "no:cacheprovider")
+    result.stdout.fnmatch_lines([
+        "gate 01: 1 test, nothing timed, 1 todo, *",
+        "  TODO         exercises/ch11/test_gate_stub.py::test_timed: the timed kernel is not written yet: "
+        "*stubbed.py raises NotImplementedError (write kernel())",
+    ])
+    assert "could not be traced" not in result.stdout.str()
+
+
+def test_a_compile_stopped_by_its_timeout_is_no_refusal(monkeypatch):
+    """A loaded machine's compile that outlives its timeout says nothing about the chip: noted, not failed."""
+    import jax.numpy as jnp
+
+    from pytest_tpucourse.compiler import libtpu
+    from pytest_tpucourse.gates import chip_compile
+
+    def stopped(*args, **kwargs):
+        raise libtpu.TpuCompileError("the compiler did not finish within 120 s", kind="timeout", code=None,
+                                     kernel=None, chip_name="v5e", detail="")
+    monkeypatch.setattr(libtpu, "available", lambda: True)
+    monkeypatch.setattr(libtpu, "compile_for", stopped)
+    compiled = chip_compile.at_gate_size(lambda x: x, (jnp.zeros((8, 128)),), [], chips.get_chip("v5e"))
+    assert compiled.refused is None and "not compiled for v5e at 8x128: the compiler did not finish" in compiled.note

@@ -1,5 +1,6 @@
 """Graded tests for ch11.matmul: matmul(x, y, *, bm, bk, bn)."""
 
+import jax
 import pytest
 from hypothesis import example, given
 
@@ -22,6 +23,14 @@ CASES = (
     (256, 512, 384, dict(bm=256, bk=128, bn=384)),  # M, N equal to their blocks, 4 k steps
 )
 RACE_CASE = (128, 1024, 384, dict(bm=128, bk=256, bn=128))  # a 1 x 3 x 4 grid
+# The TPU checks run the default blocks (1024, the gate's) at a 2 x 2 x 2 grid: every block is then
+# double-buffered, as at the gate's 4096³, so the scoped VMEM the compiler checks is the gate's.
+# Only shapes: nothing that size is allocated.
+GATE_BLOCKS_SHAPE = (2048, 2048)
+
+
+def _at_gate_blocks(dtype):
+    return jax.ShapeDtypeStruct(GATE_BLOCKS_SHAPE, dtype)
 
 
 def _check(impl, case, dtype, seed):
@@ -34,8 +43,8 @@ def _check(impl, case, dtype, seed):
 
 @pytest.mark.parametrize("dtype", ["float32", "bfloat16"])
 def test_matmul_lowers_for_tpu(impl, dtype):
-    x = tst.random_array((512, 512), dtype, 0)
-    tpu.assert_lowers_for_tpu(impl.matmul.matmul, x, x, compile_ahead=True)
+    x = _at_gate_blocks(dtype)
+    tpu.assert_lowers_for_tpu(impl.matmul.matmul, x, x)
 
 
 @given(case=tst.few(*CASES), seed=tst.seeds())
@@ -86,9 +95,12 @@ def test_matmul_is_one_kernel(impl):
 
 @pytest.mark.parametrize("dtype", ["float32", "bfloat16"])
 def test_matmul_compiles_for_tpu(impl, dtype):
-    """The real compiler (libtpu, ahead of time for a v5e) accepts the default blocks."""
-    x = tst.random_array((512, 512), dtype, 0)
-    tpu.assert_compiles_for(impl.matmul.matmul, x, x)
+    """The real compiler (libtpu, ahead of time for a v5e) accepts the default blocks where each is
+    double-buffered, scoped VMEM included: what gate 01 runs at 4096³. A program compiled before
+    (tpu-compiles/) is read, not compiled again; in the learner's edit loop a new program compiles
+    after the run has answered and the next run gives its verdict (assert_compiles_for, answer_later)."""
+    x = _at_gate_blocks(dtype)
+    tpu.assert_compiles_for(impl.matmul.matmul, x, x, answer_later=True)
 
 
 def _trusted_cases(rng):

@@ -68,17 +68,31 @@ def assert_lowers_for_tpu(fn, *args, compile_ahead: bool = False, **kwargs) -> N
 
 
 def assert_compiles_for(fn, *args, chip: Chip | str | None = None, compile_timeout: float | None = None,
-                        **kwargs) -> None:
+                        answer_later: bool = False, **kwargs) -> None:
     """Fail if the real TPU compiler rejects fn(*args, **kwargs) for `chip` (libtpu, ahead of
     time: tiling, scoped VMEM and everything else Mosaic and LLO check); skipped without libtpu.
     chip: a Chip or a name the run knows; by default the chip the lowering check targets (the
     run's, `--chip`, or the course's default). compile_timeout: seconds the compile may take (the
-    test's kernel timeout by default; a gate-sized program of whole-array blocks takes minutes)."""
+    test's kernel timeout by default; a gate-sized program of whole-array blocks takes minutes).
+
+    answer_later=True, for a compile of seconds (a gate's blocks): in a learner's run answered by
+    the warm process (learner/served_runs.py), a program neither kept from an earlier compile nor
+    compiled already is compiled there after the run has answered, and the check is skipped saying
+    so; the next run reads the verdict (tpu-compiles/). Every other run waits for it. Such a
+    program is not compiled ahead by its lowering check: it would take the run's cores."""
     from ..compiler import libtpu
 
     chip = fn.context.chip_named(chip)
     fn.jaxpr(*args, **kwargs)  # a stub or a tracing error is reported as such, first
     libtpu.skip_unless_available()
+    if answer_later and fn.context.in_warm_process and not libtpu.answers_now(
+            fn.resolve(), *args, chip=chip, **kwargs):
+        libtpu.compile_ahead(fn.resolve(), *args, chip=chip, timeout=compile_timeout or _compile_timeout(fn),
+                             after_the_run=True, **kwargs)
+        import pytest
+
+        pytest.skip(f"{fn.display}: its compile for a {chip.name} TPU at these blocks takes seconds and "
+                    f"{libtpu.VERDICT_NEXT_RUN}")
     try:
         libtpu.compile_for(fn.resolve(), *args, chip=chip, timeout=compile_timeout or _compile_timeout(fn),
                            **kwargs)

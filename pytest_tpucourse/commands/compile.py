@@ -103,22 +103,42 @@ def run(args) -> int:
               + ("\n(it takes a mesh: compile it over N chips with --mesh N, and --split to say how each "
                  "argument is split over them)" if wants_mesh else ""))
         return 1
+    asked = vmem_limits_asked(function, structs, kwargs)
     for kernel in compiled.kernels:
         print()
-        print("\n".join(kernel_report(kernel, chip)))
+        print("\n".join(kernel_report(kernel, chip, asked.get(kernel.name))))
     chips_used = f" over {compiled.devices} {chip.name} chips" if compiled.devices > 1 else ""
     print(f"\ncompiled in {compiled.compile_seconds:.2f} s{chips_used}")
     return 0
 
 
-def kernel_report(kernel: libtpu.KernelOnTpu, chip: chips.Chip) -> list[str]:
+def vmem_limits_asked(function, structs, kwargs) -> dict[str, int | None]:
+    """kernel name -> the scoped-VMEM limit its pallas_call asks for (None: the chip's default),
+    read off the traced program; {} where it cannot be read (the compile said what it could)."""
+    import jax
+
+    from ..readers.traced_program import vmem_limits_asked as asked_in
+
+    try:
+        return asked_in(jax.make_jaxpr(lambda *a: function(*a, **kwargs))(*structs))
+    except Exception:
+        return {}
+
+
+def kernel_report(kernel: libtpu.KernelOnTpu, chip: chips.Chip, asked: int | None = None) -> list[str]:
+    """What the compiler made of one kernel. asked: the scoped-VMEM limit the kernel asked for
+    (vmem_limit_bytes), which the compiler held it to instead of the chip's default."""
     grid = re.search(r"iteration_bounds = array<i64: ([\d, ]+)>", kernel.mosaic_layouts)
     steps = grid.group(1).replace(", ", "x") if grid else "none"
     lines = [f"kernel {kernel.name} (grid {steps})"]
     limit = chip.scoped_vmem_bytes
     if kernel.scoped_vmem_bytes is not None:
-        against = (f" of the {_mib(limit)} default scoped-VMEM limit" if limit
-                   else " (no scoped limit measured for this chip)")
+        if asked is not None:
+            against = (f" of the {_mib(asked)} scoped-VMEM limit it asks for (vmem_limit_bytes; the "
+                       f"{chip.name} default is {_mib(limit) if limit else 'not measured'})")
+        else:
+            against = (f" of the {_mib(limit)} default scoped-VMEM limit" if limit
+                       else " (no scoped limit measured for this chip)")
         lines.append(f"  VMEM: {_mib(kernel.scoped_vmem_bytes)} for its windows (all buffers) and scratch"
                      f"{against}")
         for allocation in kernel.vmem_allocations:

@@ -565,11 +565,13 @@ class AheadCompile:
 
 
 def compile_ahead(fn, *args, chip: Chip | None = None, timeout: float | None = DEFAULT_TIMEOUT_SECONDS,
-                  **kwargs) -> AheadCompile:
+                  after_the_run: bool = False, **kwargs) -> AheadCompile:
     """Start compiling fn(*args, **kwargs) for `chip` now, in the background, for a compile_for of
     the same program later in this process (which waits for it, instead of compiling again).
     Nothing happens without libtpu, where the result is kept or started already, or where the
-    program cannot be exported (compile_for reports that, when it is asked)."""
+    program cannot be exported (compile_for reports that, when it is asked). after_the_run=True:
+    the compile starts when the run ends (release_compiles_held), off the run's clock; its result
+    is kept for the next run (a compile_for of it before then would wait: do not ask for one)."""
     if not available():
         return AheadCompile(exported=False, started=False)
     try:
@@ -581,8 +583,41 @@ def compile_ahead(fn, *args, chip: Chip | None = None, timeout: float | None = D
         if program.key in _ahead or _result_kept(program.key, program.located):
             return AheadCompile(exported=True, started=False)
         _ahead[program.key] = (program.located, reply)
-    _background_compiles().put((program, timeout, reply))
+        if after_the_run:
+            _held.append((program, timeout, reply, _results_directory))
+            return AheadCompile(exported=True, started=True)
+    _background_compiles().put((program, timeout, reply, _results_directory))
     return AheadCompile(exported=True, started=True)
+
+
+_held: list = []  # compiles started ahead to begin when the run ends (compile_ahead, after_the_run)
+# How a check whose compile was held for the run's end says so: its verdict comes with the next run.
+VERDICT_NEXT_RUN = "runs in the background once this run has answered; the next run gives its verdict"
+
+
+def release_compiles_held() -> None:
+    """The run is over: the compiles held for its end begin, in the background, in order."""
+    with _ahead_lock:
+        held, _held[:] = list(_held), []
+    for request in held:
+        _background_compiles().put(request)
+
+
+def answers_now(fn, *args, chip: Chip | None = None, **kwargs) -> bool:
+    """Whether compile_for(fn, *args, **kwargs) would answer without waiting for a compile: its
+    result is kept from an earlier one, or the compile started ahead has finished. Exports the
+    program (traced and lowered for a TPU); False where that fails (compile_for then says why)."""
+    if not available():
+        return True  # compile_for skips at once
+    try:
+        program = _ExportedProgram.of(fn, args, kwargs, chip or get_chip(DEFAULT_CHIP))
+    except Exception:
+        return True  # compile_for reports the failure at once
+    with _ahead_lock:
+        _, pending = _ahead.get(program.key, (None, None))
+    if pending is not None:
+        return pending.ready.is_set()
+    return _result_kept(program.key, program.located)
 
 
 def _reply_started_ahead(program: _ExportedProgram, dumps: bool,
@@ -593,8 +628,13 @@ def _reply_started_ahead(program: _ExportedProgram, dumps: bool,
     timeout), or it is a refusal from other source locations (a refusal quotes them)."""
     with _ahead_lock:
         located, pending = _ahead.get(program.key, (None, None))
+        held = [request for request in _held if request[2] is pending]
+        for request in held:  # held for the run's end, but asked for now: it starts now
+            _held.remove(request)
     if pending is None:
         return None, None
+    for request in held:
+        _background_compiles().put(request)
     reply = pending.wait(timeout)
     if reply is None:  # left for a later check of the same program to wait for again
         return _timed_out(timeout, "(it goes on in the background)"), None
@@ -622,11 +662,12 @@ def _background_compiles() -> queue.SimpleQueue:
 
 def _compile_in_background(requests: queue.SimpleQueue) -> None:
     while True:
-        program, timeout, pending = requests.get()
+        program, timeout, pending, directory = requests.get()
         try:
             reply, dump_dir = _child_compiler().compile(program.serialized, program.topology, timeout,
                                                         mesh=program.mesh)
-            _store_result(program.key, program.located, reply, dump_dir)
+            # Kept where the run that started it keeps results, though that run may have ended.
+            _store_result(program.key, program.located, reply, dump_dir, directory)
             shutil.rmtree(dump_dir, ignore_errors=True)
             pending.reply = reply
         except Exception as error:  # the child could not be started or asked: compile_for tries itself
@@ -783,12 +824,13 @@ def _result_kept(key: str, located: str) -> bool:
     return bool(reply.get("ok")) or reply.get("located") == located
 
 
-def _store_result(key: str, located: str, reply: dict, dump_dir: Path) -> None:
-    if _results_directory is None or reply.get("timeout") or reply.get("lost"):
+def _store_result(key: str, located: str, reply: dict, dump_dir: Path, directory: Path | None = None) -> None:
+    directory = directory if directory is not None else _results_directory
+    if directory is None or reply.get("timeout") or reply.get("lost"):
         return
     reply = {**reply, "located": located}
-    target = _results_directory / key
-    partial = _results_directory / f"{key}.{os.getpid()}.{threading.get_ident()}.partial"
+    target = directory / key
+    partial = directory / f"{key}.{os.getpid()}.{threading.get_ident()}.partial"
     try:
         (partial / "dumps").mkdir(parents=True)
         for pattern in _KEPT_DUMPS:

@@ -28,7 +28,7 @@ from pathlib import Path
 from typing import Callable
 
 from ..core import jax_internals
-from ..core.outcomes import RAISED_BY_GRADED_CODE
+from ..core.outcomes import RAISED_BY_GRADED_CODE, Todo
 from ..core.paths import shown
 from ..readers import traced_program
 
@@ -74,6 +74,10 @@ def problems(work: Work, tree_root: Path, course_root: Path | None = None) -> li
         closed = work.trace()
     except RAISED_BY_GRADED_CODE as error:  # the learner's code, traced at the gate's size (a skip too)
         text = str(error).strip().splitlines()[0] if str(error).strip() else ""
+        stub = _stub_in(error, tree_root)
+        if stub is not None:
+            raise Todo(f"TODO: {work.what} is not written yet: {_shown(stub, course_root)} raises "
+                       f"NotImplementedError ({text})") from None
         return [f"{work.what} could not be traced at the gate's size: {type(error).__name__}: {text}"]
     kernels = traced_program.pallas_call_eqns(closed)
     if not kernels:
@@ -94,6 +98,20 @@ def problems(work: Work, tree_root: Path, course_root: Path | None = None) -> li
                      f"kernels, {outside / work.flops:.0%} of the op's {work.flops:.3g} (at most "
                      f"{SMALL_SHARE:.0%} may be): XLA, not your kernel, does the op's work")
     return found
+
+
+def _stub_in(error: BaseException, tree_root: Path) -> Path | None:
+    """The graded tree's file that raised `error`, where it is a stub's NotImplementedError (raised
+    in the tree's own code, as a graded function's stub is TODO); else None."""
+    import traceback
+
+    if not isinstance(error, NotImplementedError):
+        return None
+    frames = traceback.extract_tb(error.__traceback__)
+    if not frames:
+        return None
+    raised = Path(frames[-1].filename)
+    return raised if _inside(raised, tree_root) else None
 
 
 def find(works, tree_root: Path, course_root: Path | None = None) -> list[str]:

@@ -3,7 +3,9 @@
 A TPU hour is the wrong place to find that a gate test raises. A rehearsal runs each gate
 test as it would run on the chip: inputs built at the timed shapes (or smaller ones the
 test names for a CPU, said in the output), the timed outputs checked against the floor,
-the learner's kernel checked as their own work, the harness's warm-up and interleaved
+the learner's kernel checked as their own work and, on a CPU, compiled for the chip at the
+timed shapes with its own blocks by the real compiler (chip_compile.py: what the chip would
+refuse, scoped VMEM above all, fails the test), the harness's warm-up and interleaved
 rounds, rows built and re-judged. Only the clock is a stand-in: every call of every
 implementation "takes" STAND_IN_CALL_SECONDS on it, so its samples and verdicts say nothing
 about any chip.
@@ -102,11 +104,15 @@ class Rehearsal:
 
     path: Path = field(default_factory=throwaway_path)
     scaled: dict = field(default_factory=dict)  # test id -> ["timed shapes -> CPU shapes", ...]
+    compiled: dict = field(default_factory=dict)  # test id -> ["compiled for v5e at ...: accepted", ...]
     ended: dict = field(default_factory=dict)  # test id -> line for the summary
     harness: StandInHarness = field(default_factory=StandInHarness)
 
     def note_scaled(self, test_id: str, text: str) -> None:
         self.scaled.setdefault(test_id, []).append(text)
+
+    def note_compiled(self, test_id: str, text: str) -> None:
+        self.compiled.setdefault(test_id, []).append(text)
 
     def header_line(self, chip: chips.Chip, device_kind: str) -> str:
         return (f"tpucourse: REHEARSAL of the gates for chip {chip.name} on {device_kind}: the measuring path "
@@ -127,6 +133,7 @@ class Rehearsal:
             if status == RAN_THROUGH and scaled:
                 detail = f" (shapes scaled for the CPU: {'; '.join(dict.fromkeys(scaled))})"
             lines.append(f"  {status:<11}  {test_id}{detail}")
+            lines += [f"               the timed kernel {note}" for note in dict.fromkeys(self.compiled.get(test_id, ()))]
         readout = rec.read(self.path)
         judged = judge.judge_rows(readout.rows, registry, gates, rehearsal=True)
         lines.append(f"rehearsal rows: {len(readout.rows)} written to {self.path} (marked rehearsal; never read "
@@ -142,9 +149,15 @@ RAN_THROUGH = "ran through"
 
 
 def _ending(report) -> tuple[str, str]:
-    """("ran through", ""), ("skipped", ": why"), or ("ERROR", ": file:line: the error")."""
+    """("ran through", ""), ("skipped", ": why"), ("TODO", ": what is not written yet"), or
+    ("ERROR", ": file:line: the error")."""
     if report.passed:
         return RAN_THROUGH, ""
+    if getattr(report, "tpucourse_todo", False):  # a stub: the path stops where the learner has not written
+        crash = getattr(report.longrepr, "reprcrash", None)
+        text = (crash.message if crash is not None else str(report.longrepr)).strip()
+        first = text.splitlines()[0] if text else "not written yet"
+        return "TODO", f": {first.removeprefix('TODO: ')}"
     if report.skipped:
         reason = report.longrepr[2] if isinstance(report.longrepr, tuple) else str(report.longrepr)
         return "skipped", f": {reason.removeprefix('Skipped: ')}"

@@ -41,7 +41,7 @@ from pathlib import Path
 
 from ..core.paths import shown_in_text
 from ..roofline import Cost, predict
-from . import ceiling_sweep, floor, multi_chip, own_work, trio
+from . import ceiling_sweep, chip_compile, floor, multi_chip, own_work, trio
 from . import criteria as gate_criteria
 from . import records as rec
 from .context import GateContext, gate_context  # noqa: F401  (imported from here by the plugin and tests)
@@ -68,6 +68,7 @@ class GateRun:
         self._live_device = live_device  # reads the device again when a measured row is written
         self.tree_root = tree_root  # the graded tree: a gate's kernel must be defined in it
         self.results: list[GateResult] = []
+        self._scaled: list[tuple] = []  # (timed, CPU) shapes a rehearsal on a CPU built its inputs at
         self._off_chip_because: str | None = None  # inside devices(): checked off the chip, and why
         # The learner's gate kernels the trusted check has not confirmed for the bytes this run
         # imports, and why: on the chip they are not timed as the learner's (docs/earned.md).
@@ -100,7 +101,18 @@ class GateRun:
             return timed
         if _dims(timed) != _dims(cpu):
             self.rehearsal.note_scaled(self.test_id, f"{_dims(timed)} -> {_dims(cpu)}")
+            self._scaled.append((timed, cpu))
         return cpu
+
+    def _refused_at_gate_size(self, kernel, args) -> str | None:
+        """A rehearsal on a CPU: the timed kernel compiled for the chip at the gate's own shapes and
+        blocks (chip_compile.py); the compiler's refusal, or None. Elsewhere the run compiles it."""
+        if self.rehearsal is None or self.device.is_accelerator:
+            return None
+        compiled = chip_compile.at_gate_size(kernel, args, self._scaled, self.chip)
+        if compiled.note:
+            self.rehearsal.note_compiled(self.test_id, compiled.note)
+        return compiled.refused
 
     def _why_nothing_is_timed(self, op: str, dtype: str, what: str) -> GateResult | None:
         if self._off_chip_because is not None:  # inside devices(): simulated devices, TPU interpret mode

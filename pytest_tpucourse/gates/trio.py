@@ -89,6 +89,9 @@ def measure(run, criteria, op: str, shapes, dtype: str, cost: Cost | None, *, fl
                                             value=0.0, unit="check", verdict="fail",
                                             notes="; ".join(found), **common))
                 return run._finish(_result(run, op, dtype, shapes, found, rows, judged))
+            refused = run._refused_at_gate_size(fns["kernel"], input_sets[0])
+            if refused:  # what the chip would refuse before timing anything: no row, the test fails
+                return run._finish(GateResult(gate_criteria.FAIL, refused, tuple(rows)))
         expected = [floor(*args) for args in input_sets]
         sweep_notes = ""
         if isinstance(fns.get("ceiling"), (dict, sweeps.Space)):

@@ -2,8 +2,8 @@
 
 Every call into learner code goes through `LearnerFunction` (a `GradedFunction`),
 which waits for the result within the deadline, refuses a VMEM request the chip
-cannot hold, and turns what can go wrong into a short outcome naming the function
-and the file to edit.
+cannot hold and a product the chip would refuse or compute too coarsely, and turns
+what can go wrong into a short outcome naming the function and the file to edit.
 """
 
 from __future__ import annotations
@@ -19,7 +19,9 @@ from ..core.outcomes import LearnerCodeError, Todo
 from . import backend, unit_files
 from ..readers.reproduction import last_call, remember, reproduction
 from .compiled import compiled_or_eager
-from .context import GradingContext, active, graded_precision
+from . import chip_products
+from .chip_products import ChipRefusesProduct
+from .context import GradingContext, active, float32_bound, graded_precision
 from .deadline import DeadlineExceeded
 from .messages import (
     deadline_message,
@@ -107,13 +109,16 @@ class GradedFunction:
         function, context = self.resolve(), self.context
         remember(self, "call", args, kwargs)
 
+        def check(closed=None):
+            self._check_program(function, args, kwargs, closed)
+
         def eager():
-            context.vmem.check(function, args, kwargs)
+            check()
             return function(*args, **kwargs)
 
         with self._guarded(), graded_precision(args):
             return self._run(lambda: context.programs.get(function, kwargs, "call"), args, eager,
-                             check=lambda: context.vmem.check(function, args, kwargs), function=function)
+                             check=check, function=function)
 
     def jaxpr(self, *args, **kwargs):
         """The closed jaxpr of a call with these arguments (kwargs are static)."""
@@ -132,14 +137,29 @@ class GradedFunction:
         function, context = self.resolve(), self.context
         remember(self, "vjp", args, kwargs)
 
+        def check(closed=None):
+            self._check_program(function, args, kwargs, closed)
+
         def eager():
-            context.vmem.check(function, args, kwargs)
+            check()
             outputs, pullback = jax.vjp(lambda *a: function(*a, **kwargs), *args)
             return outputs, pullback(cotangents)
 
         with self._guarded(), graded_precision(args):
             return self._run(lambda: context.programs.get(function, kwargs, "vjp"), (tuple(args), cotangents),
-                             eager, check=lambda: context.vmem.check(function, args, kwargs), function=function)
+                             eager, check=check, function=function)
+
+    def _check_program(self, function, args, kwargs, closed=None) -> None:
+        """What a call's program must pass before it runs: its VMEM scratch fits the chip (vmem.py),
+        and, where no TPU runs it natively to say so itself, its products are ones the chip compiles
+        and computes as finely as the call is graded (chip_products.py). closed: the program as the
+        call traced it (its jaxpr), or None (read here, at most once per call signature)."""
+        context = self.context
+        read = context.vmem.check(function, args, kwargs, closed)
+        closed = closed if closed is not None else read
+        if closed is not None and not context.native_tpu:
+            chip_products.check(closed, f32_bound=float32_bound(args), chip_name=context.kernel_chip().name,
+                                show_path=lambda path: shown(Path(path), self._course_root))
 
     def _run(self, program, call_args, eager, *, check, function):
         """The call within the deadline: its program compiled first, outside the deadline.
@@ -170,13 +190,16 @@ class GradedFunction:
         compiled = compiled.func if isinstance(compiled, functools.partial) else compiled
 
         def trace():
-            check()
             executable = compiled.cached(call_args, bound)
-            return executable if executable is not None else compiled.trace(call_args, bound)
+            if executable is not None:  # checked when it was traced
+                return executable
+            traced = compiled.trace(call_args, bound)
+            check(traced.jaxpr)  # before anything is compiled or allocated
+            return traced
 
         try:
             traced = self.context.deadline.call(trace, key=key)
-        except (DeadlineExceeded, ScratchTooLarge):
+        except (DeadlineExceeded, ScratchTooLarge, ChipRefusesProduct):
             raise
         except Exception:
             return None
@@ -220,6 +243,8 @@ class GradedFunction:
             return LearnerCodeError(deadline_message(self.display, error) + again)
         if isinstance(error, ScratchTooLarge):
             return LearnerCodeError(f"{self.display} {error}; nothing was run." + again)
+        if isinstance(error, ChipRefusesProduct):
+            return LearnerCodeError(f"{self.display} {error}" + again)
         described = describe_exception(error, self._path, self._course_root)
         detail = out_of_bounds_detail(described, self._program_of_last_call(), self._course_root)
         return LearnerCodeError(

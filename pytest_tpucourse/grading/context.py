@@ -63,6 +63,9 @@ class GradingContext:
     # the host-CPU process.
     native_tpu: bool = False
     interpret_elsewhere: frozenset = frozenset()
+    # The run is a learner's answered by the warm process, which lives on after it: a compile of
+    # seconds may finish after the answer, its verdict read by the next run (tpu_rules, answer_later).
+    in_warm_process: bool = False
 
     def unit_of(self, module_paths) -> dict[str, str]:
         """{file: sha256} of every file these graded modules' imports and calls ran."""
@@ -137,12 +140,18 @@ def graded_precision(*trees):
     import contextlib
 
     import jax
-    import jax.numpy as jnp
 
-    if not active().native_tpu:
-        return contextlib.nullcontext()
-    floats = [leaf for leaf in jax.tree.leaves(trees)
-              if hasattr(leaf, "dtype") and jnp.issubdtype(leaf.dtype, jnp.floating)]
-    if floats and all(jnp.dtype(leaf.dtype) == jnp.float32 for leaf in floats):
+    if active().native_tpu and float32_bound(*trees):
         return jax.default_matmul_precision(GRADED_PRECISION)
     return contextlib.nullcontext()
+
+
+def float32_bound(*trees) -> bool:
+    """Whether a call of these arguments is graded to a float32 bound: it has float inputs and all
+    are float32 (on a TPU it runs at GRADED_PRECISION; chip_products.py holds products to it)."""
+    import jax
+    import jax.numpy as jnp
+
+    floats = [leaf for leaf in jax.tree.leaves(trees)
+              if hasattr(leaf, "dtype") and jnp.issubdtype(leaf.dtype, jnp.floating)]
+    return bool(floats) and all(jnp.dtype(leaf.dtype) == jnp.float32 for leaf in floats)

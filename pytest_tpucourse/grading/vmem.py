@@ -6,7 +6,8 @@ try to allocate it in host memory (filled with NaN), and a request of a few
 hundred GiB takes the machine down. So before a graded call runs, its program is
 traced (no execution, no allocation), the VMEM scratch of each pallas_call is
 summed, and a call that asks for more than one TensorCore's VMEM fails at once.
-Each function and argument signature is traced once.
+Each function and argument signature is checked once, on the program the call compiles where
+it has one (grading/calls.py), so the learner's code is not traced a second time for it.
 """
 
 from __future__ import annotations
@@ -35,26 +36,30 @@ class VmemBudget:
         self.capacity = int(chip.vmem_bytes) if chip is not None and chip.vmem_bytes else None
         self._checked: set = set()  # calls (by call_key) already seen to fit
 
-    def check(self, function, args, kwargs) -> None:
-        """Raise ScratchTooLarge if a pallas_call in function(*args, **kwargs) over-asks."""
+    def check(self, function, args, kwargs, closed=None):
+        """Raise ScratchTooLarge if a pallas_call in function(*args, **kwargs) over-asks. closed: the
+        call's program, traced already (its jaxpr), or None to trace it here. Returns the program it
+        read, or None where it read none (no VMEM figure, seen before, or it does not trace)."""
         if self.capacity is None:
-            return
+            return None
         import jax
 
         key = call_key(function, args, kwargs)
         if key is not None and key in self._checked:
-            return
-        try:
-            with warnings.catch_warnings():  # the real call shows its own warnings
-                warnings.simplefilter("ignore")
-                closed = jax.make_jaxpr(lambda *a: function(*a, **kwargs))(*args)
-        except Exception:
-            return  # the real call reports it, charged to the code under grading
+            return None
+        if closed is None:
+            try:
+                with warnings.catch_warnings():  # the real call shows its own warnings
+                    warnings.simplefilter("ignore")
+                    closed = jax.make_jaxpr(lambda *a: function(*a, **kwargs))(*args)
+            except Exception:
+                return None  # the real call reports it, charged to the code under grading
         requested = max((scratch_bytes(eqn) for eqn in traced_program.pallas_call_eqns(closed)), default=0)
         if requested > self.capacity:
             raise ScratchTooLarge(requested, self.chip, self.capacity)
         if key is not None:
             self._checked.add(key)
+        return closed
 
 
 def scratch_bytes(eqn) -> int:

@@ -173,6 +173,8 @@ class RunProgress:
                 edits = getattr(report, "tpucourse_edits", None)
                 if edits:
                     entry.edits[nodeid] = edits
+            elif report.skipped and verdict_next_run(report):  # not finished: the compile's verdict is to come
+                entry.skipped_elsewhere.add(nodeid)
             elif report.skipped:
                 entry.skipped.add(nodeid)
                 why = compiler_missing(report)
@@ -282,6 +284,14 @@ def exercise_of(course: Course, nodeid: str) -> Exercise | None:
         return None
     chapter = course.chapter(parts[1])
     return chapter.exercise_for_test_file(parts[2]) if chapter else None
+
+
+def verdict_next_run(report) -> bool:
+    """Whether a skip is a compile check's whose compile runs after this run (tpu_rules, answer_later)."""
+    from ..compiler import libtpu
+
+    reason = report.longrepr[2] if isinstance(report.longrepr, tuple) else str(report.longrepr or "")
+    return libtpu.VERDICT_NEXT_RUN in reason
 
 
 def compiler_missing(report) -> str:

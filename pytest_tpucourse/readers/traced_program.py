@@ -301,6 +301,13 @@ def _why_no_default_barrier(pallas_eqn) -> str:
             f"default one")
 
 
+def vmem_limits_asked(closed_jaxpr) -> dict[str, int | None]:
+    """kernel name -> the scoped-VMEM limit its pallas_call asks the compiler for
+    (`pltpu.CompilerParams(vmem_limit_bytes=...)`), None where it asks for none."""
+    return {jax_internals.kernel_name(eqn): getattr(_mosaic_params(eqn), "vmem_limit_bytes", None)
+            for eqn in pallas_call_eqns(closed_jaxpr)}
+
+
 def _mosaic_params(pallas_eqn):
     return jax_internals.mosaic_compiler_params(pallas_eqn)
 

@@ -159,6 +159,9 @@ class CourseSession:
                                  registry=options.registry,
                                  native_tpu=placement.Host(run_backend.platform, run_backend.mode == "native",
                                                            run_backend.device_count).native_tpu)
+        from ..learner import served_runs
+
+        grading.in_warm_process = served_runs.SERVING
         if tree.is_learners:  # what the learner's tree opens of solutions/, from its first import
             grading.solution_reads = solution_reads.watch(tree.root, root / SOLUTIONS)
         session = cls(options=options, course=course, tree=tree, run_backend=run_backend, gates=gates,
@@ -188,6 +191,7 @@ class CourseSession:
         from ..compiler import libtpu
 
         compiled.stop_compiling_kernel_programs()  # each holds its kept folder to its size
+        libtpu.release_compiles_held()  # kept in the folder of this run, for the next
         libtpu.keep_results_in(None)
         libtpu.forget_compiles_ahead()
         left = self.threads_left() if alone else []
