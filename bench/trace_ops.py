@@ -23,24 +23,17 @@ sys.path.insert(0, str(REPO))
 
 def _trace_lines(work):
     """{plane: {line: [first events' (name, microseconds, stat names)]}} of the device planes of one trace."""
-    import tempfile
+    from pytest_tpucourse.gates.timer import ProfilerDeviceClock
 
-    import jax
-
-    with tempfile.TemporaryDirectory(prefix="tpucourse-trace-") as folder:
-        jax.profiler.start_trace(folder)
-        try:
-            work()
-        finally:
-            jax.profiler.stop_trace()
-        path = sorted(Path(folder).rglob("*.xplane.pb"))[-1]
-        profile = jax.profiler.ProfileData.from_file(str(path))
-        out = {}
-        for plane in profile.planes:
-            if plane.name.startswith("/device:"):
-                out[plane.name] = {line.name: [(e.name, e.duration_ns / 1e3, [k for k, _ in e.stats][:8])
-                                               for e in list(line.events)[:12]] for line in plane.lines}
-        return out
+    profile = ProfilerDeviceClock._trace(work)
+    if profile is None:
+        return {}
+    out = {}
+    for plane in profile.planes:
+        if plane.name.startswith("/device:"):
+            out[plane.name] = {line.name: [(e.name, e.duration_ns / 1e3, [k for k, _ in e.stats][:8])
+                                           for e in list(line.events)[:12]] for line in plane.lines}
+    return out
 
 
 def _one(label, fn, args, harness, weights=()):

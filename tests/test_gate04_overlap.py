@@ -1,15 +1,18 @@
 """Gate 04 can fail: the chapter's derivation of its size (instruments/overlap_budget.py) with the gridded
 collective matmul, and the shipped gather-then-multiply mutant failing gate 04 in a rehearsal."""
 
+import os
 import subprocess
 import sys
 import tomllib
+
+import pytest
 
 from pytest_tpucourse import chips, public_kernels
 from pytest_tpucourse.gates import criteria
 from pytest_tpucourse.instruments import overlap_budget
 
-from .support import REPO
+from .support import REPO, is_xdist_variable
 
 M, K, N, DEVICES = 1024, 512, 4 * 16384, 4  # gate 04's problem (exercises/ch14/test_gate04.py)
 
@@ -57,13 +60,15 @@ def _mutated(tmp_path, name):
     return tree
 
 
+@pytest.mark.runs
 def test_the_gather_then_multiply_mutant_fails_gate_04_in_a_rehearsal(tmp_path):
     tree = _mutated(tmp_path, "collective_matmul_gathers_then_multiplies")
     run = subprocess.run([sys.executable, "-m", "pytest", "-p", "no:cacheprovider", "--rootdir", str(REPO),
                           f"--basetemp={tmp_path / 'basetemp'}", "exercises/ch14/test_gate04.py", "--gates",
                           "--rehearse", "--chip=v5e", "--impl-root", str(tree), "-k", "communication"],
                          cwd=REPO, capture_output=True, text=True,
-                         env={**__import__("os").environ, "HOME": str(tmp_path), "PY_COLORS": "0"})
+                         env={**{k: v for k, v in os.environ.items() if not is_xdist_variable(k)},
+                              "HOME": str(tmp_path), "PY_COLORS": "0"})
     assert run.returncode == 1, run.stdout[-3000:]
     assert "before timing: all_gather_matmul() in" in run.stdout
     assert "never computes while a copy is in flight" in run.stdout

@@ -112,31 +112,12 @@ def test_the_readme_quotes_the_rehearsals_logged_times():
 
 def _matmul_at_1024_blocks(vmem_limit_bytes=None):
     """A matmul whose 1024 blocks shrink to small arrays: what the chip compiles depends on the size."""
-    import jax
-    import jax.numpy as jnp
-    from jax.experimental import pallas as pl
-    from jax.experimental.pallas import tpu as pltpu
-
-    def kernel(x_ref, y_ref, o_ref, acc_ref):
-        @pl.when(pl.program_id(2) == 0)
-        def _():
-            acc_ref[...] = jnp.zeros_like(acc_ref)
-        acc_ref[...] += jnp.dot(x_ref[...], y_ref[...], preferred_element_type=jnp.float32)
-
-        @pl.when(pl.program_id(2) == pl.num_programs(2) - 1)
-        def _():
-            o_ref[...] = acc_ref[...].astype(o_ref.dtype)
+    from pytest_tpucourse.checking import compiler_figures
 
     def matmul(x, y):
-        (m, k), (_, n) = x.shape, y.shape
-        bm, bk, bn = min(1024, m), min(1024, k), min(1024, n)
-        return pl.pallas_call(
-            kernel, out_shape=jax.ShapeDtypeStruct((m, n), x.dtype), grid=(m // bm, n // bn, k // bk),
-            in_specs=[pl.BlockSpec((bm, bk), lambda i, j, kk: (i, kk)), pl.BlockSpec((bk, bn), lambda i, j, kk: (kk, j))],
-            out_specs=pl.BlockSpec((bm, bn), lambda i, j, kk: (i, j)),
-            scratch_shapes=[pltpu.VMEM((bm, bn), jnp.float32)],
-            compiler_params=pltpu.CompilerParams(dimension_semantics=("parallel", "parallel", "arbitrary"),
-                                                 vmem_limit_bytes=vmem_limit_bytes))(x, y)
+        (m, k), n = x.shape, y.shape[1]
+        return compiler_figures.matmul_schedule(min(1024, m), min(1024, k), min(1024, n),
+                                                vmem_limit_bytes=vmem_limit_bytes)(x, y)
     return matmul
 
 

@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import os
 
+from .. import chips
 from ..core.outcomes import RAISED_BY_GRADED_CODE
 from . import device_ops, judge, stats
 from . import records as rec
@@ -53,7 +54,7 @@ def compiled_text(fn, args) -> str | None:
         return None
 
 
-def chip_peak(chip, dtype: str) -> float | None:
+def chip_peak(chip: chips.Chip, dtype: str) -> float | None:
     """One device's peak FLOP/s for matmuls in dtype, None where the chip publishes none."""
     try:
         return chip.per_device().peak_for(dtype)
