@@ -133,3 +133,31 @@ def test_where_splash_races_the_raced_blocks_are_the_outputs_nothing_reads():
     assert forward.params["compiler_params"].dimension_semantics[0] == "parallel"
     assert {point for point, core in points if core == 0} == {(0, i, j) for i in (0, 1) for j in (0, 1)}
     assert {point for point, core in points if core == 1} == {(1, i, j) for i in (0, 1) for j in (0, 1)}
+
+
+def test_the_chapters_gate_05_table_quotes_each_slots_latest_run():
+    """The README's gate 05 table: per slot, its latest run's kernel, floor and ceiling rows (one run_id,
+    bench/records.jsonl), their ratios, and the baselines that run was timed against (the current ones
+    where the ceiling row's notes name a search's choice of splash attention, the old three-block sweep
+    where they say so)."""
+    import re
+
+    from . import measured
+    from .reading import readme_prose
+
+    text = (measured.COURSE / "exercises" / "ch15" / "README.md").read_text(encoding="utf-8")
+    for step, name, window, shape in (("forward", "fwd", 1024, "1×16×8192×128"), ("forward", "fwd", 2048, "1×4×16384×128"),
+                                      ("forward + backward", "fwd-bwd", 1024, "1×16×8192×128"),
+                                      ("forward + backward", "fwd-bwd", 2048, "1×4×16384×128")):
+        trio = measured.latest_run(5, f"capstone-{name}-window{window}")
+        kernel, xla, splash = (round(trio[which]["value"] * 1e6, 1) for which in ("kernel", "floor", "ceiling"))
+        notes = trio["ceiling"]["notes"]
+        searched = re.search(r"ceiling (\d+x\d+/\d+) of splash attention, the choice of a search", notes)
+        assert searched or "ceiling tuned over 3 block sizes" in notes, notes
+        if searched:
+            assert searched.group(1) == "512x512/512"
+        baselines = "banded floor, searched splash" if searched else "old: dense floor, f32-wrapped splash"
+        row = (rf"\| {re.escape(step)}, window {window}, {shape} \| {re.escape(baselines)} \| {kernel} µs \| {xla} µs \| "
+               rf"{kernel / xla:.3f} \| {splash} µs \| {kernel / splash:.3f} \|")
+        assert re.search(row, text), f"exercises/ch15/README.md has no row {name} {window}: {kernel}, {xla}, {splash}"
+    assert "512 × 512, key sub-block 512, at both windows" in readme_prose("ch15")
