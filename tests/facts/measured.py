@@ -36,6 +36,29 @@ def gate_us(gate: int, op: str, implementation: str, shapes: list | None = None)
     return [row["value"] * 1e6 for row in gate_rows(gate, op, implementation, shapes)]
 
 
+def latest_run(gate: int, op: str, shapes: list | None = None) -> dict[str, dict]:
+    """One gate slot's latest run: {"kernel": row, "floor": row, "ceiling": row} (those it timed), the rows
+    sharing the run_id of the slot's last measured median. A slot's runs may have been measured against
+    different baselines (gate 03's ceiling before and after its search, gate 05's dense and banded
+    floors), so a ratio or a trio a page quotes is one run's, never a minimum over runs."""
+    rows = []
+    for implementation in ("kernel", "floor", "ceiling"):
+        try:
+            rows += gate_rows(gate, op, implementation, shapes)
+        except AssertionError:
+            continue
+    assert rows, f"bench/records.jsonl holds no measured median of gate {gate:02d} {op} {shapes}"
+    last = max(rows, key=lambda row: row["date"])["run_id"]
+    trio = {row["implementation"]: row for row in rows if row["run_id"] == last}
+    assert "kernel" in trio, f"gate {gate:02d} {op} {shapes}: the latest run ({last}) has no kernel row"
+    return trio
+
+
+def latest_us(gate: int, op: str, shapes: list | None = None) -> dict[str, float]:
+    """latest_run's medians in µs, by implementation."""
+    return {which: row["value"] * 1e6 for which, row in latest_run(gate, op, shapes).items()}
+
+
 def matmul_sweep() -> dict[str, float]:
     """The first group of bench/tpu/matmul_sweep.log (the run the chapters quote), µs by label:
     "xla", "zeroed 512x512x512", "assigned 1024x512x1024", ..."""
