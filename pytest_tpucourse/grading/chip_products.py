@@ -8,9 +8,10 @@ operand dtypes), the same on every machine:
 
 - Inside a Pallas kernel, JAX's Mosaic lowering (jax/_src/pallas/mosaic/lowering.py) gives a dot
   at precision None or DEFAULT no contract precision (Mosaic's default: one bfloat16 MXU pass for
-  float32 operands), HIGHEST `#tpu.contract_precision<fp32>`, and refuses every other form: HIGH
-  ("Unsupported dot precision"), per-operand precisions, dot algorithms. Mosaic then refuses a
-  float32 contraction of bfloat16 operands ("Bad lhs type", seen on a v5e). A matrix-vector
+  float32 operands), HIGHEST `#tpu.contract_precision<fp32>`, and refuses per-operand precisions
+  and dot algorithms. HIGH depends on the JAX: 0.10.2 refuses it ("Unsupported dot precision"),
+  0.11 and later lower it to `#tpu.contract_precision<bf16x3>` (`lowering_refuses` reads which).
+  Mosaic then refuses a multi-pass contraction of bfloat16 operands ("Bad lhs type", seen on a v5e). A matrix-vector
   product of narrow operands is lowered to a multiply and a sum, where precision plays no part.
 - Outside kernels, XLA on a TPU computes a float32 dot at DEFAULT in one bfloat16 pass too.
 - A graded call whose float inputs are all float32 runs at `default_matmul_precision("highest")`
@@ -26,6 +27,7 @@ compiler, where installed).
 
 from __future__ import annotations
 
+import functools
 from dataclasses import dataclass
 
 ONE_PASS_ERROR = "about 2e-3"  # relative error of an f32 matmul in one bf16 pass on a v5e (bench/tpu/precision.json)
@@ -104,16 +106,16 @@ def verdict(product: Product, *, f32_bound: bool, chip_name: str = "TPU") -> str
             return (f"would not compile for a {chip_name} TPU: a dot inside its Pallas kernel asks for "
                     f"{_spelled(precision)}{at}, and Pallas' TPU lowering takes no dot algorithm, only a "
                     f"precision. {_KERNEL_PRECISIONS}")
-        if single not in (None, lax.Precision.DEFAULT, lax.Precision.HIGHEST):
+        if single not in (None, lax.Precision.DEFAULT, lax.Precision.HIGHEST) and lowering_refuses(single.name):
             return (f"would not compile for a {chip_name} TPU: a dot inside its Pallas kernel asks for "
                     f"{_spelled(precision)}{at}, and Pallas' TPU lowering refuses it (\"Unsupported dot "
                     f"precision\"). {_KERNEL_PRECISIONS}")
         narrow = [d for d in product.dtypes if d in ("bfloat16", "float16")]
-        if single == lax.Precision.HIGHEST and narrow:
+        if single in (lax.Precision.HIGH, lax.Precision.HIGHEST) and narrow:
             return (f"would not compile for a {chip_name} TPU: a {narrow[0]} dot inside its Pallas kernel asks for "
-                    f"precision HIGHEST{at}, a float32 contraction, and Mosaic refuses one of {narrow[0]} operands "
-                    f"(\"Bad lhs type\"). A {narrow[0]} product is exact in one pass of the MXU: "
-                    f"leave its precision unset and keep HIGHEST for float32 dots.")
+                    f"precision {single.name}{at}, a contraction in several passes, and Mosaic refuses one of "
+                    f"{narrow[0]} operands (\"Bad lhs type\"). A {narrow[0]} product is exact in one pass of the "
+                    f"MXU: leave its precision unset and keep {single.name} for float32 dots.")
     if f32_bound and "float32" in product.dtypes and _one_bf16_pass(precision):
         return (f"computes a float32 matrix product at {_spelled(precision)}{at}. Rounding in bfloat16 on a "
                 f"{chip_name}: the chip runs that product as one bfloat16 pass of its MXU (each operand rounded to "
@@ -123,6 +125,32 @@ def verdict(product: Product, *, f32_bound: bool, chip_name: str = "TPU") -> str
                 f"a TPU) or ask for precision=lax.Precision.HIGHEST; for a bfloat16 product, cast the operands "
                 f"to bfloat16 yourself.")
     return None
+
+
+@functools.cache
+def lowering_refuses(precision_name: str) -> bool:
+    """Whether the installed JAX's Pallas TPU lowering refuses a float32 kernel dot at this precision,
+    read off the lowering itself: JAX 0.10.2 refuses HIGH ("Unsupported dot precision"), JAX 0.11 and
+    later lower it to Mosaic's `#tpu.contract_precision<bf16x3>` (three bfloat16 passes), which a
+    v5e compiles for float32 operands."""
+    import jax
+    import jax.numpy as jnp
+    from jax import lax
+    from jax.experimental import pallas as pl
+
+    from ..readers import mosaic
+
+    precision = lax.Precision[precision_name]
+    x = jax.ShapeDtypeStruct((128, 128), jnp.float32)
+
+    def kernel(x_ref, y_ref, o_ref):
+        o_ref[...] = jnp.dot(x_ref[...], y_ref[...], precision=precision, preferred_element_type=jnp.float32)
+
+    try:
+        mosaic.lower_for_tpu(lambda a, b: pl.pallas_call(kernel, out_shape=x)(a, b), x, x)
+    except NotImplementedError as error:
+        return "Unsupported dot precision" in str(error)
+    return False
 
 
 _KERNEL_PRECISIONS = ("Inside a Pallas kernel a dot runs at DEFAULT (one bfloat16 pass) or HIGHEST (float32): "
