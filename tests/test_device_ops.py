@@ -94,7 +94,7 @@ def test_gate_03s_forward_ceiling_compiles_to_one_custom_call_for_a_v5e():
     attention = functools.partial(public_kernels.flash_attention, causal=True, block_q=512, block_kv=1024)
     compiled = libtpu.compile_for(lambda q, k, v: attention(q, k, v), s, s, s, chip=chips.get_chip("v5e"))
     entry = compiled.optimized_hlo.split("ENTRY", 1)[1]
-    ran = {name: kind for name, kind in device_ops.hlo_kinds(entry).items() if not name.startswith("args_")}
+    ran = device_ops.hlo_kinds(entry)  # its parameters are no ops (named args_* on JAX 0.10.2, q_tile_ref on 0.12)
     assert [kind for kind in ran.values()] == [device_ops.CUSTOM_CALL], ran
 
 
