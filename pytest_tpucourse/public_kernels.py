@@ -101,13 +101,16 @@ def _splash_kernel(heads: int, q_len: int, kv_len: int, causal: bool, block_q: i
 
 def splash_attention(q, k, v, *, causal: bool = False, scale: float | None = None, block: int = 128,
                      window: int | None = None, block_q: int | None = None, block_kv: int | None = None,
-                     block_kv_compute: int | None = None, fused_backward: bool = False):
+                     block_kv_compute: int | None = None, fused_backward: bool = False, scale_in=None):
     """Splash attention as model code calls it: it takes no softmax scale, so q is scaled in its own
     dtype first (bf16 in, bf16 out: no casts around the kernel). window: its local mask, each query
     seeing its own key and the window - 1 before it (causal implied).
 
     block: block_q and block_kv both, where not given; block_kv_compute: the keys its body takes at a
-    time (None: block_kv); fused_backward: dq computed in the dk/dv kernel (one backward kernel)."""
+    time (None: block_kv); fused_backward: dq computed in the dk/dv kernel (one backward kernel).
+    scale_in: the dtype q is scaled in (None: q's own, as the gates time it; "float32": q·scale not
+    rounded back to bf16 where the scale is no power of two, the kernel taking an f32 q, the output
+    cast back to q's dtype: how the course grades JAX's kernel as a learner's, to the course's bound)."""
     scale = q.shape[-1] ** -0.5 if scale is None else scale
     k, v = _shared_kv_heads(q, k, v)
     block_q = min(block if block_q is None else block_q, q.shape[2])
@@ -115,12 +118,15 @@ def splash_attention(q, k, v, *, causal: bool = False, scale: float | None = Non
     compute = block_kv if block_kv_compute is None else min(block_kv_compute, block_kv)
     kernel = _splash_kernel(q.shape[1], q.shape[2], k.shape[2], causal, block_q, block_kv, compute,
                             fused_backward, window)
+    dtype = q.dtype
+    if scale_in is not None:
+        q = q.astype(scale_in)
     q = q * jnp.asarray(scale, q.dtype)
     # One call per batch element, not jax.vmap: vmap adds a grid axis that TPU interpret
     # mode (jax 0.10.2) does not give a dimension semantic, and batches over 1 fail there.
     if q.shape[0] == 1:  # a leading axis of one in and out is a bitcast, not a copy
-        return kernel(q[0], k[0], v[0])[None]
-    return jnp.stack([kernel(q[b], k[b], v[b]) for b in range(q.shape[0])])
+        return kernel(q[0], k[0], v[0])[None].astype(dtype)
+    return jnp.stack([kernel(q[b], k[b], v[b]) for b in range(q.shape[0])]).astype(dtype)
 
 
 def matmul(x, y, *, bm: int = 128, bk: int = 128, bn: int = 128):
