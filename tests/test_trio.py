@@ -4,6 +4,7 @@ about its samples (N, per-op device time, MXU utilisation). Fake harnesses and f
 no number here is about a chip."""
 
 import dataclasses
+import math
 
 import numpy as np
 import pytest
@@ -257,3 +258,31 @@ def test_the_bench_page_and_the_site_show_n_mxu_and_each_rows_per_op_device_time
     lines = [dict(zip(bench.COLUMNS, line)) for line in bench.record_rows(loaded.accepted)]
     kernel = next(line for line in lines if line["implementation"] == "kernel" and line["N"])
     assert kernel["per-op device time"] == "my_matmul.1 (custom-call) 740.0 us" and kernel["MXU"] == "94%"
+
+
+def test_outputs_are_compared_where_they_are_as_the_host_compares_them():
+    """wrong_output's relative error, computed by one program beside the arrays, is the float64 rule's
+    (tolerance.relative_error): non-finite reference entries left out, NaN or inf in an output wrong."""
+    import jax.numpy as jnp
+
+    from pytest_tpucourse.core import tolerance
+
+    rng = np.random.default_rng(0)
+    ref = rng.standard_normal((64, 128)).astype(np.float32) * 1e4
+    ref[0, :3] = [np.inf, -np.inf, np.nan]
+    for got in (ref * 1.003, ref + rng.standard_normal(ref.shape).astype(np.float32), np.zeros_like(ref)):
+        got = got.astype(np.float32)
+        got[0, :3] = 7.0
+        assert math.isclose(sampling.device_relative_error(jnp.asarray(got), jnp.asarray(ref)),
+                            tolerance.relative_error(got, ref), rel_tol=1e-4)
+    assert sampling.device_relative_error(jnp.zeros((4,)), jnp.zeros((4,))) == 0.0
+    bad = np.ones((8, 128), np.float32)
+    for value in (np.nan, np.inf):
+        bad[3, 3] = value
+        assert not sampling.device_relative_error(jnp.asarray(bad), jnp.ones((8, 128), jnp.float32)) <= 1.0
+    wrong = sampling.wrong_output("kernel", lambda x: x * 1.5, [(jnp.ones((8, 128), jnp.bfloat16),)],
+                                  [jnp.ones((8, 128), jnp.bfloat16)], "bfloat16")
+    assert wrong.startswith("kernel output 0 on input set 0 is wrong at the timed size: relative error 0.5")
+    assert sampling.wrong_output("kernel", lambda x: x.astype(jnp.float32), [(jnp.ones((8,), jnp.bfloat16),)],
+                                 [jnp.ones((8,), jnp.bfloat16)], "bfloat16") == (
+        "kernel output 0 on input set 0 is float32[8], expected bfloat16[8]")
