@@ -25,16 +25,18 @@ __all__ = [
 ]
 
 
-def _flash_block_sizes(block_q: int, block_kv: int, block_k: int | None = None):
+def _flash_block_sizes(block_q: int, block_kv: int, block_k: int | None = None, backward=None):
     """JAX flash attention's blocks: block_q queries against block_kv keys a grid step (its block_k_major),
-    walked in block_k sub-blocks (block_k = block_kv: none); the backward's blocks follow the same three."""
+    walked in block_k sub-blocks (block_k = block_kv: none); the backward kernels' (block_q, block_kv,
+    block_k) are `backward`, the forward's three where None."""
     from jax.experimental.pallas.ops.tpu import flash_attention as fa
 
     block_k = block_kv if block_k is None else min(block_k, block_kv)
+    bq, bkv, bk = (block_q, block_kv, block_k) if backward is None else backward
     return fa.BlockSizes(
         block_q=block_q, block_k_major=block_kv, block_k=block_k, block_b=1,
-        block_q_major_dkv=block_q, block_k_major_dkv=block_kv, block_k_dkv=block_k,
-        block_q_dkv=block_q, block_k_major_dq=block_kv, block_k_dq=block_k, block_q_dq=block_q,
+        block_q_major_dkv=bq, block_k_major_dkv=bkv, block_k_dkv=bk,
+        block_q_dkv=bq, block_k_major_dq=bkv, block_k_dq=bk, block_q_dq=bq,
     )
 
 
@@ -47,16 +49,22 @@ def _shared_kv_heads(q, k, v):
 
 
 def flash_attention(q, k, v, *, causal: bool = False, scale: float | None = None,
-                    block_q: int = 128, block_kv: int = 128, block_k: int | None = None):
+                    block_q: int = 128, block_kv: int = 128, block_k: int | None = None,
+                    backward_blocks: tuple[int, int, int] | None = None):
     """JAX's flash attention, forward and backward (its own custom_vjp). block_kv is its block_k_major
-    (keys a grid step brings in), block_k the sub-block its body walks them in (None: block_kv)."""
+    (keys a grid step brings in), block_k the sub-block its body walks them in (None: block_kv);
+    backward_blocks: the backward kernels' (block_q, block_kv, block_k), the forward's where None."""
     from jax.experimental.pallas.ops.tpu import flash_attention as fa
 
     scale = q.shape[-1] ** -0.5 if scale is None else scale
     k, v = _shared_kv_heads(q, k, v)
     block_q, block_kv = min(block_q, q.shape[2]), min(block_kv, k.shape[2])
+    if backward_blocks is not None:
+        bq, bkv, bk = backward_blocks
+        bq, bkv = min(bq, q.shape[2]), min(bkv, k.shape[2])
+        backward_blocks = (bq, bkv, min(bk, bkv))
     return fa.flash_attention(q, k, v, causal=causal, sm_scale=scale,
-                              block_sizes=_flash_block_sizes(block_q, block_kv, block_k))
+                              block_sizes=_flash_block_sizes(block_q, block_kv, block_k, backward_blocks))
 
 
 def flash_forward(q, k, v, *, causal: bool = False, scale: float | None = None,
@@ -78,7 +86,8 @@ def flash_forward(q, k, v, *, causal: bool = False, scale: float | None = None,
 
 @functools.lru_cache(maxsize=None)
 def _splash_kernel(heads: int, q_len: int, kv_len: int, causal: bool, block_q: int, block_kv: int,
-                   block_kv_compute: int, fused_backward: bool, window: int | None = None):
+                   block_kv_compute: int, fused_backward: bool, window: int | None = None,
+                   backward_blocks: tuple[int, int] | None = None):
     from jax.experimental.pallas.ops.tpu.splash_attention import splash_attention_kernel as sk
     from jax.experimental.pallas.ops.tpu.splash_attention import splash_attention_mask as sm
 
@@ -87,9 +96,10 @@ def _splash_kernel(heads: int, q_len: int, kv_len: int, causal: bool, block_q: i
         head_mask = sm.LocalMask(shape, window_size=(window - 1, 0), offset=0)
     else:
         head_mask = sm.CausalMask(shape) if causal else sm.FullMask(shape)
-    backward = dict(block_q_dkv=block_q, block_kv_dkv=block_kv, block_kv_dkv_compute=block_kv_compute)
+    bq, bkv = (block_q, block_kv) if backward_blocks is None else backward_blocks
+    backward = dict(block_q_dkv=bq, block_kv_dkv=bkv, block_kv_dkv_compute=min(block_kv_compute, bkv))
     if not fused_backward:  # the fused backward computes dq in the dkv kernel: no dq blocks
-        backward.update(block_q_dq=block_q, block_kv_dq=block_kv)
+        backward.update(block_q_dq=bq, block_kv_dq=bkv)
     sizes = sk.BlockSizes(block_q=block_q, block_kv=block_kv, block_kv_compute=block_kv_compute,
                           use_fused_bwd_kernel=fused_backward, **backward)
     # The kernel holds its mask tables as arrays; built under a trace they would
@@ -101,14 +111,15 @@ def _splash_kernel(heads: int, q_len: int, kv_len: int, causal: bool, block_q: i
 
 def splash_attention(q, k, v, *, causal: bool = False, scale: float | None = None, block: int = 128,
                      window: int | None = None, block_q: int | None = None, block_kv: int | None = None,
-                     block_kv_compute: int | None = None, fused_backward: bool = False, scale_in=None):
+                     block_kv_compute: int | None = None, fused_backward: bool = False, scale_in=None,
+                     backward_blocks: tuple[int, int] | None = None):
     """Splash attention as model code calls it: it takes no softmax scale, so q is scaled in its own
     dtype first (bf16 in, bf16 out: no casts around the kernel). window: its local mask, each query
     seeing its own key and the window - 1 before it (causal implied).
 
     block: block_q and block_kv both, where not given; block_kv_compute: the keys its body takes at a
-    time (None: block_kv); fused_backward: dq computed in the dk/dv kernel (one backward kernel).
-    scale_in: the dtype q is scaled in (None: q's own, as the gates time it; "float32": q·scale not
+    time (None: block_kv); fused_backward: dq computed in the dk/dv kernel (one backward kernel);
+    backward_blocks: the backward kernels' (block_q, block_kv), the forward's where None. scale_in: the dtype q is scaled in (None: q's own, as the gates time it; "float32": q·scale not
     rounded back to bf16 where the scale is no power of two, the kernel taking an f32 q, the output
     cast back to q's dtype: how the course grades JAX's kernel as a learner's, to the course's bound)."""
     scale = q.shape[-1] ** -0.5 if scale is None else scale
@@ -116,8 +127,10 @@ def splash_attention(q, k, v, *, causal: bool = False, scale: float | None = Non
     block_q = min(block if block_q is None else block_q, q.shape[2])
     block_kv = min(block if block_kv is None else block_kv, k.shape[2])
     compute = block_kv if block_kv_compute is None else min(block_kv_compute, block_kv)
+    if backward_blocks is not None:
+        backward_blocks = (min(backward_blocks[0], q.shape[2]), min(backward_blocks[1], k.shape[2]))
     kernel = _splash_kernel(q.shape[1], q.shape[2], k.shape[2], causal, block_q, block_kv, compute,
-                            fused_backward, window)
+                            fused_backward, window, backward_blocks)
     dtype = q.dtype
     if scale_in is not None:
         q = q.astype(scale_in)

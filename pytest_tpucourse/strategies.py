@@ -21,6 +21,7 @@ the values' scale (an epsilon in the wrong place, a running max started at 0).
 from __future__ import annotations
 
 import dataclasses
+import functools
 from dataclasses import dataclass
 
 import numpy as np
@@ -204,6 +205,25 @@ def random_array(shape, dtype, seed: int, *, scale: float = 1.0, offset: float =
     reproduction.built(array, reproduction.Recipe(shape, np.dtype(array.dtype).name, int(seed), kind,
                                                   float(scale), float(offset)))
     return array
+
+
+def timed_input(shape, dtype, seed: int):
+    """A gate's timed input: normal(0, 1) values drawn where the chip is, by jax.random (threefry: the
+    same values for a seed on every backend), rounded to `dtype`. A gate draws dozens of arrays of
+    millions of entries (gate 03's slots, 16 a slot): numpy takes about half a second for each of
+    those on a TPU host, the device milliseconds. Any non-negative int is a seed."""
+    import jax
+
+    key = jax.random.fold_in(jax.random.key(int(seed) % 2 ** 31), int(seed) // 2 ** 31)
+    return _timed_normal(tuple(shape), np.dtype(_jnp_dtype(dtype)).name)(key)
+
+
+@functools.cache
+def _timed_normal(shape: tuple, dtype: str):
+    import jax
+    import jax.numpy as jnp
+
+    return jax.jit(lambda key: jax.random.normal(key, shape, jnp.float32).astype(dtype))
 
 
 def cotangents_like(tree, seed: int = 0):

@@ -31,7 +31,7 @@ def test_xla_floor_is_predicted(gate_run, slot):
     shapes = gate_run.shapes(slot.shapes, cpu=[[min(d, CPU_DIM) for d in s] for s in slot.shapes])
 
     def inputs(seed):  # built only on a chip (or in a rehearsal): nothing is timed off it
-        return tuple(tst.random_array(shape, slot.dtype, 10 * seed + i) for i, shape in enumerate(shapes))
+        return tuple(tst.timed_input(shape, slot.dtype, 10 * seed + i) for i, shape in enumerate(shapes))
 
     cost = roofline.operand_cost(slot.op, slot.shapes, slot.dtype)
     fn = jax.jit(jnp.matmul if slot.op == "matmul" else jnp.add)

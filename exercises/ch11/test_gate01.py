@@ -39,7 +39,7 @@ def _inputs(gate_run, slot):
     shapes = gate_run.shapes(slot.shapes, cpu=[[min(d, CPU_DIM) for d in s] for s in slot.shapes])
 
     def inputs(seed):
-        return tuple(tst.random_array(s, slot.dtype, seed=10 * seed + j) for j, s in enumerate(shapes))
+        return tuple(tst.timed_input(s, slot.dtype, 10 * seed + j) for j, s in enumerate(shapes))
     return inputs
 
 

@@ -37,7 +37,7 @@ CRITERIA = ("beats-xla", "near-ceiling")
 def _inputs(shape, dtype):
     """inputs(seed): fresh (q, k, v, dO), built only on the chip (or in a rehearsal)."""
     def inputs(seed):
-        return tuple(tst.random_array(shape, dtype, seed=10 * seed + j) for j in range(4))
+        return tuple(tst.timed_input(shape, dtype, 10 * seed + j) for j in range(4))
     return inputs
 
 

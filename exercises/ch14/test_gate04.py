@@ -137,7 +137,7 @@ def test_communication_hidden_behind_compute(gate_run, impl):
     m, k, n = gate_run.shapes((M, K, N), cpu=CPU_MKN)
 
     def kernel_inputs(seed):
-        return tst.random_array((m, k), DTYPE, 2 * seed), tst.random_array((k, n), DTYPE, 2 * seed + 1)
+        return tst.timed_input((m, k), DTYPE, 2 * seed), tst.timed_input((k, n), DTYPE, 2 * seed + 1)
 
     def alone_inputs(seed):  # the whole x and one chip's columns of w
         x, w = kernel_inputs(seed)

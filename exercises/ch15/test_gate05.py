@@ -118,7 +118,7 @@ def test_capstone_speed(gate_run, impl, backward, target):
     built = gate_run.shapes(shape, cpu=(1, 1, CPU_SEQ, t["head_dim"]))
 
     def inputs(seed):  # (q, k, v, dO), built only on the chip (or in a rehearsal)
-        return tuple(tst.random_array(built, t["dtype"], seed=10 * seed + j) for j in range(4))
+        return tuple(tst.timed_input(built, t["dtype"], 10 * seed + j) for j in range(4))
 
     op = gating.capstone_op(backward, options)  # the slot chapter 15's manifest declares (gates/criteria.py)
     gate_run.measure_trio(CRITERIA, op, [shape, shape, shape], t["dtype"], cost,

@@ -180,6 +180,7 @@ class Space:
     start: tuple[dict, ...]  # tried first: the kernel's defaults, known good blocks (the course solution's)
     limit: Callable[[dict], str | None] = lambda knobs: None  # why knobs are out of the space, or None
     budget: int = 16  # at most this many candidates timed by one search
+    edge: str = ""  # how the space is bounded beyond its axes, where that changed what a search could reach
 
     def label(self, knobs: dict) -> str:
         """q512-kv2048-k512; a boolean knob shows by name when on (-fused), not at all when off."""
@@ -193,8 +194,9 @@ class Space:
         return "-".join(parts)
 
     def identity(self) -> str:
-        """What a kept sweep of this space must match: the name, every axis and its values."""
-        return f"{self.name}: " + "; ".join(f"{a.name} in {list(a.values)}" for a in self.axes)
+        """What a kept sweep of this space must match: the name, every axis and its values, its edge rule."""
+        axes = f"{self.name}: " + "; ".join(f"{a.name} in {list(a.values)}" for a in self.axes)
+        return f"{axes}; {self.edge}" if self.edge else axes
 
     def out_of_space(self, knobs: dict) -> str | None:
         for axis in self.axes:
