@@ -5,13 +5,24 @@ timed again in the run's rounds."""
 from __future__ import annotations
 
 from . import sweeps
-from .sampling import wrong_output
+from .sampling import compile_ahead, compiled, wrong_output
 
 
 def key(run, op: str, shapes, dtype: str) -> sweeps.SweepKey:
     p = run.provenance
     return sweeps.SweepKey(chip=run.chip.name, device_kind=p.device_kind, jax=p.jax, jaxlib=p.jaxlib,
                            libtpu=p.libtpu, gate=run.gate.number, op=op, shapes=shapes, dtype=dtype)
+
+
+def ahead(run, ceiling, key: sweeps.SweepKey):
+    """The ceiling's function as the run will time it, where that is known before anything runs (a
+    function, or the kept choice of a sweep or search), to compile ahead; None otherwise."""
+    if ceiling is None or not isinstance(ceiling, (dict, sweeps.Space)):
+        return ceiling
+    earlier, _ = _kept(run, key, ceiling)
+    if earlier is None:
+        return None
+    return ceiling.function(earlier.choice) if isinstance(ceiling, sweeps.Space) else ceiling.get(earlier.best)
 
 
 def tune(run, candidates: dict, input_sets, expected, dtype, key: sweeps.SweepKey):
@@ -32,6 +43,7 @@ def tune(run, candidates: dict, input_sets, expected, dtype, key: sweeps.SweepKe
                                               f"({earlier.describe()}), reused: only the choice, timed in "
                                               f"this run's rounds (pytest --gates --resweep sweeps again)")
     correct, notes = {}, []
+    compiled(compile_ahead(candidates, input_sets[0]))
     for label, fn in candidates.items():
         wrong = wrong_output(f"ceiling {label}", fn, input_sets, expected, dtype)
         if wrong:
@@ -59,7 +71,7 @@ def _search(run, space: sweeps.Space, input_sets, expected, dtype, key: sweeps.S
     else a search on the chip, kept for later runs. The notes name the choice and where it sits."""
     earlier, source = _kept(run, key, space)
     if earlier is not None:
-        fn = space.build(earlier.choice)
+        fn = space.function(earlier.choice)
         wrong = wrong_output(f"ceiling {earlier.best}", fn, input_sets, expected, dtype)
         if not wrong:
             return fn, (f"ceiling {earlier.best} of {space.name}, the choice of a search {source} "
@@ -68,6 +80,7 @@ def _search(run, space: sweeps.Space, input_sets, expected, dtype, key: sweeps.S
 
     def measure(fns: dict) -> dict:
         correct, out = {}, {}
+        compiled(compile_ahead(fns, input_sets[0]))  # a round's candidates compile side by side
         for label, fn in fns.items():
             wrong = wrong_output(f"ceiling {label}", fn, input_sets, expected, dtype)
             if wrong:
@@ -92,7 +105,7 @@ def _search(run, space: sweeps.Space, input_sets, expected, dtype, key: sweeps.S
     notes = ([f"{label}: {seconds * 1e6:.1f} us" for label, seconds in found.times.items()] if timed else [])
     notes += [f"{label}: wrong or failed ({why})" for label, why in found.failed.items()] + kept_note
     again = f"the kept choice {earlier.best} was wrong here, searched again; " if earlier is not None else ""
-    return space.build(found.tried[found.best]), (
+    return space.function(found.tried[found.best]), (
         f"{again}ceiling {space.name}: chose {found.best}, {found.placement}; searched over {len(found.tried)} "
         f"configurations ({'; '.join(notes)})")
 

@@ -55,6 +55,39 @@ def compiled_text(fn, args) -> str | None:
         return None
 
 
+def compile_ahead(fns: dict, args) -> dict:
+    """Compile the course's and JAX's own programs (the floor, ceilings, a search's candidates) for
+    these args in threads, at once: {name: Future}. XLA's compiler runs outside Python's lock, so a
+    slot's programs compile side by side on the host's cores (a v5e host has 13) where one after
+    another they cost a second or more each; a later call of the same jitted function finds the
+    program compiled. A learner's kernel is never compiled here: its code runs on the main thread,
+    under the run's deadline. A function that is not one jitted program, or fails to compile, is
+    left to its first call, which says what went wrong."""
+    from concurrent.futures import ThreadPoolExecutor
+
+    def compile_one(fn):
+        try:
+            fn.lower(*args).compile()
+        except Exception:  # noqa: BLE001 - the first call raises it again, attributed to its implementation
+            return False
+        return True
+
+    jitted = {name: fn for name, fn in fns.items() if callable(getattr(fn, "lower", None))}
+    if not jitted:
+        return {}
+    pool = ThreadPoolExecutor(max_workers=min(len(jitted), os.cpu_count() or 1), thread_name_prefix="tpucourse-compile")
+    futures = {name: pool.submit(compile_one, fn) for name, fn in jitted.items()}
+    pool.shutdown(wait=False)
+    return futures
+
+
+def compiled(futures: dict, *names: str) -> None:
+    """Wait for the compiles `compile_ahead` started for these names (all where none is named)."""
+    for name in names or tuple(futures):
+        if name in futures:
+            futures[name].result()
+
+
 def chip_peak(chip: chips.Chip, dtype: str) -> float | None:
     """One device's peak FLOP/s for matmuls in dtype, None where the chip publishes none."""
     try:

@@ -181,6 +181,15 @@ class Space:
     limit: Callable[[dict], str | None] = lambda knobs: None  # why knobs are out of the space, or None
     budget: int = 16  # at most this many candidates timed by one search
     edge: str = ""  # how the space is bounded beyond its axes, where that changed what a search could reach
+    _built: dict = field(default_factory=dict, compare=False, repr=False)  # label -> function (`function`)
+
+    def function(self, knobs: dict) -> Callable:
+        """build(knobs), built once per configuration: the same jitted function each time it is timed or
+        compiled ahead, so its program compiles once."""
+        label = self.label(knobs)
+        if label not in self._built:
+            self._built[label] = self.build(knobs)
+        return self._built[label]
 
     def label(self, knobs: dict) -> str:
         """q512-kv2048-k512; a boolean knob shows by name when on (-fused), not at all when off."""
@@ -257,9 +266,9 @@ def search(space: Space, measure: Callable[[dict], dict]) -> Searched:
         if not todo:
             break
         tried.update(todo)
-        fns = {label: space.build(knobs) for label, knobs in todo.items()}
+        fns = {label: space.function(knobs) for label, knobs in todo.items()}
         if best is not None:
-            fns[best] = space.build(tried[best])
+            fns[best] = space.function(tried[best])
         got = measure(fns)
         for label in todo:
             if label not in got:

@@ -10,7 +10,8 @@ from . import ceiling_sweep, device_ops, judge, stats, sweeps, timer
 from . import criteria as gate_criteria
 from . import records as rec
 from .results import GateResult, interval_text
-from .sampling import (ALL_ROTATING, INPUT_SETS, WEIGHTS_FIXED, chip_peak, compiled_text, draw_seeds,
+from .sampling import (ALL_ROTATING, INPUT_SETS, WEIGHTS_FIXED, chip_peak, compile_ahead, compiled, compiled_text,
+                       draw_seeds,
                        mxu_fields, timed_fields, weights_fixed, wrong_output)
 
 
@@ -81,6 +82,10 @@ def measure(run, criteria, op: str, shapes, dtype: str, cost: Cost | None, *, fl
         seeds = draw_seeds(INPUT_SETS)
         input_sets = [inputs(seed) for seed in seeds]
         common["input_seeds"] = tuple(seeds)
+        # XLA's floor and the ceiling (a kept choice of a searched space) compile in threads while the
+        # learner's kernel is checked and compiled here
+        ahead = compile_ahead({"floor": floor, "ceiling": ceiling_sweep.ahead(
+            run, fns.get("ceiling"), ceiling_sweep.key(run, op, shapes, dtype)), **(also or {})}, input_sets[0])
         if "kernel" in fns:
             found = run._not_own_work([run._timed_kernel_work(fns["kernel"], input_sets[0], cost)])
             if found:
@@ -92,7 +97,9 @@ def measure(run, criteria, op: str, shapes, dtype: str, cost: Cost | None, *, fl
             refused = run._refused_at_gate_size(fns["kernel"], input_sets[0])
             if refused:  # what the chip would refuse before timing anything: no row, the test fails
                 return run._finish(GateResult(gate_criteria.FAIL, refused, tuple(rows)))
+        compiled(ahead, "floor")
         expected = [floor(*args) for args in input_sets]
+        compiled(ahead)
         sweep_notes = ""
         if isinstance(fns.get("ceiling"), (dict, sweeps.Space)):
             fns["ceiling"], sweep_notes = ceiling_sweep.tune(run, fns["ceiling"], input_sets, expected, dtype,
