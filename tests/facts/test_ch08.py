@@ -260,10 +260,12 @@ def test_the_chip_streams_at_80_percent_of_its_spec_and_its_ridge_is_near_300_fl
     assert 0.78 < reached["add"] / spec < 0.82 and 0.86 < reached["skinny loop"] / spec < 0.9
     ridge = measured.practical_ridge()
     assert 290 < ridge < 310
-    add_us = min(measured.gate_us(0, "add", "floor"))
-    figures = [f"{reached['add'] / 1e9:.0f} GB/s", f"{reached['skinny loop'] / 1e9:.0f} GB/s", f"{ridge:.1f} FLOP/byte",
-               f"{measured.V5E.peak_flops / measured.V5E.hbm_bandwidth:.1f}", f"{add_us:.1f} µs"]
+    # the add's quoted time: a gate 00 row's (the runs differ in the last digit), at the bandwidth quoted
     page = readme_prose("ch08")
+    quoted = [us for us in measured.gate_us(0, "add", "floor") if f"{us:.1f} µs" in page]
+    assert quoted and f"{100663296 / (quoted[0] * 1e-6) / 1e9:.0f} GB/s" == f"{reached['add'] / 1e9:.0f} GB/s"
+    figures = [f"{reached['add'] / 1e9:.0f} GB/s", f"{reached['skinny loop'] / 1e9:.0f} GB/s", f"{ridge:.1f} FLOP/byte",
+               f"{measured.V5E.peak_flops / measured.V5E.hbm_bandwidth:.1f}"]
     assert [f for f in figures if f not in page] == []
     assert [f for f in figures[2:4] + figures[:1] if f not in readme_prose("ch11")] == []
 

@@ -231,15 +231,19 @@ def test_the_gate_03_table_quotes_each_slots_latest_run():
             trio = measured.latest_run(3, op, shape)
             kernel, xla, jax_flash = (round(trio[which]["value"] * 1e6, 1) for which in ("kernel", "floor", "ceiling"))
             notes = trio["ceiling"]["notes"]
-            chose = re.search(r"ceiling (\d+)x(\d+)/(\d+) of JAX flash attention, the choice of a search", notes)
+            chose = re.search(r"ceiling (\d+)x(\d+)/(\d+)(?:-bwd(\d+)x(\d+))? of JAX flash attention, the choice "
+                              r"of a search", notes)
             assert chose or re.search(r"(tuned|swept 2026-12-06) over 4 block sizes", notes), notes
             ceiling = "searched" if chose else "old, 4 sizes"
             if chose:
-                choices.add((op, " × ".join(chose.groups()[:2]) + " / " + chose.group(3)))
+                bq, bkv, sub, bwd_q, bwd_kv = chose.groups()
+                choices.add((op, f"{bq} × {bkv} / {sub}" + (f", bwd {bwd_q} × {bwd_kv}" if bwd_q else "")))
             name = "×".join(str(n) for n in shape)
             row = (rf"\| {re.escape(problem)}, {name} \| {ceiling} \| {kernel} µs \| {xla} µs \| {kernel / xla:.3f} \| "
                    rf"{jax_flash} µs \| {kernel / jax_flash:.3f} \|")
             assert re.search(row, text), f"exercises/ch13/README.md has no row {op} {name}: {kernel}, {xla}, {jax_flash}"
     page = readme_prose("ch13")
-    assert choices == {("attention-fwd", "512 × 4096 / 1024"), ("attention-causal-fwd", "1024 × 1024 / 1024")}
+    forwards = {("attention-fwd", "512 × 4096 / 1024"), ("attention-causal-fwd", "1024 × 1024 / 1024")}
+    assert forwards <= choices and all(op.endswith("-bwd") for op, _ in choices - forwards)
     assert "512 × 4096 / 1024 for both non-causal forwards, 1024 × 1024 / 1024 for both causal ones" in page
+    assert [c for op, c in choices - forwards if c not in page] == []

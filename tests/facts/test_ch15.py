@@ -152,10 +152,12 @@ def test_the_chapters_gate_05_table_quotes_each_slots_latest_run():
         trio = measured.latest_run(5, f"capstone-{name}-window{window}")
         kernel, xla, splash = (round(trio[which]["value"] * 1e6, 1) for which in ("kernel", "floor", "ceiling"))
         notes = trio["ceiling"]["notes"]
-        searched = re.search(r"ceiling (\d+x\d+/\d+) of splash attention, the choice of a search", notes)
+        searched = re.search(r"ceiling (\d+x\d+/\d+)(-bwd\d+x\d+)?(-fused)? of splash attention, the choice of a "
+                             r"search", notes)
         assert searched or "ceiling tuned over 3 block sizes" in notes, notes
         if searched:
-            assert searched.group(1) == "512x512/512"
+            assert searched.group(1) == "512x512/512" and searched.group(2) in (None, "-bwd512x512")
+            assert searched.group(3) is None  # "unfused" in the page
         baselines = "banded floor, searched splash" if searched else "old: dense floor, f32-wrapped splash"
         row = (rf"\| {re.escape(step)}, window {window}, {shape} \| {re.escape(baselines)} \| {kernel} µs \| {xla} µs \| "
                rf"{kernel / xla:.3f} \| {splash} µs \| {kernel / splash:.3f} \|")
