@@ -132,3 +132,11 @@ def test_the_old_wrapper_is_caught():
         return kernel(q[0], k[0], v[0])[None].astype(jnp.bfloat16)
 
     assert _tpu_program(old, (1, 2, 1024, 128)).count("stablehlo.convert") == 2
+
+
+def test_a_searched_configuration_is_built_once_so_its_program_compiles_once():
+    built = []
+    space = ceilings.flash_space(lambda fn: built.append(fn) or fn, q_len=1024, kv_len=1024, head_dim=128,
+                                 itemsize=2, backward=False, chip=V5E, causal=False)
+    knobs = dict(space.start[0])
+    assert space.function(knobs) is space.function(dict(knobs)) and len(built) == 1

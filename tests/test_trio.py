@@ -286,3 +286,38 @@ def test_outputs_are_compared_where_they_are_as_the_host_compares_them():
     assert sampling.wrong_output("kernel", lambda x: x.astype(jnp.float32), [(jnp.ones((8,), jnp.bfloat16),)],
                                  [jnp.ones((8,), jnp.bfloat16)], "bfloat16") == (
         "kernel output 0 on input set 0 is float32[8], expected bfloat16[8]")
+
+
+def test_the_courses_programs_compile_ahead_in_threads_and_a_later_call_finds_them(monkeypatch):
+    """compile_ahead compiles jitted programs side by side; their first call then compiles nothing. A
+    function that is not one jitted program is left alone, and a failing compile is left to the call."""
+    import jax
+    import jax.numpy as jnp
+    from jax._src import compiler
+
+    compiles = []
+    real = compiler.backend_compile_and_load
+    monkeypatch.setattr(compiler, "backend_compile_and_load", lambda *a, **k: compiles.append(1) or real(*a, **k))
+    floor = jax.jit(lambda x: jnp.tanh(x) * 3.0)
+    ceiling = jax.jit(lambda x: jnp.cos(x) + 1.5)
+    broken = jax.jit(lambda x: x @ jnp.ones((3, 3)))  # (8, 128) @ (3, 3): no program
+    args = (jnp.ones((8, 128)),)
+    futures = sampling.compile_ahead({"floor": floor, "ceiling": ceiling, "broken": broken,
+                                      "plain": lambda x: x}, args)
+    assert set(futures) == {"floor", "ceiling", "broken"}
+    sampling.compiled(futures)
+    assert [futures[n].result() for n in ("floor", "ceiling", "broken")] == [True, True, False]
+    before = len(compiles)
+    floor(*args), ceiling(*args)
+    assert len(compiles) == before
+    with pytest.raises(TypeError):
+        broken(*args)
+
+
+def test_timed_inputs_are_drawn_where_the_chip_is_one_array_per_seed():
+    from pytest_tpucourse import strategies as tst
+
+    a, b = tst.timed_input((4, 256), "bfloat16", 2 ** 33 + 7), tst.timed_input((4, 256), "bfloat16", 2 ** 33 + 7)
+    c = tst.timed_input((4, 256), "bfloat16", 7)
+    assert a.dtype == "bfloat16" and a.shape == (4, 256) and bool((a == b).all()) and not bool((a == c).all())
+    assert 0.8 < float(a.astype("float32").std()) < 1.2
