@@ -34,7 +34,7 @@ __all__ = [
     "as_float64", "attention_configs", "ATTENTION_KINDS", "AttentionConfig", "booleans",
     "cotangents_like", "DIM_KINDS", "dims_around", "dot_general_problems", "DTYPES", "dtypes",
     "few", "jnp_asarray", "LOW_VARIANCE_STD", "random_array", "seeds", "SHAPE_KINDS",
-    "shapes_2d", "SPIKE", "TILE", "tile", "tiled_shapes", "unequal_blocks", "VALUE_KINDS",
+    "shapes_2d", "SPIKE", "TILE", "tile", "tiled_shapes", "timed_input", "unequal_blocks", "VALUE_KINDS",
 ]
 
 
