@@ -221,3 +221,17 @@ def test_emit_pipeline_waits_for_its_last_write_back_before_it_returns():
 
     finalizers = [getattr(pipeline.Scheduler, name) for name in dir(pipeline.Scheduler) if name.startswith("finalize")]
     assert finalizers and all("wait_out" in inspect.getsource(f) for f in finalizers)
+
+
+def test_the_compute_alones_measured_time_is_gate_04s_latest_row():
+    """Chapter 14's "Measured on a v5e": the compute alone's latest row (bench/records.jsonl), its multiple
+    of the roofline floor, and that floor (the derivation's 87.2 µs)."""
+    from . import measured
+    from .reading import readme_prose
+
+    row = measured.gate_rows(4, "all-gather-matmul", "compute-alone")[-1]
+    page = readme_prose("ch14")
+    us, ratio = row["value"] * 1e6, row["ratio_to_floor"]
+    figures = [f"**{us:.1f} µs, {ratio:.2f}× its {us / ratio:.1f} µs floor**", f"commit {row['git_commit'][:7]}"]
+    assert [f for f in figures if f not in page] == [], figures
+    assert (ratio > 1.5) == ("would fail gate 04" in page)  # the page says whether the criterion's half holds
