@@ -135,3 +135,55 @@ def test_a_gate_run_searches_a_space_names_the_choice_and_where_it_sits_and_a_la
 
 def _every(space):
     return [{"q": q, "kv": kv} for q in BLOCKS for kv in BLOCKS]
+
+
+def test_a_search_whose_budget_ran_out_continues_from_its_choice_and_tries_nothing_twice():
+    space = _space({"q": 4096, "kv": 4096}, budget=4)
+    first = sweeps.search(space, _measure([]))
+    assert "untried (budget of candidates spent)" in first.placement
+    kept = sweeps.Sweep(key=None, candidates=tuple(first.tried), best=first.best, space=space.identity(),
+                        choice=first.tried[first.best], placement=first.placement, times=dict(first.times))
+    assert sweeps.unfinished(kept)
+    asked = []
+    found = sweeps.search(_space({"q": 4096, "kv": 4096}, budget=16), _measure(asked), kept)
+    assert found.best == "q4096-kv4096" and found.edges == ("q up: the sequence, 4096", "kv up: the sequence, 4096")
+    new = [label for batch in asked for label in batch if label != kept.best]
+    assert new and not set(new) & (set(kept.candidates) - {kept.best})  # nothing tried twice
+    assert kept.best in asked[0]  # the choice timed again beside the neighbours it left
+    assert set(kept.candidates) <= set(found.tried)
+
+
+def test_a_gate_run_continues_an_unfinished_kept_search_only_when_asked(tmp_path):
+    import dataclasses
+
+    from pytest_tpucourse import roofline
+    from pytest_tpucourse.gates import criteria
+    from pytest_tpucourse.gates import records as rec
+
+    from .gate_helpers import FakeHarness, gate_run
+
+    slot = criteria.gate(3).criterion("near-ceiling").slots[0]
+    seconds = {"floor": 1e-3, "kernel": 1.0e-4, "ceiling": 9e-5}
+    space = _space({"q": 4096, "kv": 4096}, budget=4)
+    seconds.update({space.label(k): fn() for k in _every(space) for fn in [space.build(k)]})
+    space = sweeps.Space(space.name, space.axes, lambda knobs: (lambda x: x), space.start, budget=4)
+    kept = tmp_path / "kept.jsonl"
+
+    def run(finish):
+        harness = FakeHarness(seconds)
+        gates = gate_run(tmp_path, harness=harness, sweeps_path=kept)
+        gates.context = dataclasses.replace(gates.context, finish_searches=finish)
+        result = gates.measure_trio("near-ceiling", slot.op, slot.shapes, slot.dtype, roofline.Cost(1e9, 1e6),
+                                    floor=lambda x: x, kernel=lambda x: x, ceiling=space,
+                                    inputs=lambda seed: (float(seed),))
+        [ceiling] = [r for r in rec.read(tmp_path / "r.jsonl").records
+                     if r.implementation == "ceiling" and r.run_id == result.rows[0].run_id]
+        return harness.asked, ceiling
+
+    asked, first = run(False)
+    assert "NOT interior" in first.notes and len(asked) > 1
+    asked, reused = run(False)
+    assert asked == [("floor", "kernel", "ceiling")] and "--finish-searches continues it" in reused.notes
+    asked, continued = run(True)
+    assert len(asked) > 1 and "continued from its choice" in continued.notes
+    assert len(sweeps.read(kept)[0]) == 2  # the first search and its continuation, the latest the one reused

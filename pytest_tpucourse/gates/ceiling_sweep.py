@@ -70,13 +70,17 @@ def _search(run, space: sweeps.Space, input_sets, expected, dtype, key: sweeps.S
     """A searched space's ceiling (sweeps.search): a kept choice if there is one and it is correct here,
     else a search on the chip, kept for later runs. The notes name the choice and where it sits."""
     earlier, source = _kept(run, key, space)
+    resume = None
     if earlier is not None:
         fn = space.function(earlier.choice)
         wrong = wrong_output(f"ceiling {earlier.best}", fn, input_sets, expected, dtype)
-        if not wrong:
+        if not wrong and run.context.finish_searches and sweeps.unfinished(earlier):
+            resume = earlier  # --finish-searches: on from where it stopped
+        elif not wrong:
             return fn, (f"ceiling {earlier.best} of {space.name}, the choice of a search {source} "
                         f"({earlier.describe()}), reused: only the choice, timed in this run's rounds "
-                        f"(pytest --gates --resweep searches again)")
+                        f"(pytest --gates --resweep searches again"
+                        + (", --finish-searches continues it)" if sweeps.unfinished(earlier) else ")"))
 
     def measure(fns: dict) -> dict:
         correct, out = {}, {}
@@ -93,7 +97,7 @@ def _search(run, space: sweeps.Space, input_sets, expected, dtype, key: sweeps.S
             out.update({label: t.summary.median for label, t in run.harness.measure(correct, input_sets).items()})
         return out
 
-    found = sweeps.search(space, measure)
+    found = sweeps.search(space, measure, resume)
     if found.best is None:
         return None, "; ".join(f"{label}: wrong or failed ({why})" for label, why in found.failed.items())
     timed = len(found.times) > 1
@@ -104,7 +108,13 @@ def _search(run, space: sweeps.Space, input_sets, expected, dtype, key: sweeps.S
         notes="; ".join(f"{label}: {why}" for label, why in found.failed.items()))) if timed else []
     notes = ([f"{label}: {seconds * 1e6:.1f} us" for label, seconds in found.times.items()] if timed else [])
     notes += [f"{label}: wrong or failed ({why})" for label, why in found.failed.items()] + kept_note
-    again = f"the kept choice {earlier.best} was wrong here, searched again; " if earlier is not None else ""
+    if resume is not None:
+        again = (f"the search {source} ({resume.date[:10]}, {len(resume.candidates)} configurations, its budget "
+                 f"spent) continued from its choice {resume.best}; its candidates' times are that run's; ")
+    elif earlier is not None:
+        again = f"the kept choice {earlier.best} was wrong here, searched again; "
+    else:
+        again = ""
     return space.function(found.tried[found.best]), (
         f"{again}ceiling {space.name}: chose {found.best}, {found.placement}; searched over {len(found.tried)} "
         f"configurations ({'; '.join(notes)})")

@@ -27,6 +27,7 @@ class GateContext:
     sweeps_path: Path | None = None  # where ceiling sweeps are kept between runs (sweeps.py); None: not kept
     course_sweeps_path: Path | None = None  # the course's own sweeps, read after the run's (sweeps.COURSE_PATH)
     resweep: bool = False  # sweep every ceiling again, whatever is kept
+    finish_searches: bool = False  # continue a kept search that spent its budget with a neighbour untried
 
     @property
     def on_accelerator(self) -> bool:
@@ -44,7 +45,8 @@ class GateContext:
 def gate_context(registry: chips.ChipRegistry, requested: str | None, device: DeviceFacts,
                  records_path: Path, root: Path, *, strict: bool, interpret_requested: bool = False,
                  kernels_native: bool = False, rehearsal=None, sweeps_path: Path | None = None,
-                 course_sweeps_path: Path | None = None, resweep: bool = False) -> GateContext:
+                 course_sweeps_path: Path | None = None, resweep: bool = False,
+                 finish_searches: bool = False) -> GateContext:
     """Resolve the run's chip. strict: a chip that cannot be named for this device is an error."""
     try:
         name = chips.chip_for_run(requested, device.platform, device.device_kind, registry)
@@ -57,4 +59,5 @@ def gate_context(registry: chips.ChipRegistry, requested: str | None, device: De
     return GateContext(registry=registry, chip=registry.get(name) if name else None, device=device,
                        records_path=records_path, root=root, interpret_requested=interpret_requested,
                        kernels_native=kernels_native, rehearsal=rehearsal, sweeps_path=sweeps_path,
-                       course_sweeps_path=course_sweeps_path, resweep=resweep)
+                       course_sweeps_path=course_sweeps_path, resweep=resweep,
+                       finish_searches=finish_searches)

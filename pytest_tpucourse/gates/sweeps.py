@@ -247,21 +247,28 @@ class Searched:
         return "; ".join(words)
 
 
-def search(space: Space, measure: Callable[[dict], dict]) -> Searched:
+def search(space: Space, measure: Callable[[dict], dict], earlier: Sweep | None = None) -> Searched:
     """Time the space's start, then the untried neighbours of the fastest, until none is left or the budget is spent.
 
     measure({label: fn}) -> {label: median seconds} times the correct ones among them (a wrong or failing
     candidate is left out and, with why, reported in the mapping under the key (label, "failed")). Each
     round times the current choice again beside its neighbours, so a choice is compared in one round.
+    earlier: a kept search of this space to continue (`continued`): its candidates are not tried again,
+    its choice is timed again beside the neighbours it left untried, with a budget of candidates of its own.
     """
     tried, times, failed = {}, {}, {}
     batch = [k for k in space.start if space.out_of_space(k) is None]
     best = None
+    if earlier is not None:
+        tried, times, failed = continued(earlier)
+        best = earlier.best
+        batch = [n for _, _, n in space.neighbours(tried[best]) if n is not None and space.out_of_space(n) is None]
+    before = len(tried)
     while True:
         todo = {}
         for knobs in batch:
             label = space.label(knobs)
-            if label not in tried and label not in todo and len(tried) + len(todo) < space.budget:
+            if label not in tried and label not in todo and len(tried) - before + len(todo) < space.budget:
                 todo[label] = knobs
         if not todo:
             break
@@ -276,7 +283,9 @@ def search(space: Space, measure: Callable[[dict], dict]) -> Searched:
         times.update({label: t for label, t in got.items() if isinstance(label, str)})
         if not times:
             return Searched(tried, times, None, (), (), failed)
-        best = min(times, key=times.get)
+        # (a continued search's earlier candidates, known by label alone, keep their times but are not chosen:
+        # their knobs were not kept, and their times are another run's)
+        best = min((label for label in times if tried.get(label) is not None), key=times.get)
         batch = [n for _, _, n in space.neighbours(tried[best]) if n is not None and space.out_of_space(n) is None]
     edges, unfinished = [], []
     for axis, direction, neighbour in space.neighbours(tried[best]):
@@ -295,3 +304,22 @@ def search(space: Space, measure: Callable[[dict], dict]) -> Searched:
         elif label not in times:
             unfinished.append(f"{axis.name} {direction} ({label})")
     return Searched(tried, times, best, tuple(edges), tuple(unfinished), failed)
+
+
+def continued(earlier: Sweep) -> tuple[dict, dict, dict]:
+    """(tried, times, failed) of a kept search, as `search` holds them: every candidate it tried (the
+    choice with its knobs, the others by label alone: they are not tried again), the times it measured
+    and the failures its notes name ("label: why; ...")."""
+    tried = {label: None for label in earlier.candidates}
+    tried[earlier.best] = dict(earlier.choice)
+    failed = {}
+    for part in filter(None, earlier.notes.split("; ")):
+        label, _, why = part.partition(": ")
+        if label in tried and label not in earlier.times:
+            failed[label] = why
+    return tried, dict(earlier.times), failed
+
+
+def unfinished(sweep: Sweep) -> bool:
+    """Whether a kept search stopped with a neighbour of its choice untried (its budget spent)."""
+    return bool(sweep.space) and "untried (budget of candidates spent)" in sweep.placement

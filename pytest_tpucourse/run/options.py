@@ -81,6 +81,11 @@ def add_options(parser: pytest.Parser) -> None:
         "run on this chip kept (.tpucourse/ceiling-sweeps.jsonl)",
     )
     group.addoption(
+        "--finish-searches", action="store_true", default=False,
+        help="with --gates: a kept ceiling search that spent its budget with a neighbour of its choice untried "
+        "continues from its choice, with a budget of its own (finished searches are reused as they are)",
+    )
+    group.addoption(
         "--chip", metavar="NAME", default=None,
         help=f"chip the gate predictions and records are for ({', '.join(chips.KNOWN_CHIPS)}, or one "
         "a plugin registers); on an accelerator it must be the chip the run executes on",
@@ -140,6 +145,7 @@ class RunOptions:
     hypothesis_profile: str | None
     rehearse: bool = False
     resweep: bool = False
+    finish_searches: bool = False
     device_runs: str | None = None  # --device-runs: None for bench/device_runs.jsonl, "none" for nowhere
 
     @classmethod
@@ -166,13 +172,16 @@ class RunOptions:
         resweep = config.getoption("resweep")
         if resweep and not config.getoption("gates"):
             raise pytest.UsageError("--resweep sweeps the gates' ceilings again: give it with --gates")
+        finish = config.getoption("finish_searches")
+        if finish and not config.getoption("gates"):
+            raise pytest.UsageError("--finish-searches continues the gates' ceiling searches: give it with --gates")
         return cls(
             registry=registry, chip=chip, solutions=solutions, impl_root=impl_root,
             interpret=config.getoption("interpret"), jax_cache=config.getoption("jax_cache"),
             gates=config.getoption("gates"), kernel_timeout=config.getoption("kernel_timeout"),
             cpu_devices=config.getoption("cpu_devices"), records=config.getoption("records"),
             hypothesis_profile=config.getoption("hypothesis_profile", None), rehearse=rehearse, resweep=resweep,
-            device_runs=config.getoption("device_runs"),
+            finish_searches=finish, device_runs=config.getoption("device_runs"),
         )
 
     @property

@@ -145,7 +145,7 @@ class CourseSession:
                                  kernels_native=run_backend.mode == "native", rehearsal=rehearsal,
                                  sweeps_path=sweeps.path_for(root, rehearsal.path if rehearsal else None),
                                  course_sweeps_path=sweeps.course_path_for(root, rehearsal.path if rehearsal else None),
-                                 resweep=options.resweep)
+                                 resweep=options.resweep, finish_searches=options.finish_searches)
             gates = dataclasses.replace(gates, gates=judge.snapshot(tree.root))  # gate 05's slots: the tree's
         except chips.ChipMismatch as error:
             raise pytest.UsageError(f"--chip: {error}") from None
