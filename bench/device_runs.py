@@ -4,6 +4,7 @@ bench/device_runs.jsonl (pytest_tpucourse/gates/device_runs.py has the format).
     python bench/device_runs.py --commit $(git rev-parse HEAD)                  all four kinds
     python bench/device_runs.py --kinds solutions stubs --commit ...            some of them
     python bench/device_runs.py --kinds gates --chapters ch13 --budget 480 ...  a slice, in a time limit
+    python bench/device_runs.py --kinds gates --finish-searches ...            unfinished searches go on
     python bench/device_runs.py --dry-run                                       the commands only
 
 Kinds, each one pytest process (one program holds a TPU at a time):
@@ -64,6 +65,8 @@ def main(argv=None) -> int:
                         help="only these chapters (a slice of the whole, for a short device session)")
     parser.add_argument("--budget", type=float, default=None, metavar="SECONDS",
                         help="start no run after this many seconds, and interrupt one still going then")
+    parser.add_argument("--finish-searches", action="store_true",
+                        help="the gate run continues the kept ceiling searches that spent their budget (pytest's option)")
     parser.add_argument("--dry-run", action="store_true", help="print the commands; run and write nothing")
     args = parser.parse_args(argv)
     if args.chapters:
@@ -153,7 +156,8 @@ def _runs(kind: str, args, logs: Path):
     elif kind == "gates":
         records = args.records or logs / "gates.records.jsonl"
         yield kind, [*pytest, *_targets(args), "--gates", "--solutions", f"--chip={args.chip}",
-                     f"--records={records}", f"--device-runs={args.out}"], REPO
+                     f"--records={records}", f"--device-runs={args.out}",
+                     *(["--finish-searches"] if args.finish_searches else [])], REPO
     else:
         for variant in honest_variants(args.chapters):
             course = logs / f"course-{variant}"
