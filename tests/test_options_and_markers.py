@@ -127,6 +127,13 @@ def test_unknown_chip_is_a_usage_error(fake_course):
     result.stderr.fnmatch_lines(["*--chip: unknown chip 'v9z'; known chips: v2, v3, v4, v5e*"])
 
 
+@pytest.mark.parametrize("option", ["--resweep", "--finish-searches"])
+def test_a_ceiling_search_option_without_gates_is_a_usage_error(fake_course, option):
+    result = fake_course.run(option)
+    assert result.ret == pytest.ExitCode.USAGE_ERROR
+    result.stderr.fnmatch_lines([f"*{option} *give it with --gates*"])
+
+
 def test_known_chip_is_accepted_and_normalised(fake_course):
     fake_course.test_file("""
         def test_chip(request):
