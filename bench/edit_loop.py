@@ -220,7 +220,7 @@ def warm(python: str, tree: Path, kind: str) -> None:
     collection(python, tree)
 
 
-def measure(pythons: list[str], rounds: int, kind: str, keep: Path | None) -> None:
+def measure(pythons: list[str], rounds: int, kind: str, keep: Path | None, pause: float = 0.0) -> None:
     base = Path(tempfile.mkdtemp(prefix="edit-loop-", dir=keep))
     try:
         trees = {}
@@ -232,6 +232,7 @@ def measure(pythons: list[str], rounds: int, kind: str, keep: Path | None) -> No
         for number in range(rounds):
             order = pythons if number % 2 == 0 else pythons[::-1]
             for python in order:
+                time.sleep(pause)  # a learner's time between two saves: what the last run left behind finishes
                 write_edit(trees[python], number, kind)
                 if number % 2 == 0:
                     run, bare = edit_run(python, trees[python]), collection(python, trees[python])
@@ -249,7 +250,7 @@ def measure(pythons: list[str], rounds: int, kind: str, keep: Path | None) -> No
     runs = ("each edited run answered by the warm process the run before left (`pytest` as a learner runs it)"
             if WARM["runs"] else "each run in a process of its own (TPUCOURSE_WARM=0)")
     print(f"`python bench/edit_loop.py measure --rounds {rounds} --edit {kind}"
-          f"{'' if WARM['runs'] else ' --warm no'}`: {runs}; {os.cpu_count()} CPUs, "
+          f"{'' if WARM['runs'] else ' --warm no'}{f' --pause {pause:g}' if pause else ''}`: {runs}; {os.cpu_count()} CPUs, "
           f"{platform.machine()}, {time.strftime('%Y-%m-%d')}, load average {min(loads):.1f}-{max(loads):.1f}\n")
     print("| Python, JAX | edited run: wall, CPU (median) | collection: wall, CPU (median) | "
           "ratio: wall (median, range) | ratio: CPU (median, range) |")
@@ -696,6 +697,8 @@ def main() -> int:
     m.add_argument("--pythons", nargs="+", default=[str(REPO / ".venv/bin/python"), str(REPO / ".venv-newest/bin/python")],
                    help="each a Python, or PYTHON@ROOT: with the package of the checkout at ROOT (a before)")
     m.add_argument("--rounds", type=int, default=5)
+    m.add_argument("--pause", type=float, default=0.0, metavar="SECONDS",
+                   help="wait this long before each edit (a learner's time between saves; default: none)")
     m.add_argument("--edit", choices=EDITS, default="both")
     m.add_argument("--keep", type=Path, help="make the trees under this folder and keep them")
     m.add_argument("--warm", choices=("yes", "no"), default="yes",
@@ -711,7 +714,7 @@ def main() -> int:
         WARM["runs"] = args.warm == "yes"
         setups = [os.path.abspath(p) + (f"@{os.path.abspath(r)}" if r else "")
                   for p, r in map(_split, args.pythons)]
-        measure(setups, args.rounds, args.edit, args.keep)
+        measure(setups, args.rounds, args.edit, args.keep, args.pause)
     else:
         WARM["runs"] = False  # the profile is of the run's own work, in its own process
         profile(os.path.abspath(args.python), args.edit, args.edits, args.keep)
