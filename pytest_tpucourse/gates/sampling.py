@@ -60,9 +60,10 @@ def compile_ahead(fns: dict, args) -> dict:
     these args in threads, at once: {name: Future}. XLA's compiler runs outside Python's lock, so a
     slot's programs compile side by side on the host's cores (a v5e host has 13) where one after
     another they cost a second or more each; a later call of the same jitted function finds the
-    program compiled. A learner's kernel is never compiled here: its code runs on the main thread,
-    under the run's deadline. A function that is not one jitted program, or fails to compile, is
-    left to its first call, which says what went wrong."""
+    program compiled. A learner's kernel is never compiled here: its Python, traced when it compiles,
+    runs on the main thread, where the run attributes and interrupts what graded code does. A
+    function that is not one jitted program, or fails to compile, is left to its first call, which
+    says what went wrong."""
     from concurrent.futures import ThreadPoolExecutor
 
     def compile_one(fn):
