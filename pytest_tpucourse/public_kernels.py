@@ -119,7 +119,8 @@ def splash_attention(q, k, v, *, causal: bool = False, scale: float | None = Non
 
     block: block_q and block_kv both, where not given; block_kv_compute: the keys its body takes at a
     time (None: block_kv); fused_backward: dq computed in the dk/dv kernel (one backward kernel);
-    backward_blocks: the backward kernels' (block_q, block_kv), the forward's where None. scale_in: the dtype q is scaled in (None: q's own, as the gates time it; "float32": q·scale not
+    backward_blocks: the backward kernels' (block_q, block_kv), the forward's where None.
+    scale_in: the dtype q is scaled in (None: q's own, as the gates time it; "float32": q·scale not
     rounded back to bf16 where the scale is no power of two, the kernel taking an f32 q, the output
     cast back to q's dtype: how the course grades JAX's kernel as a learner's, to the course's bound)."""
     scale = q.shape[-1] ** -0.5 if scale is None else scale

@@ -16,8 +16,7 @@ V5E = chips.get_chip("v5e")
 
 
 def _flash(seq, backward):
-    return ceilings.flash_space(lambda fn: fn, q_len=seq, kv_len=seq, head_dim=128, itemsize=2,
-                                backward=backward, chip=V5E, causal=False)
+    return ceilings.flash_space(lambda fn: fn, q_len=seq, kv_len=seq, backward=backward, causal=False)
 
 
 def test_flash_is_searched_over_sub_blocks_and_blocks_to_the_sequence_from_the_solutions_blocks():
@@ -65,7 +64,7 @@ def test_flash_with_backward_blocks_of_its_own_computes_the_gradients():
 
 
 def test_splash_has_the_fused_backward_on_and_off_only_with_its_backward():
-    kw = dict(q_len=8192, kv_len=8192, head_dim=128, itemsize=2, chip=V5E, window=1024)
+    kw = dict(q_len=8192, kv_len=8192, window=1024)
     fwd = ceilings.splash_space(lambda fn: fn, backward=False, **kw)
     bwd = ceilings.splash_space(lambda fn: fn, backward=True, start=[dict(block_q=128, block_kv=128, sub=1)], **kw)
     assert {a.name: a.values for a in fwd.axes}["fused"] == (False,)
@@ -76,8 +75,7 @@ def test_splash_has_the_fused_backward_on_and_off_only_with_its_backward():
 
 
 def test_a_rehearsal_on_a_cpu_has_one_configuration_per_setting():
-    space = ceilings.splash_space(lambda fn: fn, q_len=128, kv_len=128, head_dim=128, itemsize=2, chip=V5E,
-                                  backward=True, window=64)
+    space = ceilings.splash_space(lambda fn: fn, q_len=128, kv_len=128, backward=True, window=64)
     assert [a.values for a in space.axes] == [(128,), (128,), (1, 2, 4, 8), (128,), (128,), (False, True)]
     assert [space.label(k) for k in space.start] == ["128x128/128-bwd128x128"]
 
@@ -136,7 +134,7 @@ def test_the_old_wrapper_is_caught():
 
 def test_a_searched_configuration_is_built_once_so_its_program_compiles_once():
     built = []
-    space = ceilings.flash_space(lambda fn: built.append(fn) or fn, q_len=1024, kv_len=1024, head_dim=128,
-                                 itemsize=2, backward=False, chip=V5E, causal=False)
+    space = ceilings.flash_space(lambda fn: built.append(fn) or fn, q_len=1024, kv_len=1024, backward=False,
+                                 causal=False)
     knobs = dict(space.start[0])
     assert space.function(knobs) is space.function(dict(knobs)) and len(built) == 1

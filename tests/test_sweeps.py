@@ -192,28 +192,24 @@ def test_the_courses_sweeps_are_measured_on_a_chip_and_match_what_its_gates_sear
     shipped manifest's targets."""
     import tomllib
 
-    from pytest_tpucourse import chips
     from pytest_tpucourse.gates import ceilings
 
     from .support import REPO
 
     found, bad = sweeps.read(REPO / sweeps.COURSE_PATH)
     assert bad == []
-    v5e = chips.get_chip("v5e")
     offered = {}  # (gate, op, shapes, dtype) -> the identity of the space the gate searches there
     for c in criteria.gate(3).criteria:
         for s in c.slots or ():
             _, _, seq, head_dim = s.shapes[0]
             causal, backward = "causal" in s.op, s.op.endswith("fwd-bwd")
             offered[(3, s.op, s.shapes, s.dtype)] = ceilings.flash_space(
-                None, q_len=seq, kv_len=seq, head_dim=head_dim, itemsize=2, backward=backward, chip=v5e,
-                causal=causal).identity()
+                None, q_len=seq, kv_len=seq, backward=backward, causal=causal).identity()
     manifest = tomllib.loads((REPO / "solutions" / "ch15" / "capstone.toml").read_text())
     for t in manifest["targets"][:criteria.CAPSTONE_TIMED_TARGETS]:
         shape = (t["batch"], t["heads"], t["seq"], t["head_dim"])
         for backward in (False, True):
-            space = ceilings.splash_space(None, q_len=t["seq"], kv_len=t["seq"], head_dim=t["head_dim"], itemsize=2,
-                                          backward=backward, chip=v5e, **t["options"])
+            space = ceilings.splash_space(None, q_len=t["seq"], kv_len=t["seq"], backward=backward, **t["options"])
             offered[(5, criteria.capstone_op(backward, t["options"]), (shape,) * 3, t["dtype"])] = space.identity()
     for sweep in found:
         assert not sweep.rehearsal and sweep.key.device_kind.startswith("TPU")

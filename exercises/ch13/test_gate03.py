@@ -95,9 +95,7 @@ def test_flash_attention_speed(gate_run, impl, slot, causal, backward):
     kernel = functools.partial(impl.backward.flash_attention.resolve(), causal=causal)
     floor = functools.partial(references.attention_floor, causal=causal)
     shape = gate_run.shapes(slot.shapes[0], cpu=CPU_SHAPE)
-    ceiling = gating.flash_ceiling(wrap, q_len=shape[2], kv_len=shape[2], head_dim=head_dim,
-                                   itemsize=jax.numpy.dtype(slot.dtype).itemsize, backward=backward,
-                                   chip=gate_run.chip, causal=causal)
+    ceiling = gating.flash_ceiling(wrap, q_len=shape[2], kv_len=shape[2], backward=backward, causal=causal)
     # JAX's forward compiles to one custom call (flash_attention.1 on a v5e): timed as exactly that
     gate_run.measure_trio(CRITERIA, slot.op, slot.shapes, slot.dtype, cost, floor=wrap(floor),
                           kernel=wrap(kernel), ceiling=ceiling, inputs=_inputs(shape, slot.dtype),

@@ -95,8 +95,7 @@ def ceiling(gate_run, manifest, t, shape, backward: bool):
         return _timed_step(functools.partial(fn, **config, **options), backward)
     start = [] if "block" not in config else [dict(block_q=config["block"], block_kv=config["block"], sub=1)]
     return gating.splash_ceiling(lambda attention: _timed_step(attention, backward), q_len=shape[2],
-                                 kv_len=shape[2], head_dim=shape[3], itemsize=jax.numpy.dtype(t["dtype"]).itemsize,
-                                 backward=backward, chip=gate_run.chip, start=start, **options)
+                                 kv_len=shape[2], backward=backward, start=start, **options)
 
 
 @pytest.mark.gate(5)

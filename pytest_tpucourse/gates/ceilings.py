@@ -24,7 +24,6 @@ from __future__ import annotations
 import functools
 
 from .. import public_kernels
-from ..chips import Chip
 from .sweeps import Axis, Space
 
 BLOCKS = (128, 256, 512, 1024, 2048, 4096, 8192, 16384)
@@ -70,14 +69,13 @@ def _with_backward(knobs: dict, backward: bool) -> dict:
     return {**knobs, "bwd_q": knobs["block_q"], "bwd_kv": knobs["block_kv"]} if backward else dict(knobs)
 
 
-def flash_space(step, *, q_len: int, kv_len: int, head_dim: int, itemsize: int, backward: bool, chip: Chip,
-                causal: bool) -> Space:
+def flash_space(step, *, q_len: int, kv_len: int, backward: bool, causal: bool) -> Space:
     """JAX's flash attention: `step(fn)` makes the timed step of an attention function."""
     q_blocks, kv_blocks = blocks_to(q_len), blocks_to(kv_len)
 
     def build(knobs: dict):
-        block_k = knobs["block_kv"] // knobs["sub"]
-        bwd = (knobs["bwd_q"], knobs["bwd_kv"], min(block_k, knobs["bwd_kv"])) if backward else None
+        block_k = knobs["block_kv"] // knobs["sub"]  # the backward's sub-block too (flash_attention clamps it)
+        bwd = (knobs["bwd_q"], knobs["bwd_kv"], block_k) if backward else None
         return step(functools.partial(public_kernels.flash_attention, causal=causal, block_q=knobs["block_q"],
                                       block_kv=knobs["block_kv"], block_k=block_k, backward_blocks=bwd))
 
@@ -90,8 +88,7 @@ def flash_space(step, *, q_len: int, kv_len: int, head_dim: int, itemsize: int, 
         _sub_block_rule, budget=24 if backward else 16, edge=EDGE)
 
 
-def splash_space(step, *, q_len: int, kv_len: int, head_dim: int, itemsize: int, backward: bool, chip: Chip,
-                 start=(), **options) -> Space:
+def splash_space(step, *, q_len: int, kv_len: int, backward: bool, start=(), **options) -> Space:
     """Splash attention with `options` (window=, causal=): `step(fn)` makes the timed step. start: more
     configurations to try first (a manifest's tuned one, as {block_q, block_kv, sub, fused})."""
     q_blocks, kv_blocks = blocks_to(q_len), blocks_to(kv_len)
