@@ -3,10 +3,9 @@
 Gate 04 judges the collective matmul's overlap against its compute alone (the same kernel on one chip,
 the whole x by one chip's columns of w), and the compute alone must itself be within 1.5x of its
 roofline floor. On a v5e at commit 9d5589b it took 152.5 us, 1.75x its 87.2 us floor, with 4096
-columns a grid step and one dot a step (chapter 14's README, "Gate 04's size"). This script times the
-shipped solution's compute alone at each `--blocks` value of its module's BLOCK_N (the widest step
-`block_n` may choose) and each `--tiles` value of its TILE_N (the columns one dot of a step's loop
-takes; 0: one dot a step), beside XLA's matmul of the same shapes, in the gates' own harness (device time from the profiler's
+columns a grid step (chapter 14's README, "Gate 04's size"). This script times the shipped solution's
+compute alone at each `--blocks` value of its module's BLOCK_N (the widest step `block_n` may choose),
+beside XLA's matmul of the same shapes, in the gates' own harness (device time from the profiler's
 trace, interleaved rounds), and checks every output against XLA's first. Lines go to --out.
 
     python bench/collective_blocks.py --out /tmp/blocks.jsonl                 on a TPU (gate 04's size)
@@ -49,7 +48,6 @@ def solution_module():
 def main(argv=None) -> int:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--blocks", type=int, nargs="+", default=[512, 1024, 2048, 4096])
-    parser.add_argument("--tiles", type=int, nargs="+", default=[0, 256, 512, 1024])
     parser.add_argument("--tiny", action="store_true", help="small shapes under TPU interpret mode (a CPU)")
     parser.add_argument("--out", type=Path, required=True)
     args = parser.parse_args(argv)
@@ -63,16 +61,13 @@ def main(argv=None) -> int:
     seeds = sampling.draw_seeds(sampling.INPUT_SETS)
     sets = [(strategies.timed_input((m, k), "bfloat16", 2 * s), strategies.timed_input((k, n), "bfloat16", 2 * s + 1))
             for s in seeds]
-    fns, steps, tiles = {}, {}, {}
-    for block in args.blocks:  # each traced (its first call) while BLOCK_N and TILE_N are its values
-        for tile in args.tiles:
-            if tile > block:
-                continue
-            module.BLOCK_N, module.TILE_N = block, tile
-            label = f"block_n {block}, tile {tile or 'none'}"
-            steps[label], tiles[label] = module.block_n(n), tile
-            fns[label] = jax.jit(functools.partial(module.all_gather_matmul, mesh=one, axis_name="x"))
-            jax.block_until_ready(fns[label](*sets[0]))
+    fns, steps = {}, {}
+    for block in args.blocks:  # each traced (its first call) while BLOCK_N is its value
+        module.BLOCK_N = block
+        label = f"block_n {block}"
+        steps[label] = module.block_n(n)
+        fns[label] = jax.jit(functools.partial(module.all_gather_matmul, mesh=one, axis_name="x"))
+        jax.block_until_ready(fns[label](*sets[0]))
     floor = jax.jit(functools.partial(references.ALL_GATHER_MATMUL.floor, mesh=one, axis_name="x"))
     expected = [floor(*a) for a in sets]
     wrong = {label: why for label, fn in fns.items()
@@ -86,7 +81,7 @@ def main(argv=None) -> int:
                   dtype="bfloat16", floor_us=predicted * 1e6, tiny=args.tiny)
     with args.out.open("a", encoding="utf-8") as out:
         for label, t in timings.items():
-            line = dict(common, config=label, columns_a_step=steps.get(label), tile_n=tiles.get(label), median_us=t.summary.median * 1e6,
+            line = dict(common, config=label, columns_a_step=steps.get(label), median_us=t.summary.median * 1e6,
                         ratio_to_floor=t.summary.median / predicted, method=t.method, rounds=len(t.samples))
             out.write(json.dumps(line) + "\n")
             print(f"{label:>24}: {t.summary.median * 1e6:9.1f} us, {t.summary.median / predicted:5.2f}x the floor"

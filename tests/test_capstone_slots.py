@@ -74,6 +74,25 @@ def test_an_all_pass_set_of_gate05_rows_passes_it_and_the_summary_says_five_of_s
     assert report.gates_passed(rows) == 4
 
 
+def test_the_reference_solutions_pass_gate05_on_measured_rows_and_a_learner_still_needs_the_link(tmp_path):
+    """The upstream submission is a learner's act: judged for the course's own reference solutions
+    (`--solutions`, bench/README.md) it does not apply, so their measured rows pass gate 05 and the
+    summary says 5/6; a learner's tree with the same rows and no link stays at 4/6."""
+    rows = [r for r in _passing_rows(judge.snapshot(SOLUTIONS)) if r.method != "self-reported"]
+    rows += _gate04_on_one_chip(tmp_path)
+    reference = judge.snapshot(SOLUTIONS, reference=True)
+    statuses = report.gate_statuses(rows, "v5e", gates=reference)
+    assert statuses[5]["upstream"] == criteria.NOT_APPLICABLE and statuses[5]["near-ceiling"] == criteria.PASS
+    assert report.gates_passed(rows, gates=reference) == 5
+    assert "not applicable to the reference solutions" in report.gate_label(rows, 5, gates=reference)
+    learners = judge.snapshot(SOLUTIONS)  # the same manifest, read as a learner's tree
+    assert report.gate_statuses(rows, "v5e", gates=learners)[5]["upstream"] == criteria.AWAITING
+    assert report.gates_passed(rows, gates=learners) == 4
+    failing = [r if r.op != "capstone-fwd-window1024" else rec.Record(**{**r.__dict__, "verdict": "fail"})
+               for r in rows]  # a reference solution failing a measured criterion fails gate 05 still
+    assert report.gates_passed(failing, gates=reference) == 4
+
+
 def test_one_slot_missing_holds_gate05_back(tmp_path):
     gates = judge.snapshot(SOLUTIONS)
     rows = [r for r in _passing_rows(gates) if r.op != "capstone-fwd-bwd-window2048"]

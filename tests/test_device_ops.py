@@ -111,3 +111,48 @@ def test_xlas_skinny_matmul_for_a_v5e_prefetches_the_whole_weight_then_multiplie
     assert ran == [("copy-start", device_ops.PREFETCH), ("copy-done", device_ops.PREFETCH),
                    ("fusion", device_ops.FUSION)]
     assert "fusion(%args_0_.3, %copy-done)" in entry and device_ops.cross_program_prefetch(entry)
+
+
+RETURNED = """HloModule m
+ENTRY %main.3 (args_0_.3: bf16[1024,512], args_1_.3: bf16[512,16384]) -> bf16[1024,16384] {
+  %agm.1 = bf16[1024,16384]{1,0:T(8,128)(2,1)S(1)} custom-call(%args_0_.3, %args_1_.3), custom_call_target="tpu_custom_call", backend_config={}
+  ROOT %copy.1 = bf16[1024,16384]{1,0:T(8,128)(2,1)} copy(%agm.1), backend_config={}
+}
+"""
+CONSUMED = RETURNED.replace("ROOT %copy.1 = bf16[1024,16384]{1,0:T(8,128)(2,1)} copy(%agm.1)",
+                            "%copy.1 = bf16[1024,16384]{1,0:T(8,128)(2,1)} copy(%agm.1)\n"
+                            "  ROOT %f = f32[16384]{0} fusion(%copy.1), kind=kLoop")
+IN_HBM = RETURNED.replace("(2,1)S(1)} custom-call", "(2,1)} custom-call")
+
+
+def test_only_the_copy_of_a_kernels_vmem_result_that_the_program_returns_is_the_boundarys():
+    assert device_ops.result_copies(RETURNED) == {"copy.1"}
+    assert device_ops.result_copies(RETURNED.replace("ROOT %copy.1 = bf16[1024,16384]{1,0:T(8,128)(2,1)} copy(%agm.1)",
+                                                     "%copy.1 = bf16[1024,16384]{1,0:T(8,128)(2,1)} copy(%agm.1)\n"
+                                                     "  ROOT %t = (bf16[1024,16384]) tuple(%copy.1)")) == {"copy.1"}
+    assert device_ops.result_copies(CONSUMED) == set()  # a copy the program's own work reads: not the boundary's
+    assert device_ops.result_copies(IN_HBM) == set()  # a kernel's result in HBM: any copy of it is a pass of its own
+    assert device_ops.result_copies(None) == set()
+    assert device_ops.instruction_name("%copy.1 = bf16[8]{0} copy(bf16[8]{0:S(1)} %agm.1)") == "copy.1"
+    assert device_ops.instruction_name("copy.1") == "copy.1"
+
+
+def _timing(samples, sample_ops):
+    return timer.Timing(tuple(samples), 10, 0.0, 1e-6, "interval", timer.DEVICE_PROFILER, sample_ops=tuple(sample_ops))
+
+
+def test_the_boundarys_copy_is_taken_off_each_sample_and_said():
+    from pytest_tpucourse.gates import multi_chip
+
+    ops = [{"agm.1": ("custom-call", k), "%copy.1 = bf16[1024,16384] copy(%agm.1)": ("data formatting", c)}
+           for k, c in ((101e-6, 51e-6), (102e-6, 52e-6), (100e-6, 50e-6))]
+    timing = _timing([152e-6, 154e-6, 150e-6], ops)
+    less, note = multi_chip.without_result_copies(timing, RETURNED)
+    assert less.samples == pytest.approx((101e-6, 102e-6, 100e-6))
+    assert "copy.1, 51.0 us a call" in note and "reads it in VMEM" in note
+    same, note = multi_chip.without_result_copies(timing, CONSUMED)  # no boundary copy: the time as measured
+    assert same is timing and note == ""
+    gone, note = multi_chip.without_result_copies(_timing([152e-6, 154e-6], ops[:1] + [{}]), RETURNED)
+    assert gone.samples == (152e-6, 154e-6) and "did not give it in every sample" in note
+    unsplit, note = multi_chip.without_result_copies(_timing([152e-6, 154e-6, 150e-6], ()), RETURNED)
+    assert unsplit.samples == timing.samples and "includes XLA's copy" in note

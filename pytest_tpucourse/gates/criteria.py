@@ -46,6 +46,9 @@ A criterion's status comes only from records (judge.py re-judges every row it re
   off-chip verified   a correctness criterion verified under interpret mode, for the graded
                     modules as they are now (an edit since makes it awaiting); not a gate pass
   linked (self-reported)  a public criterion: a link recorded by `tpucourse records link`
+  not applicable    a public criterion judged for the course's own reference solutions (`--solutions`,
+                    bench/README.md): a learner's act, which no run of the course's code can show;
+                    a learner's tree always needs its link
   fail              some slot's latest measurement failed
   not runnable here the kernel cannot run on this chip (a TPU Pallas kernel on a GPU)
   awaiting hardware nothing measured yet (predictions only, or no rows)
@@ -56,6 +59,7 @@ they never decide a criterion themselves.
 
 from __future__ import annotations
 
+import dataclasses
 from dataclasses import dataclass
 
 DECISIVELY = 1.25
@@ -66,7 +70,8 @@ GATE0_BAND = (0.95, 1.5)
 PASS, PASS_OLDER_CODE, PASS_OFF_CHIP = "pass", "pass (older code)", "off-chip verified"
 SELF_REPORTED, FAIL, AWAITING = "linked (self-reported)", "fail", "awaiting hardware"
 NOT_RUNNABLE, NO_GATE_TEST = "not runnable here", "no gate test yet"
-SATISFIED = (PASS, SELF_REPORTED)  # what a criterion must show for its gate to count as passed
+NOT_APPLICABLE = "not applicable (the course's reference solutions: the upstream submission is each learner's own)"
+SATISFIED = (PASS, SELF_REPORTED, NOT_APPLICABLE)  # what a criterion must show for its gate to count as passed
 
 
 @dataclass(frozen=True)
@@ -96,6 +101,7 @@ class Criterion:
     slots: tuple[Slot, ...] | None = None  # None: not declared yet (the criterion cannot pass)
     # compute-alone: the range of its own time over its roofline floor it must also lie in (gate 04)
     alone_range: tuple[float, float] | None = None
+    applies: bool = True  # False: a public criterion judged for the course's reference solutions (declared)
 
     @property
     def judged_implementation(self) -> str:
@@ -249,10 +255,17 @@ def capstone_slots(manifest: dict) -> dict[str, tuple[Slot, ...]] | None:
     return {"correct": (correct,), "beats-xla": tuple(speed), "near-ceiling": tuple(speed)}
 
 
-def declared(gates: tuple[Gate, ...], tree_root) -> tuple[Gate, ...]:
+def declared(gates: tuple[Gate, ...], tree_root, *, reference: bool = False) -> tuple[Gate, ...]:
     """The gates with gate 05's slots declared by the graded tree at `tree_root` (its capstone.toml,
-    read as data: no graded code runs); unchanged where the manifest declares none."""
-    import dataclasses
+    read as data: no graded code runs); unchanged where the manifest declares none.
+
+    reference: the tree is the course's own reference solutions, whose public criteria (gate 05's
+    upstream submission, a learner's own act) do not apply: the course can run its kernels on a chip
+    but cannot earn a learner's review, and does not pretend to."""
+    if reference:
+        gates = tuple(dataclasses.replace(g, criteria=tuple(dataclasses.replace(c, applies=False)
+                                                            if c.kind == "public" else c for c in g.criteria))
+                      for g in gates)
     import tomllib
     from pathlib import Path
 

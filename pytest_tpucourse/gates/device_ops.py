@@ -122,3 +122,36 @@ def cross_program_prefetch(hlo_text: str) -> bool:
     an operand copied into VMEM before the program's body, which a later call with the same
     operand finds there."""
     return "cross_program_prefetch" in hlo_text
+
+
+def instruction_name(op_name: str) -> str:
+    """The instruction an op of the trace is: "copy.1" of "copy.1" or of "%copy.1 = bf16[...] copy(...)"
+    (a trace may name an op by its whole instruction text)."""
+    return op_name.split("=", 1)[0].strip().removeprefix("ROOT ").strip().lstrip("%")
+
+
+_KERNEL_IN_VMEM = re.compile(r"^\s*(?:ROOT\s+)?%(?P<name>[\w.\-]+)\s*=\s*\S+S\(1\)\}?\s+custom-call\(.*"
+                             r"custom_call_target=\"tpu_custom_call\"")
+_COPY_OF = re.compile(r"^\s*(?:ROOT\s+)?%(?P<name>[\w.\-]+)\s*=\s*\S+\s+copy\((?:\S+\s+)?%(?P<operand>[\w.\-]+)\)")
+
+
+def result_copies(hlo_text: str | None) -> set[str]:
+    """The copies a compiled program (its optimized HLO) makes of a Pallas kernel's result out of
+    VMEM because the program returns that result.
+
+    XLA:TPU places the result of a kernel that communicates (a collective_id) in VMEM, memory space
+    S(1); a program that returns it copies it to HBM first, while an op of the same program that
+    consumes it reads it where it is, with no copy (tests/facts/test_ch14.py reads both off the
+    compiler). The copy is the program boundary's, not the kernel's schedule: model code, which
+    consumes the result, does not run it."""
+    if not hlo_text:
+        return set()
+    entry = hlo_text[hlo_text.find("\nENTRY"):] if "\nENTRY" in hlo_text else hlo_text
+    lines = entry.splitlines()
+    in_vmem = {found["name"] for line in lines if (found := _KERNEL_IN_VMEM.match(line))}
+    root = next((line for line in lines if line.lstrip().startswith("ROOT ")), "")
+    head, _, operands = root.partition("=")
+    returned = (set(re.findall(r"%([\w.\-]+)", operands)) if re.search(r"\stuple\(", operands)  # a tuple's parts
+                else {instruction_name(head)})
+    return {found["name"] for line in lines
+            if (found := _COPY_OF.match(line)) and found["operand"] in in_vmem and found["name"] in returned}

@@ -37,12 +37,13 @@ _RELATIVE = 1e-9  # recomputed numbers agree with the stored ones to this relati
 _RATIO_FIELD = {"floor": "ratio_to_floor", "ceiling": "ratio_to_ceiling", "compute-alone": "ratio_to_compute_alone"}
 
 
-def snapshot(tree_root=None) -> tuple[Gate, ...]:
+def snapshot(tree_root=None, *, reference: bool = False) -> tuple[Gate, ...]:
     """The gates' thresholds and slots as values: taken before the graded tree is imported, so
     graded code that rewrites `criteria` in its own process changes nothing a run judges by.
-    tree_root: the graded tree, whose capstone manifest declares gate 05's slots (criteria.declared)."""
+    tree_root: the graded tree, whose capstone manifest declares gate 05's slots (criteria.declared);
+    reference: it is the course's reference solutions (criteria.declared)."""
     gates = copy.deepcopy(criteria.GATES)
-    return gates if tree_root is None else criteria.declared(gates, tree_root)
+    return gates if tree_root is None else criteria.declared(gates, tree_root, reference=reference)
 
 
 def verdict_for(ratio_range: tuple[float, float], interval: tuple[float, float] | None) -> str:
@@ -335,6 +336,8 @@ def criterion_status(criterion: Criterion, rows: list[Record], current_modules: 
     declares no targets: criteria.declared) cannot pass either.
     """
     if criterion.kind == "public":
+        if not criterion.applies:
+            return criteria.NOT_APPLICABLE
         return criteria.SELF_REPORTED if any(r.method == "self-reported" for r in rows) else criteria.AWAITING
     if criterion.slots is None:
         if not rows:

@@ -5,14 +5,15 @@
 from __future__ import annotations
 
 import contextlib
+import dataclasses
 import uuid
 
 from ..roofline import Cost, predict
 from . import criteria as gate_criteria
-from . import judge, placement, stats, timer
+from . import device_ops, judge, placement, stats, timer
 from . import records as rec
 from .results import GateResult, interval_text
-from .sampling import INPUT_SETS, draw_seeds, measure_apart, timed_fields, wrong_output
+from .sampling import INPUT_SETS, compiled_text, draw_seeds, measure_apart, timed_fields, wrong_output
 
 
 def has_devices(run, criterion: str, op: str, shapes, dtype: str, count: int) -> bool:
@@ -150,6 +151,9 @@ def measure(run, criterion: str, op: str, shapes, dtype: str, cost: Cost | None,
             if wrong:
                 return run._finish(_check_failure(run, name, f"after timing, on inputs of seed {fresh}: "
                                                                  f"{wrong}", common))
+        boundary = {}
+        for name, (fn, _, _) in both.items():  # the program's copy of its result out of VMEM is not the kernel's
+            timings[name], boundary[name] = without_result_copies(timings[name], compiled_text(fn, sets[name][0]))
         alone = timings["compute-alone"]
         for name, t in timings.items():
             run.store.store(None if name == "kernel" else name, t)
@@ -160,7 +164,8 @@ def measure(run, criterion: str, op: str, shapes, dtype: str, cost: Cost | None,
                                 cost=run._slot_cost(cost),
                                 ratio_to_floor=None if near is None else near.median,
                                 ratio_ci=None if near is None else near.interval,
-                                notes=f"one chip, no communication; {_near_words(c, near)}; {alone.describe()}",
+                                notes=f"one chip, no communication; {boundary['compute-alone']}"
+                                      f"{_near_words(c, near)}; {alone.describe()}",
                                 **timed_fields(alone), **common)
         if "kernel" not in timings:
             return run._finish(_compute_alone_only(run, c, devices, alone, alone_row, common, near))
@@ -172,7 +177,7 @@ def measure(run, criterion: str, op: str, shapes, dtype: str, cost: Cost | None,
                 run._record(implementation="kernel", statistic="median", value=mine.summary.median, unit="s",
                             spread=mine.summary.iqr, samples=mine.samples,
                             ratio_to_compute_alone=verdict.median, ratio_ci=verdict.interval,
-                            verdict=verdict.verdict, notes=f"{devices} chips; {mine.describe()}",
+                            verdict=verdict.verdict, notes=f"{devices} chips; {boundary['kernel']}{mine.describe()}",
                             **timed_fields(mine), **common))
     except rec.HonestyError as error:
         return run._finish(GateResult(gate_criteria.FAIL, str(error)))
@@ -182,6 +187,30 @@ def measure(run, criterion: str, op: str, shapes, dtype: str, cost: Cost | None,
                f"({alone.summary.median * 1e6:.1f} us; 95% interval {interval_text(verdict.interval)}); "
                f"the range is [{low}, {high}]; {_near_words(c, near)}")
     return run._finish(GateResult(verdict.verdict, message, rows, timed=True))
+
+
+def without_result_copies(timing, hlo_text: str | None) -> tuple:
+    """(timing, note): the timing's samples less, sample by sample, the copies its program makes of a
+    kernel's result out of VMEM because it returns that result (device_ops.result_copies): XLA's, at the
+    program's boundary, run by no model code that consumes the result. The per-op breakdown still shows
+    them. The timing unchanged where its program makes none, or where the trace gave no ops per sample
+    (the note then says the copy is in the time). The note ends with "; " where it says anything."""
+    copies = device_ops.result_copies(hlo_text)
+    if not copies:
+        return timing, ""
+    names = ", ".join(sorted(copies))
+    per_sample = [sum(seconds for op, (_, seconds) in ops.items() if device_ops.instruction_name(op) in copies)
+                  for ops in timing.sample_ops]
+    if len(per_sample) != len(timing.samples) or not all(per_sample):
+        return timing, (f"the time includes XLA's copy of the kernel's result out of VMEM ({names}): the trace "
+                        f"did not give it in every sample; ")
+    samples = tuple(s - copy for s, copy in zip(timing.samples, per_sample))
+    if not all(s > 0 for s in samples):
+        return timing, f"the time includes XLA's copy of the kernel's result out of VMEM ({names}); "
+    return dataclasses.replace(timing, samples=samples), (
+        f"samples less XLA's copy of the kernel's result out of VMEM as the program's result ({names}, "
+        f"{stats.median(per_sample) * 1e6:.1f} us a call, in the per-op breakdown): a program that consumes "
+        f"the result reads it in VMEM and runs no such copy; ")
 
 
 def _unhidden(schedule_check) -> str | None:

@@ -184,7 +184,10 @@ def gate_label(records, number: int, *, current: dict | None = None, course_root
     passed = passed_on(records, number, current=current, course_root=course_root, gates=gates)
     if passed:
         linked = any(s == criteria.SELF_REPORTED for s in per_chip[passed[0]].values())
-        return f"passed on hardware ({', '.join(passed)})" + ("; upstream link self-reported" if linked else "")
+        reference = any(s == criteria.NOT_APPLICABLE for s in per_chip[passed[0]].values())
+        return (f"passed on hardware ({', '.join(passed)})" + ("; upstream link self-reported" if linked else "")
+                + ("; its upstream criterion is a learner's own, not applicable to the reference solutions"
+                   if reference else ""))
     older = [chip for chip, statuses in per_chip.items()
              if all(s in criteria.SATISFIED + (criteria.PASS_OLDER_CODE,) for s in statuses.values())]
     if older:
@@ -338,7 +341,8 @@ def bench_readme(loaded: Loaded, *, course_root: Path | None = None, source: str
     """bench/README.md: the course's records of its reference solutions, per chip."""
     records = list(loaded.accepted)
     current = current_modules(course_root, "solutions") if course_root is not None else None
-    gates = criteria.declared(criteria.GATES, Path(course_root) / "solutions") if course_root is not None else None
+    gates = (criteria.declared(criteria.GATES, Path(course_root) / "solutions", reference=True)
+             if course_root is not None else None)
     out = [
         "# Gate records of the course's reference solutions",
         "",

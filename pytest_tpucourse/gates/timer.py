@@ -129,6 +129,7 @@ class Timing:
     sized_by: str = SIZED_BY_HOST  # what set calls_per_sample: one call's device time, or the host's clock
     ops: tuple[OpTime, ...] = ()  # per-op device seconds per call: each op's median over the samples
     programs: tuple[str, ...] = ()  # the XLA programs one call runs, in order, where the trace listed them
+    sample_ops: tuple[dict, ...] = ()  # per sample, {op: (category, device seconds per call)}: one per sample, or none
 
     @property
     def summary(self) -> stats.Summary:
@@ -271,7 +272,8 @@ class Harness:
                 gc.enable()
         return {name: Timing(tuple(samples[name]), calls[name], overhead, dispatch, stopped, method,
                              tuple(walls[name]), traces if method == DEVICE_PROFILER else 0, sized_by,
-                             op_breakdown(ops[name]), programs.get(name, ())) for name in fns}
+                             op_breakdown(ops[name]), programs.get(name, ()),
+                             tuple(ops[name]) if len(ops[name]) == len(samples[name]) else ()) for name in fns}
 
     def _sample(self, fn, name: str, input_sets, round_: int, n: int, method: str,
                 overhead: float) -> tuple[float, float | None]:

@@ -146,7 +146,8 @@ class CourseSession:
                                  sweeps_path=sweeps.path_for(root, rehearsal.path if rehearsal else None),
                                  course_sweeps_path=sweeps.course_path_for(root, rehearsal.path if rehearsal else None),
                                  resweep=options.resweep, finish_searches=options.finish_searches)
-            gates = dataclasses.replace(gates, gates=judge.snapshot(tree.root))  # gate 05's slots: the tree's
+            gates = dataclasses.replace(gates, gates=judge.snapshot(  # gate 05's slots: the tree's
+                tree.root, reference=tree.kind == SOLUTIONS))
         except chips.ChipMismatch as error:
             raise pytest.UsageError(f"--chip: {error}") from None
         try:

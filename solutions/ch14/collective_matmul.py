@@ -39,7 +39,6 @@ from jax.experimental.pallas import tpu as pltpu
 VMEM_LIMIT_DEFAULT = 16 * 1024 * 1024  # v5e's default scoped VMEM limit
 VMEM_LIMIT_MAX = 100 * 1024 * 1024  # of its 128 MiB, leaving the compiler room of its own
 BLOCK_N = 4096  # columns of w_j and of the output a grid step takes, at most
-TILE_N = 512  # columns one dot takes inside a step, a loop over them (README, "Gate 04's size")
 LANES = 128
 
 
@@ -63,7 +62,8 @@ def all_gather_matmul_kernel(x_ref, w_ref, o_ref, buffers, local_sem, send_sems,
     def _from_gathered():  # x is whole in VMEM: its chunks by these columns, one chunk's f32 product at a time
         rows = x_ref.shape[0]
         for chunk in range(size):
-            _multiply(gathered.at[chunk], w_ref, o_ref, chunk * rows)
+            o_ref[pl.ds(chunk * rows, rows), :] = jnp.dot(
+                gathered[chunk], w_ref[...], preferred_element_type=jnp.float32).astype(o_ref.dtype)
 
 
 def _ring(x_ref, w_ref, o_ref, buffers, gathered, local_sem, send_sems, recv_sems, credit, *, axis_name, size):
@@ -93,29 +93,12 @@ def _ring(x_ref, w_ref, o_ref, buffers, gathered, local_sem, send_sems, recv_sem
             hop.start()
         chunk = lax.rem(me - step + size, size)
         gathered[chunk] = buffers[held]
-        _multiply(buffers.at[held], w_ref, o_ref, chunk * rows)
+        o_ref[pl.ds(chunk * rows, rows), :] = jnp.dot(
+            buffers[held], w_ref[...], preferred_element_type=jnp.float32).astype(o_ref.dtype)
         if sends:
             hop.wait()  # the next chunk has landed in `other`, and `held` has been sent
             if step < size - 2:  # the left neighbour sends into `held` at its step + 1
                 pl.semaphore_signal(credit, 1, device_id=(left,))
-
-
-def _multiply(x_ref, w_ref, o_ref, row):
-    """o_ref's rows from `row` on = x_ref @ w_ref with a float32 accumulator, TILE_N columns a dot.
-
-    A loop, not one dot: Mosaic unrolls a dot into the kernel's program, and one dot of a
-    (1024, 512) chunk by 4096 columns is about 52,000 bundles a grid step, where a loop of 512-column
-    dots is about 9,000 (the compiler's own count, README "Gate 04's size")."""
-    rows, columns = x_ref.shape[0], w_ref.shape[1]
-    tile = TILE_N if TILE_N and columns % TILE_N == 0 else columns
-
-    def one_tile(t, carry):
-        column = pl.multiple_of(t * tile, tile)
-        o_ref[pl.ds(row, rows), pl.ds(column, tile)] = jnp.dot(
-            x_ref[...], w_ref[:, pl.ds(column, tile)], preferred_element_type=jnp.float32).astype(o_ref.dtype)
-        return carry
-
-    lax.fori_loop(0, columns // tile, one_tile, 0)
 
 
 def all_gather_matmul(x: jax.Array, w: jax.Array, *, mesh: jax.sharding.Mesh,
@@ -133,15 +116,14 @@ def all_gather_matmul(x: jax.Array, w: jax.Array, *, mesh: jax.sharding.Mesh,
 
     def per_device(x_shard, w_shard):
         # The grid pipelines block_n columns of w_j and of the output, each double-buffered; x's shard,
-        # its two chunk buffers, the gathered x and one tile's f32 product stay. At gate 04's size
-        # this count is about 27 MiB (the compute alone's, whose chunk is the whole x, about 31 MiB):
+        # its two chunk buffers, the gathered x and one chunk's f32 product stay. At gate 04's size
+        # this count is about 30 MiB (the compute alone's, whose chunk is the whole x, about 45 MiB):
         # above v5e's 16 MiB default scoped limit and within its 128 MiB (README, "Gate 04's size"),
         # so the limit is raised to fit.
         chunk, n_shard = x_shard.shape[0], w_shard.shape[1]
         block = block_n(n_shard)
         item = jnp.dtype(x.dtype).itemsize
-        tile = TILE_N if TILE_N and block % TILE_N == 0 else block
-        vmem = (2 * chunk * k + 2 * k * block + 2 * m * block + 2 * chunk * k + m * k) * item + chunk * tile * 4
+        vmem = (2 * chunk * k + 2 * k * block + 2 * m * block + 2 * chunk * k + m * k) * item + chunk * block * 4
         return pl.pallas_call(
             functools.partial(all_gather_matmul_kernel, axis_name=axis_name, size=size),
             out_shape=jax.ShapeDtypeStruct((m, n_shard), x.dtype),
