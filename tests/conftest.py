@@ -54,6 +54,15 @@ def _child_runs_are_no_xdist_workers(request, monkeypatch):
             monkeypatch.delenv(name)
 
 
+@pytest.fixture(autouse=True)
+def _exports_kept_for_one_test():
+    """The course's checks keep a call's export for the run (libtpu.exported); here a test is the run."""
+    yield
+    from pytest_tpucourse.compiler import libtpu
+
+    libtpu.forget_exports()
+
+
 @pytest.fixture
 def fake_course(pytester: pytest.Pytester) -> FakeCourse:
     return FakeCourse(pytester)

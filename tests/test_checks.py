@@ -217,6 +217,31 @@ def test_tpu_lowering_accepts_legal_blocks_and_names_an_illegal_one(compile_ahea
         tpu_rules.assert_lowers_for_tpu(graded(blocked_copy), x, block=(8, 64), compile_ahead=compile_ahead)
 
 
+def test_a_calls_lowering_check_and_compile_check_export_its_program_once(monkeypatch):
+    """With the real compiler installed the lowering check is an export for the chip, kept for the
+    run: the compile check of the same call (same function, shapes, keywords and chip) compiles that
+    export instead of tracing and lowering the program again; another call's keywords export anew."""
+    from pytest_tpucourse.compiler import libtpu
+
+    libtpu.skip_unless_available()
+    exports = []
+    export = libtpu._ExportedProgram.of.__func__
+    monkeypatch.setattr(libtpu._ExportedProgram, "of",
+                        classmethod(lambda cls, *a: exports.append(a[2]) or export(cls, *a)))
+    x = jnp.zeros((16, 256), jnp.float32)
+    try:
+        tpu_rules.assert_lowers_for_tpu(graded(blocked_copy), x)
+        tpu_rules.assert_compiles_for(graded(blocked_copy), x)
+        assert len(exports) == 1
+        tpu_rules.assert_compiles_for(graded(blocked_copy), x, block=(16, 128))
+        assert len(exports) == 2 and exports[-1] == {"block": (16, 128)}
+    finally:
+        libtpu.forget_exports()
+    tpu_rules.assert_lowers_for_tpu(graded(blocked_copy), x)  # the run over: exported again
+    libtpu.forget_exports()
+    assert len(exports) == 3
+
+
 def test_a_program_the_export_refuses_gets_the_plain_lowerings_verdict_with_compile_ahead():
     """A host callback beside the kernel: jax.export refuses it, and so does the TPU lowering, for
     its own reason; the lowering check says the lowering's, whether or not it exported first."""

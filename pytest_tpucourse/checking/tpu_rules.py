@@ -45,7 +45,9 @@ def assert_lowers_for_tpu(fn, *args, compile_ahead: bool = False, **kwargs) -> N
     compiling in the background (libtpu.compile_ahead). A test file that checks lowering first and
     `assert_compiles_for` on the same arguments last finds the compile done, the compiler having run
     on another core while the tests between them ran. Where the export fails, the plain lowering
-    below gives the verdict, as without it.
+    below gives the verdict, as without it. With the real compiler installed the check is that export
+    in any case, kept for the run (libtpu.exported): the compile check of the same call exports nothing
+    again.
     """
     import jax
 
@@ -54,8 +56,11 @@ def assert_lowers_for_tpu(fn, *args, compile_ahead: bool = False, **kwargs) -> N
     program = fn.jaxpr(*args, **kwargs)  # a stub or a tracing error is reported as such, first
     function = fn.resolve()
     chip = fn.context.kernel_chip()
-    if compile_ahead and libtpu.compile_ahead(function, *args, chip=chip, timeout=_compile_timeout(fn),
-                                              **kwargs).exported:
+    exported = libtpu.exported(function, *args, chip=chip, keep_for_the_run=True, **kwargs)
+    if exported is not None:
+        if compile_ahead:
+            libtpu.compile_ahead(function, *args, chip=chip, timeout=_compile_timeout(fn), exported_program=exported,
+                                 **kwargs)
         return
     shapes = jax.tree.map(lambda a: jax.ShapeDtypeStruct(a.shape, a.dtype), args)
     # Interpret mode would replace the Mosaic lowering: switch it off for the trace.
@@ -85,17 +90,18 @@ def assert_compiles_for(fn, *args, chip: Chip | str | None = None, compile_timeo
     chip = fn.context.chip_named(chip)
     fn.jaxpr(*args, **kwargs)  # a stub or a tracing error is reported as such, first
     libtpu.skip_unless_available()
-    if answer_later and fn.context.in_warm_process and not libtpu.answers_now(
-            fn.resolve(), *args, chip=chip, **kwargs):
-        libtpu.compile_ahead(fn.resolve(), *args, chip=chip, timeout=compile_timeout or _compile_timeout(fn),
-                             after_the_run=True, **kwargs)
-        import pytest
+    program = libtpu.exported(fn.resolve(), *args, chip=chip, keep_for_the_run=True, **kwargs)  # once, for all
+    if answer_later and fn.context.in_warm_process:
+        if not libtpu.answers_now(fn.resolve(), *args, chip=chip, exported_program=program, **kwargs):
+            libtpu.compile_ahead(fn.resolve(), *args, chip=chip, timeout=compile_timeout or _compile_timeout(fn),
+                                 after_the_run=True, exported_program=program, **kwargs)
+            import pytest
 
-        pytest.skip(f"{fn.display}: its compile for a {chip.name} TPU at these blocks takes seconds and "
-                    f"{libtpu.VERDICT_NEXT_RUN}")
+            pytest.skip(f"{fn.display}: its compile for a {chip.name} TPU at these blocks takes seconds and "
+                        f"{libtpu.VERDICT_NEXT_RUN}")
     try:
         libtpu.compile_for(fn.resolve(), *args, chip=chip, timeout=compile_timeout or _compile_timeout(fn),
-                           **kwargs)
+                           exported_program=program, **kwargs)
     except libtpu.TpuCompileError as error:
         raise WrongResult(f"{fn.display} would not compile for a {chip.name} TPU: {error}") from None
 

@@ -446,7 +446,8 @@ DEFAULT_TIMEOUT_SECONDS = 120.0  # course blocks compile in 0.1-2.5 s; a 2048² 
 
 
 def compile_for(fn, *args, chip: Chip | None = None, dumps: bool = False,
-                timeout: float | None = DEFAULT_TIMEOUT_SECONDS, **kwargs) -> CompiledForTpu:
+                timeout: float | None = DEFAULT_TIMEOUT_SECONDS, exported_program: _ExportedProgram | None = None,
+                **kwargs) -> CompiledForTpu:
     """Compile fn(*args, **kwargs) for `chip` (None: the course's default chip) with the real TPU
     compiler, at the chip's compile topology; nothing runs. The result and its errors name the
     chip as given, a registered one included.
@@ -460,14 +461,15 @@ def compile_for(fn, *args, chip: Chip | None = None, dumps: bool = False,
     `timeout` seconds ends that process, not this one. Where `keep_results_in` kept an
     earlier run's compile of the same program, that result is read instead (`from_cache`); where
     `compile_ahead` started this program's compile earlier in the run, its result is waited for.
-    dumps=True keeps each kernel's layouts and bundles (`kernels`, `dump_dir`). Raises TpuCompileError
+    dumps=True keeps each kernel's layouts and bundles (`kernels`, `dump_dir`). exported_program: this
+    program as `exported` gave it for the same chip, not exported again. Raises TpuCompileError
     (the verdict in the course's words) or TpuCompilerMissing; an error of fn's own
     while it is traced propagates unchanged.
     """
     if not available():
         raise TpuCompilerMissing()
     chip = chip or get_chip(DEFAULT_CHIP)
-    program = _ExportedProgram.of(fn, args, kwargs, chip)
+    program = exported_program or _ExportedProgram.of(fn, args, kwargs, chip)
     reply, dump_dir = _reply_started_ahead(program, dumps, timeout)
     if reply is None:
         reply, dump_dir = _stored_result(program.key, program.located, dumps)
@@ -565,18 +567,19 @@ class AheadCompile:
 
 
 def compile_ahead(fn, *args, chip: Chip | None = None, timeout: float | None = DEFAULT_TIMEOUT_SECONDS,
-                  after_the_run: bool = False, **kwargs) -> AheadCompile:
+                  after_the_run: bool = False, exported_program: _ExportedProgram | None = None,
+                  **kwargs) -> AheadCompile:
     """Start compiling fn(*args, **kwargs) for `chip` now, in the background, for a compile_for of
     the same program later in this process (which waits for it, instead of compiling again).
     Nothing happens without libtpu, where the result is kept or started already, or where the
     program cannot be exported (compile_for reports that, when it is asked). after_the_run=True:
     the compile starts when the run ends (release_compiles_held), off the run's clock; its result
-    is kept for the next run (a compile_for of it before then would wait: do not ask for one)."""
+    is kept for the next run (a compile_for of it before then would wait: do not ask for one).
+    exported_program: as compile_for's."""
     if not available():
         return AheadCompile(exported=False, started=False)
-    try:
-        program = _ExportedProgram.of(fn, args, kwargs, chip or get_chip(DEFAULT_CHIP))
-    except Exception:
+    program = exported_program or exported(fn, *args, chip=chip, **kwargs)
+    if program is None:
         return AheadCompile(exported=False, started=False)
     reply = _Reply()
     with _ahead_lock:
@@ -603,15 +606,64 @@ def release_compiles_held() -> None:
         _background_compiles().put(request)
 
 
-def answers_now(fn, *args, chip: Chip | None = None, **kwargs) -> bool:
+def exported(fn, *args, chip: Chip | None = None, keep_for_the_run: bool = False,
+             **kwargs) -> _ExportedProgram | None:
+    """fn(*args, **kwargs) exported for `chip` (traced and lowered for a TPU, serialized), for
+    answers_now, compile_ahead and compile_for to share (an export of a gate's blocks takes a
+    quarter of a second); None where it fails or libtpu is missing (compile_for then says why).
+
+    keep_for_the_run=True (the course's checks of a graded call): the export is kept until the run
+    ends (forget_exports) under the function object itself, its
+    arguments' shapes, dtypes and shardings, its keyword arguments and the chip, with the JAX
+    settings a trace reads: a lowering check and the compile check of the same call in one run
+    export it once. The run's graded modules are imported once a run, so the same function object
+    is the same code."""
+    if not available():
+        return None
+    import jax
+
+    chip = chip or get_chip(DEFAULT_CHIP)
+    try:
+        if not keep_for_the_run:
+            raise TypeError("not kept")
+        key = (fn, repr([(getattr(a, "shape", None), str(getattr(a, "dtype", None)), repr(getattr(a, "sharding", None)))
+                         for a in jax.tree.leaves(args)]), repr(sorted(kwargs.items())), chip.name,
+               str(jax.config.jax_default_matmul_precision), bool(jax.config.jax_enable_x64))
+        hash(key)
+    except Exception:  # not kept, or an argument or function that cannot be a key: exported each time
+        key = None
+    with _ahead_lock:
+        if key is not None and key in _exports:
+            return _exports[key]
+    try:
+        program = _ExportedProgram.of(fn, args, kwargs, chip)
+    except Exception:
+        return None
+    if key is not None:
+        with _ahead_lock:
+            _exports[key] = program
+    return program
+
+
+_exports: dict = {}  # this run's exports (exported), forgotten when it ends
+
+
+def forget_exports() -> None:
+    """The run is over: its exports go (the next run imports the graded modules anew)."""
+    with _ahead_lock:
+        _exports.clear()
+
+
+def answers_now(fn, *args, chip: Chip | None = None, exported_program: _ExportedProgram | None = None,
+                **kwargs) -> bool:
     """Whether compile_for(fn, *args, **kwargs) would answer without waiting for a compile: its
     result is kept from an earlier one, or the compile started ahead has finished. Exports the
-    program (traced and lowered for a TPU); False where that fails (compile_for then says why)."""
+    program (traced and lowered for a TPU) unless given it; True where that fails (compile_for then
+    says why at once)."""
     if not available():
         return True  # compile_for skips at once
-    try:
-        program = _ExportedProgram.of(fn, args, kwargs, chip or get_chip(DEFAULT_CHIP))
-    except Exception:
+    program = exported_program or exported(fn, *args, chip=chip, **kwargs)
+    if program is None:
         return True  # compile_for reports the failure at once
     with _ahead_lock:
         _, pending = _ahead.get(program.key, (None, None))

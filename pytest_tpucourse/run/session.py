@@ -193,6 +193,7 @@ class CourseSession:
 
         compiled.stop_compiling_kernel_programs()  # each holds its kept folder to its size
         libtpu.release_compiles_held()  # kept in the folder of this run, for the next
+        libtpu.forget_exports()
         libtpu.keep_results_in(None)
         libtpu.forget_compiles_ahead()
         left = self.threads_left() if alone else []
