@@ -620,18 +620,8 @@ def exported(fn, *args, chip: Chip | None = None, keep_for_the_run: bool = False
     is the same code."""
     if not available():
         return None
-    import jax
-
     chip = chip or get_chip(DEFAULT_CHIP)
-    try:
-        if not keep_for_the_run:
-            raise TypeError("not kept")
-        key = (fn, repr([(getattr(a, "shape", None), str(getattr(a, "dtype", None)), repr(getattr(a, "sharding", None)))
-                         for a in jax.tree.leaves(args)]), repr(sorted(kwargs.items())), chip.name,
-               str(jax.config.jax_default_matmul_precision), bool(jax.config.jax_enable_x64))
-        hash(key)
-    except Exception:  # not kept, or an argument or function that cannot be a key: exported each time
-        key = None
+    key = _export_key(fn, args, kwargs, chip) if keep_for_the_run else None
     with _ahead_lock:
         if key is not None and key in _exports:
             return _exports[key]
@@ -646,6 +636,20 @@ def exported(fn, *args, chip: Chip | None = None, keep_for_the_run: bool = False
 
 
 _exports: dict = {}  # this run's exports (exported), forgotten when it ends
+
+
+def _export_key(fn, args, kwargs, chip: Chip):
+    """What an export is kept under (exported), or None for a function or argument that cannot be one."""
+    import jax
+
+    try:
+        key = (fn, repr([(getattr(a, "shape", None), str(getattr(a, "dtype", None)), repr(getattr(a, "sharding", None)))
+                         for a in jax.tree.leaves(args)]), repr(sorted(kwargs.items())), chip.name,
+               str(jax.config.jax_default_matmul_precision), bool(jax.config.jax_enable_x64))
+        hash(key)
+    except Exception:  # an unhashable function, keywords that do not sort or print: exported each time
+        return None
+    return key
 
 
 def forget_exports() -> None:
