@@ -220,7 +220,8 @@ def warm(python: str, tree: Path, kind: str) -> None:
     collection(python, tree)
 
 
-def measure(pythons: list[str], rounds: int, kind: str, keep: Path | None, pause: float = 0.0) -> None:
+def measure(pythons: list[str], rounds: int, kind: str, keep: Path | None, pause: float = 0.0,
+            gap: float = 0.0) -> None:
     base = Path(tempfile.mkdtemp(prefix="edit-loop-", dir=keep))
     try:
         trees = {}
@@ -233,11 +234,17 @@ def measure(pythons: list[str], rounds: int, kind: str, keep: Path | None, pause
             order = pythons if number % 2 == 0 else pythons[::-1]
             for python in order:
                 time.sleep(pause)  # a learner's time between two saves: what the last run left behind finishes
-                write_edit(trees[python], number, kind)
+
+                def edited(tree=trees[python]):
+                    # The edit is written just before its run (a warm process compiles a saved file at
+                    # once: written before the collection, it would have the collection's time too).
+                    write_edit(tree, number, kind)
+                    time.sleep(gap)  # the editor to the terminal: the saved file compiles meanwhile
+                    return edit_run(python, tree)
                 if number % 2 == 0:
-                    run, bare = edit_run(python, trees[python]), collection(python, trees[python])
+                    run, bare = edited(), collection(python, trees[python])
                 else:
-                    bare, run = collection(python, trees[python]), edit_run(python, trees[python])
+                    bare, run = collection(python, trees[python]), edited()
                 rows[python].append((run, bare))
                 print(f"  round {number} {version_of(python)}: edited run {run[0]:.1f} s wall, {run[1]:.1f} s "
                       f"CPU; collection {bare[0]:.1f} s, {bare[1]:.1f} s", file=sys.stderr, flush=True)
@@ -250,7 +257,8 @@ def measure(pythons: list[str], rounds: int, kind: str, keep: Path | None, pause
     runs = ("each edited run answered by the warm process the run before left (`pytest` as a learner runs it)"
             if WARM["runs"] else "each run in a process of its own (TPUCOURSE_WARM=0)")
     print(f"`python bench/edit_loop.py measure --rounds {rounds} --edit {kind}"
-          f"{'' if WARM['runs'] else ' --warm no'}{f' --pause {pause:g}' if pause else ''}`: {runs}; {os.cpu_count()} CPUs, "
+          f"{'' if WARM['runs'] else ' --warm no'}{f' --pause {pause:g}' if pause else ''}"
+          f"{f' --gap {gap:g}' if gap else ''}`: {runs}; {os.cpu_count()} CPUs, "
           f"{platform.machine()}, {time.strftime('%Y-%m-%d')}, load average {min(loads):.1f}-{max(loads):.1f}\n")
     print("| Python, JAX | edited run: wall, CPU (median) | collection: wall, CPU (median) | "
           "ratio: wall (median, range) | ratio: CPU (median, range) |")
@@ -699,6 +707,9 @@ def main() -> int:
     m.add_argument("--rounds", type=int, default=5)
     m.add_argument("--pause", type=float, default=0.0, metavar="SECONDS",
                    help="wait this long before each edit (a learner's time between saves; default: none)")
+    m.add_argument("--gap", type=float, default=0.0, metavar="SECONDS",
+                   help="wait this long between each edit and its run (a learner's way from the editor to "
+                        "the terminal; default: none, the run starts as the file is written)")
     m.add_argument("--edit", choices=EDITS, default="both")
     m.add_argument("--keep", type=Path, help="make the trees under this folder and keep them")
     m.add_argument("--warm", choices=("yes", "no"), default="yes",
@@ -714,7 +725,7 @@ def main() -> int:
         WARM["runs"] = args.warm == "yes"
         setups = [os.path.abspath(p) + (f"@{os.path.abspath(r)}" if r else "")
                   for p, r in map(_split, args.pythons)]
-        measure(setups, args.rounds, args.edit, args.keep, args.pause)
+        measure(setups, args.rounds, args.edit, args.keep, args.pause, args.gap)
     else:
         WARM["runs"] = False  # the profile is of the run's own work, in its own process
         profile(os.path.abspath(args.python), args.edit, args.edits, args.keep)

@@ -292,6 +292,7 @@ def test_every_module_is_in_the_map():
 # Where a module with logic is tested, when not in tests/test_<module>.py: modules tested through
 # the command, the fixture or the check that uses them.
 TESTED_THROUGH = {
+    "grading.ahead": "test_programs_ahead.py", "learner.compiles_on_save": "test_programs_ahead.py",
     "instruments.overlap_budget": "test_gate04_overlap.py",
     "run.host_cpu": "test_placement.py",
     "diagnosis.causes": "test_diagnosis.py", "diagnosis.evidence": "test_diagnosis.py",

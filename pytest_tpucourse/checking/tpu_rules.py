@@ -53,7 +53,7 @@ def assert_lowers_for_tpu(fn, *args, compile_ahead: bool = False, **kwargs) -> N
 
     from ..compiler import libtpu
 
-    program = fn.jaxpr(*args, **kwargs)  # a stub or a tracing error is reported as such, first
+    program = fn.program_jaxpr(*args, **kwargs)  # a stub or a tracing error is reported as such, first
     function = fn.resolve()
     chip = fn.context.kernel_chip()
     exported = libtpu.exported(function, *args, chip=chip, keep_for_the_run=True, **kwargs)
@@ -88,7 +88,7 @@ def assert_compiles_for(fn, *args, chip: Chip | str | None = None, compile_timeo
     from ..compiler import libtpu
 
     chip = fn.context.chip_named(chip)
-    fn.jaxpr(*args, **kwargs)  # a stub or a tracing error is reported as such, first
+    fn.program_jaxpr(*args, **kwargs)  # a stub or a tracing error is reported as such, first
     libtpu.skip_unless_available()
     program = libtpu.exported(fn.resolve(), *args, chip=chip, keep_for_the_run=True, **kwargs)  # once, for all
     if answer_later and fn.context.in_warm_process:

@@ -33,6 +33,7 @@ from __future__ import annotations
 
 import atexit
 import contextlib
+import functools
 import json
 import os
 import queue
@@ -121,6 +122,7 @@ def unavailable_reason(*, ships: bool, has_libtpu: bool, has_flatbuffers: bool) 
     return None
 
 
+@functools.cache  # the process's: a libtpu installed meanwhile is another process's (served_runs.process_key)
 def libtpu_version() -> str:
     """The installed libtpu's version ("0.0.42.1"), or "?" without the extra."""
     from importlib import metadata

@@ -1326,6 +1326,11 @@ def compile_host_callback_programs(policy: HostCallbackPrograms | None) -> HostC
     return previous
 
 
+def host_callback_programs() -> HostCallbackPrograms | None:
+    """The policy in effect (compile_host_callback_programs), or None."""
+    return _host_callback_programs
+
+
 def _compiling_anew() -> None:
     policy = _host_callback_programs
     if policy is None or policy.on_first_compile is None or _first_compile_seen.is_set():

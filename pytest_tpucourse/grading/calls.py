@@ -118,7 +118,7 @@ class GradedFunction:
 
         with self._guarded(), graded_precision(args):
             return self._run(lambda: context.programs.get(function, kwargs, "call"), args, eager,
-                             check=check, function=function)
+                             check=check, function=function, replay=(kwargs, "call"))
 
     def jaxpr(self, *args, **kwargs):
         """The closed jaxpr of a call with these arguments (kwargs are static)."""
@@ -129,6 +129,24 @@ class GradedFunction:
         with self._guarded():
             return self.context.deadline.call(
                 lambda: jax.make_jaxpr(lambda *a: function(*a, **kwargs))(*args))
+
+    def program_jaxpr(self, *args, **kwargs):
+        """The closed jaxpr of a call as the call's own program traces it: jit's trace, which the
+        call then reuses, so the learner's Python runs once for both (and not at all where the
+        program was compiled ahead, ahead.py). Arguments that are not all arrays (the call runs
+        them eagerly): jaxpr(). Shapes (jax.ShapeDtypeStruct) trace as the arrays they stand for."""
+        import jax
+
+        if not all(isinstance(leaf, (jax.Array, jax.ShapeDtypeStruct)) for leaf in jax.tree.leaves(args)):
+            return self.jaxpr(*args, **kwargs)
+        function, context = self.resolve(), self.context
+        remember(self, "call", args, kwargs)
+        program = context.programs.get(function, kwargs, "call")
+        bound = program.keywords if isinstance(program, functools.partial) else {}
+        program = program.func if isinstance(program, functools.partial) else program
+        with self._guarded():
+            self._await_ahead(program, args, bound, None)
+            return context.deadline.call(lambda: program.trace(args, bound).jaxpr)
 
     def vjp(self, args, cotangents, **kwargs):
         """(outputs, grads of every arg) for output cotangents, through the function's own VJP."""
@@ -147,7 +165,7 @@ class GradedFunction:
 
         with self._guarded(), graded_precision(args):
             return self._run(lambda: context.programs.get(function, kwargs, "vjp"), (tuple(args), cotangents),
-                             eager, check=check, function=function)
+                             eager, check=check, function=function, replay=(kwargs, "vjp"))
 
     def _check_program(self, function, args, kwargs, closed=None) -> None:
         """What a call's program must pass before it runs: its VMEM scratch fits the chip (vmem.py),
@@ -161,7 +179,14 @@ class GradedFunction:
             chip_products.check(closed, f32_bound=float32_bound(args), chip_name=context.kernel_chip().name,
                                 show_path=lambda path: shown(Path(path), self._course_root))
 
-    def _run(self, program, call_args, eager, *, check, function):
+    @property
+    def replay_source(self) -> tuple | None:
+        """Where a later run finds this function to compile its calls ahead (ahead.py): its module's
+        file, the graded tree's root, the chapter and the module's name. None: a function that is
+        not a module's of the graded tree."""
+        return None
+
+    def _run(self, program, call_args, eager, *, check, function, replay=None):
         """The call within the deadline: its program compiled first, outside the deadline.
 
         Tracing runs the learner's Python (a loop in it must meet the deadline, and so must
@@ -174,6 +199,9 @@ class GradedFunction:
 
         deadline, key = self.context.deadline, self._hang_key(function)
         compiled = self._compiled_ahead(program, call_args, check, key)
+        ahead = self.context.ahead
+        if compiled is not None and ahead is not None and replay is not None:
+            ahead.remember(self, replay[0], replay[1], call_args)
         if compiled is None:
             return deadline.call(lambda: jax.block_until_ready(eager()), key=key)
         return deadline.call(lambda: jax.block_until_ready(
@@ -188,6 +216,7 @@ class GradedFunction:
         compiled = program()  # a Program, or a partial of one binding traced keyword arguments
         bound = compiled.keywords if isinstance(compiled, functools.partial) else {}
         compiled = compiled.func if isinstance(compiled, functools.partial) else compiled
+        self._await_ahead(compiled, call_args, bound, key)
 
         def trace():
             executable = compiled.cached(call_args, bound)
@@ -209,6 +238,13 @@ class GradedFunction:
         except Exception:
             return None
         return lambda: executable(*call_args, **bound)
+
+    def _await_ahead(self, program, call_args, bound, key) -> None:
+        """Where the program is being compiled ahead (ahead.py), wait for it: its trace within the
+        deadline, and the files of the tree that trace ran counted in this call's unit."""
+        ahead = self.context.ahead
+        if ahead is not None:
+            unit_files.seen_elsewhere(ahead.await_program(program, call_args, bound, self.context.deadline, key))
 
     def _hang_key(self, function):
         """What a hang is remembered by: the graded function (its later calls fail at once)."""
@@ -338,7 +374,15 @@ class LearnerFunction(GradedFunction):
                 f"the graded tests call {self.module._name}.{self.name}(...)."
             )
         self._refuse_code_from_elsewhere(function)
+        ahead = self.context.ahead
+        if ahead is not None:
+            ahead.resolved(self, function)
         return function
+
+    @functools.cached_property
+    def replay_source(self) -> tuple | None:
+        module = self.module
+        return str(self.path.resolve()), str(module.tree_root), module.chapter_id, module._name
 
     def _refuse_code_from_elsewhere(self, function) -> None:
         """The graded function must be code of the graded tree, and a learner's tree must not

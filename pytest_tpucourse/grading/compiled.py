@@ -115,6 +115,7 @@ class CompiledPrograms:
 
     def __init__(self):
         self._programs: dict = {}
+        self._lock = threading.Lock()  # a run's calls and its replays (ahead.py) share one program
 
     def get(self, function, kwargs, kind: str = "call", *, checker: bool = False):
         """function(*args, **kwargs) ("call") or its VJP ("vjp") as one jitted program.
@@ -126,11 +127,15 @@ class CompiledPrograms:
         jit cache. Shared by the graded calls and by the checker's oracles and floors
         (checker=True: compiled with kernel_program_options() on a CPU).
         """
-        import jax
-
         static = {k: v for k, v in kwargs.items() if not is_array(v)}
         dynamic = {k: v for k, v in kwargs.items() if is_array(v)}
         key = call_key(function, (), static)
+        with self._lock:
+            return self._get(function, static, dynamic, key, kind, checker)
+
+    def _get(self, function, static, dynamic, key, kind, checker):
+        import jax
+
         program = None if key is None else self._programs.get((key, kind, checker))
         if program is None:
             if kind == "call":
@@ -182,9 +187,19 @@ class Program:
 
     def compile_trace(self, stage, args, traced):
         """Lower and compile a trace of this program (XLA's work, no learner code), and keep it."""
+        return self.compile_lowered(self.lower_trace(stage, args, traced), args, traced)
+
+    def lower_trace(self, stage, args, traced):
+        """A trace of this program lowered, with the compiler options its content calls for:
+        (jax.stages.Lowered, options). JAX's work, in Python."""
         cheap = ((self.cheap_on_cpu and _platforms(args, traced) == {"cpu"})
                  or runs_interpreted_kernel(stage.jaxpr, args, traced))
-        executable = stage.lower().compile(compiler_options=kernel_program_options() if cheap else None)
+        return stage.lower(), kernel_program_options() if cheap else None
+
+    def compile_lowered(self, lowering, args, traced):
+        """What lower_trace gave compiled (XLA's work, outside Python), and kept."""
+        lowered, options = lowering
+        executable = lowered.compile(compiler_options=options)
         key = _signature(args, traced)
         if key is not None:
             self._executables[key] = executable

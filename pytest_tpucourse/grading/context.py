@@ -66,6 +66,9 @@ class GradingContext:
     # The run is a learner's answered by the warm process, which lives on after it: a compile of
     # seconds may finish after the answer, its verdict read by the next run (tpu_rules, answer_later).
     in_warm_process: bool = False
+    # In a warm process on a CPU: the last run's calls of the same arguments, compiled ahead on a
+    # thread of their own (ahead.py); None elsewhere.
+    ahead: object = None
 
     def unit_of(self, module_paths) -> dict[str, str]:
         """{file: sha256} of every file these graded modules' imports and calls ran."""

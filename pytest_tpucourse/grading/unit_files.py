@@ -24,12 +24,14 @@ import contextlib
 import hashlib
 import os
 import sys
+import threading
 import types
 from pathlib import Path
 
 MAX_FILES = 500  # files of one unit, at most: a tree that opens more is cut there
 _installed = False
 _open: list["Recording"] = []  # the recordings open now (a graded call inside a graded import nests)
+_apart = threading.local()  # .recording: the one recording that alone sees this thread's files
 
 
 class Recording:
@@ -64,6 +66,28 @@ def recording(tree_root: Path):
         _open.remove(seen)
 
 
+@contextlib.contextmanager
+def recording_apart(tree_root: Path):
+    """Note the files of the tree this thread opens or executes within the block, in this recording
+    alone: work done ahead, on a thread of its own, for a call the run makes later (ahead.py), which
+    the recordings open meanwhile must not count. The call that uses the work counts them
+    (`seen_elsewhere`)."""
+    _install()
+    seen = Recording(tree_root)
+    _apart.recording = seen
+    try:
+        yield seen
+    finally:
+        _apart.recording = None
+
+
+def seen_elsewhere(files) -> None:
+    """Count these files (a recording_apart's) in every recording open now."""
+    for seen in list(_open):
+        for path in files:
+            seen.saw(path)
+
+
 def _install() -> None:
     global _installed
     if not _installed:
@@ -72,7 +96,8 @@ def _install() -> None:
 
 
 def _hook(event: str, args: tuple) -> None:
-    if not _open:
+    apart = getattr(_apart, "recording", None)
+    if not _open and apart is None:
         return
     try:
         if event == "open":
@@ -85,7 +110,7 @@ def _hook(event: str, args: tuple) -> None:
             path = args[1] if len(args) > 1 and isinstance(args[1], (str, bytes)) else None
         else:
             return
-        for seen in list(_open):
+        for seen in [apart] if apart is not None else list(_open):
             seen.saw(path)
     except Exception:  # an audit hook that raises would fail the open itself
         pass

@@ -7,7 +7,9 @@ in itself, one at a time, on the client's terminal. Around each run it puts back
 change of the process (the environment, the working directory, sys.argv and sys.path, the
 SIGINT handler, the standard streams) and forgets the modules of the course checkout (the
 learner's, the test files, conftest.py), so each run imports them anew, while JAX, the plugin,
-the checker's references and the programs they compiled stay warm.
+the checker's references and the programs they compiled stay warm. Between runs it watches the
+graded files the last run called and compiles their programs once one is saved
+(compiles_on_save.py), checking itself afterwards as after a run.
 
 It answers, then ends, when a run leaves it unlike what the next run may trust (`reasons_to_end`):
 a thread the run started still running, a function, class or module of a loaded module replaced
@@ -41,6 +43,7 @@ import types
 from pathlib import Path
 
 from . import served_runs
+from .compiles_on_save import CompilesOnSave
 from .served_runs import Messages, send_message
 
 MAX_RUNS = 200
@@ -96,9 +99,12 @@ def main(argv: list[str]) -> int:
     try:
         while True:
             try:
-                connection = _next_client(listener, root, idle)
+                connection = _next_client(listener, root, idle, between=warm.look_at_saved_files)
             except socket.timeout:
                 log(root, f"no run for {idle:g} s: this process ends")
+                break
+            except _MustEnd as reasons:
+                log(root, f"after compiling saved files: this process ends: {reasons}")
                 break
             if connection is None:  # the checkout is gone (a temporary copy deleted)
                 break
@@ -117,22 +123,34 @@ def main(argv: list[str]) -> int:
     return 0
 
 
-def _next_client(listener: socket.socket, root: Path, idle: float) -> socket.socket | None:
+class _MustEnd(Exception):
+    """The process cannot vouch for itself any more (the reasons, joined)."""
+
+
+def _next_client(listener: socket.socket, root: Path, idle: float, between=None) -> socket.socket | None:
     """The next client within `idle` seconds (socket.timeout after them); None once the checkout's
-    folder is gone, looked at every CHECKOUT_LOOK_SECONDS."""
+    folder is gone, looked at every CHECKOUT_LOOK_SECONDS. `between`, if given, is called every
+    compiles_on_save.LOOK_SECONDS meanwhile."""
     import time
 
+    from .compiles_on_save import LOOK_SECONDS
+
     deadline = time.monotonic() + idle
+    checkout_looked = time.monotonic()
     while True:
         left = deadline - time.monotonic()
         if left <= 0:
             raise socket.timeout
-        listener.settimeout(min(left, CHECKOUT_LOOK_SECONDS))
+        listener.settimeout(min(left, LOOK_SECONDS if between is not None else CHECKOUT_LOOK_SECONDS))
         try:
             return listener.accept()[0]
         except socket.timeout:
-            if not root.is_dir():
-                return None
+            if between is not None:
+                between()
+            if time.monotonic() - checkout_looked >= CHECKOUT_LOOK_SECONDS or between is None:
+                checkout_looked = time.monotonic()
+                if not root.is_dir():
+                    return None
 
 
 def log(course_root: Path, line: str) -> None:
@@ -172,6 +190,7 @@ class WarmProcess:
         self.runs = 0
         self.output = ""  # the end of the last run's output on its terminal (KEPT_OUTPUT_BYTES)
         self.failure: str | None = None  # the traceback of the last run, where it raised
+        self.on_save = CompilesOnSave(report=lambda line: log(root, line))  # between runs (compiles_on_save.py)
 
     def answer(self, connection: socket.socket) -> bool:
         """Greet, take one request and run it; whether this process ends now."""
@@ -210,6 +229,7 @@ class WarmProcess:
             if not accepted:
                 for fd in messages.fds:
                     os.close(fd)
+        self.on_save.before_run()
         code = self.run(request, messages.fds, connection)
         try:
             send_message(connection, {"exit": code})
@@ -304,7 +324,21 @@ class WarmProcess:
         reasons = self.reasons_to_end(code, self.modules, self.flags, self.threads)
         if not reasons:
             self.between_runs()
+            self.on_save.after_run()
         return reasons
+
+    def look_at_saved_files(self) -> None:
+        """Between runs: a graded file saved starts its compiles (compiles_on_save.py); once they
+        end, the process checks itself as after a run (raises _MustEnd where it cannot go on)."""
+        self.on_save.look()
+        reasons = []
+        if self.on_save.finished.is_set():
+            self.on_save.finished.clear()
+            reasons = self.reasons_to_end(0, self.modules, self.flags, self.threads)
+        if self.on_save.stuck():
+            reasons.append("the learner's code, imported to compile a saved file, has not returned")
+        if reasons:
+            raise _MustEnd("; ".join(reasons))
 
     def reasons_to_end(self, code: int, modules: ModuleFunctions, flags: dict, threads: set) -> list[str]:
         import pytest
@@ -315,6 +349,10 @@ class WarmProcess:
         left = [t.name for t in threading.enumerate() if t not in threads and t.is_alive() and not t.daemon]
         if left:
             reasons.append(f"threads still running: {', '.join(left)}")
+        from ..grading import ahead
+
+        if ahead.still_running():
+            reasons.append("a program compiled ahead is still tracing the learner's code")
         replaced = modules.replaced(self.root)
         if replaced:
             reasons.append(f"replaced by the run: {', '.join(replaced[:5])}")

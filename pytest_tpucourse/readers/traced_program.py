@@ -80,7 +80,7 @@ def assert_uses_pallas(fn, *args, **kwargs) -> None:
     key = call_key(fn.resolve(), args, kwargs)
     if key is not None and key in seen:
         return
-    closed = fn.jaxpr(*args, **kwargs)
+    closed = fn.program_jaxpr(*args, **kwargs)  # the trace the call itself then reuses
     if count_pallas_calls(closed) > 0:
         if key is not None:
             seen.add(key)

@@ -43,6 +43,8 @@ from ..learner import run_markers
 from ..learner.progress import RunProgress
 from .options import OPTIONS, RunOptions
 
+AHEAD_ENV = "TPUCOURSE_AHEAD"  # "0": a warm process compiles nothing ahead of a run's calls (grading/ahead.py)
+
 SESSION = pytest.StashKey["CourseSession"]()
 CALL_SEEN = pytest.StashKey[str]()  # how the graded call's wrapper saw a test's call phase end: "returned", "raised ..."
 GATE_RESULTS = pytest.StashKey[list]()  # a gate test's results (its gate_run), read when its report is made
@@ -163,6 +165,11 @@ class CourseSession:
         from ..learner import served_runs
 
         grading.in_warm_process = served_runs.SERVING
+        if served_runs.SERVING and run_backend.platform == "cpu" and os.environ.get(AHEAD_ENV) != "0":
+            from ..grading.ahead import Ahead
+
+            grading.ahead = Ahead((tuple(config.invocation_params.args), str(config.invocation_params.dir),
+                                   str(tree.root)), grading)
         if tree.is_learners:  # what the learner's tree opens of solutions/, from its first import
             grading.solution_reads = solution_reads.watch(tree.root, root / SOLUTIONS)
         session = cls(options=options, course=course, tree=tree, run_backend=run_backend, gates=gates,
@@ -187,6 +194,8 @@ class CourseSession:
         if self.marker is not None:  # no terminal summary in this run (-p no:terminal): it ends here
             run_markers.summary_written(self.course.root, self.marker)
             self.marker = None
+        if self.grading.ahead is not None:  # before the threads left are counted
+            self.grading.ahead.end()
         context.deactivate(self.grading)
         backend.restore()
         from ..compiler import libtpu

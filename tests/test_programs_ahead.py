@@ -1,0 +1,205 @@
+"""Kernel programs compiled before a run asks for them, in a learner's edit loop: a warm process's
+run replays the last run's calls on a thread of its own (grading/ahead.py), and between runs a
+saved graded file's programs are compiled at once (learner/compiles_on_save.py). What each run
+judges is its own: a replay never stands in for another program, a learner's error or hang in a
+replayed trace is the call's failure as before, the files a replayed trace opens count in the
+unit, and what the learner's code changes while compiled on save ends the warm process."""
+
+import os
+from pathlib import Path
+
+import pytest
+
+from pytest_tpucourse.grading import ahead
+from pytest_tpucourse.learner import served_runs, state
+
+from .test_served_runs import course, learner_env, log, logged, run_pytest, wait_until, warm  # noqa: F401
+
+KERNEL = """
+import jax
+from jax.experimental import pallas as pl
+
+
+def _scaled(x_ref, o_ref):
+    o_ref[...] = x_ref[...] * {factor}
+
+
+def double(x):
+    {before}
+    return pl.pallas_call(_scaled, out_shape=jax.ShapeDtypeStruct(x.shape, x.dtype))(x)
+"""
+
+KERNEL_TEST = """
+import time
+
+import jax.numpy as jnp
+import numpy as np
+from pytest_tpucourse import checks
+
+
+def test_double(impl):
+    impl.double.double.resolve()  # the function imported: its remembered calls are replayed from here
+    time.sleep({wait})
+    x = jnp.arange(8 * 128, dtype=jnp.float32).reshape(8, 128)
+    checks.assert_close(impl.double.double(x), 2.0 * np.asarray(x, np.float64), fn=impl.double.double,
+                        dtype=np.float32)
+"""
+
+
+def kernel(factor: str = "2", before: str = "pass") -> str:
+    return KERNEL.format(factor=factor, before=before)
+
+
+@pytest.fixture
+def warm_runs(fake_course, monkeypatch):
+    """In-process runs of the fake course as a warm process's (served_runs.SERVING), each replay's
+    compile noted: [the graded function's name, ...]."""
+    monkeypatch.setattr(served_runs, "SERVING", True)
+    # The test waits for the replay to end before it calls: what the run then does with a program
+    # compiled on the other thread is what these tests read (a call that comes first compiles it itself).
+    fake_course.test_file(KERNEL_TEST.format(wait=1.0))
+    replayed = []
+    compile_on_the_replays_thread = ahead.Job.compile
+
+    def noted(job):
+        replayed.append(job.call.name)
+        return compile_on_the_replays_thread(job)
+    monkeypatch.setattr(ahead.Job, "compile", noted)
+
+    def run(*args):
+        return fake_course.pytester.runpytest_inprocess("-p", "no:cacheprovider", *args)
+    run.replayed = replayed
+    return run
+
+
+def test_the_next_run_compiles_the_last_runs_programs_on_a_thread_and_judges_its_own(fake_course, warm_runs):
+    fake_course.write("exercises", "double", kernel())
+    warm_runs().assert_outcomes(passed=1)
+    assert warm_runs.replayed == []  # nothing remembered before the first run
+    fake_course.write("exercises", "double", kernel(factor="(2.0 + 0.0 * 7)"))  # another program, same values
+    warm_runs().assert_outcomes(passed=1)
+    assert warm_runs.replayed == ["double"]
+    fake_course.write("exercises", "double", kernel(factor="3"))  # wrong: the replay's program is this one
+    wrong = warm_runs()
+    wrong.assert_outcomes(failed=1)
+    assert warm_runs.replayed == ["double", "double"]
+    assert "double() in exercises/ch11/double.py" in wrong.stdout.str()
+
+
+def test_a_replayed_trace_that_raises_is_the_calls_failure_as_it_would_be_without_it(fake_course, warm_runs):
+    fake_course.write("exercises", "double", kernel())
+    warm_runs().assert_outcomes(passed=1)
+    fake_course.write("exercises", "double", kernel(before="raise ValueError('the blocks do not divide')"))
+    result = warm_runs()
+    result.assert_outcomes(failed=1)
+    out = result.stdout.str()
+    assert "ValueError: the blocks do not divide" in out and "exercises/ch11/double.py" in out, out
+    assert "pytest_tpucourse/" not in out, out
+
+
+def test_a_replayed_trace_past_the_deadline_fails_the_call_within_it(fake_course, warm_runs):
+    fake_course.write("exercises", "double", kernel())
+    warm_runs("--kernel-timeout", "2").assert_outcomes(passed=1)
+    fake_course.write("exercises", "double", kernel(before="import time; time.sleep(6)"))
+    result = warm_runs("--kernel-timeout", "2")
+    result.assert_outcomes(failed=1)
+    assert "did not finish within 2 s" in result.stdout.str(), result.stdout.str()
+    assert warm_runs.replayed == []  # the trace never ended within the run: nothing was compiled for it
+
+
+READS_A_FILE = """
+import pathlib
+
+import jax
+from jax.experimental import pallas as pl
+
+
+def double(x):
+    factor = float(pathlib.Path(__file__).with_name("factor.txt").read_text()){extra}
+
+    def scaled(x_ref, o_ref):
+        o_ref[...] = x_ref[...] * factor
+    return pl.pallas_call(scaled, out_shape=jax.ShapeDtypeStruct(x.shape, x.dtype))(x)
+"""
+
+
+def test_a_file_a_replayed_trace_reads_counts_in_the_exercises_unit(fake_course, warm_runs):
+    """The replay's trace runs on its own thread (unit_files.recording_apart); the call that uses its
+    program counts what that trace read, as its own trace would have."""
+    (fake_course.pytester.path / "exercises" / "ch11" / "factor.txt").write_text("2\n")
+    fake_course.write("exercises", "double", READS_A_FILE.format(extra=""))
+    warm_runs().assert_outcomes(passed=1)
+    fake_course.write("exercises", "double", READS_A_FILE.format(extra=" + 0.0"))
+    warm_runs().assert_outcomes(passed=1)
+    assert warm_runs.replayed == ["double"]
+    unit = state.read(fake_course.pytester.path)["exercises"]["ch11.double"]["unit"]
+    assert "exercises/ch11/factor.txt" in unit, unit
+
+
+def test_the_calls_a_replay_can_make_again_are_a_graded_modules_with_plain_settings_and_arrays():
+    import jax.numpy as jnp
+
+    from pytest_tpucourse.grading.calls import GradedFunction
+
+    x = jnp.ones((8, 128), jnp.float32)
+    assert ahead.describe(GradedFunction(lambda a: a, "f"), {}, "call", (x,)) is None  # not a graded module's
+
+    class Graded:
+        name = "double"
+        replay_source = ("/course/exercises/ch11/double.py", "/course/exercises", "ch11", "double")
+
+    call = ahead.describe(Graded(), {"block": 128, "shape": (8, 128)}, "call", (x,))
+    assert call is not None and call.module == "/course/exercises/ch11/double.py"
+    again = call.arguments()
+    assert [(a.shape, a.dtype, a.sharding) for a in again] == [(x.shape, x.dtype, x.sharding)]
+    assert ahead.describe(Graded(), {"mask": x}, "call", (x,)) is None  # an array setting is traced, not kept
+    assert ahead.describe(Graded(), {"how": object()}, "call", (x,)) is None  # an object of the run's own
+    assert ahead.describe(Graded(), {}, "call", (x, 3)) is None  # not all arrays: the call runs eagerly
+
+
+# ------------------------------------------------------------------ compiles on save, in a warm process
+
+def _kernel_programs(root: Path) -> set[str]:
+    folder = root / ".tpucourse" / "jax-cache" / "kernel-programs"
+    return set(os.listdir(folder)) if folder.is_dir() else set()
+
+
+def _saved_lines(root: Path) -> int:
+    return log(root).count(" saved: ")
+
+
+def test_a_saved_kernel_is_compiled_before_the_run_and_the_run_judges_the_saved_code(course):
+    root = course.pytester.path
+    course.test_file(KERNEL_TEST.format(wait=0))
+    course.write("exercises", "double", kernel())
+    assert run_pytest(root).returncode == 0  # a process of its own, which leaves the warm one
+    warm(root)
+    assert run_pytest(root).returncode == 0  # the warm process's first run: its calls are remembered
+    assert logged(root, "run 1: ")
+    before = _kernel_programs(root)
+    course.write("exercises", "double", kernel(factor="(2.0 + 0.0 * 11)"))
+    wait_until(lambda: _saved_lines(root) == 1, f"nothing compiled on save:\n{log(root)}", seconds=60)
+    compiled_on_save = _kernel_programs(root) - before
+    assert len(compiled_on_save) == 1 and "1 of the last run's 1 programs compiled" in log(root), log(root)
+    result = run_pytest(root)
+    assert result.returncode == 0, result.stdout
+    assert _kernel_programs(root) == before | compiled_on_save  # the run compiled nothing itself
+    course.write("exercises", "double", kernel(factor="3"))
+    wait_until(lambda: _saved_lines(root) == 2, f"nothing compiled on save:\n{log(root)}", seconds=60)
+    wrong = run_pytest(root)
+    assert wrong.returncode == 1 and "1 failed" in wrong.stdout, wrong.stdout
+    assert "this process ends" not in log(root), log(root)
+
+
+def test_learner_code_that_patches_a_library_when_compiled_on_save_ends_the_warm_process(course):
+    root = course.pytester.path
+    course.test_file(KERNEL_TEST.format(wait=0))
+    course.write("exercises", "double", kernel())
+    run_pytest(root)
+    warm(root)
+    assert run_pytest(root).returncode == 0
+    course.write("exercises", "double", "import numpy\n\nnumpy.allclose = lambda *a, **k: True\n" + kernel())
+    assert logged(root, "after compiling saved files: this process ends: replaced by"), log(root)
+    wait_until(lambda: not served_runs.listening(root), "the warm process still listens")
+    fresh = run_pytest(root)  # a process of its own: the library as it is
+    assert fresh.returncode == 0, fresh.stdout
