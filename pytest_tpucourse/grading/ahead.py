@@ -1,24 +1,26 @@
-"""A run's kernel programs traced and compiled on a second thread, before its tests call them.
+"""A run's kernel programs traced and compiled on threads of their own, before its tests call them.
 
 In a learner's edit loop a warm process (learner/served_runs.py) answers the same `pytest
 exercises/chNN/test_x.py` run after run, and between two of them a kernel changed: every program
 of it is new. Each test traces, lowers and compiles its programs where it first calls them, one
 after the other, while the machine's second core idles. The graded calls a run compiled are the
 best guess at what the next run of the same arguments will: they are kept (`remember`, per run,
-in call order), and the next run replays them on a thread of its own (`Ahead`) as soon as its
-tests resolve the graded function (`resolved`): the learner's code as it is now, traced with the
-same argument shapes, checked as the call checks it, and compiled into the run's own
-CompiledPrograms. A call that comes first finds its program compiled, or waits for the one under
-way (`await_program`): the learner's Python under the call's deadline, XLA's compile outside it.
+in call order), and the next run replays them (`Ahead`) as soon as its tests resolve the graded
+function (`resolved`): the learner's code as it is now, traced with the same argument shapes,
+checked as the call checks it and lowered on one thread, compiled on another (XLA lets go of the
+GIL), into the run's own CompiledPrograms. A call that comes first finds its program compiled, or
+waits for the one under way (`await_program`): the learner's Python within the call's deadline,
+XLA's compile outside it; a replay not begun yet the call makes itself.
 
 What stays as it was: each program is a trace of the learner's code as the run imported it, keyed
 as jit keys it, so a replay never stands in for another program; a replay that fails, is refused
 (VMEM, the chip's products) or guessed wrong leaves nothing, and the call traces for itself and
 meets the failure there. The files the replay's trace opens count in the unit of the call that
 uses its program (unit_files.recording_apart). What moves: Python a trace runs (a `print` of the
-learner's) runs on the replay's thread, while whichever test is current captures it. Only warm
-processes on a CPU replay (grading/context.py, `in_warm_process`); a fresh process has nothing
-remembered.
+learner's) runs on the replay's thread, while whichever test is current captures it. Only a warm
+process's runs on a CPU replay (run/session.py sets GradingContext.ahead); a fresh process has
+nothing remembered. Between runs, learner/compiles_on_save.py compiles the same calls once a
+graded file is saved.
 """
 
 from __future__ import annotations

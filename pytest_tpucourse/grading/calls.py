@@ -144,7 +144,7 @@ class GradedFunction:
         program = context.programs.get(function, kwargs, "call")
         bound = program.keywords if isinstance(program, functools.partial) else {}
         program = program.func if isinstance(program, functools.partial) else program
-        with self._guarded():
+        with self._guarded(), graded_precision(args):  # as the call traces it
             self._await_ahead(program, args, bound, None)
             return context.deadline.call(lambda: program.trace(args, bound).jaxpr)
 
