@@ -203,3 +203,29 @@ def test_learner_code_that_patches_a_library_when_compiled_on_save_ends_the_warm
     wait_until(lambda: not served_runs.listening(root), "the warm process still listens")
     fresh = run_pytest(root)  # a process of its own: the library as it is
     assert fresh.returncode == 0, fresh.stdout
+
+
+def test_a_file_saved_while_a_run_ran_is_compiled_once_the_run_has_answered(tmp_path, monkeypatch):
+    from types import SimpleNamespace
+
+    from pytest_tpucourse.learner.compiles_on_save import CompilesOnSave
+
+    module = tmp_path / "double.py"
+    module.write_text("a")
+    monkeypatch.setattr(ahead, "_last_run", ([SimpleNamespace(module=str(module))], None))
+    on_save, started = CompilesOnSave(), []
+    monkeypatch.setattr(on_save, "_start", lambda: started.append(module.read_text()))
+    on_save.after_run()  # the first run: its files watched from now
+    on_save.look()
+    assert started == []
+    module.write_text("bb")
+    on_save.look()
+    assert started == ["bb"]  # saved: compiled
+    on_save.before_run()
+    module.write_text("ccc")  # saved while the next run ran (after it imported the file, perhaps)
+    on_save.after_run()
+    on_save.look()
+    assert started == ["bb", "ccc"]
+    on_save.after_run()
+    on_save.look()
+    assert started == ["bb", "ccc"]  # nothing saved since

@@ -79,8 +79,11 @@ class CompilesOnSave:
         if os.environ.get(ENV) == "0" or last is None or not last[0]:
             self.saved_files, self.plan = None, None
             return
-        self.plan = last
-        self.saved_files = SavedFiles(last[0])
+        watched, self.plan = SavedFiles(last[0]), last
+        if self.saved_files is not None and self.saved_files.files == watched.files:
+            # As last looked at, before the run: a file saved while it ran is a save the next look sees.
+            watched.stamps = self.saved_files.stamps
+        self.saved_files = watched
 
     def look(self) -> None:
         """A saved file starts the compiles (one thread at a time; a save meanwhile, once more after)."""
@@ -165,6 +168,7 @@ def compile_saved(calls, policy, run_started: threading.Event | None = None) -> 
     compiler = threading.Thread(target=compile_lowered, name="tpucourse-compiles-on-save-xla", daemon=True)
     compiler.start()
     packages: list = []
+    modules_before = set(sys.modules)
     try:
         with pltpu.force_tpu_interpret_mode(backend.tpu_interpret_params()):
             settings = jax_internals.jit_cache_context()
@@ -190,12 +194,23 @@ def compile_saved(calls, policy, run_started: threading.Event | None = None) -> 
     finally:
         lowered.put(None)
         compiler.join()
-        for package in packages:
-            for module in [m for m in sys.modules if m == package or m.startswith(package + ".")]:
-                sys.modules.pop(module, None)
+        trees = tuple(os.path.join(os.path.abspath(call.source[1]), "") for call in calls)
+        run_began = run_started is not None and run_started.is_set()
+        for name in set(sys.modules) - modules_before:
+            # Gone with the guess: the package of its own, and the graded tree's modules the learner's
+            # imported by another name, which the next run imports anew (not those a run that began
+            # meanwhile may be importing).
+            if any(name == p or name.startswith(p + ".") for p in packages) or (
+                    not run_began and _file_under(sys.modules.get(name), trees)):
+                sys.modules.pop(name, None)
         if mine is not None and jax_internals.host_callback_programs() is mine:
             jax_internals.compile_host_callback_programs(None)
     return len(done)
+
+
+def _file_under(module, folders: tuple) -> bool:
+    file = getattr(module, "__file__", None)
+    return isinstance(file, str) and os.path.abspath(file).startswith(folders)
 
 
 def _import_apart(tree_root: str, chapter: str, name: str, packages: list):
