@@ -77,8 +77,9 @@ def assert_compiles_for(fn, *args, chip: Chip | str | None = None, compile_timeo
     """Fail if the real TPU compiler rejects fn(*args, **kwargs) for `chip` (libtpu, ahead of
     time: tiling, scoped VMEM and everything else Mosaic and LLO check); skipped without libtpu.
     chip: a Chip or a name the run knows; by default the chip the lowering check targets (the
-    run's, `--chip`, or the course's default). compile_timeout: seconds the compile may take (the
-    test's kernel timeout by default; a gate-sized program of whole-array blocks takes minutes).
+    run's, `--chip`, or the course's default). compile_timeout: seconds the compile may take (by
+    default libtpu's DEFAULT_TIMEOUT_SECONDS, or the test's kernel timeout where longer; a gate-sized
+    program of whole-array blocks takes minutes).
 
     answer_later=True, for a compile of seconds (a gate's blocks): in a learner's run answered by
     the warm process (learner/served_runs.py), a program neither kept from an earlier compile nor
@@ -107,10 +108,13 @@ def assert_compiles_for(fn, *args, chip: Chip | str | None = None, compile_timeo
 
 
 def _compile_timeout(fn) -> float:
-    """Seconds a compile of fn's program may take: the test's kernel timeout, or libtpu's default."""
+    """Seconds a compile of fn's program may take: libtpu's default, or the test's kernel timeout
+    where that is longer. A kernel's deadline is for its run ("compiling is not counted"): a compile
+    at the gate's blocks takes 8-10 s alone, a 2048² f32 block at HIGHEST precision nearer a minute on
+    two loaded cores, and the 60 s default deadline failed such a compile of a correct kernel."""
     from ..compiler import libtpu
 
-    return fn.context.deadline.seconds or libtpu.DEFAULT_TIMEOUT_SECONDS
+    return max(fn.context.deadline.seconds or 0.0, libtpu.DEFAULT_TIMEOUT_SECONDS)
 
 
 RACE_BETWEEN_CORES = ("two cores touch one buffer without ordering. A reduction grid axis marked "
