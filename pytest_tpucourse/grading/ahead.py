@@ -161,7 +161,7 @@ class Ahead:
                 program = self.context.programs.get(function, dict(call.static), call.kind)
                 call_args = call.arguments()
                 signature = _signature(call_args, {})
-                if signature is None or not hasattr(program, "cached") or program.cached(call_args, {}) is not None:
+                if signature is None or program.cached(call_args, {}) is not None:
                     continue
                 job = Job(call, graded, function, program, call_args, signature)
                 self.jobs[(id(program), signature)] = job
