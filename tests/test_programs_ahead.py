@@ -6,6 +6,7 @@ replayed trace is the call's failure as before, the files a replayed trace opens
 unit, and what the learner's code changes while compiled on save ends the warm process."""
 
 import os
+import time
 from pathlib import Path
 
 import pytest
@@ -164,8 +165,17 @@ def _kernel_programs(root: Path) -> set[str]:
     return set(os.listdir(folder)) if folder.is_dir() else set()
 
 
-def _saved_lines(root: Path) -> int:
-    return log(root).count(" saved: ")
+def _compiled_on_save(root: Path, known: set[str]) -> set[str]:
+    """The kernel programs kept since `known`, once there are any: compiled on save, as no run ran.
+    (A look that sees a save begun compiles it, and once more if the file changed meanwhile, which
+    finds its program kept: the log's lines are no count of saves, the programs are.)"""
+    # Longer than compiles_on_save.LONGEST_SECONDS: a compile that hangs says so in the log.
+    deadline = time.monotonic() + 150
+    while not (new := _kernel_programs(root) - known):
+        assert time.monotonic() < deadline, \
+            f"nothing compiled on save (warm process listening: {served_runs.listening(root)}):\n{log(root)}"
+        time.sleep(0.1)
+    return new
 
 
 def test_a_saved_kernel_is_compiled_before_the_run_and_the_run_judges_the_saved_code(course):
@@ -178,14 +188,13 @@ def test_a_saved_kernel_is_compiled_before_the_run_and_the_run_judges_the_saved_
     assert logged(root, "run 1: ")
     before = _kernel_programs(root)
     course.write("exercises", "double", kernel(factor="(2.0 + 0.0 * 11)"))
-    wait_until(lambda: _saved_lines(root) == 1, f"nothing compiled on save:\n{log(root)}", seconds=60)
-    compiled_on_save = _kernel_programs(root) - before
-    assert len(compiled_on_save) == 1 and "1 of the last run's 1 programs compiled" in log(root), log(root)
+    compiled_on_save = _compiled_on_save(root, before)
+    assert len(compiled_on_save) == 1 and logged(root, "double.py saved: 1 of the last run's 1 programs compiled")
     result = run_pytest(root)
     assert result.returncode == 0, result.stdout
     assert _kernel_programs(root) == before | compiled_on_save  # the run compiled nothing itself
     course.write("exercises", "double", kernel(factor="3"))
-    wait_until(lambda: _saved_lines(root) == 2, f"nothing compiled on save:\n{log(root)}", seconds=60)
+    _compiled_on_save(root, before | compiled_on_save)
     wrong = run_pytest(root)
     assert wrong.returncode == 1 and "1 failed" in wrong.stdout, wrong.stdout
     assert "this process ends" not in log(root), log(root)
@@ -229,3 +238,40 @@ def test_a_file_saved_while_a_run_ran_is_compiled_once_the_run_has_answered(tmp_
     on_save.after_run()
     on_save.look()
     assert started == ["bb", "ccc"]  # nothing saved since
+    module.write_text("")  # an editor's save half done: truncated, not yet written
+    on_save.look()
+    assert started == ["bb", "ccc"]
+    module.write_text("dddd")
+    on_save.look()
+    assert started == ["bb", "ccc", "dddd"]
+
+
+def test_a_compile_on_save_that_fails_or_a_thread_that_raises_is_said_in_the_warm_process_log(tmp_path, monkeypatch):
+    """The warm process's streams are DEVNULL: what fails in it between runs is written to its log."""
+    import threading
+
+    from pytest_tpucourse.learner import compiles_on_save, warm_process
+    from pytest_tpucourse.learner.compiles_on_save import CompilesOnSave
+
+    def fails(*args):
+        raise RuntimeError("compiler gone")
+    monkeypatch.setattr(compiles_on_save, "compile_saved", fails)
+    lines = []
+    on_save = CompilesOnSave(report=lines.append)
+    with pytest.raises(RuntimeError):
+        on_save._compile([ahead.Call(("/c/exercises/ch11/double.py", "/c", "ch11", "double"), "double", (), "call",
+                                     None, (), ())], None)
+    assert lines == ["double.py saved: compiling it failed (RuntimeError: compiler gone); "
+                     "the next run compiles its programs itself"]
+    assert on_save.finished.is_set()
+
+    root = tmp_path / "course"
+    root.mkdir()
+    monkeypatch.setattr(served_runs, "log_path", lambda course_root: tmp_path / "warm.log")
+    try:
+        raise ValueError("a bug of the watch")
+    except ValueError as error:
+        hook = threading.ExceptHookArgs((ValueError, error, error.__traceback__, threading.current_thread()))
+    warm_process._log_thread_failure(root, hook)
+    written = (tmp_path / "warm.log").read_text()
+    assert "MainThread raised ValueError: a bug of the watch" in written and "| ValueError" in written, written

@@ -52,8 +52,11 @@ class SavedFiles:
         return stamps
 
     def saved(self) -> bool:
-        """Whether a file changed since the last look (each change is told once)."""
+        """Whether a file changed since the last look (each change is told once). An empty file is
+        an editor's save half done (truncated, not yet written): it is looked at again, whole."""
         now = self._stamps()
+        if any(stamp is not None and stamp[1] == 0 for stamp in now.values()):
+            return False
         changed, self.stamps = now != self.stamps, now
         return changed
 
@@ -109,10 +112,16 @@ class CompilesOnSave:
         import time
 
         started = time.monotonic()
+        names = ", ".join(sorted({os.path.basename(call.module) for call in calls}))
         try:
-            done = compile_saved(calls, policy, self.run_started)
+            try:
+                done = compile_saved(calls, policy, self.run_started)
+            except Exception as error:  # this module's own mistake: the run compiles for itself
+                if self.report is not None:
+                    self.report(f"{names} saved: compiling it failed ({type(error).__name__}: {error}); "
+                                "the next run compiles its programs itself")
+                raise
             if self.report is not None:
-                names = ", ".join(sorted({os.path.basename(call.module) for call in calls}))
                 self.report(f"{names} saved: {done} of the last run's {len(calls)} programs compiled for it "
                             f"in {time.monotonic() - started:.1f} s"
                             + (", the rest by the run that began meanwhile" if self.run_started.is_set() else ""))

@@ -93,6 +93,7 @@ def main(argv: list[str]) -> int:
     listener.listen(8)
     ours = path.stat().st_ino
     log(root, f"listening for runs of {root}")
+    threading.excepthook = lambda hook: _log_thread_failure(root, hook)
     warm = WarmProcess(root, key, backend, environ_at_start)
     warm.between_runs()
     idle = float(os.environ.get(served_runs.IDLE_ENV, served_runs.IDLE_SECONDS))
@@ -105,6 +106,10 @@ def main(argv: list[str]) -> int:
                 break
             except _MustEnd as reasons:
                 log(root, f"after compiling saved files: this process ends: {reasons}")
+                break
+            except Exception as error:  # this module's own mistake between runs: said, not lost to DEVNULL
+                log_block(root, f"failed between runs: {type(error).__name__}: {error}: this process ends",
+                          traceback.format_exc())
                 break
             if connection is None:  # the checkout is gone (a temporary copy deleted)
                 break
@@ -121,6 +126,13 @@ def main(argv: list[str]) -> int:
             path.unlink()
         listener.close()
     return 0
+
+
+def _log_thread_failure(root: Path, hook) -> None:
+    """What a thread of this process raised, in its log: its standard streams are DEVNULL."""
+    text = "".join(traceback.format_exception(hook.exc_type, hook.exc_value, hook.exc_traceback))
+    name = hook.thread.name if hook.thread is not None else "a thread"
+    log_block(root, f"{name} raised {hook.exc_type.__name__}: {hook.exc_value}", text)
 
 
 class _MustEnd(Exception):
