@@ -526,6 +526,28 @@ def test_value_kinds_that_stress_a_formula():
     assert scores[..., 0].max() < -5e3 and np.abs(scores[..., 1:]).max() < 20
 
 
+
+def test_an_input_drawn_again_is_the_same_and_never_the_kept_values_memory(monkeypatch):
+    """random_array keeps each recipe's values (a warm process draws them once), read-only, within
+    its bytes, and each array it gives owns its memory."""
+    from pytest_tpucourse import strategies as tst
+
+    kept = tst._DrawnValues()
+    monkeypatch.setattr(tst, "_drawn", kept)
+    monkeypatch.setattr(kept, "KEPT_BYTES", 3 * 4 * 256 * 128)
+    first = tst.random_array((256, 128), "float32", 5, kind="masked")
+    again = tst.random_array((256, 128), "float32", 5, kind="masked")
+    np.testing.assert_array_equal(np.asarray(first), np.asarray(again))
+    assert first is not again and not np.shares_memory(np.asarray(first), np.asarray(again))
+    values = next(iter(kept.kept.values()))
+    assert not values.flags.writeable and not np.shares_memory(np.asarray(first), values)
+    assert tst.random_array((256, 128), "bfloat16", 5, kind="masked").dtype == np.dtype("bfloat16")
+    assert len(kept.kept) == 1  # one recipe, whatever the dtype it is rounded to
+    for seed in range(6, 10):
+        tst.random_array((256, 128), "float32", seed)
+    assert kept.bytes <= kept.KEPT_BYTES and len(kept.kept) == 3
+    assert not np.array_equal(np.asarray(tst.random_array((256, 128), "float32", 6)), np.asarray(first))
+
 def test_a_compiler_fact_is_the_one_of_the_backend_the_run_compiles_for(monkeypatch):
     facts = {"cpu": "XLA:CPU's", "tpu": "XLA:TPU's"}
     assert checks.for_this_backend(facts) == "XLA:CPU's"

@@ -87,6 +87,34 @@ def test_the_next_run_compiles_the_last_runs_programs_on_a_thread_and_judges_its
     assert "double() in exercises/ch11/double.py" in wrong.stdout.str()
 
 
+
+RACE_CHECKED_TEST = KERNEL_TEST.replace("import checks", "import checks, tpu") + """
+
+def test_double_has_no_race(impl):
+    x = jnp.arange(16 * 128, dtype=jnp.float32).reshape(16, 128)
+    with tpu.checking_races(impl.double.double):
+        checks.assert_close(impl.double.double(x), 2.0 * np.asarray(x, np.float64), fn=impl.double.double,
+                            dtype=np.float32)
+"""
+
+
+def test_a_call_under_the_race_checks_interpret_mode_is_replayed_under_it(fake_course, warm_runs):
+    """The race check's program (two simulated cores, the detector on) is compiled ahead too, under
+    its own interpret mode, and kept under its settings: each call finds its own executable."""
+    # Imported here first: pytester's in-process runs drop the modules a run imported, and the
+    # toolkit guard reads a package module imported anew during a test as the course's code changed.
+    import pytest_tpucourse.checking.tpu_rules  # noqa: F401
+
+    fake_course.test_file(RACE_CHECKED_TEST.format(wait=1.0))
+    fake_course.write("exercises", "double", kernel())
+    warm_runs().assert_outcomes(passed=2)
+    fake_course.write("exercises", "double", kernel(factor="(2.0 + 0.0 * 5)"))
+    warm_runs().assert_outcomes(passed=2)
+    assert warm_runs.replayed == ["double", "double"]  # the plain call's program and the race check's
+    fake_course.write("exercises", "double", kernel(factor="3"))
+    warm_runs().assert_outcomes(failed=2)
+    assert warm_runs.replayed == ["double"] * 4
+
 def test_a_replayed_trace_that_raises_is_the_calls_failure_as_it_would_be_without_it(fake_course, warm_runs):
     fake_course.write("exercises", "double", kernel())
     warm_runs().assert_outcomes(passed=1)

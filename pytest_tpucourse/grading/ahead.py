@@ -26,6 +26,7 @@ graded file is saved.
 from __future__ import annotations
 
 import collections
+import contextlib
 import dataclasses
 import logging
 import threading
@@ -62,9 +63,11 @@ class Call:
     graded tree (`source`: the module's file, the tree's root, the chapter and the module's name),
     its compile-time keyword arguments, call or VJP, and its arguments' shapes."""
 
-    def __init__(self, source: tuple, name: str, static: tuple, kind: str, tree, leaves: tuple, context):
+    def __init__(self, source: tuple, name: str, static: tuple, kind: str, tree, leaves: tuple, context,
+                 interpret=None):
         self.source, self.name, self.static, self.kind = source, name, static, kind
         self.tree, self.leaves, self.context = tree, leaves, context
+        self.interpret = interpret  # the TPU interpret mode it ran under (the race check's own, say)
 
     @property
     def module(self) -> str:
@@ -101,11 +104,26 @@ def describe(graded, kwargs: dict, kind: str, call_args) -> Call | None:
     try:
         described = tuple((tuple(leaf.shape), leaf.dtype, bool(leaf.weak_type), leaf.sharding) for leaf in leaves)
         call = Call(source, name, tuple(sorted(kwargs.items())), kind, tree, described,
-                    jax_internals.jit_cache_context())
+                    jax_internals.jit_cache_context(), jax_internals.interpret_mode_in_effect())
         hash(call.key)
     except Exception:
         return None
     return call
+
+
+@contextlib.contextmanager
+def as_called(call: Call):
+    """This thread in the interpret mode `call` ran under (a test's own, as the race check's two
+    simulated cores): yields whether the thread's JAX settings are then the call's, which its
+    program's trace, lowering and cache key depend on. Where they are not, nothing of it is made
+    here: the call makes it itself."""
+    from jax.experimental.pallas import tpu as pltpu
+
+    if call.interpret is None or call.interpret == jax_internals.interpret_mode_in_effect():
+        yield jax_internals.jit_cache_context() == call.context
+        return
+    with pltpu.force_tpu_interpret_mode(call.interpret):
+        yield jax_internals.jit_cache_context() == call.context
 
 
 def _plain(value) -> bool:
@@ -160,9 +178,10 @@ class Ahead:
                 self.queued.add(call.key)
                 program = self.context.programs.get(function, dict(call.static), call.kind)
                 call_args = call.arguments()
-                signature = _signature(call_args, {})
-                if signature is None or program.cached(call_args, {}) is not None:
-                    continue
+                with as_called(call) as same:  # the signature the call keys its program by
+                    signature = _signature(call_args, {}) if same else None
+                    if signature is None or program.cached(call_args, {}) is not None:
+                        continue
                 job = Job(call, graded, function, program, call_args, signature)
                 self.jobs[(id(program), signature)] = job
                 self.queue.append(job)
@@ -230,7 +249,6 @@ class Ahead:
     def _work(self) -> None:
         """The tracing thread: each job traced, checked and lowered (Python, the GIL held), then
         handed to the compiling thread, so one program compiles while the next is traced."""
-        settings = jax_internals.jit_cache_context()  # this thread's: the process's, none of a test's own
         while True:
             with self.wake:
                 while not self.queue and not self.ended:
@@ -243,8 +261,9 @@ class Ahead:
                 job.started = True
                 self.current = job
             try:
-                if job.call.context == settings:  # else traced under settings this thread lacks (the race check's)
-                    job.lower()
+                with as_called(job.call) as same:
+                    if same:
+                        job.lower()
             except Exception as error:  # a guess only: the call itself meets whatever this met
                 logger.debug("replay of %s.%s left out: %s", job.call.module, job.call.name, error)
             finally:
@@ -266,7 +285,8 @@ class Ahead:
             if job is None:
                 return
             try:
-                job.compile()
+                with as_called(job.call):  # the executable is kept under the call's settings
+                    job.compile()
             except Exception as error:
                 logger.debug("replay of %s.%s left out: %s", job.call.module, job.call.name, error)
             finally:

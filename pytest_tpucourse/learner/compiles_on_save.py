@@ -156,7 +156,7 @@ def compile_saved(calls, policy, run_started: threading.Event | None = None) -> 
     from jax.experimental.pallas import tpu as pltpu
 
     from ..core import jax_internals
-    from ..grading import backend, compiled, unit_files
+    from ..grading import ahead, backend, compiled, unit_files
 
     mine = None
     if policy is not None and jax_internals.host_callback_programs() is None:  # a run sets its own
@@ -180,16 +180,15 @@ def compile_saved(calls, policy, run_started: threading.Event | None = None) -> 
     modules_before = set(sys.modules)
     try:
         with pltpu.force_tpu_interpret_mode(backend.tpu_interpret_params()):
-            settings = jax_internals.jit_cache_context()
             modules: dict = {}
             programs = compiled.CompiledPrograms()
             for call in calls:
                 if run_started is not None and run_started.is_set():
                     break
-                if call.context != settings:  # traced under a test's own settings (the race check)
-                    continue
                 path, tree_root, chapter, name = call.source
-                with unit_files.recording_apart(tree_root):
+                with ahead.as_called(call) as same, unit_files.recording_apart(tree_root):
+                    if not same:  # traced under settings this thread cannot take
+                        continue
                     try:
                         if path not in modules:
                             modules[path] = _import_apart(tree_root, chapter, name, packages)
