@@ -209,7 +209,7 @@ class _DrawnValues:
             if recipe in self.kept:
                 self.kept.move_to_end(recipe)
                 return self.kept[recipe]
-        values = _draw(*recipe)
+        values = np.asarray(_draw(*recipe))  # an array for a shape of () too, not NumPy's scalar
         values.flags.writeable = False
         if values.nbytes <= self.LARGEST_KEPT:
             with self.lock:

@@ -547,6 +547,7 @@ def test_an_input_drawn_again_is_the_same_and_never_the_kept_values_memory(monke
         tst.random_array((256, 128), "float32", seed)
     assert kept.bytes <= kept.KEPT_BYTES and len(kept.kept) == 3
     assert not np.array_equal(np.asarray(tst.random_array((256, 128), "float32", 6)), np.asarray(first))
+    assert float(tst.random_array((), "float32", 3)) == float(tst.random_array((), "float32", 3))  # a scalar
 
 def test_a_compiler_fact_is_the_one_of_the_backend_the_run_compiles_for(monkeypatch):
     facts = {"cpu": "XLA:CPU's", "tpu": "XLA:TPU's"}
