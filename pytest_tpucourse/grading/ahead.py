@@ -119,10 +119,8 @@ def as_called(call: Call):
     here: the call makes it itself."""
     from jax.experimental.pallas import tpu as pltpu
 
-    if call.interpret is None or call.interpret == jax_internals.interpret_mode_in_effect():
-        yield jax_internals.jit_cache_context() == call.context
-        return
-    with pltpu.force_tpu_interpret_mode(call.interpret):
+    taken = call.interpret is None or call.interpret == jax_internals.interpret_mode_in_effect()
+    with contextlib.nullcontext() if taken else pltpu.force_tpu_interpret_mode(call.interpret):
         yield jax_internals.jit_cache_context() == call.context
 
 
