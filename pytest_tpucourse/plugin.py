@@ -102,8 +102,8 @@ def pytest_configure(config: pytest.Config) -> None:
 @pytest.hookimpl(tryfirst=True)
 def pytest_cmdline_main(config: pytest.Config):
     """A plain run of a course checkout is handed to the warm process an earlier run left, where
-    one of the same Python, package and environment is idle: its exit code is this run's
-    (learner/served_runs.py). None: the run happens here."""
+    one of the same Python, package and environment is idle: this process ends with the exit code
+    it answers (learner/served_runs.py). None: the run happens here."""
     from .learner import served_runs
 
     return served_runs.serve_run(config)

@@ -188,6 +188,45 @@ def test_the_calls_a_replay_can_make_again_are_a_graded_modules_with_plain_setti
 
 # ------------------------------------------------------------------ compiles on save, in a warm process
 
+def test_a_program_compiled_on_save_runs_in_the_next_run_only_where_its_trace_is_the_same(
+        fake_course, warm_runs, monkeypatch):
+    """The run traces its own import and checks its own trace; where that trace is, in full, the
+    program compiled on save from the same source, it runs that executable (compiled.Program.adopt)
+    instead of lowering and compiling it again. A wrong kernel saved is still the run's failure."""
+    from pytest_tpucourse.grading import compiled
+    from pytest_tpucourse.learner.compiles_on_save import compile_saved
+
+    adopted = []
+    adopt = compiled.Program.adopt
+
+    def noted(program, *args):
+        executable = adopt(program, *args)
+        adopted.append(executable is not None)
+        return executable
+    monkeypatch.setattr(compiled.Program, "adopt", noted)
+
+    def saved(factor):
+        fake_course.write("exercises", "double", kernel(factor=factor))
+        calls, policy = ahead.last_run()
+        assert compile_saved(calls, policy) == 1
+
+    fake_course.write("exercises", "double", kernel())
+    warm_runs().assert_outcomes(passed=1)
+    adopted.clear()  # nothing was compiled on save before the first run
+    saved("(2.0 + 0.0 * 13)")
+    warm_runs().assert_outcomes(passed=1)
+    assert adopted == [True]
+    saved("3")  # wrong: the run adopts the wrong kernel's program, and fails
+    wrong = warm_runs()
+    wrong.assert_outcomes(failed=1)
+    assert "double() in exercises/ch11/double.py" in wrong.stdout.str()
+    assert adopted == [True, True]
+    saved("(2.0 + 0.0 * 17)")
+    fake_course.write("exercises", "double", kernel(factor="(2.0 + 0.0 * 19)"))  # saved again after the compile
+    warm_runs().assert_outcomes(passed=1)
+    assert adopted[2:] == [False]  # another source: lowered and compiled by the run
+
+
 def _kernel_programs(root: Path) -> set[str]:
     folder = root / ".tpucourse" / "jax-cache" / "kernel-programs"
     return set(os.listdir(folder)) if folder.is_dir() else set()
@@ -272,6 +311,33 @@ def test_a_file_saved_while_a_run_ran_is_compiled_once_the_run_has_answered(tmp_
     module.write_text("dddd")
     on_save.look()
     assert started == ["bb", "ccc", "dddd"]
+
+
+def test_a_file_saved_before_its_first_watch_began_but_after_the_run_began_is_compiled(tmp_path, monkeypatch):
+    """A warm process's first run: its files are watched only once it has answered, and a client
+    gone at once leaves the learner free to save before then. Such a save is still a save."""
+    from types import SimpleNamespace
+
+    from pytest_tpucourse.learner.compiles_on_save import CompilesOnSave
+
+    module = tmp_path / "double.py"
+    module.write_text("a")
+    os.utime(module, ns=(time.time_ns() - 10**9,) * 2)  # written a second before the run
+    monkeypatch.setattr(ahead, "_last_run", ([SimpleNamespace(module=str(module))], None))
+    on_save, started = CompilesOnSave(), []
+    monkeypatch.setattr(on_save, "_start", lambda: started.append(Path(on_save.saved_files.files[0]).read_text()))
+    on_save.before_run()
+    on_save.after_run()
+    on_save.look()
+    assert started == []  # as the run imported it
+    other = tmp_path / "other.py"
+    other.write_text("b")
+    monkeypatch.setattr(ahead, "_last_run", ([SimpleNamespace(module=str(other))], None))
+    on_save.before_run()
+    other.write_text("bb")  # saved after the run began, before the watch of its files began
+    on_save.after_run()
+    on_save.look()
+    assert started == ["bb"]
 
 
 def test_a_compile_on_save_that_fails_or_a_thread_that_raises_is_said_in_the_warm_process_log(tmp_path, monkeypatch):

@@ -7,7 +7,7 @@ after the other, while the machine's second core idles. The graded calls a run c
 best guess at what the next run of the same arguments will: they are kept (`remember`, per run,
 in call order), and the next run replays them (`Ahead`) as soon as its tests resolve the graded
 function (`resolved`): the learner's code as it is now, traced with the same argument shapes,
-checked as the call checks it and lowered on one thread, compiled on another (XLA lets go of the
+checked as the call checks it and lowered on one thread, compiled on others (XLA lets go of the
 GIL), into the run's own CompiledPrograms. A call that comes first finds its program compiled, or
 waits for the one under way (`await_program`): the learner's Python within the call's deadline,
 XLA's compile outside it; a replay not begun yet the call makes itself.
@@ -29,6 +29,7 @@ import collections
 import contextlib
 import dataclasses
 import logging
+import os
 import threading
 
 from ..core import jax_internals
@@ -37,6 +38,12 @@ from . import unit_files
 logger = logging.getLogger(__name__)
 
 KEPT_RUNS = 8  # the runs (argument lists) whose calls a process remembers
+# XLA's compiles of a run's replays at once: one per core the process may use, at most two. A
+# kernel program takes XLA 0.14-0.27 s of CPU to compile on JAX 0.12 and JAX 0.04-0.06 s to lower
+# (docs/speed.md, 2026-12-07): with one compiling thread the run's thread waited for it, and its
+# core idled.
+COMPILING_THREADS = max(1, min(2, len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity")
+                                else (os.cpu_count() or 1)))
 JOIN_SECONDS = 10.0  # at a run's end, how long the replay under way may take to finish
 PLAIN = (bool, int, float, str, type(None))
 
@@ -146,8 +153,8 @@ class Ahead:
         self.ended = False
         self.thread: threading.Thread | None = None
         self.current: Job | None = None  # the replay under way
-        self.lowered: collections.deque = collections.deque()  # jobs traced, for the compiling thread
-        self.compiler: threading.Thread | None = None
+        self.lowered: collections.deque = collections.deque()  # jobs traced, for the compiling threads
+        self.compilers: list[threading.Thread] = []
 
     # ---------------------------------------------------------------- the run's thread
 
@@ -188,10 +195,11 @@ class Ahead:
             self.wake.notify()
             if self.thread is None:
                 self.thread = threading.Thread(target=self._work, name="tpucourse-programs-ahead", daemon=True)
-                self.compiler = threading.Thread(target=self._compile, name="tpucourse-programs-ahead-compiles",
-                                                 daemon=True)
+                self.compilers = [threading.Thread(target=self._compile, name="tpucourse-programs-ahead-compiles",
+                                                   daemon=True) for _ in range(COMPILING_THREADS)]
                 self.thread.start()
-                self.compiler.start()
+                for compiler in self.compilers:
+                    compiler.start()
 
     def await_program(self, program, call_args, bound, deadline, key) -> list:
         """Wait for the replay of this program, if one is queued or under way: its trace (the
@@ -221,7 +229,7 @@ class Ahead:
         with self.wake:
             self.ended = True
             self.queue.clear()
-            self.lowered.append(None)  # the compiling thread's last
+            self.lowered.extend([None] * len(self.compilers))  # each compiling thread's last
             self.wake.notify_all()
         if self.thread is not None:
             current = self.current
@@ -230,7 +238,8 @@ class Ahead:
             if self.thread.is_alive():
                 _left_running.append(self.thread)
             else:
-                self.compiler.join(JOIN_SECONDS)
+                for compiler in self.compilers:
+                    compiler.join(JOIN_SECONDS)
         global _last_run
         policy = jax_internals.host_callback_programs()
         if policy is not None:
@@ -274,7 +283,7 @@ class Ahead:
                 self.wake.notify_all()
 
     def _compile(self) -> None:
-        """The compiling thread: XLA's compiles, which let go of the GIL."""
+        """A compiling thread: XLA's compiles, which let go of the GIL."""
         while True:
             with self.wake:
                 while not self.lowered:
@@ -310,7 +319,8 @@ class Job:
             pass
 
     def lower(self) -> None:
-        """Trace (the learner's Python), check as the call would, lower."""
+        """Trace (the learner's Python), check as the call would, lower (or adopt the same program
+        compiled on save, compiled.Program.adopt)."""
         from .context import graded_precision
 
         call, program, call_args = self.call, self.program, self.call_args
@@ -323,7 +333,8 @@ class Job:
                 finally:
                     self.files = sorted(seen.files)
                     self.traced.set()
-            self.lowering = program.lower_trace(traced, call_args, {})
+            if program.adopt(traced, call_args, {}, self.graded.program_origin()) is None:
+                self.lowering = program.lower_trace(traced, call_args, {})
 
     def compile(self) -> None:
         """Compile what lower() gave into the run's program (XLA's work, outside Python)."""

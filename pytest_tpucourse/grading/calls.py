@@ -179,6 +179,12 @@ class GradedFunction:
             chip_products.check(closed, f32_bound=float32_bound(args), chip_name=context.kernel_chip().name,
                                 show_path=lambda path: shown(Path(path), self._course_root))
 
+    def program_origin(self) -> tuple | None:
+        """(the module's resolved file, the digest of the source this run imported it from): where
+        the programs of the function's calls come from, so one compiled from another import of
+        the same source may stand in (compiled.program_identity). None: not a graded module's."""
+        return None
+
     @property
     def replay_source(self) -> tuple | None:
         """Where a later run finds this function to compile its calls ahead (ahead.py): its module's
@@ -234,7 +240,7 @@ class GradedFunction:
             return None
         try:
             executable = (traced if isinstance(traced, jax.stages.Compiled)
-                          else compiled.compile_trace(traced, call_args, bound))
+                          else compiled.compile_trace(traced, call_args, bound, self.program_origin()))
         except Exception:
             return None
         return lambda: executable(*call_args, **bound)
@@ -378,6 +384,11 @@ class LearnerFunction(GradedFunction):
         if ahead is not None:
             ahead.resolved(self, function)
         return function
+
+    def program_origin(self) -> tuple | None:
+        resolved = str(self.path.resolve())
+        digest = self.context.imported.get(resolved)
+        return None if digest is None else (resolved, digest)
 
     @functools.cached_property
     def replay_source(self) -> tuple | None:

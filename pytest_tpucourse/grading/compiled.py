@@ -110,6 +110,76 @@ def stop_compiling_kernel_programs() -> None:
         kept_files.trim(policy.directory)
 
 
+# Programs compiled from another import of the same code: a graded file saved between two runs is
+# compiled while the learner's next `pytest` starts (learner/compiles_on_save.py), from a module
+# imported apart. The run imports the module anew, and JAX, which keys a program by its function
+# object, would lower it again. So each is kept here under what it is (program_identity): the
+# module's file and the digest of its source, the traced program's whole structure
+# (readers/program_structure.py), the call's signature. A run's own trace of its own import that
+# is found to be the same program runs the executable (Program.adopt): the learner's Python still
+# runs and every check of the trace is still made; JAX's lowering and XLA's compile are skipped.
+KEPT_ELSEWHERE = 32
+_compiled_elsewhere: dict = {}
+_compiled_elsewhere_lock = threading.Lock()
+
+
+def program_identity(stage, args, traced, origin) -> tuple | None:
+    """What a traced program is, wherever it was traced (a jax.stages.Traced): None where it
+    cannot be said in full. origin: (the module's resolved file, the digest of its source as
+    imported), which the program's source locations come from."""
+    from ..readers.program_structure import structure_key
+
+    if origin is None or None in origin:
+        return None
+    signature = _signature(args, traced)
+    if signature is None:
+        return None
+    try:
+        import jax
+
+        outputs = str(jax.tree.structure(stage.out_info))
+    except Exception:
+        return None
+    structure = structure_key(stage.jaxpr)
+    return None if structure is None else (tuple(origin), structure, signature, outputs)
+
+
+class CompiledElsewhere:
+    """One program being compiled outside any run: its executable once compiled (None: it failed)."""
+
+    def __init__(self):
+        self._done = threading.Event()
+        self.executable = None
+
+    def compiled(self, executable) -> None:
+        self.executable = executable
+        self._done.set()
+
+    def wait(self, seconds: float):
+        """The executable, once compiled within `seconds` (a lowering is never waited for twice)."""
+        return self.executable if self._done.wait(seconds) else None
+
+
+ELSEWHERE_WAIT_SECONDS = 30.0  # a compile under way elsewhere: waited for, not made twice
+
+
+def compiling_elsewhere(identity) -> CompiledElsewhere:
+    """A program lowered outside any run and now compiling, for the next run's same program to
+    adopt (it waits for the compile under way); call .compiled(executable) once it is done."""
+    entry = CompiledElsewhere()
+    if identity is not None:
+        with _compiled_elsewhere_lock:
+            _compiled_elsewhere[identity] = entry
+            while len(_compiled_elsewhere) > KEPT_ELSEWHERE:
+                _compiled_elsewhere.pop(next(iter(_compiled_elsewhere)))
+    return entry
+
+
+def forget_compiled_elsewhere() -> None:
+    with _compiled_elsewhere_lock:
+        _compiled_elsewhere.clear()
+
+
 class CompiledPrograms:
     """One jitted program per (function, compile-time keyword arguments, call or VJP)."""
 
@@ -185,9 +255,27 @@ class Program:
         """The traced program (a jax.stages.Traced): the learner's Python runs here."""
         return self.jitted.trace(*args, **traced)
 
-    def compile_trace(self, stage, args, traced):
-        """Lower and compile a trace of this program (XLA's work, no learner code), and keep it."""
+    def compile_trace(self, stage, args, traced, origin=None):
+        """Lower and compile a trace of this program (XLA's work, no learner code), and keep it;
+        or, for a trace of a graded module's function (origin: adopt), the same program compiled
+        from another import of its source."""
+        adopted = self.adopt(stage, args, traced, origin)
+        if adopted is not None:
+            return adopted
         return self.compile_lowered(self.lower_trace(stage, args, traced), args, traced)
+
+    def adopt(self, stage, args, traced, origin):
+        """The executable of the same program compiled from another import of the module (see
+        program_identity), kept as this program's own; None where there is none."""
+        if origin is None or not _compiled_elsewhere:
+            return None
+        identity = program_identity(stage, args, traced, origin)
+        with _compiled_elsewhere_lock:
+            entry = _compiled_elsewhere.get(identity) if identity is not None else None
+        executable = entry.wait(ELSEWHERE_WAIT_SECONDS) if entry is not None else None
+        if executable is not None:
+            self._executables[_signature(args, traced)] = executable
+        return executable
 
     def lower_trace(self, stage, args, traced):
         """A trace of this program lowered, with the compiler options its content calls for:

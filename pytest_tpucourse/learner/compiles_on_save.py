@@ -51,6 +51,13 @@ class SavedFiles:
                 stamps[path] = (info.st_mtime_ns, info.st_size)
         return stamps
 
+    def saved_since(self, began_ns: int) -> None:
+        """A file written at or after `began_ns` (during the run that imported it, or after its
+        answer, before this watch began) is one the next look sees as saved."""
+        for path, stamp in self.stamps.items():
+            if stamp is not None and stamp[0] >= began_ns:
+                self.stamps[path] = (-1, -1)
+
     def saved(self) -> bool:
         """Whether a file changed since the last look (each change is told once). An empty file is
         an editor's save half done (truncated, not yet written): it is looked at again, whole."""
@@ -73,6 +80,7 @@ class CompilesOnSave:
         self.finished = threading.Event()  # a compile ended since the process last checked itself
         self.run_started = threading.Event()  # a run began: it traces the rest itself
         self.started_at = 0.0
+        self.run_began_ns = 0  # when the last run began (time.time_ns), files' times compared with it
 
     def after_run(self) -> None:
         """Watch the files of the calls the run made (grading/ahead.py's record of it)."""
@@ -86,6 +94,8 @@ class CompilesOnSave:
         if self.saved_files is not None and self.saved_files.files == watched.files:
             # As last looked at, before the run: a file saved while it ran is a save the next look sees.
             watched.stamps = self.saved_files.stamps
+        elif self.run_began_ns:  # first watched now, once the run has answered: one saved since it began is a save
+            watched.saved_since(self.run_began_ns)
         self.saved_files = watched
 
     def look(self) -> None:
@@ -132,6 +142,9 @@ class CompilesOnSave:
 
     def before_run(self) -> None:
         """A run begins: compiles under way trace nothing more (the run's own replay does)."""
+        import time
+
+        self.run_began_ns = time.time_ns()
         self.run_started.set()
         self.again = False
 
@@ -167,12 +180,15 @@ def compile_saved(calls, policy, run_started: threading.Event | None = None) -> 
 
     def compile_lowered():
         while (item := lowered.get()) is not None:
-            program, lowering, call_args = item
+            program, lowering, call_args, elsewhere = item
+            executable = None
             try:
-                program.compile_lowered(lowering, call_args, {})
+                executable = program.compile_lowered(lowering, call_args, {})
                 done.append(program)
             except Exception as error:
                 logger.debug("compile on save left out: %s", error)
+            finally:
+                elsewhere.compiled(executable)  # a run waiting for it goes on, with it or without
 
     compiler = threading.Thread(target=compile_lowered, name="tpucourse-compiles-on-save-xla", daemon=True)
     compiler.start()
@@ -181,7 +197,9 @@ def compile_saved(calls, policy, run_started: threading.Event | None = None) -> 
     try:
         with pltpu.force_tpu_interpret_mode(backend.tpu_interpret_params()):
             modules: dict = {}
+            origins: dict = {}  # path -> (path, the digest of the source imported), or None
             programs = compiled.CompiledPrograms()
+            compiled.forget_compiled_elsewhere()  # an earlier save's: this file is newer
             for call in calls:
                 if run_started is not None and run_started.is_set():
                     break
@@ -191,12 +209,15 @@ def compile_saved(calls, policy, run_started: threading.Event | None = None) -> 
                         continue
                     try:
                         if path not in modules:
-                            modules[path] = _import_apart(tree_root, chapter, name, packages)
+                            modules[path], origins[path] = _import_with_origin(path, tree_root, chapter, name,
+                                                                               packages)
                         function = getattr(modules[path], call.name)
                         program = programs.get(function, dict(call.static), call.kind)
                         call_args = call.arguments()
-                        lowered.put((program, program.lower_trace(program.trace(call_args, {}), call_args, {}),
-                                     call_args))
+                        stage = program.trace(call_args, {})
+                        identity = compiled.program_identity(stage, call_args, {}, origins[path])
+                        lowering = program.lower_trace(stage, call_args, {})
+                        lowered.put((program, lowering, call_args, compiled.compiling_elsewhere(identity)))
                     except Exception as error:  # the run meets it itself
                         logger.debug("compile on save of %s.%s left out: %s", name, call.name, error)
     finally:
@@ -219,6 +240,25 @@ def compile_saved(calls, policy, run_started: threading.Event | None = None) -> 
 def _file_under(module, folders: tuple) -> bool:
     file = getattr(module, "__file__", None)
     return isinstance(file, str) and os.path.abspath(file).startswith(folders)
+
+
+def _import_with_origin(path: str, tree_root: str, chapter: str, name: str, packages: list):
+    """The module imported apart, and where its programs come from (calls.program_origin): its
+    file and the digest of its source, or None where the file changed while it was imported."""
+    import hashlib
+
+    before = _read(path)
+    module = _import_apart(tree_root, chapter, name, packages)
+    same = before is not None and before == _read(path)
+    return module, (path, hashlib.sha256(before).hexdigest()) if same else None
+
+
+def _read(path: str) -> bytes | None:
+    try:
+        with open(path, "rb") as file:
+            return file.read()
+    except OSError:
+        return None
 
 
 def _import_apart(tree_root: str, chapter: str, name: str, packages: list):
