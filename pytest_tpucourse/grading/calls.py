@@ -386,7 +386,7 @@ class LearnerFunction(GradedFunction):
         return function
 
     def program_origin(self) -> tuple | None:
-        resolved = str(self.path.resolve())
+        resolved = self.replay_source[0]  # the module's resolved file, resolved once
         digest = self.context.imported.get(resolved)
         return None if digest is None else (resolved, digest)
 

@@ -274,7 +274,8 @@ class Program:
             entry = _compiled_elsewhere.get(identity) if identity is not None else None
         executable = entry.wait(ELSEWHERE_WAIT_SECONDS) if entry is not None else None
         if executable is not None:
-            self._executables[_signature(args, traced)] = executable
+            _, _, signature, _ = identity
+            self._executables[signature] = executable
         return executable
 
     def lower_trace(self, stage, args, traced):

@@ -221,7 +221,7 @@ class Messages:
 
 def serve_run(config) -> None:
     """None: run it here. Else the run is handed to a warm process, and this process ends with the
-    exit code it answers (_end_here)."""
+    exit code it answers."""
     global _environ_at_start
     if _environ_at_start is None:
         _environ_at_start = dict(os.environ)
@@ -259,23 +259,15 @@ def serve_run(config) -> None:
         connection.close()
         return None
     connection.settimeout(None)
-    _end_here(_await_exit(connection, messages))
+    code = _await_exit(connection, messages)
+    # The run is answered: this process ends now (warm_runs.exit_now), its exit functions run and
+    # its output flushed, without the interpreter's teardown of the modules it imported, which took
+    # a client 50 ms of each run (docs/speed.md). It configured nothing of pytest's: what its own
+    # import of the conftest files printed, pytest holds to print at a configured run's end, and the
+    # warm process's run prints it instead.
+    from .warm_runs import exit_now
 
-
-def _end_here(code: int):
-    """The client's end once its run is answered: what it wrote flushed and its exit functions run,
-    as a normal exit does, but not the interpreter's teardown of every module it imported, which
-    took a client 50 ms of each run (docs/speed.md). The client only imported pytest and the
-    plugin to hand its run over: it configured nothing, so nothing of pytest's is left to undo."""
-    import atexit
-
-    for stream in (sys.stdout, sys.stderr):
-        try:
-            stream.flush()
-        except (OSError, ValueError):
-            pass
-    atexit._run_exitfuncs()
-    os._exit(code)
+    exit_now(code)
 
 
 def _terminal_as_given(config) -> None:

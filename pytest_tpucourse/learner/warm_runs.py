@@ -131,12 +131,22 @@ def pytest_main_then_exit(args: list[str], plugins=()) -> None:
 
         traceback.print_exc()
     finally:
-        try:
-            atexit._run_exitfuncs()  # what a normal exit runs (a TPU compiler child is closed)
-        finally:
-            sys.stdout.flush()
-            sys.stderr.flush()
-            os._exit(code)
+        exit_now(code)
+
+
+def exit_now(code: int) -> None:
+    """End this process as a normal exit ends it, its exit functions run (a TPU compiler child is
+    closed) and its output flushed, but without the interpreter's teardown of every module it
+    imported: a forked run's child, and a served run's client (served_runs.py). Never returns."""
+    try:
+        atexit._run_exitfuncs()
+    finally:
+        for stream in (sys.stdout, sys.stderr):
+            try:
+                stream.flush()
+            except (OSError, ValueError):  # a closed pipe: nothing more reaches it
+                pass
+        os._exit(code)
 
 
 def _stop(pid: int, ended, reap) -> None:

@@ -159,7 +159,7 @@ class _Walk:
                 self.value(fields[name])
         elif dataclasses.is_dataclass(effect):
             self.value(effect)
-        elif getattr(effect, "__dict__", None) or getattr(type(effect), "__slots__", None):
+        elif fields or getattr(type(effect), "__slots__", None):
             raise _Unkeyable(effect)  # state of its own this module does not know
 
 
@@ -186,8 +186,8 @@ def _is_treedef(value) -> bool:
 
 
 def _keyed_by_repr(value) -> bool:
-    """Values whose repr says all of what they are: shardings, meshes, partition specs, a
-    dot's precision, effects that are plain records."""
+    """Values whose repr says all of what they are: shardings, meshes, partition specs, a dot's
+    precision, plain namespaces."""
     import jax
     from jax import lax
 
